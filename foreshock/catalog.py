@@ -1,0 +1,125 @@
+"""The metric catalog: what each telemetry metric is.
+
+A catalog is YAML::
+
+    metrics:
+      ecc_sbe_volatile_total: {kind: counter, family: error, unit: count,
+                               aliases: [DCGM_FI_DEV_ECC_SBE_VOL_TOTAL]}
+      gpu_temp_c: {kind: gauge, family: thermal, unit: celsius, min: -20, max: 130}
+
+``kind`` is ``counter`` (cumulative, may reset on driver reload or reboot: take increases)
+or ``gauge`` (instantaneous).  ``family`` is one of error, thermal, power, other.
+``aliases`` are the names the metric has in source formats (dcgm-exporter field names,
+``nvidia-smi --query-gpu`` fields); ingest maps them to the canonical name.  ``min`` and
+``max`` bound plausible values: outside them a row is quarantined as absurd.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+KINDS = ("counter", "gauge")
+FAMILIES = ("error", "thermal", "power", "other")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    kind: str
+    family: str
+    unit: str
+    aliases: tuple[str, ...] = ()
+    min: float | None = None
+    max: float | None = None
+    description: str = ""
+
+    @property
+    def is_counter(self) -> bool:
+        return self.kind == "counter"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    metrics: dict[str, Metric] = field(default_factory=dict)
+    source: str = "<builtin>"
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.metrics
+
+    def __getitem__(self, name: str) -> Metric:
+        return self.metrics[name]
+
+    def __iter__(self):
+        return iter(self.metrics.values())
+
+    def names(self) -> list[str]:
+        return sorted(self.metrics)
+
+    def resolve(self, name: str) -> str | None:
+        """Canonical metric name for a canonical name or any alias (case-sensitive), else None."""
+        if name in self.metrics:
+            return name
+        return self._alias_index().get(name)
+
+    def _alias_index(self) -> dict[str, str]:
+        index = getattr(self, "_aliases", None)
+        if index is None:
+            index = {a: m.name for m in self.metrics.values() for a in m.aliases}
+            object.__setattr__(self, "_aliases", index)
+        return index
+
+    def by(self, *, kind: str | None = None, family: str | None = None) -> list[Metric]:
+        return [
+            m
+            for m in self.metrics.values()
+            if (kind is None or m.kind == kind) and (family is None or m.family == family)
+        ]
+
+
+def parse_catalog(data: dict, source: str = "<dict>") -> Catalog:
+    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
+        raise ValueError(f"{source}: a metric catalog needs a top-level 'metrics:' mapping")
+    metrics: dict[str, Metric] = {}
+    for name, spec in data["metrics"].items():
+        where = f"{source}: metric {name!r}"
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where}: expected a mapping with kind, family, unit")
+        kind = spec.get("kind")
+        family = spec.get("family", "other")
+        if kind not in KINDS:
+            raise ValueError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
+        if family not in FAMILIES:
+            raise ValueError(f"{where}: family must be one of {FAMILIES}, got {family!r}")
+        aliases = spec.get("aliases", []) or []
+        if isinstance(aliases, str):
+            aliases = [aliases]
+        metrics[str(name)] = Metric(
+            name=str(name),
+            kind=kind,
+            family=family,
+            unit=str(spec.get("unit", "")),
+            aliases=tuple(str(a) for a in aliases),
+            min=None if spec.get("min") is None else float(spec["min"]),
+            max=None if spec.get("max") is None else float(spec["max"]),
+            description=str(spec.get("description", "")),
+        )
+    return Catalog(metrics=metrics, source=source)
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """Load a catalog from ``path``, or the built-in DCGM catalog when ``path`` is None."""
+    if path is None or str(path) == "":
+        text = resources.files("foreshock").joinpath("dcgm_catalog.yaml").read_text()
+        return parse_catalog(yaml.safe_load(text), source="dcgm_catalog.yaml (built-in)")
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"metric catalog not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    return parse_catalog(data, source=str(path))

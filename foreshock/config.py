@@ -1,0 +1,189 @@
+"""One place for configuration: paths, metric catalog, windows, horizons, budgets.
+
+Loaded once (:func:`load_config`) and passed down.  The built-in defaults live in
+``foreshock/foreshock.toml``; a user file overrides them key by key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from foreshock.catalog import Catalog, load_catalog
+from foreshock.durations import parse_duration
+
+DEFAULT_CONFIG_NAME = "foreshock.toml"
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def default_settings() -> dict[str, Any]:
+    text = resources.files("foreshock").joinpath(DEFAULT_CONFIG_NAME).read_text()
+    return tomllib.loads(text)
+
+
+@dataclass
+class Config:
+    """Resolved configuration.  ``settings`` holds every section as plain dicts."""
+
+    settings: dict[str, Any]
+    data_dir: Path
+    catalog: Catalog
+    source: str = "<defaults>"
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def section(self, name: str) -> dict[str, Any]:
+        return dict(self.settings.get(name, {}))
+
+    def duration(self, section: str, key: str) -> timedelta:
+        return parse_duration(self.settings[section][key])
+
+    # Frequently used values, typed.
+    @property
+    def snapshot_every(self) -> timedelta:
+        return self.duration("features", "snapshot_every")
+
+    @property
+    def windows(self) -> list[timedelta]:
+        return [parse_duration(w) for w in self.settings["features"]["windows"]]
+
+    @property
+    def horizons(self) -> list[timedelta]:
+        return [parse_duration(h) for h in self.settings["labels"]["horizons"]]
+
+    @property
+    def fault_domains(self) -> list[str]:
+        return list(self.settings["fleet"]["fault_domains"])
+
+    @property
+    def shards(self) -> int:
+        return int(self.settings["lake"]["shards"])
+
+    @property
+    def model_name(self) -> str:
+        return str(self.settings["models"]["name"])
+
+    # Directories of the local lake.
+    @property
+    def raw_dir(self) -> Path:
+        return self.data_dir / "raw"
+
+    @property
+    def lake_dir(self) -> Path:
+        return self.data_dir / "lake"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.data_dir / "quarantine"
+
+    @property
+    def features_dir(self) -> Path:
+        return self.data_dir / "features"
+
+    @property
+    def backtest_dir(self) -> Path:
+        return self.data_dir / "backtest"
+
+    @property
+    def outbox_dir(self) -> Path:
+        return self.data_dir / "outbox"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.data_dir / "reports"
+
+    @property
+    def mlflow_dir(self) -> Path:
+        return self.data_dir / "mlflow"
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "Config":
+        """A copy with some settings replaced (``{"features": {"snapshot_every": "1d"}}``)."""
+        settings = _merge(self.settings, overrides)
+        catalog = self.catalog
+        if "paths" in overrides and "catalog" in overrides["paths"]:
+            catalog = load_catalog(settings["paths"]["catalog"] or None)
+        data_dir = self.data_dir
+        if "paths" in overrides and "data_dir" in overrides["paths"]:
+            data_dir = Path(settings["paths"]["data_dir"]).resolve()
+        return Config(settings=settings, data_dir=data_dir, catalog=catalog, source=self.source)
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    data_dir: str | Path | None = None,
+    catalog: str | Path | None = None,
+) -> Config:
+    """Load configuration.
+
+    Precedence: explicit arguments > ``FORESHOCK_DATA_DIR`` > the file (``path``, else
+    ``./foreshock.toml`` if present) > built-in defaults.  Relative paths in the file are
+    resolved against the file's directory.
+    """
+    settings = default_settings()
+    source = "<defaults>"
+    base = Path.cwd()
+    if path is None and Path(DEFAULT_CONFIG_NAME).is_file():
+        path = DEFAULT_CONFIG_NAME
+    if path is not None:
+        path = Path(path)
+        try:
+            user = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        settings = _merge(settings, user)
+        source = str(path)
+        base = path.resolve().parent
+    chosen_dir = data_dir or os.environ.get("FORESHOCK_DATA_DIR") or settings["paths"]["data_dir"]
+    chosen_dir = Path(chosen_dir)
+    if not chosen_dir.is_absolute():
+        chosen_dir = (Path.cwd() if data_dir or os.environ.get("FORESHOCK_DATA_DIR") else base) / chosen_dir
+    catalog_path = catalog or settings["paths"].get("catalog") or None
+    if catalog_path and not Path(catalog_path).is_absolute() and not catalog:
+        catalog_path = base / catalog_path
+    settings["paths"]["data_dir"] = str(chosen_dir)
+    _validate(settings, source)
+    return Config(
+        settings=settings,
+        data_dir=chosen_dir.resolve(),
+        catalog=load_catalog(catalog_path),
+        source=source,
+    )
+
+
+def _validate(settings: dict[str, Any], source: str) -> None:
+    for section, key in (
+        ("features", "snapshot_every"),
+        ("features", "baseline_window"),
+        ("ingest", "max_future"),
+        ("backtest", "alert_window"),
+        ("backtest", "min_lead_time"),
+    ):
+        try:
+            parse_duration(settings[section][key])
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{source}: [{section}] {key}: {exc}") from None
+    for section, key in (("features", "windows"), ("labels", "horizons")):
+        values = settings[section][key]
+        if not values:
+            raise ValueError(f"{source}: [{section}] {key} must list at least one duration")
+        for value in values:
+            try:
+                parse_duration(value)
+            except ValueError as exc:
+                raise ValueError(f"{source}: [{section}] {key}: {exc}") from None

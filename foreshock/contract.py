@@ -1,0 +1,91 @@
+"""The canonical data contract ("bring your own telemetry").
+
+Every source parser produces these four tables; everything downstream reads only them.
+
+=========  ===========================================================  ==================
+table      columns                                                      natural key
+=========  ===========================================================  ==================
+inventory  unit_id, node, rack, model, lot (nullable), installed_at,    unit_id
+           + any extra fault-domain columns
+samples    unit_id, ts (UTC), metric, value (f64)                       unit_id, ts, metric
+events     unit_id, ts (UTC), source, code, count                       unit_id, ts, source, code
+failures   unit_id, failed_at (UTC), mode (nullable)                    unit_id, failed_at
+=========  ===========================================================  ==================
+
+Counters are stored as the raw cumulative values the source reported; features take
+increases (with reset handling).
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+UTC_TS = pl.Datetime("us", "UTC")
+
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "inventory": {
+        "unit_id": pl.String(),
+        "node": pl.String(),
+        "rack": pl.String(),
+        "model": pl.String(),
+        "lot": pl.String(),
+        "installed_at": UTC_TS,
+    },
+    "samples": {"unit_id": pl.String(), "ts": UTC_TS, "metric": pl.String(), "value": pl.Float64()},
+    "events": {
+        "unit_id": pl.String(),
+        "ts": UTC_TS,
+        "source": pl.String(),
+        "code": pl.Int64(),
+        "count": pl.Int64(),
+    },
+    "failures": {"unit_id": pl.String(), "failed_at": UTC_TS, "mode": pl.String()},
+}
+
+KEYS: dict[str, tuple[str, ...]] = {
+    "inventory": ("unit_id",),
+    "samples": ("unit_id", "ts", "metric"),
+    "events": ("unit_id", "ts", "source", "code"),
+    "failures": ("unit_id", "failed_at"),
+}
+
+# The time column that partitions a table by date (inventory is not time-partitioned).
+TIME_COLUMN: dict[str, str | None] = {
+    "inventory": None,
+    "samples": "ts",
+    "events": "ts",
+    "failures": "failed_at",
+}
+
+TABLES = tuple(SCHEMAS)
+REQUIRED_INVENTORY = ("unit_id", "node", "rack", "model", "installed_at")
+
+# Unit, node and rack ids end up in file paths, shell commands (scontrol, kubectl) and
+# Prometheus selectors: allow what real hostnames, GPU UUIDs and PCI ids use, nothing else.
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")
+
+
+def is_valid_id(value: object) -> bool:
+    return isinstance(value, str) and bool(ID_PATTERN.match(value))
+
+
+def empty(table: str) -> pl.DataFrame:
+    return pl.DataFrame(schema=SCHEMAS[table])
+
+
+def conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
+    """Cast to the contract's types and order (extra inventory columns kept as strings)."""
+    schema = SCHEMAS[table]
+    missing = [c for c in schema if c not in df.columns and not (table == "inventory" and c == "lot")]
+    if missing:
+        raise ValueError(f"{table}: missing column(s) {missing}")
+    exprs = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            exprs.append(pl.col(name).cast(dtype))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(name))
+    extra = [pl.col(c).cast(pl.String) for c in df.columns if c not in schema] if table == "inventory" else []
+    return df.select(exprs + extra)

@@ -1,0 +1,217 @@
+"""The Parquet lake: hive-partitioned canonical tables, merged atomically and idempotently.
+
+Layout under ``<data_dir>/lake/``::
+
+    samples/date=2026-11-01/shard=03/part.parquet
+    events/date=.../shard=../part.parquet
+    failures/date=.../shard=../part.parquet
+    inventory/part.parquet
+    _lake.json            # {"shards": N}: fixed for the life of the lake
+
+Every write is a merge: existing rows and new rows are deduplicated on the table's natural
+key (the row already in the lake wins, so a rerun never changes what is stored), written
+under a temporary name and renamed into place, so a crash never leaves a partial file
+visible.  An exclusive lock file serialises writers (two ingests at once are safe).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN, conform
+
+PART_NAME = "part.parquet"
+
+
+@dataclass
+class MergeResult:
+    rows_in: int = 0
+    rows_stored: int = 0
+    duplicates_dropped: int = 0
+    partitions_written: int = 0
+
+    def __iadd__(self, other: "MergeResult") -> "MergeResult":
+        self.rows_in += other.rows_in
+        self.rows_stored += other.rows_stored
+        self.duplicates_dropped += other.duplicates_dropped
+        self.partitions_written += other.partitions_written
+        return self
+
+
+def shard_of(unit_id: str, shards: int) -> int:
+    """Stable shard of a unit (crc32, identical across processes and library versions)."""
+    return zlib.crc32(unit_id.encode()) % shards
+
+
+def with_shard(df: pl.DataFrame, shards: int) -> pl.DataFrame:
+    units = df.get_column("unit_id").unique()
+    mapping = pl.DataFrame(
+        {"unit_id": units, "shard": [shard_of(u, shards) for u in units.to_list()]},
+        schema={"unit_id": pl.String, "shard": pl.Int32},
+    )
+    return df.join(mapping, on="unit_id", how="left")
+
+
+def lake_shards(lake_dir: Path, default: int) -> int:
+    """The lake's shard count: recorded on first write, never changed afterwards."""
+    meta = Path(lake_dir) / "_lake.json"
+    if meta.exists():
+        return int(json.loads(meta.read_text())["shards"])
+    return default
+
+
+def _record_shards(lake_dir: Path, shards: int) -> None:
+    meta = Path(lake_dir) / "_lake.json"
+    if not meta.exists():
+        atomic_write_text(meta, json.dumps({"shards": shards}) + "\n")
+
+
+@contextmanager
+def lake_lock(lake_dir: Path) -> Iterator[None]:
+    """Exclusive, blocking lock over the lake (released even if the holder crashes)."""
+    lake_dir = Path(lake_dir)
+    lake_dir.mkdir(parents=True, exist_ok=True)
+    with open(lake_dir / ".lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def atomic_write_parquet(df: pl.DataFrame, path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    df.write_parquet(tmp, compression="zstd", statistics=True)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def partition_path(lake_dir: Path, table: str, day: date | None = None, shard: int | None = None) -> Path:
+    if TIME_COLUMN[table] is None:
+        return Path(lake_dir) / table / PART_NAME
+    return Path(lake_dir) / table / f"date={day.isoformat()}" / f"shard={shard:02d}" / PART_NAME
+
+
+def _merge_one(path: Path, new: pl.DataFrame, table: str) -> int:
+    """Merge ``new`` into the file at ``path``; returns how many rows were newly stored."""
+    key = list(KEYS[table])
+    fresh = new.unique(subset=key, keep="first", maintain_order=True)
+    if path.exists():
+        existing = pl.read_parquet(path)
+        fresh = fresh.join(existing.select(key), on=key, how="anti", nulls_equal=True)
+        if fresh.height == 0:
+            return 0
+        merged = pl.concat([existing, fresh], how="diagonal_relaxed")
+    else:
+        merged = fresh
+    time_col = TIME_COLUMN[table]
+    order = ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
+    atomic_write_parquet(merged.sort(order), path)
+    return fresh.height
+
+
+def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8) -> MergeResult:
+    """Merge validated rows of one canonical table into the lake.
+
+    Rows whose natural key is already stored (or repeated within ``df``) are dropped and
+    counted; ``rows_in == rows_stored + duplicates_dropped`` always holds.
+    """
+    lake_dir = Path(lake_dir)
+    df = conform(df, table)
+    result = MergeResult(rows_in=df.height)
+    if df.height == 0:
+        return result
+    with lake_lock(lake_dir):
+        shards = lake_shards(lake_dir, shards)
+        _record_shards(lake_dir, shards)
+        time_col = TIME_COLUMN[table]
+        if time_col is None:
+            stored = _merge_one(partition_path(lake_dir, table), df, table)
+            result.rows_stored += stored
+            result.partitions_written += int(stored > 0)
+        else:
+            keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
+            for (day, shard), part in keyed.group_by(["_date", "shard"], maintain_order=True):
+                stored = _merge_one(
+                    partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table
+                )
+                result.rows_stored += stored
+                result.partitions_written += int(stored > 0)
+    result.duplicates_dropped = result.rows_in - result.rows_stored
+    return result
+
+
+def partition_files(
+    lake_dir: Path,
+    table: str,
+    start: date | datetime | None = None,
+    end: date | datetime | None = None,
+    shards: Iterable[int] | None = None,
+) -> list[Path]:
+    """Partition files of ``table`` with start <= date <= end (inclusive), sorted."""
+    root = Path(lake_dir) / table
+    if TIME_COLUMN[table] is None:
+        path = root / PART_NAME
+        return [path] if path.exists() else []
+    start_d = start.date() if isinstance(start, datetime) else start
+    end_d = end.date() if isinstance(end, datetime) else end
+    wanted = None if shards is None else {int(s) for s in shards}
+    files = []
+    for day_dir in sorted(root.glob("date=*")):
+        day = date.fromisoformat(day_dir.name.split("=", 1)[1])
+        if (start_d and day < start_d) or (end_d and day > end_d):
+            continue
+        for shard_dir in sorted(day_dir.glob("shard=*")):
+            if wanted is not None and int(shard_dir.name.split("=", 1)[1]) not in wanted:
+                continue
+            path = shard_dir / PART_NAME
+            if path.exists():
+                files.append(path)
+    return files
+
+
+def partition_dates(lake_dir: Path, table: str) -> list[date]:
+    root = Path(lake_dir) / table
+    return sorted(date.fromisoformat(p.name.split("=", 1)[1]) for p in root.glob("date=*"))
+
+
+def scan_table(
+    lake_dir: Path,
+    table: str,
+    start: date | datetime | None = None,
+    end: date | datetime | None = None,
+    shards: Iterable[int] | None = None,
+) -> pl.LazyFrame:
+    """Lazy scan of a canonical table (partition-pruned by date and shard).
+
+    Always returns the contract's columns, even when nothing is stored yet.
+    """
+    files = partition_files(lake_dir, table, start, end, shards)
+    if not files:
+        return pl.LazyFrame(schema=SCHEMAS[table])
+    return pl.scan_parquet(files, hive_partitioning=False)
+
+
+def read_table(lake_dir: Path, table: str, **kwargs) -> pl.DataFrame:
+    return scan_table(lake_dir, table, **kwargs).collect()

@@ -1,0 +1,47 @@
+"""Shared fixtures: one Prefect test server and one MLflow store per test session."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+import pipelines.runtime  # noqa: E402,F401  (Prefect environment defaults)
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """A real (ephemeral) Prefect API for the whole session: flows run against it."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def mlflow_uri(tmp_path_factory):
+    """One SQLite MLflow store per session (a fresh store runs migrations: seconds)."""
+    store = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    if old is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = old
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A seeded random state, printed so a failure reproduces."""
+    value = int(os.environ.get("FORESHOCK_TEST_SEED", random.randrange(2**31)))
+    print(f"seed={value}")
+    return value
