@@ -1,0 +1,23 @@
+# Two commands on a fresh machine: `make demo` (the whole pipeline on a simulated fleet)
+# and `make test`. Each installs what it needs (uv, then the locked environment).
+UV := ./scripts/uv.sh
+DATA ?= data
+
+.PHONY: setup demo test bench clean
+
+setup:
+	$(UV) sync --frozen
+
+demo: setup
+	$(UV) run --frozen foreshock --data-dir $(DATA) demo
+
+test: setup
+	$(UV) run --frozen pytest -q
+
+bench: setup
+	$(UV) run --frozen python benchmarks/bench_ingest.py
+	$(UV) run --frozen python benchmarks/bench_features.py
+
+clean:
+	rm -rf $(DATA)/raw $(DATA)/lake $(DATA)/quarantine $(DATA)/features $(DATA)/backtest \
+	       $(DATA)/outbox $(DATA)/reports $(DATA)/mlflow $(DATA)/scores $(DATA)/ingest_runs
