@@ -215,3 +215,30 @@ def scan_table(
 
 def read_table(lake_dir: Path, table: str, **kwargs) -> pl.DataFrame:
     return scan_table(lake_dir, table, **kwargs).collect()
+
+
+def lake_summary(lake_dir: Path) -> dict[str, dict]:
+    """Rows, units and time span of each canonical table (what an operator checks first)."""
+    summary: dict[str, dict] = {}
+    for table, time_col in TIME_COLUMN.items():
+        frame = scan_table(lake_dir, table)
+        aggs = [pl.len().alias("rows"), pl.col("unit_id").n_unique().alias("units")]
+        if time_col:
+            aggs += [pl.col(time_col).min().alias("first"), pl.col(time_col).max().alias("last")]
+        row = frame.select(aggs).collect().row(0, named=True)
+        if table == "samples":
+            row["metrics"] = frame.select(pl.col("metric").n_unique()).collect().item()
+        row["partitions"] = len(partition_files(lake_dir, table))
+        summary[table] = row
+    return summary
+
+
+def format_lake_summary(summary: dict[str, dict]) -> str:
+    lines = [f"{'table':<10} {'rows':>12} {'units':>7} {'partitions':>10}  span"]
+    for table, row in summary.items():
+        span = ""
+        if row.get("first") is not None:
+            span = f"{row['first']:%Y-%m-%d %H:%M} .. {row['last']:%Y-%m-%d %H:%M} UTC"
+        extra = f"  ({row['metrics']} metrics)" if row.get("metrics") else ""
+        lines.append(f"{table:<10} {row['rows']:>12,} {row['units']:>7,} {row['partitions']:>10,}  {span}{extra}")
+    return "\n".join(lines)

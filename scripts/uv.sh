@@ -4,13 +4,11 @@
 # mismatch fails fast instead of hanging on a download.
 set -euo pipefail
 export UV_PYTHON_DOWNLOADS=never
-if ! command -v uv >/dev/null 2>&1; then
-  if [ -x "$HOME/.local/bin/uv" ]; then
-    export PATH="$HOME/.local/bin:$PATH"
-  else
-    echo "uv not found: installing it with pip" >&2
-    python3 -m pip install --quiet --user uv >&2 || python3 -m pip install --quiet uv >&2
-    export PATH="$HOME/.local/bin:$PATH"
-  fi
+if command -v uv >/dev/null 2>&1; then
+  exec uv "$@"
 fi
-exec uv "$@"
+if ! python3 -m uv --version >/dev/null 2>&1; then
+  echo "uv not found: installing it with pip" >&2
+  python3 -m pip install --quiet uv >&2
+fi
+exec python3 -m uv "$@"
