@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "pipelines.models_flow",
     "pipelines.registry_flow",
     "pipelines.drain_flow",
+    "pipelines.reliability_cmd",
     "pipelines.demo",
 )
 
