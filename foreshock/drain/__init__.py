@@ -1,0 +1,1 @@
+"""Drain recommendations: policy, exports (risk list, diff, Slurm, Kubernetes) and replay."""

@@ -1,0 +1,183 @@
+"""Kubernetes exports: a cordon + taint script and a node-problem-detector check.
+
+``k8s_cordon.sh`` cordons each node with a unit at ``drain_now`` (``--at-checkpoint`` adds
+the ``drain_at_checkpoint`` nodes), taints it ``foreshock.io/failure-risk=<action>:NoSchedule``
+(running pods keep running, like a Slurm drain) and annotates the reason.  A node that is
+already cordoned without foreshock's taint was cordoned by someone else and is left alone.
+Dry run unless ``--apply``.
+
+``npd_foreshock_check.sh`` is a node-problem-detector custom plugin: NPD runs it on every
+node and maps its exit code to a node condition (``GPUFailureRisk``):
+
+====  ==========  =======================================================================
+exit  meaning     when
+====  ==========  =======================================================================
+0     OK          this node has no unit recommended for a drain
+1     problem     a unit on this node is recommended for drain_now / drain_at_checkpoint
+2     unknown     the node name is unknown, or the embedded list is older than max age
+====  ==========  =======================================================================
+
+Its first output line (at most ``max_output_length`` = 80 characters) becomes the
+condition's message.  ``npd_foreshock.json`` is the matching plugin configuration.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from foreshock.drain.policy import DRAIN_ACTIONS
+from foreshock.drain.shell import id_word, one_line, text_word
+from foreshock.drain.slurm import node_reasons
+
+CORDON_SCRIPT = "k8s_cordon.sh"
+NPD_SCRIPT = "npd_foreshock_check.sh"
+NPD_CONFIG = "npd_foreshock.json"
+TAINT_KEY = "foreshock.io/failure-risk"
+REASON_ANNOTATION = "foreshock.io/reason"
+NPD_CONDITION = "GPUFailureRisk"
+NPD_MESSAGE_LIMIT = 80
+
+_CORDON_HEADER = r"""#!/usr/bin/env bash
+# foreshock Kubernetes cordon script, generated {generated}.
+# Usage: {name} [--apply] [--at-checkpoint]
+#   (no flag)        print the kubectl commands; change nothing
+#   --apply          cordon + taint the nodes recommended for drain_now
+#   --at-checkpoint  also the nodes recommended for drain_at_checkpoint
+# A node already cordoned without the {taint} taint was cordoned by someone
+# else and is left alone.
+set -euo pipefail
+
+apply=0
+at_checkpoint=0
+for arg in "$@"; do
+  case "$arg" in
+    --apply) apply=1 ;;
+    --at-checkpoint) at_checkpoint=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+errors=0
+
+run() {
+  if [ "$apply" = 1 ]; then
+    "$@" || { echo "error: $*" >&2; errors=$((errors + 1)); }
+  else
+    printf 'would run:'; printf ' %q' "$@"; printf '\n'
+  fi
+}
+
+cordon_node() {
+  local node=$1 action=$2 reason=$3 spec unschedulable ours
+  if ! spec=$(kubectl get node "$node" -o 'jsonpath={.spec.unschedulable}|{.spec.taints[?(@.key=="{taint}")].value}' 2>&1); then
+    echo "error: $node: kubectl get node failed: ${spec//$'\n'/ }" >&2
+    errors=$((errors + 1))
+    return 0
+  fi
+  unschedulable=${spec%%|*}
+  ours=${spec#*|}
+  if [ "$unschedulable" = "true" ] && [ -z "$ours" ]; then
+    echo "left alone: $node is cordoned by someone else"
+    return 0
+  fi
+  run kubectl cordon "$node"
+  run kubectl taint nodes "$node" "{taint}=$action:NoSchedule" --overwrite
+  run kubectl annotate node "$node" "{annotation}=$reason" --overwrite
+}
+"""
+
+
+def cordon_script(risk_list: pl.DataFrame, generated_at: datetime) -> str:
+    """The ``kubectl cordon`` + ``taint`` script for a risk list (schema v1 frame)."""
+    header = (
+        _CORDON_HEADER.replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        .replace("{name}", CORDON_SCRIPT)
+        .replace("{taint}", TAINT_KEY)
+        .replace("{annotation}", REASON_ANNOTATION)
+    )
+    now_nodes = node_reasons(risk_list, "drain_now")
+    taken = {node for node, _ in now_nodes}
+    later = [(n, r) for n, r in node_reasons(risk_list, "drain_at_checkpoint") if n not in taken]
+    lines = [header, f"# drain_now: {len(now_nodes)} node(s)"]
+    lines += [f"cordon_node {id_word(n, 'node')} drain_now {text_word(r)}" for n, r in now_nodes]
+    lines.append(f"# drain_at_checkpoint: {len(later)} node(s)")
+    if later:
+        lines.append('if [ "$at_checkpoint" = 1 ]; then')
+        lines += [f"  cordon_node {id_word(n, 'node')} drain_at_checkpoint {text_word(r)}" for n, r in later]
+        lines.append("fi")
+    lines.append('echo "summary: errors=$errors apply=$apply at_checkpoint=$at_checkpoint"')
+    lines.append('[ "$errors" = 0 ]')
+    return "\n".join(lines) + "\n"
+
+
+_NPD_HEADER = r"""#!/usr/bin/env bash
+# foreshock node-problem-detector custom plugin check, generated {generated}.
+# Exit codes (NPD plugin contract): 0 OK, 1 problem (drain recommended), 2 unknown.
+# Usage: {name} [NODE]   (default: $NODE_NAME, else the short hostname)
+generated_epoch={epoch}
+max_age_seconds={max_age}
+
+node=${1:-${NODE_NAME:-$(hostname -s 2>/dev/null || true)}}
+if [ -z "$node" ]; then
+  echo "foreshock: node name unknown"
+  exit 2
+fi
+if ! now=$(date +%s) || [ $((now - generated_epoch)) -gt "$max_age_seconds" ]; then
+  echo "foreshock: risk list is stale; republish"
+  exit 2
+fi
+case "$node" in
+"""
+
+
+def npd_check_script(risk_list: pl.DataFrame, generated_at: datetime, max_age: timedelta) -> str:
+    """The NPD custom-plugin check script with the drain recommendations embedded."""
+    header = (
+        _NPD_HEADER.replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        .replace("{name}", NPD_SCRIPT)
+        .replace("{epoch}", str(int(generated_at.timestamp())))
+        .replace("{max_age}", str(int(max_age.total_seconds())))
+    )
+    lines = [header.rstrip("\n")]
+    seen: set[str] = set()
+    for action in DRAIN_ACTIONS:  # drain_now first: it wins for a node
+        for node, reason in node_reasons(risk_list, action):
+            if node in seen:
+                continue
+            seen.add(node)
+            message = one_line(reason, NPD_MESSAGE_LIMIT)
+            lines.append(f"  {id_word(node, 'node')}) echo {text_word(message, NPD_MESSAGE_LIMIT)}; exit 1 ;;")
+    lines.append('  *) echo "foreshock: no drain recommended"; exit 0 ;;')
+    lines.append("esac")
+    return "\n".join(lines) + "\n"
+
+
+def npd_plugin_config(script_path: str, invoke_interval: str = "5m") -> str:
+    """node-problem-detector ``custom`` plugin configuration (JSON) for the check script."""
+    config = {
+        "plugin": "custom",
+        "pluginConfig": {
+            "invoke_interval": invoke_interval,
+            "timeout": "30s",
+            "max_output_length": NPD_MESSAGE_LIMIT,
+            "concurrency": 1,
+        },
+        "source": "foreshock",
+        "conditions": [
+            {"type": NPD_CONDITION, "reason": "NoGPUFailureRisk", "message": "no drain recommended by foreshock"}
+        ],
+        "rules": [
+            {
+                "type": "permanent",
+                "condition": NPD_CONDITION,
+                "reason": "GPUFailureRiskHigh",
+                "path": script_path,
+                "timeout": "10s",
+            }
+        ],
+    }
+    return json.dumps(config, indent=2) + "\n"

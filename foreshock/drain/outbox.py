@@ -1,0 +1,253 @@
+"""Publishing: latest scores -> policy -> ``data/outbox/<timestamp>/``.
+
+One publish writes a new directory (never rewrites an old one)::
+
+    data/outbox/20261202T151000Z/
+        risk_list.parquet | .csv | .jsonl   the list, schema v1 (see risk_list.py)
+        diff.csv | diff.jsonl               changes against the previous publish
+        slurm_drain.sh                      Slurm drain script (dry run unless --apply)
+        k8s_cordon.sh                       kubectl cordon + taint script
+        npd_foreshock_check.sh              node-problem-detector custom plugin check
+        npd_foreshock.json                  its plugin configuration
+        rejected.csv                        score rows refused (bad id, bad risk), if any
+        manifest.json                       counts, model, files, notes
+    data/outbox/policy_state.parquet        hysteresis / burn-in state for the next run
+    data/outbox/LATEST                      name of the newest directory
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from foreshock.contract import is_valid_id
+from foreshock.drain.diff import diff_risk_lists, summarize_diff
+from foreshock.drain.kubernetes import (
+    CORDON_SCRIPT,
+    NPD_CONFIG,
+    NPD_SCRIPT,
+    cordon_script,
+    npd_check_script,
+    npd_plugin_config,
+)
+from foreshock.drain.policy import ACTIONS, DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list, read_risk_list, write_risk_list
+from foreshock.drain.shell import one_line
+from foreshock.drain.slurm import SCRIPT_NAME, slurm_script
+from foreshock.drain.state import STATE_FILE, PolicyState
+from foreshock.durations import parse_duration
+from foreshock.lake import atomic_write_text, read_table
+from foreshock.lake import partition_files
+
+LATEST_FILE = "LATEST"
+DIR_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
+@dataclass
+class PublishResult:
+    """What a publish wrote."""
+
+    directory: Path
+    risk_list: pl.DataFrame
+    diff: pl.DataFrame
+    files: dict[str, Path]
+    rejected: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        found = dict(self.risk_list.group_by("action").len().iter_rows()) if self.risk_list.height else {}
+        return {action: int(found.get(action, 0)) for action in ACTIONS}
+
+
+def default_scores_path(data_dir: Path) -> Path:
+    return Path(data_dir) / "scores" / "latest.parquet"
+
+
+def check_scores(scores: pl.DataFrame, source: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split score rows into usable rows and refused rows (with row, field and reason).
+
+    Ids that are not :data:`~foreshock.contract.ID_PATTERN` ids never reach a script;
+    risks must be numbers in [0, 1].
+    """
+    missing = [c for c in ("unit_id", "ts", "horizon", "risk") if c not in scores.columns]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {missing}")
+    problems: list[dict[str, Any]] = []
+    indexed = scores.with_row_index("_row")
+    id_fields = [c for c in ("unit_id", "node", "rack") if c in scores.columns]
+    for name in id_fields:
+        values = indexed.select("_row", name)
+        bad = [(r, v) for r, v in values.iter_rows() if not is_valid_id(v)]
+        problems += [
+            {"row": r, "field": name, "value": one_line(repr(v), 120), "reason": "not a valid id (ID_PATTERN)"}
+            for r, v in bad
+        ]
+    bad_risk = indexed.filter(
+        pl.col("risk").is_null() | pl.col("risk").is_nan() | (pl.col("risk") < 0) | (pl.col("risk") > 1)
+    )
+    problems += [
+        {"row": r, "field": "risk", "value": repr(v), "reason": "risk must be a number in [0, 1]"}
+        for r, v in bad_risk.select("_row", "risk").iter_rows()
+    ]
+    for horizon in scores.get_column("horizon").unique().to_list():
+        try:
+            parse_duration(horizon)
+        except (ValueError, TypeError):
+            rows = indexed.filter(pl.col("horizon") == horizon).get_column("_row").to_list()
+            problems += [
+                {"row": r, "field": "horizon", "value": one_line(repr(horizon), 60), "reason": "not a duration"}
+                for r in rows
+            ]
+    rejected = pl.DataFrame(
+        problems,
+        schema={"row": pl.UInt32, "field": pl.String, "value": pl.String, "reason": pl.String},
+    ).with_columns(pl.lit(source).alias("file"))
+    bad_rows = set(rejected.get_column("row").to_list())
+    # A unit with any refused row is dropped whole: half a unit's horizons would mislead.
+    bad_units = set(indexed.filter(pl.col("_row").is_in(list(bad_rows))).get_column("unit_id").to_list())
+    good = indexed.filter(~pl.col("_row").is_in(list(bad_rows)) & ~pl.col("unit_id").is_in(list(bad_units)))
+    return good.drop("_row"), rejected.select("file", "row", "field", "value", "reason")
+
+
+def previous_list_dir(outbox_dir: Path, before: str | None = None) -> Path | None:
+    """The newest outbox directory holding a risk list (older than ``before`` if given)."""
+    outbox_dir = Path(outbox_dir)
+    if not outbox_dir.is_dir():
+        return None
+    names = sorted(p.name for p in outbox_dir.iterdir() if (p / "risk_list.parquet").is_file())
+    if before is not None:
+        names = [n for n in names if n < before]
+    return outbox_dir / names[-1] if names else None
+
+
+def _new_dir(outbox_dir: Path, generated_at: datetime) -> Path:
+    base = generated_at.strftime(DIR_FORMAT)
+    candidate = Path(outbox_dir) / base
+    suffix = 1
+    while candidate.exists():
+        candidate = Path(outbox_dir) / f"{base}-{suffix:02d}"
+        suffix += 1
+    candidate.mkdir(parents=True)
+    return candidate
+
+
+def _write_script(path: Path, text: str) -> Path:
+    atomic_write_text(path, text)
+    os.chmod(path, 0o755)
+    return path
+
+
+def _lake_table(lake_dir: Path, table: str) -> pl.DataFrame | None:
+    return read_table(lake_dir, table) if partition_files(lake_dir, table) else None
+
+
+def publish(
+    config: Any,
+    scores_path: Path | None = None,
+    *,
+    generated_at: datetime | None = None,
+    node_states: pl.DataFrame | None = None,
+    npd_max_age: timedelta | None = None,
+) -> PublishResult:
+    """Run the policy on the latest scores and write a new outbox directory.
+
+    Parameters
+    ----------
+    config
+        The loaded :class:`~foreshock.config.Config`.
+    scores_path
+        Live scores (default ``data/scores/latest.parquet``).
+    generated_at
+        The publish time (default: now, UTC); names the directory.
+    node_states
+        Scheduler node states (``node, state, reason``) so nodes another tool holds are
+        left alone (see :func:`foreshock.drain.slurm.read_sinfo`).
+    npd_max_age
+        How old the NPD check's embedded list may get before it answers "unknown"
+        (default ``[policy] export_max_age``, else 6h).
+    """
+    scores_path = Path(scores_path or default_scores_path(config.data_dir))
+    if not scores_path.is_file():
+        raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
+    generated_at = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    settings = PolicySettings.from_config(config)
+    scores, rejected = check_scores(pl.read_parquet(scores_path), str(scores_path))
+    risks = unit_risk_table(scores, settings.horizon)
+    decision_time = risks.get_column("ts").max() if risks.height else None
+    outbox_dir = Path(config.outbox_dir)
+    state_path = outbox_dir / STATE_FILE
+    decision = DrainPolicy(settings).decide(
+        risks,
+        decision_time or generated_at,
+        PolicyState.load(state_path),
+        inventory=_lake_table(config.lake_dir, "inventory"),
+        failures=_lake_table(config.lake_dir, "failures"),
+        node_states=node_states,
+    )
+    risk_list = build_risk_list(decision.recommendations, generated_at)
+
+    previous_dir = previous_list_dir(outbox_dir)
+    previous = read_risk_list(previous_dir / "risk_list.parquet") if previous_dir else None
+    diff = diff_risk_lists(previous, risk_list)
+
+    directory = _new_dir(outbox_dir, generated_at)
+    files = {f"risk_list.{k}": v for k, v in write_risk_list(risk_list, directory).items()}
+    files["diff.csv"] = directory / "diff.csv"
+    atomic_write_text(files["diff.csv"], diff.write_csv())
+    files["diff.jsonl"] = directory / "diff.jsonl"
+    atomic_write_text(files["diff.jsonl"], diff.write_ndjson())
+    files[SCRIPT_NAME] = _write_script(directory / SCRIPT_NAME, slurm_script(risk_list, generated_at))
+    files[CORDON_SCRIPT] = _write_script(directory / CORDON_SCRIPT, cordon_script(risk_list, generated_at))
+    max_age = npd_max_age or parse_duration(config.section("policy").get("export_max_age", "6h"))
+    files[NPD_SCRIPT] = _write_script(directory / NPD_SCRIPT, npd_check_script(risk_list, generated_at, max_age))
+    files[NPD_CONFIG] = directory / NPD_CONFIG
+    atomic_write_text(files[NPD_CONFIG], npd_plugin_config(f"/etc/node-problem-detector/plugin/{NPD_SCRIPT}"))
+    if rejected.height:
+        files["rejected.csv"] = directory / "rejected.csv"
+        atomic_write_text(files["rejected.csv"], rejected.write_csv())
+
+    result = PublishResult(
+        directory=directory, risk_list=risk_list, diff=diff, files=files, rejected=rejected, notes=decision.notes
+    )
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": generated_at.isoformat(),
+        "decision_time": decision_time.isoformat() if decision_time else None,
+        "scores": str(scores_path),
+        "previous": previous_dir.name if previous_dir else None,
+        "horizon": settings.horizon,
+        "actions": result.counts,
+        "new_drains": decision.new_drains,
+        "diff": summarize_diff(diff),
+        "rejected_rows": rejected.height,
+        "notes": decision.notes,
+        "files": sorted(p.name for p in files.values()) + ["manifest.json"],
+    }
+    atomic_write_text(directory / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    files["manifest.json"] = directory / "manifest.json"
+    decision.state.save(state_path)
+    atomic_write_text(outbox_dir / LATEST_FILE, directory.name + "\n")
+    return result
+
+
+def format_top(risk_list: pl.DataFrame, limit: int = 10) -> str:
+    """A short text table of the most severe recommendations (for the terminal)."""
+    top = risk_list.filter(pl.col("action") != "none").head(limit)
+    if top.height == 0:
+        return "no unit above the watch level"
+    lines = [f"{'unit':<24} {'node':<16} {'action':<20} {'risk':>5} {'lead':>6}  reason"]
+    for row in top.iter_rows(named=True):
+        lead = row.get("expected_lead_time_h")
+        lead_text = f"{lead:.0f}h" if lead is not None else "-"
+        lines.append(
+            f"{row['unit_id']:<24} {row['node'] or '-':<16} {row['action']:<20} "
+            f"{row['risk']:>5.2f} {lead_text:>6}  {one_line(row['reason'], 90)}"
+        )
+    return "\n".join(lines)

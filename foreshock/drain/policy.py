@@ -1,0 +1,645 @@
+"""The drain policy: from per-unit risk to one action per unit, within capacity guards.
+
+Actions, least to most severe::
+
+    none < watch < run_diagnostics < drain_at_checkpoint < drain_now
+
+How a unit's action is chosen (``DrainPolicy.decide``):
+
+1. **Left alone.** A unit on a node another tool drained or took down (a Slurm reason not
+   starting with ``foreshock:``), a unit down after a recorded failure, or a unit listed as
+   out of service gets ``none``; it still counts as out of service for the guards.
+2. **Hardware admission.** A unit seen back after a recorded failure is held with
+   ``run_diagnostics`` (``dcgmi diag -r 3``) for ``burn_in`` before it is trusted.
+3. **Risk level with hysteresis.** The decision risk ``p`` (P(fail within the decision
+   horizon)) places the unit on a level: watch at ``watch_risk``, diagnostics at
+   ``diagnostics_risk``, drain at ``enter_risk``.  A unit keeps its level until ``p`` falls
+   below that level's exit threshold (its entry threshold times ``exit_risk / enter_risk``),
+   so a risk series that oscillates around a threshold does not flap the action.
+4. **Expected cost.** A drain is recommended only when the expected loss of not draining,
+   ``p * job_gpus * (checkpoint_interval/2 + restart_time)``, exceeds the expected drain
+   cost, ``job_gpus * drain_overhead + (1 - p) * repair_turnaround`` (see
+   :class:`~foreshock.drain.costs.DrainCosts`); otherwise the unit gets diagnostics.
+5. **Now or at the next checkpoint.** The expected lead time (expected time to failure,
+   from the hazard implied by the risks at every horizon) decides: shorter than one
+   checkpoint interval means the failure is expected before the next checkpoint, so
+   ``drain_now``; otherwise ``drain_at_checkpoint``.  A drain never de-escalates from
+   ``drain_now`` while it lasts.
+6. **Guards.** New drains are granted in order of expected saving while (a) fewer than
+   ``max_new_drains_per_run`` were granted this run, (b) the cluster stays within
+   ``max_drained_share_cluster`` out of service and (c) every fault domain of the unit
+   (``[fleet] fault_domains``: node, rack, lot, any inventory column) stays within
+   ``max_drained_share_per_domain``, counting units already out.  A domain may always have
+   one unit out (``floor(share * size)`` with a minimum of one), or small domains could
+   never be drained.  A refused drain becomes ``watch`` with the guard named.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import polars as pl
+
+from foreshock.contract import UTC_TS
+from foreshock.drain.costs import DrainCosts
+from foreshock.drain.state import PolicyState, UnitState
+from foreshock.durations import format_duration, parse_duration
+
+ACTIONS = ("none", "watch", "run_diagnostics", "drain_at_checkpoint", "drain_now")
+SEVERITY = {action: rank for rank, action in enumerate(ACTIONS)}
+DRAIN_ACTIONS = ("drain_now", "drain_at_checkpoint")
+DIAGNOSTICS_COMMAND = "dcgmi diag -r 3"
+
+# Slurm/Kubernetes node states that mean "not taking work" (sinfo %T spelling, lower case).
+OUT_STATES = ("drain", "drained", "draining", "down", "fail", "failing", "maint", "reboot", "cordoned")
+FORESHOCK_REASON_PREFIX = "foreshock:"
+
+LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
+
+# Columns of the table the policy returns (the risk list adds schema/version columns).
+DECISION_META = ("model_name", "model_version", "run_id")
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Thresholds, budgets and costs of the drain policy (``[policy]``).
+
+    Parameters
+    ----------
+    enter_risk, exit_risk
+        Hysteresis of the drain level: a unit enters at ``enter_risk`` and leaves below
+        ``exit_risk``.  The ratio ``exit_risk / enter_risk`` sets every lower level's exit
+        threshold too.
+    watch_risk, diagnostics_risk
+        Entry thresholds of the watch and diagnostics levels.
+    max_drained_share_cluster, max_drained_share_per_domain
+        Largest share of the cluster, and of each fault domain, out of service at once.
+    max_new_drains_per_run
+        Rate limit on drains granted by one run.
+    burn_in
+        How long a repaired unit returning to service is held for diagnostics.
+    horizon
+        The horizon drains are decided on (``[models] horizon``).
+    fault_domains
+        Inventory columns that fail together (``[fleet] fault_domains``).
+    costs
+        The cost figures (:class:`DrainCosts`).
+    """
+
+    enter_risk: float = 0.5
+    exit_risk: float = 0.3
+    watch_risk: float = 0.1
+    diagnostics_risk: float = 0.25
+    max_drained_share_cluster: float = 0.05
+    max_drained_share_per_domain: float = 0.25
+    max_new_drains_per_run: int = 8
+    burn_in: timedelta = timedelta(hours=24)
+    horizon: str = "72h"
+    fault_domains: tuple[str, ...] = ("node", "rack", "lot")
+    costs: DrainCosts = field(default_factory=DrainCosts)
+
+    def __post_init__(self) -> None:
+        for name in ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"[policy] {name} must be in (0, 1], got {value}")
+        if self.exit_risk > self.enter_risk:
+            raise ValueError(
+                f"[policy] exit_risk ({self.exit_risk}) must not exceed enter_risk ({self.enter_risk})"
+            )
+        if not self.watch_risk <= self.diagnostics_risk <= self.enter_risk:
+            raise ValueError("[policy] thresholds must satisfy watch_risk <= diagnostics_risk <= enter_risk")
+        for name in ("max_drained_share_cluster", "max_drained_share_per_domain"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"[policy] {name} must be in [0, 1], got {value}")
+        if self.max_new_drains_per_run < 0:
+            raise ValueError("[policy] max_new_drains_per_run must not be negative")
+        parse_duration(self.horizon)
+
+    @classmethod
+    def from_config(cls, config: Any) -> "PolicySettings":
+        """Read ``[policy]``, ``[models] horizon`` and ``[fleet] fault_domains`` with defaults."""
+        policy = config.section("policy")
+        defaults = cls()
+
+        def number(key: str, default: float) -> float:
+            try:
+                return float(policy.get(key, default))
+            except (TypeError, ValueError):
+                raise ValueError(f"{config.source}: [policy] {key} must be a number") from None
+
+        return cls(
+            enter_risk=number("enter_risk", defaults.enter_risk),
+            exit_risk=number("exit_risk", defaults.exit_risk),
+            watch_risk=number("watch_risk", defaults.watch_risk),
+            diagnostics_risk=number("diagnostics_risk", defaults.diagnostics_risk),
+            max_drained_share_cluster=number("max_drained_share_cluster", defaults.max_drained_share_cluster),
+            max_drained_share_per_domain=number(
+                "max_drained_share_per_domain", defaults.max_drained_share_per_domain
+            ),
+            max_new_drains_per_run=int(number("max_new_drains_per_run", defaults.max_new_drains_per_run)),
+            burn_in=parse_duration(policy.get("burn_in", "24h")),
+            horizon=str(config.section("models").get("horizon", defaults.horizon)),
+            fault_domains=tuple(config.section("fleet").get("fault_domains", defaults.fault_domains)),
+            costs=DrainCosts.from_policy(policy),
+        )
+
+    @property
+    def hysteresis_ratio(self) -> float:
+        return self.exit_risk / self.enter_risk
+
+    def entry_threshold(self, level: int) -> float:
+        return {LEVEL_WATCH: self.watch_risk, LEVEL_DIAGNOSTICS: self.diagnostics_risk, LEVEL_DRAIN: self.enter_risk}[
+            level
+        ]
+
+    def exit_threshold(self, level: int) -> float:
+        if level == LEVEL_DRAIN:
+            return self.exit_risk
+        return self.entry_threshold(level) * self.hysteresis_ratio
+
+
+def risk_column(horizon: str) -> str:
+    """Name of the column holding P(fail within ``horizon``): ``risk_72h``."""
+    return f"risk_{horizon}"
+
+
+def unit_risk_table(scores: pl.DataFrame, horizon: str) -> pl.DataFrame:
+    """One row per unit from long scores (a row per unit, snapshot and horizon).
+
+    Keeps each unit's latest snapshot, spreads the horizons into ``risk_<h>`` columns,
+    adds ``risk`` (the decision horizon's), ``lead_time_h`` (expected time to failure) and
+    carries ``node``, ``rack``, model identity and ``top_signals`` from the decision
+    horizon's row when present.
+
+    Raises
+    ------
+    ValueError
+        When required columns are missing or no row has the decision horizon.
+    """
+    missing = [c for c in ("unit_id", "ts", "horizon", "risk") if c not in scores.columns]
+    if missing:
+        raise ValueError(f"scores: missing column(s) {missing}")
+    if scores.height == 0:
+        return _empty_risk_table(horizon)
+    latest = scores.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
+    horizons = sorted(latest.get_column("horizon").unique().to_list(), key=lambda h: parse_duration(h))
+    if horizon not in horizons:
+        raise ValueError(f"scores: no rows for the decision horizon {horizon!r} (have {horizons})")
+    wide = (
+        latest.group_by("unit_id")
+        .agg([pl.col("risk").filter(pl.col("horizon") == h).max().alias(risk_column(h)) for h in horizons])
+        .sort("unit_id")
+    )
+    carried = [c for c in ("ts", "node", "rack", *DECISION_META, "top_signals") if c in latest.columns]
+    meta = latest.filter(pl.col("horizon") == horizon).unique("unit_id", keep="first").select("unit_id", *carried)
+    wide = wide.join(meta, on="unit_id", how="left")
+    # A constant hazard per horizon: P = 1 - exp(-rate * h).  The largest rate over the
+    # horizons is the most imminent reading (a 24h risk close to the 72h risk means soon).
+    rates = [
+        (-(1.0 - pl.col(risk_column(h)).clip(0.0, 1.0 - 1e-9)).log() / (parse_duration(h).total_seconds() / 3600))
+        for h in horizons
+    ]
+    rate = pl.max_horizontal(rates)
+    wide = wide.with_columns(
+        pl.col(risk_column(horizon)).alias("risk"),
+        pl.when(rate > 0).then(1.0 / rate).otherwise(None).alias("lead_time_h"),
+    )
+    return wide
+
+
+def _empty_risk_table(horizon: str) -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={
+            "unit_id": pl.String,
+            risk_column(horizon): pl.Float64,
+            "ts": UTC_TS,
+            "risk": pl.Float64,
+            "lead_time_h": pl.Float64,
+        }
+    )
+
+
+@dataclass
+class Decision:
+    """What one policy run decided.
+
+    Attributes
+    ----------
+    recommendations
+        One row per unit: ``unit_id, node, rack, action, risk, horizon, risk_<h>...,
+        lead_time_h, expected_loss_gpu_h, drain_cost_gpu_h, reason, guard, top_signals,
+        model_name, model_version, run_id, score_ts`` (sorted most severe first).
+    state
+        The state to persist for the next run.
+    new_drains
+        Units whose drain was granted by this run (not already draining).
+    notes
+        Messages about the inputs (e.g. a fault-domain column that is absent).
+    """
+
+    recommendations: pl.DataFrame
+    state: PolicyState
+    new_drains: list[str]
+    notes: list[str]
+
+
+def _fmt_risk(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _fmt_hours(hours: float | None) -> str:
+    if hours is None or not math.isfinite(hours):
+        return "n/a"
+    if hours >= 48:
+        return f"{hours / 24:.0f}d"
+    if hours >= 1:
+        return f"{hours:.0f}h"
+    return f"{hours * 60:.0f}m"
+
+
+def _signals_text(top_signals: Any, limit: int = 3) -> str:
+    if not top_signals:
+        return ""
+    parts = []
+    for item in list(top_signals)[:limit]:
+        value = item.get("value")
+        shown = f"{value:.3g}" if isinstance(value, (int, float)) and value is not None else "?"
+        parts.append(f"{item.get('signal')}={shown}")
+    return ", ".join(parts)
+
+
+def _out_node_reason(state: str | None, reason: str | None) -> str | None:
+    """The other tool's reason when a node is out of service and not by foreshock."""
+    text = (state or "").lower()
+    if not any(word in text for word in OUT_STATES):
+        return None
+    reason = (reason or "").strip()
+    if reason.lower().startswith(FORESHOCK_REASON_PREFIX):
+        return None
+    return reason or f"state {state}"
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+class DrainPolicy:
+    """Chooses an action per unit from risk, costs, guards and remembered state.
+
+    Parameters
+    ----------
+    settings
+        Thresholds, budgets and costs (:meth:`PolicySettings.from_config`).
+    """
+
+    def __init__(self, settings: PolicySettings | None = None) -> None:
+        self.settings = settings or PolicySettings()
+
+    def decide(
+        self,
+        risks: pl.DataFrame,
+        now: datetime,
+        state: PolicyState | None = None,
+        *,
+        inventory: pl.DataFrame | None = None,
+        failures: pl.DataFrame | None = None,
+        node_states: pl.DataFrame | None = None,
+        out_of_service: dict[str, str] | None = None,
+    ) -> Decision:
+        """Decide one run.
+
+        Parameters
+        ----------
+        risks
+            :func:`unit_risk_table` output (one row per unit).
+        now
+            The time of the decision (the scores' snapshot time in a replay).
+        state
+            State from the previous run (empty on the first run).
+        inventory
+            Inventory (``unit_id`` plus fault-domain columns); sizes the cluster and the
+            domains.  Without it, the scored units stand in for the fleet.
+        failures
+            Recorded failures (``unit_id, failed_at``): a unit with a failure and no score
+            since is down; one scored again after a failure is in burn-in.
+        node_states
+            Current scheduler state per node (``node, state, reason``), e.g. from
+            :func:`foreshock.drain.slurm.read_sinfo`.  Nodes another tool took out are left
+            alone.
+        out_of_service
+            Units known to be out for another reason (unit id -> reason).
+        """
+        s = self.settings
+        now = _to_utc(now)
+        state = state or PolicyState()
+        notes: list[str] = []
+        fleet = self._fleet(risks, inventory)
+        domains = [d for d in s.fault_domains if d in fleet.columns]
+        for missing in (d for d in s.fault_domains if d not in fleet.columns):
+            notes.append(f"fault domain {missing!r} is not an inventory column: not guarded")
+        lookup = ["unit_id", *dict.fromkeys([c for c in ("node",) if c in fleet.columns] + domains)]
+        domain_of = {row["unit_id"]: row for row in fleet.select(lookup).to_dicts()}
+        domain_size = {d: Counter(fleet.get_column(d).to_list()) for d in domains}
+        cluster_size = fleet.height
+
+        other_tool = self._other_tool_nodes(node_states)
+        last_failure = self._last_failures(failures, now)
+        out_of_service = dict(out_of_service or {})
+
+        rows = risks.to_dicts()
+        out_units: set[str] = set()
+        decided: dict[str, dict] = {}
+        candidates: list[dict] = []
+        new_state = PolicyState()
+
+        # Units on nodes another tool holds count as out even when not scored.
+        for unit_id, row in domain_of.items():
+            if row.get("node") in other_tool or unit_id in out_of_service:
+                out_units.add(unit_id)
+
+        for row in rows:
+            unit_id = row["unit_id"]
+            prev = state.get(unit_id)
+            unit = UnitState(unit_id=unit_id, last_risk=row.get("risk"), last_seen=row.get("ts"))
+            unit.returned_after, unit.returned_at = prev.returned_after, prev.returned_at
+            held = self._left_alone(row, other_tool, out_of_service, last_failure)
+            if held is not None:
+                out_units.add(unit_id)
+                decided[unit_id] = self._row(row, "none", held, None)
+                new_state.units[unit_id] = unit
+                continue
+            burn_in = self._burn_in(row, unit, last_failure, now)
+            if burn_in is not None:
+                out_units.add(unit_id)
+                decided[unit_id] = self._row(row, "run_diagnostics", burn_in, None)
+                new_state.units[unit_id] = unit
+                continue
+            if row.get("risk") is None or not math.isfinite(row["risk"]):
+                decided[unit_id] = self._row(row, "none", f"no risk score for horizon {s.horizon}", None)
+                continue
+            level = self._level(row["risk"], prev.level)
+            if level == LEVEL_DRAIN and not self._drain_pays(row["risk"]):
+                level = LEVEL_DIAGNOSTICS
+            unit.level = level
+            if level == LEVEL_DRAIN:
+                if prev.level == LEVEL_DRAIN:
+                    out_units.add(unit_id)
+                    unit.drain_since = prev.drain_since or now
+                    unit.drain_action = self._drain_action(row, prev.drain_action)
+                    decided[unit_id] = self._row(row, unit.drain_action, self._drain_reason(row, unit, True), None)
+                else:
+                    candidates.append(row)
+            else:
+                action = ACTIONS[level]
+                decided[unit_id] = self._row(row, action, self._level_reason(row, level, prev.level), None)
+            if level > LEVEL_NONE or unit.returned_after is not None:
+                new_state.units[unit_id] = unit
+
+        new_drains = self._grant(
+            candidates, now, state, new_state, decided, out_units, domain_of, domains, domain_size, cluster_size
+        )
+        recommendations = self._frame(decided, risks)
+        return Decision(recommendations=recommendations, state=new_state, new_drains=new_drains, notes=notes)
+
+    # --- inputs -----------------------------------------------------------------------
+
+    @staticmethod
+    def _fleet(risks: pl.DataFrame, inventory: pl.DataFrame | None) -> pl.DataFrame:
+        """Every unit with its fault-domain columns: inventory, plus scored units it lacks."""
+        scored_cols = [c for c in ("unit_id", "node", "rack") if c in risks.columns]
+        scored = risks.select(scored_cols)
+        if inventory is None or inventory.height == 0:
+            return scored
+        inv = inventory.unique("unit_id", keep="first")
+        extra = scored.join(inv.select("unit_id"), on="unit_id", how="anti")
+        return pl.concat([inv, extra], how="diagonal_relaxed")
+
+    @staticmethod
+    def _other_tool_nodes(node_states: pl.DataFrame | None) -> dict[str, str]:
+        if node_states is None or node_states.height == 0:
+            return {}
+        out = {}
+        for row in node_states.to_dicts():
+            reason = _out_node_reason(row.get("state"), row.get("reason"))
+            if reason is not None:
+                out[row["node"]] = reason
+        return out
+
+    def _last_failures(self, failures: pl.DataFrame | None, now: datetime) -> dict[str, datetime]:
+        """Each unit's latest failure at or before ``now`` that is recent enough to matter."""
+        if failures is None or failures.height == 0:
+            return {}
+        window = self.settings.costs.repair_turnaround + self.settings.burn_in
+        recent = failures.filter((pl.col("failed_at") <= now) & (pl.col("failed_at") > now - window))
+        if recent.height == 0:
+            return {}
+        latest = recent.group_by("unit_id").agg(pl.col("failed_at").max())
+        return dict(zip(latest.get_column("unit_id").to_list(), latest.get_column("failed_at").to_list()))
+
+    # --- per-unit rules ---------------------------------------------------------------
+
+    def _left_alone(
+        self, row: dict, other_tool: dict[str, str], out_of_service: dict[str, str], last_failure: dict
+    ) -> str | None:
+        node = row.get("node")
+        if node in other_tool:
+            return f"left alone: node {node} is out of service by another tool ({other_tool[node]})"
+        if row["unit_id"] in out_of_service:
+            return f"left alone: out of service ({out_of_service[row['unit_id']]})"
+        failed_at = last_failure.get(row["unit_id"])
+        if failed_at is not None and (row.get("ts") is None or row["ts"] <= failed_at):
+            return f"left alone: down since failure at {failed_at:%Y-%m-%d %H:%M} UTC (in repair)"
+        return None
+
+    def _burn_in(self, row: dict, unit: UnitState, last_failure: dict, now: datetime) -> str | None:
+        failed_at = last_failure.get(row["unit_id"])
+        if failed_at is None:
+            return None
+        if unit.returned_after != failed_at:  # first time seen back after this failure
+            unit.returned_after, unit.returned_at = failed_at, row.get("ts") or now
+        until = unit.returned_at + self.settings.burn_in
+        if now >= until:
+            return None
+        return (
+            f"hardware admission: back in service after failure at {failed_at:%Y-%m-%d %H:%M} UTC; "
+            f"run `{DIAGNOSTICS_COMMAND}` during burn-in until {until:%Y-%m-%d %H:%M} UTC"
+        )
+
+    def _level(self, risk: float | None, previous: int) -> int:
+        """The hysteresis ladder: the highest level entered, or the previous one kept."""
+        s = self.settings
+        if risk is None or not math.isfinite(risk):
+            return previous
+        entered = LEVEL_NONE
+        for level in (LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN):
+            if risk >= s.entry_threshold(level):
+                entered = level
+        kept = previous
+        while kept > LEVEL_NONE and risk < s.exit_threshold(kept):
+            kept -= 1
+        return max(entered, kept)
+
+    def _drain_pays(self, risk: float) -> bool:
+        costs = self.settings.costs
+        return costs.expected_loss(risk) > costs.expected_drain_cost(risk)
+
+    def _drain_action(self, row: dict, previous: str | None) -> str:
+        if previous == "drain_now":
+            return "drain_now"
+        lead = row.get("lead_time_h")
+        interval_h = self.settings.costs.checkpoint_interval.total_seconds() / 3600
+        return "drain_now" if lead is not None and lead <= interval_h else "drain_at_checkpoint"
+
+    # --- reasons ----------------------------------------------------------------------
+
+    def _risk_phrase(self, row: dict) -> str:
+        return f"P(fail<{self.settings.horizon})={_fmt_risk(row['risk'])}, lead ~{_fmt_hours(row.get('lead_time_h'))}"
+
+    def _with_signals(self, text: str, row: dict) -> str:
+        signals = _signals_text(row.get("top_signals"))
+        return f"{text}; signals: {signals}" if signals else text
+
+    def _drain_reason(self, row: dict, unit: UnitState, continuing: bool) -> str:
+        costs = self.settings.costs
+        interval = format_duration(costs.checkpoint_interval)
+        when = (
+            f"expected before the next checkpoint (every {interval})"
+            if unit.drain_action == "drain_now"
+            else f"after the next checkpoint (every {interval})"
+        )
+        saving = costs.expected_loss(row["risk"]) - costs.expected_drain_cost(row["risk"])
+        lead = "continuing drain" if continuing else "drain"
+        text = f"{lead} {when}: {self._risk_phrase(row)}, expected saving {saving:.0f} GPU-h"
+        return self._with_signals(text, row)
+
+    def _level_reason(self, row: dict, level: int, previous: int) -> str:
+        s = self.settings
+        risk = row["risk"]
+        if level == LEVEL_NONE:
+            base = f"below watch ({_fmt_risk(s.watch_risk)})"
+            if previous > LEVEL_NONE:
+                base = f"cleared: risk fell below {_fmt_risk(s.exit_threshold(previous))}"
+            return f"{base}: {self._risk_phrase(row)}" if risk is not None else "no risk score"
+        if level == LEVEL_DIAGNOSTICS:
+            if risk >= s.enter_risk and not self._drain_pays(risk):
+                costs = s.costs
+                text = (
+                    f"run `{DIAGNOSTICS_COMMAND}`: a drain would cost more than it saves "
+                    f"({costs.expected_drain_cost(risk):.0f} vs {costs.expected_loss(risk):.0f} GPU-h); "
+                    f"{self._risk_phrase(row)}"
+                )
+            else:
+                text = f"run `{DIAGNOSTICS_COMMAND}`: {self._risk_phrase(row)} above {_fmt_risk(s.diagnostics_risk)}"
+        else:
+            text = f"watch: {self._risk_phrase(row)} above {_fmt_risk(s.watch_risk)}"
+        if level < previous:
+            text += " (lowered, hysteresis)"
+        return self._with_signals(text, row)
+
+    # --- guards -----------------------------------------------------------------------
+
+    def _quota(self, size: int, share: float) -> int:
+        return max(1, math.floor(share * size)) if size > 0 else 0
+
+    def _grant(
+        self,
+        candidates: list[dict],
+        now: datetime,
+        old_state: PolicyState,
+        new_state: PolicyState,
+        decided: dict[str, dict],
+        out_units: set[str],
+        domain_of: dict[str, dict],
+        domains: list[str],
+        domain_size: dict[str, Counter],
+        cluster_size: int,
+    ) -> list[str]:
+        s = self.settings
+        costs = s.costs
+        out_by_domain = {d: Counter(domain_of.get(u, {}).get(d) for u in out_units) for d in domains}
+        cluster_quota = self._quota(cluster_size, s.max_drained_share_cluster)
+        granted: list[str] = []
+        ranked = sorted(
+            candidates,
+            key=lambda r: (-(costs.expected_loss(r["risk"]) - costs.expected_drain_cost(r["risk"])), r["unit_id"]),
+        )
+        for row in ranked:
+            unit_id = row["unit_id"]
+            unit = new_state.units.get(unit_id) or UnitState(unit_id=unit_id)
+            guard = None
+            if len(granted) >= s.max_new_drains_per_run:
+                guard = f"rate limit: {s.max_new_drains_per_run} new drains per run already granted"
+            elif len(out_units) + 1 > cluster_quota:
+                guard = (
+                    f"cluster quota: {len(out_units)} of {cluster_size} units out "
+                    f"(max {s.max_drained_share_cluster:.0%} = {cluster_quota})"
+                )
+            else:
+                for d in domains:
+                    value = domain_of.get(unit_id, {}).get(d)
+                    if value is None:
+                        continue
+                    quota = self._quota(domain_size[d][value], s.max_drained_share_per_domain)
+                    if out_by_domain[d][value] + 1 > quota:
+                        guard = (
+                            f"{d} quota: {d} {value} has {out_by_domain[d][value]} of {domain_size[d][value]} "
+                            f"units out (max {s.max_drained_share_per_domain:.0%} = {quota})"
+                        )
+                        break
+            if guard is not None:
+                # Held back: remembered one level lower so the next run asks again.
+                unit.level = LEVEL_DIAGNOSTICS
+                text = self._with_signals(f"drain deferred by {guard}; {self._risk_phrase(row)}", row)
+                decided[unit_id] = self._row(row, "watch", text, guard.split(":", 1)[0])
+                new_state.units[unit_id] = unit
+                continue
+            granted.append(unit_id)
+            out_units.add(unit_id)
+            for d in domains:
+                out_by_domain[d][domain_of.get(unit_id, {}).get(d)] += 1
+            unit.level = LEVEL_DRAIN
+            unit.drain_since = now
+            unit.drain_action = self._drain_action(row, old_state.get(unit_id).drain_action)
+            decided[unit_id] = self._row(row, unit.drain_action, self._drain_reason(row, unit, False), None)
+            new_state.units[unit_id] = unit
+        return granted
+
+    # --- output -----------------------------------------------------------------------
+
+    def _row(self, row: dict, action: str, reason: str, guard: str | None) -> dict:
+        risk = row.get("risk")
+        costs = self.settings.costs
+        return {
+            "unit_id": row["unit_id"],
+            "action": action,
+            "reason": reason,
+            "guard": guard,
+            "expected_loss_gpu_h": costs.expected_loss(risk) if risk is not None else None,
+            "drain_cost_gpu_h": costs.expected_drain_cost(risk) if risk is not None else None,
+        }
+
+    def _frame(self, decided: dict[str, dict], risks: pl.DataFrame) -> pl.DataFrame:
+        actions = pl.DataFrame(
+            list(decided.values()),
+            schema={
+                "unit_id": pl.String,
+                "action": pl.String,
+                "reason": pl.String,
+                "guard": pl.String,
+                "expected_loss_gpu_h": pl.Float64,
+                "drain_cost_gpu_h": pl.Float64,
+            },
+        )
+        out = risks.join(actions, on="unit_id", how="left").with_columns(
+            pl.lit(self.settings.horizon).alias("horizon"),
+            pl.col("action").replace_strict(SEVERITY, return_dtype=pl.Int32).alias("severity"),
+        )
+        if "ts" in out.columns:
+            out = out.rename({"ts": "score_ts"})
+        return out.sort(["severity", "risk", "unit_id"], descending=[True, True, False], nulls_last=True)

@@ -1,0 +1,180 @@
+"""Slurm export: a drain script operators can read, dry-run and apply.
+
+Slurm drains whole nodes, so units are aggregated: a node is drained when any of its units
+says ``drain_now`` (``drain_at_checkpoint`` nodes are drained only with
+``--at-checkpoint``, meant to be run when the job has just checkpointed).  The node's
+reason lists its units, ``foreshock: drain_now gpu5 p=0.82/72h lead 9h; ...``.
+
+The script checks every node's current state and reason with ``scontrol show node`` when it
+runs, and leaves alone a node whose reason another tool set (anything not starting with
+``foreshock:``), or that is down without a reason.  Without ``--apply`` it only prints
+what it would do.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from foreshock.drain.policy import FORESHOCK_REASON_PREFIX
+from foreshock.drain.shell import id_word, one_line, text_word
+
+SCRIPT_NAME = "slurm_drain.sh"
+REASON_LIMIT = 200
+
+
+def _unit_label(unit_id: str, node: str) -> str:
+    """``gpu5`` for ``gpu-node003-gpu5`` on ``gpu-node003``; the full id otherwise."""
+    prefix = f"{node}-"
+    return unit_id[len(prefix):] if unit_id.startswith(prefix) else unit_id
+
+
+def node_reasons(risk_list: pl.DataFrame, action: str) -> list[tuple[str, str]]:
+    """``(node, reason)`` for every node with at least one unit at ``action``, sorted by node.
+
+    Raises
+    ------
+    ValueError
+        When a node or unit id is not a valid id (names the row).
+    """
+    rows = risk_list.with_row_index("_row").filter(pl.col("action") == action)
+    by_node: dict[str, list[dict]] = {}
+    for row in rows.to_dicts():
+        where = f"risk list row {row['_row']}"
+        id_word(row["node"], "node", where)
+        id_word(row["unit_id"], "unit_id", where)
+        by_node.setdefault(row["node"], []).append(row)
+    out = []
+    for node in sorted(by_node):
+        units = sorted(by_node[node], key=lambda r: -(r.get("risk") or 0.0))
+        first = units[0]
+        parts = []
+        for unit in units:
+            lead = unit.get("expected_lead_time_h")
+            lead_text = f" lead {lead:.0f}h" if lead is not None else ""
+            parts.append(f"{_unit_label(unit['unit_id'], node)} p={unit['risk']:.2f}/{unit['horizon']}{lead_text}")
+        model = ""
+        if first.get("model_name"):
+            model = f" [{first['model_name']} v{first.get('model_version') or '?'}]"
+        reason = f"{FORESHOCK_REASON_PREFIX} {action} " + "; ".join(parts)
+        if len(reason) + len(model) > REASON_LIMIT:
+            reason = reason[: REASON_LIMIT - len(model) - 3] + "..."
+        out.append((node, one_line(reason + model, REASON_LIMIT)))
+    return out
+
+
+_HEADER = r"""#!/usr/bin/env bash
+# foreshock Slurm drain script (risk list schema v{schema}), generated {generated}.
+# Usage: {name} [--apply] [--at-checkpoint]
+#   (no flag)        print what would be done; change nothing
+#   --apply          drain the nodes recommended for drain_now
+#   --at-checkpoint  also drain the nodes recommended for drain_at_checkpoint
+#                    (run it right after the job checkpoints)
+# Each node's state and reason are read with `scontrol show node` when this runs; a node
+# whose drain reason another tool set (not starting with "foreshock:") is left alone.
+set -euo pipefail
+
+apply=0
+at_checkpoint=0
+for arg in "$@"; do
+  case "$arg" in
+    --apply) apply=1 ;;
+    --at-checkpoint) at_checkpoint=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+drained=0
+left_alone=0
+errors=0
+
+drain_node() {
+  local node=$1 reason=$2 info state current
+  if ! info=$(scontrol show node "$node" 2>&1); then
+    echo "error: $node: scontrol show node failed: ${info//$'\n'/ }" >&2
+    errors=$((errors + 1))
+    return 0
+  fi
+  state=$(printf '%s\n' "$info" | sed -n 's/.*[[:space:]]State=\([^[:space:]]*\).*/\1/p' | sed -n 1p)
+  current=$(printf '%s\n' "$info" | sed -n 's/^[[:space:]]*Reason=\(.*\)$/\1/p' | sed -n 1p)
+  case "$current" in
+    "{prefix}"*)
+      case "$state" in
+        *DRAIN*)
+          echo "already drained by foreshock: $node ($current)"
+          return 0 ;;
+      esac ;;
+    "") ;;
+    *)
+      echo "left alone: $node (state $state, reason set by another tool: $current)"
+      left_alone=$((left_alone + 1))
+      return 0 ;;
+  esac
+  case "$state" in
+    *DOWN*|*FAIL*)
+      echo "left alone: $node is $state"
+      left_alone=$((left_alone + 1))
+      return 0 ;;
+  esac
+  if [ "$apply" = 1 ]; then
+    if scontrol update "NodeName=$node" State=DRAIN "Reason=$reason"; then
+      echo "drained: $node ($reason)"
+      drained=$((drained + 1))
+    else
+      echo "error: $node: scontrol update failed" >&2
+      errors=$((errors + 1))
+    fi
+  else
+    printf 'would run: scontrol update %q State=DRAIN %q\n' "NodeName=$node" "Reason=$reason"
+  fi
+}
+"""
+
+_FOOTER = r"""
+echo "summary: drained=$drained left_alone=$left_alone errors=$errors apply=$apply at_checkpoint=$at_checkpoint"
+[ "$errors" = 0 ]
+"""
+
+
+def slurm_script(risk_list: pl.DataFrame, generated_at: datetime, schema_version: int = 1) -> str:
+    """The Slurm drain script for a risk list (schema v1 frame)."""
+    now_nodes = node_reasons(risk_list, "drain_now")
+    later = [(n, r) for n, r in node_reasons(risk_list, "drain_at_checkpoint") if n not in {x for x, _ in now_nodes}]
+    header = (
+        _HEADER.replace("{schema}", str(schema_version))
+        .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        .replace("{name}", SCRIPT_NAME)
+        .replace("{prefix}", FORESHOCK_REASON_PREFIX)
+    )
+    lines = [header, f"# drain_now: {len(now_nodes)} node(s)"]
+    lines += [f"drain_node {id_word(node, 'node')} {text_word(reason, REASON_LIMIT)}" for node, reason in now_nodes]
+    lines.append(f"# drain_at_checkpoint: {len(later)} node(s)")
+    if later:
+        lines.append('if [ "$at_checkpoint" = 1 ]; then')
+        lines += [f"  drain_node {id_word(node, 'node')} {text_word(reason, REASON_LIMIT)}" for node, reason in later]
+        lines.append("else")
+        names = " ".join(node for node, _ in later)
+        lines.append(f"  echo {text_word('at the next checkpoint (run with --at-checkpoint): ' + names)}")
+        lines.append("fi")
+    lines.append(_FOOTER)
+    return "\n".join(lines)
+
+
+def read_sinfo(text: str) -> pl.DataFrame:
+    """Parse ``sinfo --noheader --Node --format='%N|%T|%E'`` into ``node, state, reason``.
+
+    Feed the result to :meth:`~foreshock.drain.policy.DrainPolicy.decide` as
+    ``node_states`` so nodes another tool holds are left alone.
+    """
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split("|", 2)
+        if len(parts) != 3:
+            raise ValueError(f"sinfo output line {number}: expected 'node|state|reason', got {line!r}")
+        node, state, reason = (p.strip() for p in parts)
+        rows.append({"node": node, "state": state, "reason": None if reason in ("", "none") else reason})
+    return pl.DataFrame(rows, schema={"node": pl.String, "state": pl.String, "reason": pl.String})
