@@ -1,0 +1,420 @@
+"""Writers for the raw formats real fleets produce (see docs: simulator raw output layout).
+
+nvidia-smi ``--query-gpu ... --format=csv`` dumps, Prometheus ``query_range`` JSON of
+dcgm-exporter fields, a Prometheus text scrape, kernel logs with NVRM Xid lines, RMA
+tickets and an inventory CSV.  Byte-for-byte deterministic for the same input.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from foreshock.simulate.fleet import Fleet, Life
+from foreshock.simulate.params import SimulationParams
+from foreshock.simulate.telemetry import NodeTelemetry
+
+NVIDIA_SMI_FIELDS = (
+    "timestamp", "index", "pci.bus_id", "uuid", "temperature.gpu", "temperature.memory",
+    "power.draw", "utilization.gpu", "clocks.sm",
+    "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.sbe", "retired_pages.dbe", "retired_pages.pending",
+    "remapped_rows.correctable", "remapped_rows.uncorrectable", "remapped_rows.pending",
+    "clocks_event_reasons.hw_thermal_slowdown",
+)
+_UNITS = {"power.draw": "W", "utilization.gpu": "%", "clocks.sm": "MHz"}
+NVIDIA_SMI_HEADER = ", ".join(f"{f} [{_UNITS[f]}]" if f in _UNITS else f for f in NVIDIA_SMI_FIELDS)
+NOT_SUPPORTED = "[N/A]"
+
+# dcgm-exporter fields that nvidia-smi does not give, exported from Prometheus.
+DCGM_JSON_METRICS = (
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_XID_ERRORS",
+)
+
+_XID_TEXT = {
+    13: "Graphics SM Warp Exception on (GPC 2, TPC 1, SM 0): Out Of Range Address",
+    31: "Ch 0000001a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_1c000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ",
+    43: "Ch 00000008",
+    45: "Ch 00000010",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 1.",
+    63: "Row Remapper: New row (0x{addr:016x}) marked for remapping, reset gpu to activate.",
+    64: "Row Remapper: Failed to record row remap (0x{addr:016x}), row remapping will not be possible.",
+    79: "GPU has fallen off the bus.",
+}
+_XID_TEXT_PAGE_RETIREMENT = {
+    63: "Dynamic Page Retirement: New page retired, reboot to activate (0x{addr:016x}).",
+    64: "Dynamic Page Retirement: Failed to record page retirement (0x{addr:016x}).",
+}
+_NOISE = (
+    "{host} systemd[1]: Started session-{n}.scope - Session {n} of User root.",
+    "{host} CRON[{pid}]: (root) CMD (/usr/local/sbin/node-health-check --quiet)",
+    "{host} kernel: [{up}] perf: interrupt took too long (2512 > 2500), lowering kernel.perf_event_max_sample_rate to 79500",
+    "{host} nvidia-persistenced[{pid}]: device 0000:{bus}:00.0 - persistence mode enabled.",
+    "{host} kernel: [{up}] mlx5_core 0000:c1:00.0 ibp193s0: Link up",
+    "{host} slurmd[{pid}]: launch task StepId={n}.0 request from UID:1001 GID:1001",
+    "{host} kernel: [{up}] EXT4-fs (nvme0n1p2): re-mounted. Quota mode: none.",
+)
+
+
+def iso_z(seconds: float) -> str:
+    """ISO 8601 UTC with a ``Z``, to the second."""
+    return datetime.fromtimestamp(round(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _rfc3339_us(seconds: float) -> str:
+    us = int(round(seconds * 1_000_000))
+    stamp = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
+def _kernel_bus(pci_bus_id: str) -> str:
+    """``00000000:3B:00.0`` as the kernel prints it in Xid lines: ``0000:3b:00``."""
+    _, bus, dev = pci_bus_id.split(":")
+    return f"0000:{bus.lower()}:{dev.split('.')[0]}"
+
+
+def _write_text(path: Path, text: str) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = text.encode()
+    path.write_bytes(data)
+    return len(data)
+
+
+def _yes_no(col: str) -> pl.Expr:
+    return pl.when(pl.col(col) > 0).then(pl.lit("Yes")).otherwise(pl.lit("No"))
+
+
+def nvidia_smi_frame(tel: NodeTelemetry, fleet: Fleet, lives: list[Life]) -> pl.DataFrame:
+    """One row per reported sample, as nvidia-smi prints it: columns ``day`` and ``line``."""
+    kk, ii = np.nonzero(tel.present.T)  # sample-major: one loop tick prints every GPU
+    model = fleet.node_model[tel.node_index]
+    uuids = pl.Series([life.uuid for life in lives])
+    v = tel.values
+    df = pl.DataFrame(
+        {
+            "ms": tel.ts_ms[ii, kk],
+            "index": fleet.gpu_index[tel.slots][ii],
+            "bus": pl.Series([fleet.pci_bus_id[s] for s in tel.slots]).gather(ii),
+            "uuid": uuids.gather(tel.life_of[ii, kk]),
+            **{name: v[name][ii, kk] for name in (
+                "temperature.gpu", "temperature.memory", "power_cw", "utilization.gpu", "clocks.sm",
+                "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
+                "ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total",
+                "remap.correctable", "remap.uncorrectable", "remap.pending", "hw_thermal_slowdown")},
+        }
+    )
+    na = pl.lit(NOT_SUPPORTED)
+    remap = [pl.col("remap.correctable").cast(pl.String), pl.col("remap.uncorrectable").cast(pl.String), _yes_no("remap.pending")]
+    pages, rows = (([na, na, na], remap) if model.row_remapping else (remap, [na, na, na]))
+    ts = pl.from_epoch(pl.col("ms"), time_unit="ms").dt.strftime("%Y/%m/%d %H:%M:%S%.3f")
+    line = pl.concat_str(
+        [
+            ts,
+            pl.col("index").cast(pl.String),
+            pl.col("bus"),
+            pl.col("uuid"),
+            pl.col("temperature.gpu").cast(pl.String),
+            pl.col("temperature.memory").cast(pl.String),
+            pl.format("{}.{} W", pl.col("power_cw") // 100, (pl.col("power_cw") % 100).cast(pl.String).str.zfill(2)),
+            pl.format("{} %", pl.col("utilization.gpu")),
+            pl.format("{} MHz", pl.col("clocks.sm")),
+            *(pl.col(c).cast(pl.String) for c in (
+                "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
+                "ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total")),
+            *pages,
+            *rows,
+            pl.when(pl.col("hw_thermal_slowdown") > 0).then(pl.lit("Active")).otherwise(pl.lit("Not Active")),
+        ],
+        separator=", ",
+    )
+    return df.select(ts.str.slice(0, 10).str.replace_all("/", "-").alias("day"), line.alias("line"))
+
+
+def _mess_up(lines: list[str], rng: np.random.Generator) -> list[str]:
+    """A collector that resent a block (duplicates) or flushed buffers late (out of order)."""
+    n = len(lines)
+    if n < 20:
+        return lines
+    a = int(rng.integers(0, n - 10))
+    b = min(n, a + int(rng.integers(5, 60)))
+    block = lines[a:b]
+    if rng.random() < 0.5:
+        at = int(rng.integers(b, n + 1))
+        return lines[:at] + block + lines[at:]
+    rest = lines[:a] + lines[b:]
+    at = int(rng.integers(a, len(rest) + 1))
+    return rest[:at] + block + rest[at:]
+
+
+def write_nvidia_smi(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams) -> tuple[int, int, int]:
+    """Write ``nvidia-smi/<node>/<day>.csv``; returns (files, rows, bytes)."""
+    rng = np.random.default_rng([params.seed, 4, tel.node_index])
+    frame = nvidia_smi_frame(tel, fleet, lives)
+    node_dir = out_dir / "nvidia-smi" / fleet.node[tel.node_index]
+    files = rows = size = 0
+    for (day,), part in frame.partition_by("day", maintain_order=True, as_dict=True).items():
+        lines = part["line"].to_list()
+        if rng.random() < params.messy_file_share:
+            lines = _mess_up(lines, rng)
+        size += _write_text(node_dir / f"{day}.csv", NVIDIA_SMI_HEADER + "\n" + "\n".join(lines) + "\n")
+        files += 1
+        rows += len(lines)
+    return files, rows, size
+
+
+def xid_gauge(tel: NodeTelemetry, lives: list[Life]) -> np.ndarray:
+    """dcgm-exporter's DCGM_FI_DEV_XID_ERRORS: the last XID code since the driver loaded."""
+    gauge = np.zeros(tel.present.shape, dtype=np.int64)
+    boot_idx = np.searchsorted(tel.boots_s, tel.t_s, side="right") - 1
+    last_boot = tel.boots_s[boot_idx]
+    starts = np.array([life.start_s for life in lives] + [np.inf])
+    for i, slot in enumerate(tel.slots):
+        events = [(when, code) for s, when, code in tel.xids if s == slot]
+        if not events:
+            continue
+        times = np.array([e[0] for e in events])
+        codes = np.array([e[1] for e in events])
+        pos = np.searchsorted(times, tel.t_s, side="right") - 1
+        since = np.maximum(last_boot, starts[tel.life_of[i]])
+        seen = (pos >= 0) & (times[np.maximum(pos, 0)] > since)
+        gauge[i] = np.where(seen, codes[np.maximum(pos, 0)], 0)
+    return gauge
+
+
+def _series_labels(metric: str, fleet: Fleet, node_index: int, slot: int, uuid: str) -> dict[str, str]:
+    gpu = str(int(fleet.gpu_index[slot]))
+    host = fleet.node[node_index]
+    return {
+        "__name__": metric,
+        "gpu": gpu,
+        "UUID": uuid,
+        "device": f"nvidia{gpu}",
+        "modelName": fleet.node_model[node_index].name,
+        "Hostname": host,
+        "pci_bus_id": fleet.pci_bus_id[slot],
+        "instance": f"{host}:9400",
+        "job": "dcgm-exporter",
+    }
+
+
+def dcgm_series(tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams) -> dict[tuple[str, str], list[str]]:
+    """Prometheus matrix series (JSON text) per (day, metric) for this node's GPUs."""
+    ratio = params.dcgm_step_s // params.sample_every_s
+    on_grid = tel.present.copy()
+    on_grid[:, np.arange(on_grid.shape[1]) % ratio != 0] = False
+    ii, kk = np.nonzero(on_grid)  # GPU-major, so each series' points are in time order
+    seconds = np.rint(tel.t_s[kk]).astype(np.int64)
+    frame = pl.DataFrame({"life": tel.life_of[ii, kk], "ts": seconds}).with_columns(
+        day=pl.from_epoch("ts", time_unit="s").dt.strftime("%Y-%m-%d")
+    )
+    gauge = xid_gauge(tel, lives)
+    out: dict[tuple[str, str], list[str]] = {}
+    for metric in DCGM_JSON_METRICS:
+        values = gauge if metric == "DCGM_FI_DEV_XID_ERRORS" else tel.values[metric]
+        pairs = (
+            frame.with_columns(pair=pl.format('[{},"{}"]', pl.col("ts"), pl.Series(values[ii, kk])))
+            .group_by(["day", "life"], maintain_order=True)
+            .agg(pl.col("pair").str.join(","))
+        )
+        for day, life_idx, joined in pairs.iter_rows():
+            life = lives[life_idx]
+            labels = _series_labels(metric, fleet, tel.node_index, life.slot, life.uuid)
+            text = '{"metric":' + json.dumps(labels, separators=(",", ":")) + ',"values":[' + joined + "]}"
+            out.setdefault((day, metric), []).append(text)
+    return out
+
+
+def write_dcgm(out_dir: Path, series: dict[tuple[str, str], list[str]], days: list[str]) -> tuple[int, int]:
+    """Write ``dcgm/<day>/<METRIC>.json`` as ``/api/v1/query_range`` responses."""
+    files = size = 0
+    for day in days:
+        for metric in DCGM_JSON_METRICS:
+            body = ",".join(series.get((day, metric), []))
+            text = '{"status":"success","data":{"resultType":"matrix","result":[' + body + "]}}\n"
+            size += _write_text(out_dir / "dcgm" / day / f"{metric}.json", text)
+            files += 1
+    return files, size
+
+
+_SCRAPE_METRICS = (
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temperature.gpu"),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "temperature.memory"),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_cw"),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "utilization.gpu"),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "clocks.sm"),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors.", "ecc.errors.corrected.volatile.total"),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.", "ecc.errors.uncorrected.volatile.total"),
+    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "counter", "Total number of single-bit persistent ECC errors.", "ecc.errors.corrected.aggregate.total"),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter", "Total number of double-bit persistent ECC errors.", "ecc.errors.uncorrected.aggregate.total"),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in us).", "DCGM_FI_DEV_THERMAL_VIOLATION"),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in us).", "DCGM_FI_DEV_POWER_VIOLATION"),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink flow-control CRC errors.", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid"),
+)
+_SCRAPE_REMAP = (
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors.", "remap.correctable"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors.", "remap.uncorrectable"),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether a row remap is pending.", "remap.pending"),
+)
+_SCRAPE_RETIRED = (
+    ("DCGM_FI_DEV_RETIRED_SBE", "counter", "Total number of retired pages due to single-bit errors.", "remap.correctable"),
+    ("DCGM_FI_DEV_RETIRED_DBE", "counter", "Total number of retired pages due to double-bit errors.", "remap.uncorrectable"),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "gauge", "Total number of pages pending retirement.", "remap.pending"),
+)
+
+
+def write_scrape(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: list[Life], gauge: np.ndarray) -> int:
+    """``scrape/<node>.prom``: one text exposition at each GPU's last reported sample."""
+    model = fleet.node_model[tel.node_index]
+    metrics = _SCRAPE_METRICS + (_SCRAPE_REMAP if model.row_remapping else _SCRAPE_RETIRED)
+    last: list[tuple[int, int]] = []
+    for i in range(len(tel.slots)):
+        ks = np.flatnonzero(tel.present[i])
+        # Only the GPU still installed at the end answers the scrape.
+        if len(ks) and tel.life_of[i, ks[-1]] == tel.life_of[i, -1]:
+            last.append((i, int(ks[-1])))
+    out: list[str] = []
+    for name, kind, help_text, source in metrics:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        for i, k in last:
+            life = lives[tel.life_of[i, k]]
+            labels = _series_labels(name, fleet, tel.node_index, life.slot, life.uuid)
+            del labels["__name__"], labels["instance"], labels["job"]
+            label_text = ",".join(f'{key}="{value}"' for key, value in labels.items())
+            if source == "xid":
+                value = str(int(gauge[i, k]))
+            elif source == "power_cw":
+                cw = int(tel.values[source][i, k])
+                value = f"{cw // 100}.{cw % 100:02d}"
+            else:
+                value = str(int(tel.values[source][i, k]))
+            out.append(f"{name}{{{label_text}}} {value} {int(tel.ts_ms[i, k])}")
+    return _write_text(out_dir / "scrape" / f"{fleet.node[tel.node_index]}.prom", "\n".join(out) + "\n")
+
+
+def write_kernel_log(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams) -> tuple[int, int]:
+    """``kernel/<node>.log``: rsyslog lines, mostly noise, boots, and NVRM Xid lines."""
+    rng = np.random.default_rng([params.seed, 5, tel.node_index])
+    host = fleet.node[tel.node_index]
+    model = fleet.node_model[tel.node_index]
+    buses = {int(s): _kernel_bus(fleet.pci_bus_id[s]) for s in tel.slots}
+    entries: list[tuple[float, str]] = []
+
+    def uptime(when: float) -> str:
+        boot = tel.boots_s[np.searchsorted(tel.boots_s, when, side="right") - 1]
+        return f"{when - boot:12.6f}"
+
+    for boot in tel.boots_s[tel.boots_s >= params.start_s]:
+        entries.append((boot, f"{host} kernel: [{0.0:12.6f}] Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP PREEMPT_DYNAMIC"))
+        entries.append((boot + 4.118, f"{host} kernel: [{4.118:12.6f}] nvidia: module license 'NVIDIA' taints kernel."))
+        entries.append((boot + 4.532, f"{host} kernel: [{4.532:12.6f}] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024"))
+    n_noise = rng.poisson(1.5 * 24 * params.days)
+    for when in np.sort(rng.uniform(params.start_s, params.end_s, n_noise)):
+        template = _NOISE[int(rng.integers(len(_NOISE)))]
+        bus = buses[int(tel.slots[int(rng.integers(len(tel.slots)))])].split(":")[1]
+        entries.append((float(when), template.format(host=host, n=int(rng.integers(1, 99999)), pid=int(rng.integers(1000, 4_000_000)), up=uptime(when), bus=bus)))
+    for slot, when, code in tel.xids:
+        texts = _XID_TEXT_PAGE_RETIREMENT if code in (63, 64) and not model.row_remapping else _XID_TEXT
+        message = texts[code].format(addr=int(rng.integers(0, 2**28)))
+        pid = int(rng.integers(1000, 4_000_000))
+        name = "python3" if rng.random() < 0.8 else "pt_main_thread"
+        entries.append((when, f"{host} kernel: [{uptime(when)}] NVRM: Xid (PCI:{buses[slot]}): {code}, pid={pid}, name={name}, {message}"))
+        if code == 79:
+            entries.append((when + 0.000412, f"{host} kernel: [{uptime(when + 0.000412)}] NVRM: GPU {buses[slot]}.0: GPU has fallen off the bus."))
+    entries.sort(key=lambda e: e[0])
+    text = "\n".join(f"{_rfc3339_us(when)} {line}" for when, line in entries) + "\n"
+    return _write_text(out_dir / "kernel" / f"{host}.log", text), len(entries)
+
+
+def failures_in_window(lives: list[Life], params: SimulationParams) -> list[Life]:
+    """Lives that failed inside the simulated span, in time order."""
+    failed = [x for x in lives if x.failed_at_s is not None and params.start_s <= x.failed_at_s < params.end_s]
+    return sorted(failed, key=lambda x: (x.failed_at_s, x.slot))
+
+
+_TICKET_SUMMARY = {
+    "memory": "uncorrectable ECC error (XID 48), job crashed; GPU replaced",
+    "thermal": "GPU overheating and throttling, shut down under load; GPU replaced",
+    "power": "GPU fell off the bus (XID 79), node rebooted; GPU replaced",
+    79: "GPU fell off the bus (XID 79), node rebooted; GPU replaced",
+    43: "GPU stopped processing (XID 43), fails dcgmi diag; GPU replaced",
+    None: "GPU failed dcgmi diag level 3, no XID logged; GPU replaced",
+}
+
+
+def write_tickets(out_dir: Path, fleet: Fleet, failed: list[Life]) -> int:
+    frame = pl.DataFrame(
+        {
+            "ticket_id": [f"RMA-{n + 1:06d}" for n in range(len(failed))],
+            "opened_at": [iso_z(x.failed_at_s) for x in failed],
+            "node": [fleet.node[int(fleet.slot_node[x.slot])] for x in failed],
+            "gpu_index": [int(fleet.gpu_index[x.slot]) for x in failed],
+            "gpu_uuid": [x.uuid for x in failed],
+            "category": [x.category for x in failed],
+            "summary": [
+                f"{fleet.node[int(fleet.slot_node[x.slot])]} GPU {int(fleet.gpu_index[x.slot])}: "
+                + _TICKET_SUMMARY[x.mode if x.mode != "sudden" else x.failure_xid]
+                for x in failed
+            ],
+        },
+        schema_overrides={"gpu_index": pl.Int64},
+    )
+    path = out_dir / "tickets.csv"
+    frame.write_csv(path)
+    return path.stat().st_size
+
+
+def write_inventory(out_dir: Path, fleet: Fleet, lives: list[Life], params: SimulationParams) -> int:
+    """One row per slot; ``uuid`` is the GPU in the slot at the end of the simulation."""
+    current: dict[int, Life] = {}
+    for life in lives:
+        if life.start_s < params.end_s:
+            current[life.slot] = life
+    frame = pl.DataFrame(
+        {
+            "unit_id": fleet.unit_id,
+            "node": [fleet.node[int(n)] for n in fleet.slot_node],
+            "rack": [fleet.slot_rack(s) for s in range(fleet.units)],
+            "model": [fleet.slot_model(s).name for s in range(fleet.units)],
+            "lot": fleet.lot,
+            "installed_at": [iso_z(x) for x in fleet.installed_at_s],
+            "uuid": [current[s].uuid for s in range(fleet.units)],
+            "pci_bus_id": fleet.pci_bus_id,
+            "gpu_index": [int(g) for g in fleet.gpu_index],
+        }
+    )
+    path = out_dir / "inventory.csv"
+    frame.write_csv(path)
+    return path.stat().st_size
+
+
+def ground_truth_frame(fleet: Fleet, failed: list[Life]) -> pl.DataFrame:
+    """The simulator's truth per failure (not telemetry)."""
+    def ts(values: list[float | None]) -> pl.Series:
+        us = [None if v is None else int(round(v * 1_000_000)) for v in values]
+        return pl.Series(us, dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+
+    return pl.DataFrame(
+        {
+            "unit_id": [fleet.unit_id[x.slot] for x in failed],
+            "life": pl.Series([x.life for x in failed], dtype=pl.Int32),
+            "mode": [x.mode for x in failed],
+            "has_precursor": pl.Series([x.has_precursor for x in failed], dtype=pl.Boolean),
+            "precursor_onset": ts([x.onset_s for x in failed]),
+            "failed_at": ts([x.failed_at_s for x in failed]),
+            "rack": [fleet.slot_rack(x.slot) for x in failed],
+            "lot": [fleet.lot[x.slot] for x in failed],
+        },
+        schema_overrides={"unit_id": pl.String, "mode": pl.String, "rack": pl.String, "lot": pl.String},
+    )
