@@ -169,13 +169,13 @@ def risk_column(horizon: str) -> str:
     return f"risk_{horizon}"
 
 
-def unit_risk_table(scores: pl.DataFrame, horizon: str) -> pl.DataFrame:
-    """One row per unit from long scores (a row per unit, snapshot and horizon).
+def unit_risk_table(scores: pl.DataFrame, horizon: str, *, latest_only: bool = True) -> pl.DataFrame:
+    """One row per unit (and snapshot) from long scores (a row per unit, snapshot, horizon).
 
-    Keeps each unit's latest snapshot, spreads the horizons into ``risk_<h>`` columns,
-    adds ``risk`` (the decision horizon's), ``lead_time_h`` (expected time to failure) and
-    carries ``node``, ``rack``, model identity and ``top_signals`` from the decision
-    horizon's row when present.
+    Keeps each unit's latest snapshot (all snapshots with ``latest_only=False``, for a
+    replay), spreads the horizons into ``risk_<h>`` columns, adds ``risk`` (the decision
+    horizon's), ``lead_time_h`` (expected time to failure) and carries ``node``, ``rack``,
+    model identity and ``top_signals`` from the decision horizon's row when present.
 
     Raises
     ------
@@ -187,18 +187,20 @@ def unit_risk_table(scores: pl.DataFrame, horizon: str) -> pl.DataFrame:
         raise ValueError(f"scores: missing column(s) {missing}")
     if scores.height == 0:
         return _empty_risk_table(horizon)
-    latest = scores.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
+    latest = scores.filter(pl.col("ts") == pl.col("ts").max().over("unit_id")) if latest_only else scores
     horizons = sorted(latest.get_column("horizon").unique().to_list(), key=lambda h: parse_duration(h))
     if horizon not in horizons:
         raise ValueError(f"scores: no rows for the decision horizon {horizon!r} (have {horizons})")
+    keys = ["unit_id", "ts"]
     wide = (
-        latest.group_by("unit_id")
+        latest.group_by(keys)
         .agg([pl.col("risk").filter(pl.col("horizon") == h).max().alias(risk_column(h)) for h in horizons])
-        .sort("unit_id")
+        .sort(keys)
     )
-    carried = [c for c in ("ts", "node", "rack", *DECISION_META, "top_signals") if c in latest.columns]
-    meta = latest.filter(pl.col("horizon") == horizon).unique("unit_id", keep="first").select("unit_id", *carried)
-    wide = wide.join(meta, on="unit_id", how="left")
+    carried = [c for c in ("node", "rack", *DECISION_META, "top_signals") if c in latest.columns]
+    if carried:
+        meta = latest.filter(pl.col("horizon") == horizon).unique(keys, keep="first").select(*keys, *carried)
+        wide = wide.join(meta, on=keys, how="left")
     # A constant hazard per horizon: P = 1 - exp(-rate * h).  The largest rate over the
     # horizons is the most imminent reading (a 24h risk close to the 72h risk means soon).
     rates = [
@@ -206,11 +208,10 @@ def unit_risk_table(scores: pl.DataFrame, horizon: str) -> pl.DataFrame:
         for h in horizons
     ]
     rate = pl.max_horizontal(rates)
-    wide = wide.with_columns(
+    return wide.with_columns(
         pl.col(risk_column(horizon)).alias("risk"),
         pl.when(rate > 0).then(1.0 / rate).otherwise(None).alias("lead_time_h"),
     )
-    return wide
 
 
 def _empty_risk_table(horizon: str) -> pl.DataFrame:
@@ -398,7 +399,7 @@ class DrainPolicy:
             else:
                 action = ACTIONS[level]
                 decided[unit_id] = self._row(row, action, self._level_reason(row, level, prev.level), None)
-            if level > LEVEL_NONE or unit.returned_after is not None:
+            if level > LEVEL_NONE or self._remember_return(unit, now):
                 new_state.units[unit_id] = unit
 
         new_drains = self._grant(
@@ -458,18 +459,26 @@ class DrainPolicy:
         return None
 
     def _burn_in(self, row: dict, unit: UnitState, last_failure: dict, now: datetime) -> str | None:
+        """Hardware admission: a unit back from a failure (or a repair) is held for burn-in."""
         failed_at = last_failure.get(row["unit_id"])
-        if failed_at is None:
-            return None
-        if unit.returned_after != failed_at:  # first time seen back after this failure
+        if failed_at is not None and unit.returned_after != failed_at:  # first seen back
             unit.returned_after, unit.returned_at = failed_at, row.get("ts") or now
+        if unit.returned_at is None:
+            return None
         until = unit.returned_at + self.settings.burn_in
         if now >= until:
             return None
+        back_from = f"{unit.returned_after:%Y-%m-%d %H:%M} UTC" if unit.returned_after else "repair"
         return (
-            f"hardware admission: back in service after failure at {failed_at:%Y-%m-%d %H:%M} UTC; "
+            f"hardware admission: back in service after failure or repair ({back_from}); "
             f"run `{DIAGNOSTICS_COMMAND}` during burn-in until {until:%Y-%m-%d %H:%M} UTC"
         )
+
+    def _remember_return(self, unit: UnitState, now: datetime) -> bool:
+        """Keep a return in the state while its failure can still be looked up, so the
+        same failure does not start a second burn-in."""
+        window = self.settings.costs.repair_turnaround + self.settings.burn_in
+        return unit.returned_at is not None and now < unit.returned_at + window
 
     def _level(self, risk: float | None, previous: int) -> int:
         """The hysteresis ladder: the highest level entered, or the previous one kept."""

@@ -1,0 +1,433 @@
+"""Policy replay: the drain policy run over the backtest's score history.
+
+Each model's backtest scores (``data/backtest/scores.parquet``) are fed snapshot by
+snapshot, in time order, to :class:`~foreshock.drain.policy.DrainPolicy`, with its guards
+and state exactly as in production.  Drains and failures are then matched:
+
+- a drain takes effect when recommended (``drain_now``) or half a checkpoint interval later
+  (``drain_at_checkpoint``, the expected wait for the next checkpoint); the unit is then
+  out of service for ``repair_turnaround`` and comes back through burn-in;
+- a failure is **drained ahead** when a drain of its unit took effect within the alert
+  window ``W`` before it and at least ``L_min`` before it (``[backtest] alert_window``,
+  ``min_lead_time``: the definitions of the lead-time metrics);
+- a drain is a **drain of a healthy unit** when its unit does not fail within ``W`` after it;
+- a failed unit is out of service for ``repair_turnaround`` after the failure.
+
+GPU-hours (``F`` = failure loss, ``D`` = drain cost, see
+:class:`~foreshock.drain.costs.DrainCosts`)::
+
+    lost     = (failures - drained_ahead) * F + drains * D
+    saved    = lost(no prediction) - lost = drained_ahead * F - drains * D
+    effective training time = 1 - lost / (fleet units * replay hours)
+
+"No prediction" never drains: every failure is unplanned.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.state import PolicyState
+from foreshock.lake import atomic_write_text
+
+NO_PREDICTION = "no prediction"
+
+
+@dataclass
+class ReplayOutcome:
+    """The replay figures of one policy variant (a model, or no prediction)."""
+
+    variant: str
+    failures: int
+    drained_ahead: int
+    healthy_drains: int
+    drains: int
+    drains_per_day: float
+    gpu_hours_lost: float
+    gpu_hours_saved: float
+    effective_training_time: float
+    precursor_failures: int | None = None
+    precursor_drained_ahead: int | None = None
+    median_lead_time_h: float | None = None
+
+    @property
+    def recall(self) -> float | None:
+        return self.drained_ahead / self.failures if self.failures else None
+
+
+@dataclass
+class ReplayReport:
+    """All variants of one replay, plus the drain log and the settings it ran with."""
+
+    start: datetime
+    end: datetime
+    fleet_units: int
+    outcomes: list[ReplayOutcome]
+    drains: pl.DataFrame
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def days(self) -> float:
+        return max((self.end - self.start).total_seconds() / 86400.0, 1.0 / 24)
+
+    def table(self) -> pl.DataFrame:
+        rows = []
+        for o in self.outcomes:
+            row = asdict(o)
+            row["recall"] = o.recall
+            rows.append(row)
+        return pl.DataFrame(rows)
+
+
+def _drain_log_schema() -> dict[str, pl.DataType]:
+    return {
+        "variant": pl.String(),
+        "unit_id": pl.String(),
+        "decided_at": pl.Datetime("us", "UTC"),
+        "action": pl.String(),
+        "effective_at": pl.Datetime("us", "UTC"),
+        "risk": pl.Float64(),
+        "failed_at": pl.Datetime("us", "UTC"),
+        "lead_time_h": pl.Float64(),
+        "outcome": pl.String(),
+    }
+
+
+def _fleet(risks: pl.DataFrame, inventory: pl.DataFrame | None) -> pl.DataFrame:
+    scored = risks.select([c for c in ("unit_id", "node", "rack") if c in risks.columns]).unique("unit_id")
+    if inventory is None or inventory.height == 0:
+        return scored.sort("unit_id")
+    inv = inventory.unique("unit_id", keep="first")
+    extra = scored.join(inv.select("unit_id"), on="unit_id", how="anti")
+    return pl.concat([inv, extra], how="diagonal_relaxed").sort("unit_id")
+
+
+def simulate_policy(
+    risks: pl.DataFrame,
+    failures: pl.DataFrame,
+    settings: PolicySettings,
+    *,
+    fleet: pl.DataFrame,
+) -> pl.DataFrame:
+    """Run the policy snapshot by snapshot; returns the drains it granted.
+
+    Parameters
+    ----------
+    risks
+        :func:`~foreshock.drain.policy.unit_risk_table` with ``latest_only=False``.
+    failures
+        ``unit_id, failed_at`` of every recorded failure.
+    fleet
+        Every unit with its fault-domain columns (sizes the guards).
+    """
+    policy = DrainPolicy(settings)
+    costs = settings.costs
+    state = PolicyState()
+    out_until: dict[str, datetime] = {}
+    drains: list[dict] = []
+    failures = failures.sort("failed_at")
+    fail_rows = list(failures.select("unit_id", "failed_at").iter_rows())
+    next_failure = 0
+    # Units below the lowest exit threshold, with no state and not out, can only be
+    # "none": skipping them keeps a replay over months of hourly snapshots fast.
+    floor = settings.watch_risk * settings.hysteresis_ratio
+    for (ts,), snapshot in risks.sort("ts").group_by(["ts"], maintain_order=True):
+        while next_failure < len(fail_rows) and fail_rows[next_failure][1] <= ts:
+            unit_id, failed_at = fail_rows[next_failure]
+            if out_until.get(unit_id, failed_at) <= failed_at:  # failed in service: in repair
+                out_until[unit_id] = failed_at + costs.repair_turnaround
+            next_failure += 1
+        for unit_id in [u for u, until in out_until.items() if until <= ts]:
+            del out_until[unit_id]
+            unit = state.get(unit_id)
+            unit.level, unit.drain_action, unit.drain_since = 0, None, None
+            unit.returned_at = ts  # back from repair: hardware admission
+            state.units[unit_id] = unit
+        keep = pl.col("risk") >= floor
+        interesting = set(state.units) | set(out_until)
+        if interesting:
+            keep = keep | pl.col("unit_id").is_in(list(interesting))
+        active = snapshot.filter(keep)
+        decision = policy.decide(
+            active,
+            ts,
+            state,
+            inventory=fleet,
+            failures=failures,
+            out_of_service={u: f"in repair until {t:%Y-%m-%d %H:%M}" for u, t in out_until.items()},
+        )
+        state = decision.state
+        if decision.new_drains:
+            granted = decision.recommendations.filter(pl.col("unit_id").is_in(decision.new_drains))
+            for row in granted.select("unit_id", "action", "risk").iter_rows(named=True):
+                delay = costs.checkpoint_interval / 2 if row["action"] == "drain_at_checkpoint" else timedelta(0)
+                effective = ts + delay
+                drains.append({"unit_id": row["unit_id"], "decided_at": ts, "action": row["action"],
+                               "effective_at": effective, "risk": row["risk"]})
+                out_until[row["unit_id"]] = effective + costs.repair_turnaround
+    schema = {k: v for k, v in _drain_log_schema().items() if k in ("unit_id", "decided_at", "action", "effective_at", "risk")}
+    return pl.DataFrame(drains, schema=schema)
+
+
+def match_drains(
+    drains: pl.DataFrame,
+    failures: pl.DataFrame,
+    alert_window: timedelta,
+    min_lead_time: timedelta,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Match drains to failures.
+
+    Returns
+    -------
+    drains
+        The drain log with ``failed_at``, ``lead_time_h`` and ``outcome``
+        (``drained_ahead``, ``too_late`` or ``healthy``).
+    failures
+        The failures with ``drained_ahead`` (bool) and ``lead_time_h``.
+    """
+    pairs = drains.join(failures.select("unit_id", "failed_at"), on="unit_id", how="inner").filter(
+        (pl.col("failed_at") > pl.col("effective_at")) & (pl.col("failed_at") <= pl.col("effective_at") + alert_window)
+    )
+    pairs = pairs.with_columns(
+        ((pl.col("failed_at") - pl.col("effective_at")).dt.total_seconds() / 3600.0).alias("lead_time_h")
+    )
+    ahead = pairs.filter(pl.col("lead_time_h") >= min_lead_time.total_seconds() / 3600.0)
+    per_failure = ahead.group_by("unit_id", "failed_at").agg(pl.col("lead_time_h").max())
+    failures_out = failures.join(per_failure, on=["unit_id", "failed_at"], how="left").with_columns(
+        pl.col("lead_time_h").is_not_null().alias("drained_ahead")
+    )
+    first_failure = pairs.sort("failed_at").group_by("unit_id", "decided_at").agg(
+        pl.col("failed_at").first(), pl.col("lead_time_h").first()
+    )
+    drains_out = drains.join(first_failure, on=["unit_id", "decided_at"], how="left").with_columns(
+        pl.when(pl.col("failed_at").is_null())
+        .then(pl.lit("healthy"))
+        .when(pl.col("lead_time_h") >= min_lead_time.total_seconds() / 3600.0)
+        .then(pl.lit("drained_ahead"))
+        .otherwise(pl.lit("too_late"))
+        .alias("outcome")
+    )
+    return drains_out.sort("decided_at", "unit_id"), failures_out
+
+
+def outcome_of(
+    variant: str,
+    drains: pl.DataFrame,
+    failures: pl.DataFrame,
+    settings: PolicySettings,
+    fleet_units: int,
+    hours: float,
+) -> ReplayOutcome:
+    """The replay figures of one variant from its matched drains and failures."""
+    costs = settings.costs
+    n_fail = failures.height
+    ahead = int(failures.get_column("drained_ahead").sum()) if n_fail else 0
+    n_drains = drains.height
+    healthy = int((drains.get_column("outcome") == "healthy").sum()) if n_drains else 0
+    lost = (n_fail - ahead) * costs.failure_loss_gpu_hours + n_drains * costs.drain_cost_gpu_hours
+    saved = n_fail * costs.failure_loss_gpu_hours - lost
+    capacity = fleet_units * hours
+    precursor = precursor_ahead = None
+    if "has_precursor" in failures.columns:
+        with_precursor = failures.filter(pl.col("has_precursor").fill_null(False))
+        precursor = with_precursor.height
+        precursor_ahead = int(with_precursor.get_column("drained_ahead").sum()) if precursor else 0
+    leads = failures.get_column("lead_time_h").drop_nulls() if n_fail else pl.Series([], dtype=pl.Float64)
+    return ReplayOutcome(
+        variant=variant,
+        failures=n_fail,
+        drained_ahead=ahead,
+        healthy_drains=healthy,
+        drains=n_drains,
+        drains_per_day=n_drains / max(hours / 24.0, 1.0 / 24),
+        gpu_hours_lost=lost,
+        gpu_hours_saved=saved,
+        effective_training_time=max(0.0, 1.0 - lost / capacity) if capacity > 0 else float("nan"),
+        precursor_failures=precursor,
+        precursor_drained_ahead=precursor_ahead,
+        median_lead_time_h=float(leads.median()) if leads.len() else None,
+    )
+
+
+def replay(
+    scores: pl.DataFrame,
+    failures: pl.DataFrame,
+    settings: PolicySettings,
+    *,
+    alert_window: timedelta,
+    min_lead_time: timedelta,
+    inventory: pl.DataFrame | None = None,
+    ground_truth: pl.DataFrame | None = None,
+    models: list[str] | None = None,
+) -> ReplayReport:
+    """Replay the policy for every model in the backtest scores, plus no prediction.
+
+    Parameters
+    ----------
+    scores
+        Backtest scores ``unit_id, ts, model, horizon, risk``.
+    failures
+        Recorded failures ``unit_id, failed_at``; those inside the replayed period count.
+    settings
+        The policy settings (thresholds, guards, costs).
+    alert_window, min_lead_time
+        ``W`` and ``L_min`` of the lead-time metrics.
+    inventory
+        Fleet inventory (fault domains, fleet size); the scored units otherwise.
+    ground_truth
+        Optional simulator truth (``unit_id, failed_at, has_precursor``) to split
+        failures with and without a precursor.
+    models
+        Models to replay (default: every model in ``scores``).
+    """
+    if scores.height == 0:
+        raise ValueError("backtest scores are empty: nothing to replay")
+    if "model" not in scores.columns:
+        scores = scores.with_columns(pl.lit("model").alias("model"))
+    start, end = scores.get_column("ts").min(), scores.get_column("ts").max()
+    in_period = failures.filter((pl.col("failed_at") > start) & (pl.col("failed_at") <= end)).select(
+        "unit_id", "failed_at"
+    )
+    if ground_truth is not None and "has_precursor" in ground_truth.columns:
+        truth = ground_truth.select("unit_id", "failed_at", "has_precursor").unique(["unit_id", "failed_at"])
+        in_period = in_period.join(truth, on=["unit_id", "failed_at"], how="left")
+    hours = max((end - start).total_seconds() / 3600.0, 1.0)
+    all_risks = {}
+    fleet_parts = []
+    variants = models or sorted(scores.get_column("model").unique().to_list())
+    for model in variants:
+        risks = unit_risk_table(scores.filter(pl.col("model") == model), settings.horizon, latest_only=False)
+        all_risks[model] = risks
+        fleet_parts.append(risks)
+    fleet = _fleet(pl.concat(fleet_parts, how="diagonal_relaxed"), inventory)
+    units = fleet.height
+
+    none_failures = in_period.with_columns(
+        pl.lit(False).alias("drained_ahead"), pl.lit(None, dtype=pl.Float64).alias("lead_time_h")
+    )
+    empty_drains = pl.DataFrame(schema=_drain_log_schema())
+    outcomes = [outcome_of(NO_PREDICTION, empty_drains, none_failures, settings, units, hours)]
+    logs = []
+    for model in variants:
+        drains = simulate_policy(all_risks[model], failures, settings, fleet=fleet)
+        matched, failures_out = match_drains(drains, failures, alert_window, min_lead_time)
+        failures_out = in_period.join(
+            failures_out.select("unit_id", "failed_at", "drained_ahead", "lead_time_h"),
+            on=["unit_id", "failed_at"],
+            how="left",
+        )
+        outcomes.append(outcome_of(model, matched, failures_out, settings, units, hours))
+        logs.append(matched.with_columns(pl.lit(model).alias("variant")))
+    drain_log = pl.concat(logs, how="diagonal_relaxed").select(list(_drain_log_schema())) if logs else empty_drains
+    costs = settings.costs
+    return ReplayReport(
+        start=start,
+        end=end,
+        fleet_units=units,
+        outcomes=outcomes,
+        drains=drain_log,
+        settings={
+            "horizon": settings.horizon,
+            "enter_risk": settings.enter_risk,
+            "exit_risk": settings.exit_risk,
+            "max_drained_share_cluster": settings.max_drained_share_cluster,
+            "max_drained_share_per_domain": settings.max_drained_share_per_domain,
+            "max_new_drains_per_run": settings.max_new_drains_per_run,
+            "job_gpus": costs.job_gpus,
+            "failure_loss_gpu_h": costs.failure_loss_gpu_hours,
+            "drain_cost_gpu_h": costs.drain_cost_gpu_hours,
+            "alert_window_h": alert_window.total_seconds() / 3600,
+            "min_lead_time_h": min_lead_time.total_seconds() / 3600,
+        },
+    )
+
+
+# --- report ---------------------------------------------------------------------------
+
+_COLUMNS = (
+    ("variant", "policy", "{}"),
+    ("failures", "failures", "{}"),
+    ("drained_ahead", "drained ahead", "{}"),
+    ("healthy_drains", "healthy drains", "{}"),
+    ("drains", "drains", "{}"),
+    ("drains_per_day", "drains/day", "{:.2f}"),
+    ("gpu_hours_lost", "GPU-h lost", "{:,.0f}"),
+    ("gpu_hours_saved", "GPU-h saved", "{:,.0f}"),
+    ("effective_training_time", "effective training time", "{:.2%}"),
+    ("median_lead_time_h", "median lead (h)", "{:.1f}"),
+)
+
+
+def markdown_table(report: ReplayReport) -> str:
+    """The replay table in Markdown (one row per variant)."""
+    head = "| " + " | ".join(title for _, title, _ in _COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in _COLUMNS) + "|"
+    lines = [head, rule]
+    for outcome in report.outcomes:
+        cells = []
+        for name, _, fmt in _COLUMNS:
+            value = getattr(outcome, name)
+            cells.append("-" if value is None else fmt.format(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -> dict[str, Path]:
+    """Write ``replay.md``, ``replay.json``, ``replay_drains.csv`` and the plots."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    figures = {}
+    if plots:
+        from foreshock.drain.replay_plots import plot_replay
+
+        figures = plot_replay(report, directory)
+        files.update(figures)
+    s = report.settings
+    md = [
+        "# Drain policy replay",
+        "",
+        f"Backtest period {report.start:%Y-%m-%d %H:%M} to {report.end:%Y-%m-%d %H:%M} UTC "
+        f"({report.days:.1f} days), {report.fleet_units} units.",
+        f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}; "
+        f"at most {s['max_drained_share_cluster']:.0%} of the cluster and "
+        f"{s['max_drained_share_per_domain']:.0%} of a fault domain out; "
+        f"{s['max_new_drains_per_run']} new drains per run.",
+        f"An unplanned failure costs {s['failure_loss_gpu_h']:,.0f} GPU-h (job of {s['job_gpus']} GPUs: half a "
+        f"checkpoint interval plus restart); a drain costs {s['drain_cost_gpu_h']:,.0f} GPU-h. "
+        f"Drained ahead = drain effective within {s['alert_window_h']:.0f}h before the failure and at least "
+        f"{s['min_lead_time_h']:.0f}h before it.",
+        "",
+        markdown_table(report),
+        "",
+    ]
+    if any(o.precursor_failures is not None for o in report.outcomes):
+        md += ["Failures with a precursor (simulator ground truth) drained ahead:", ""]
+        for o in report.outcomes:
+            if o.precursor_failures is not None:
+                md.append(f"- {o.variant}: {o.precursor_drained_ahead} of {o.precursor_failures}")
+        md.append("")
+    md += [f"![{name}]({path.name})" for name, path in figures.items()]
+    files["replay.md"] = directory / "replay.md"
+    atomic_write_text(files["replay.md"], "\n".join(md) + "\n")
+    payload = {
+        "start": report.start.isoformat(),
+        "end": report.end.isoformat(),
+        "days": report.days,
+        "fleet_units": report.fleet_units,
+        "settings": report.settings,
+        "outcomes": report.table().to_dicts(),
+    }
+    files["replay.json"] = directory / "replay.json"
+    atomic_write_text(files["replay.json"], json.dumps(payload, indent=2, default=str) + "\n")
+    files["replay_drains.csv"] = directory / "replay_drains.csv"
+    atomic_write_text(files["replay_drains.csv"], report.drains.write_csv())
+    return files
+
