@@ -1,0 +1,64 @@
+"""CSV files as string columns with exact line numbers and a reason for ragged lines.
+
+Polars' CSV reader is fast but drops line numbers and stops on a ragged line; this reader
+splits lines itself (vectorised), handles quoted fields line by line in Python (they are
+rare: ticket summaries), and keeps every line's number and text for the quarantine.  A
+quoted field spanning lines is not supported (the line shows up as malformed).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.ingest.reading import read_text, text_lines
+from foreshock.ingest.staged import UnreadableFile
+
+
+def read_csv_table(path: Path) -> tuple[pl.DataFrame, pl.Series]:
+    """``(table, raw_lines)``: one String column per header field plus ``_line``,
+    ``_reason`` and ``_field`` (set on lines with the wrong number of fields)."""
+    text = read_text(path)
+    all_lines = text_lines(text)
+    lines = all_lines.filter(pl.col("_text").str.strip_chars() != "")
+    header = next(csv.reader([lines.get_column("_text")[0]]))
+    names = [h.strip() for h in header]
+    if len(set(names)) != len(names) or any(not n for n in names):
+        raise UnreadableFile(f"header has empty or repeated column names: {names}")
+    body = lines.slice(1)
+    quoted = body.get_column("_text").str.contains('"', literal=True)
+    plain = body.filter(~quoted).with_columns(_parts=pl.col("_text").str.split(","))
+    parts = [plain.select("_line", "_parts")]
+    if quoted.any():
+        tricky = body.filter(quoted)
+        rows = [next(csv.reader([line]), []) for line in tricky.get_column("_text").to_list()]
+        parts.append(tricky.select("_line").with_columns(_parts=pl.Series(rows, dtype=pl.List(pl.String))))
+    table = pl.concat(parts).sort("_line")
+    width = len(names)
+    ok = pl.col("_parts").list.len() == width
+    table = table.with_columns(
+        [pl.when(ok).then(pl.col("_parts").list.get(i, null_on_oob=True)).alias(name) for i, name in enumerate(names)]
+        + [
+            pl.when(ok).then(pl.lit(None, dtype=pl.String)).otherwise(
+                pl.format("malformed line: expected {} fields, got {}", pl.lit(width), pl.col("_parts").list.len())
+            ).alias("_reason"),
+            pl.when(ok).then(pl.lit(None, dtype=pl.String)).otherwise(pl.lit("line")).alias("_field"),
+        ]
+    ).drop("_parts")
+    return table, all_lines.get_column("_text")
+
+
+def read_csv_header(path: Path, limit: int = 65536) -> list[str] | None:
+    """The first line of a text file split as CSV (None when it is not text)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(limit)
+        first = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()
+    except OSError:
+        return None
+    for line in first:
+        if line.strip():
+            return [c.strip() for c in next(csv.reader([line]), [])]
+    return None

@@ -1,0 +1,154 @@
+"""dcgm-exporter series (from Prometheus JSON or text scrapes) into samples and events.
+
+Shared by the ``prometheus-json`` and ``prometheus-text`` parsers.  Input is one row per
+series sample with the series' labels already extracted.
+
+* unit: ``<Hostname>-gpu<gpu>``; without those labels, the ``UUID`` label through the
+  inventory's ``uuid`` column.
+* metric: the series name through the catalog's aliases; unknown names are quarantined.
+* ``DCGM_FI_DEV_XID_ERRORS`` is a gauge holding the *last* XID code, not a count.  An
+  event (source ``dcgm-xid``, count 1) is made where the code changes to a non-zero value.
+  The value before a file's first sample of a unit is taken from the unit's latest
+  ``dcgm-xid`` event already in the lake, so a code that is still held at the start of the
+  next day's file is not counted again.  (A return to 0 that happened in an earlier file is
+  not stored, so a 79 -> 0 -> 79 whose second 79 opens a new file is missed; ingest the
+  gauge in time order.)
+* violation counters (catalog unit ``us``): DCGM 3.3 and later report ns.  A scrape's
+  ``# HELP`` text declares the unit (``... (in ns)``); Prometheus JSON carries no unit, so
+  ``[ingest] violation_unit`` (default ``us``) says what the source reports.  Values are
+  converted to the catalog's unit, so the lake always holds µs.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from foreshock.ingest.context import TIME_UNIT_SECONDS, IngestContext
+from foreshock.lake import scan_table
+
+XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
+XID_SOURCE = "dcgm-xid"
+
+
+def _none() -> pl.Expr:
+    return pl.lit(None, dtype=pl.String)
+
+
+def stage_series(frame: pl.DataFrame, ctx: IngestContext, declared_units: dict[str, str] | None = None) -> dict[str, pl.DataFrame]:
+    """Samples and XID events from long series rows.
+
+    ``frame`` columns: ``name, gpu, Hostname, UUID, ts, ts_reason, value_text, _line``
+    (and optionally ``_raw``).  Returns staged ``samples`` and ``events``.
+    """
+    declared_units = declared_units or {}
+    uuid_map = ctx.unit_by_uuid()
+    unit_from_labels = pl.when(pl.col("Hostname").is_not_null() & pl.col("gpu").is_not_null()).then(
+        pl.format("{}-gpu{}", pl.col("Hostname"), pl.col("gpu"))
+    )
+    by_uuid = pl.col("UUID").replace_strict(uuid_map, default=None, return_dtype=pl.String) if uuid_map else _none()
+    frame = frame.with_columns(unit_id=unit_from_labels.otherwise(by_uuid))
+    frame = frame.with_columns(value=pl.col("value_text").str.strip_chars().cast(pl.Float64, strict=False))
+
+    names = frame.get_column("name").unique().drop_nulls().to_list()
+    resolved = {n: ctx.catalog.resolve(n) for n in names if n != XID_GAUGE}
+    factors = {}
+    for name, metric in resolved.items():
+        if metric is None:
+            continue
+        target = ctx.catalog[metric].unit
+        if target in TIME_UNIT_SECONDS:
+            declared = declared_units.get(name, ctx.violation_unit)
+            factors[name] = TIME_UNIT_SECONDS[declared] / TIME_UNIT_SECONDS[target]
+
+    unit_reason = (
+        pl.when(pl.col("unit_id").is_null())
+        .then(pl.lit("cannot tell the unit: no Hostname/gpu labels and the UUID label is not in the inventory"))
+        .otherwise(_none())
+    )
+    value_reason = (
+        pl.when(pl.col("value").is_null())
+        .then(pl.format("value is not a number: '{}'", pl.col("value_text").str.slice(0, 40)))
+        .otherwise(_none())
+    )
+    common_reason = pl.coalesce(pl.col("ts_reason"), unit_reason)
+    common_field = pl.when(pl.col("ts_reason").is_not_null()).then(pl.lit("timestamp")).when(
+        pl.col("unit_id").is_null()
+    ).then(pl.lit("labels"))
+
+    series = frame.filter(pl.col("name") != XID_GAUGE)
+    metric_map = {n: m for n, m in resolved.items() if m is not None}
+    factor_expr = pl.col("name").replace_strict(factors, default=1.0, return_dtype=pl.Float64) if factors else pl.lit(1.0)
+    samples = series.with_columns(
+        metric=pl.col("name").replace_strict(metric_map, default=None, return_dtype=pl.String),
+    ).with_columns(
+        value=pl.col("value") * factor_expr,
+        _reason=pl.coalesce(
+            common_reason,
+            pl.when(pl.col("metric").is_null()).then(
+                pl.format("unknown metric '{}' (not in the metric catalog {})", pl.col("name"), pl.lit(ctx.catalog.source))
+            ),
+            value_reason,
+        ),
+        _field=pl.coalesce(
+            common_field,
+            pl.when(pl.col("metric").is_null()).then(pl.lit("__name__")),
+            pl.when(pl.col("value").is_null()).then(pl.lit("value")),
+        ),
+        metric=pl.coalesce(pl.col("metric"), pl.col("name")),
+    )
+    out = {"samples": samples.select("unit_id", "ts", "metric", "value", "_line", "_field", "_reason", *(["_raw"] if "_raw" in samples.columns else []))}
+    xid = frame.filter(pl.col("name") == XID_GAUGE)
+    if xid.height:
+        out["events"] = xid_events(xid, ctx, common_reason, common_field)
+    return out
+
+
+def xid_events(xid: pl.DataFrame, ctx: IngestContext, common_reason: pl.Expr, common_field: pl.Expr) -> pl.DataFrame:
+    """Events where the XID gauge changes to a non-zero code (see module notes)."""
+    xid = xid.with_columns(
+        code=pl.col("value").cast(pl.Int64, strict=False),
+        _reason=pl.coalesce(
+            common_reason,
+            pl.when(
+                pl.col("value").is_null() | ~pl.col("value").is_finite() | (pl.col("value") != pl.col("value").round())
+                | (pl.col("value") < 0)
+            ).then(pl.format("XID code is not a non-negative integer: '{}'", pl.col("value_text").str.slice(0, 40))),
+        ),
+        _field=pl.coalesce(common_field, pl.when(pl.col("value").is_null()).then(pl.lit("value"))),
+    )
+    bad = xid.filter(pl.col("_reason").is_not_null()).with_columns(code=pl.lit(None, dtype=pl.Int64))
+    good = xid.filter(pl.col("_reason").is_null()).sort("unit_id", "ts", "_line")
+    if good.height:
+        prior = _prior_codes(ctx, good)
+        good = (
+            good.join(prior, on="unit_id", how="left")
+            .with_columns(previous=pl.col("code").shift(1).over("unit_id"))
+            .with_columns(previous=pl.coalesce("previous", "prior_code", pl.lit(0, dtype=pl.Int64)))
+            .filter((pl.col("code") != 0) & (pl.col("code") != pl.col("previous")))
+        )
+    columns = ["unit_id", "ts", "code", "_line", "_field", "_reason", *(["_raw"] if "_raw" in xid.columns else [])]
+    events = pl.concat([good.select(columns), bad.select(columns)], how="vertical_relaxed")
+    return events.with_columns(source=pl.lit(XID_SOURCE), count=pl.lit(1, dtype=pl.Int64))
+
+
+def _prior_codes(ctx: IngestContext, good: pl.DataFrame) -> pl.DataFrame:
+    """Each unit's latest dcgm-xid code stored before its first sample in ``good``."""
+    firsts = good.group_by("unit_id").agg(first_ts=pl.col("ts").min())
+    end = good.get_column("ts").max()
+    stored = (
+        scan_table(ctx.lake_dir, "events", end=end)
+        .filter(pl.col("source") == XID_SOURCE)
+        .select("unit_id", "ts", "code")
+        .collect()
+    )
+    if stored.height == 0:
+        return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
+    return (
+        stored.join(firsts, on="unit_id", how="inner")
+        .filter(pl.col("ts") < pl.col("first_ts"))
+        .sort("unit_id", "ts")
+        .group_by("unit_id")
+        .agg(prior_code=pl.col("code").last())
+        .with_columns(pl.col("unit_id").cast(pl.String))
+    )
+

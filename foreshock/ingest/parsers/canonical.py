@@ -1,0 +1,129 @@
+"""``canonical``: the contract's own tables as CSV or Parquet ("bring your own telemetry").
+
+A file is ``inventory``, ``samples``, ``events`` or ``failures`` by its name
+(``samples.csv``, ``samples-2026-11.parquet``, ``samples/part-0.parquet``) or else by its
+columns.  Timestamps: ISO 8601 with ``Z`` or an offset (CSV) or Datetime columns
+(Parquet); naive ones need a timezone.  ``samples.metric`` may be a catalog alias.
+``events.count`` defaults to 1.  A ``catalog.yaml`` next to the files is used by
+``ingest_path`` (merged over the configured catalog).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.contract import REQUIRED_INVENTORY, SCHEMAS
+from foreshock.ingest.context import IngestContext
+from foreshock.ingest.csv_table import read_csv_table
+from foreshock.ingest.staged import ParsedFile, UnreadableFile
+from foreshock.ingest.timestamps import datetime_to_utc, parse_utc
+
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "inventory": REQUIRED_INVENTORY,
+    "samples": ("unit_id", "ts", "metric", "value"),
+    "events": ("unit_id", "ts", "source", "code"),
+    "failures": ("unit_id", "failed_at"),
+}
+
+
+def table_of(path: Path, columns: list[str]) -> str | None:
+    """Which canonical table a file holds, from its name, else its columns."""
+    names = [path.stem.lower(), path.parent.name.lower()]
+    for table in ("inventory", "samples", "events", "failures"):
+        if any(n == table or n.startswith(f"{table}-") or n.startswith(f"{table}_") for n in names):
+            if set(REQUIRED[table]) <= set(columns):
+                return table
+    for table in ("samples", "events", "failures", "inventory"):
+        if set(REQUIRED[table]) <= set(columns):
+            return table
+    return None
+
+
+def read_frame(path: Path) -> tuple[pl.DataFrame, pl.Series | None]:
+    """The file as a frame with ``_line``, ``_reason``, ``_field`` (CSV: all strings)."""
+    if path.suffix.lower() == ".parquet":
+        try:
+            frame = pl.read_parquet(path)
+        except Exception as exc:  # polars raises several error types for broken files
+            raise UnreadableFile(f"cannot read Parquet: {str(exc).splitlines()[0][:200]}") from None
+        frame = frame.with_row_index("_line", offset=1).with_columns(
+            pl.col("_line").cast(pl.Int64), _reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String)
+        )
+        return frame, None
+    return read_csv_table(path)
+
+
+def parse(path: Path, ctx: IngestContext) -> ParsedFile:
+    frame, raw_lines = read_frame(path)
+    data_columns = [c for c in frame.columns if not c.startswith("_")]
+    table = table_of(path, data_columns)
+    if table is None:
+        raise UnreadableFile(
+            f"columns {data_columns} match no canonical table (inventory needs {list(REQUIRED['inventory'])}, "
+            f"samples {list(REQUIRED['samples'])}, events {list(REQUIRED['events'])}, failures {list(REQUIRED['failures'])})"
+        )
+    staged = stage_table(table, frame, ctx)
+    parsed = ParsedFile(path=path, raw_lines=raw_lines)
+    if raw_lines is None:
+        plain = frame.drop("_line", "_reason", "_field")
+        parsed.raw_lookup = lambda rows: _row_text(plain, rows)
+    parsed.add(table, staged)
+    return parsed
+
+
+def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
+    """Typed staged rows of one canonical table, with a reason for every bad field."""
+    reasons: list[pl.Expr] = [pl.col("_reason")]
+    fields: list[pl.Expr] = [pl.col("_field")]
+    exprs: dict[str, pl.Expr] = {}
+    for name, dtype in SCHEMAS[table].items():
+        if name not in frame.columns:
+            if name in REQUIRED[table]:
+                raise UnreadableFile(f"{table} file lacks column {name!r}")
+            continue
+        source_dtype = frame.schema[name]
+        column = pl.col(name)
+        text = column.cast(pl.String).str.strip_chars()
+        missing = column.is_null() | (text == "")
+        if isinstance(dtype, pl.Datetime):
+            if isinstance(source_dtype, pl.Datetime):
+                value, reason = datetime_to_utc(column, source_dtype, ctx.timezone)
+            else:
+                value, reason = parse_utc(text, ctx.timezone)
+        elif dtype == pl.Float64:
+            value = column.cast(pl.Float64, strict=False) if source_dtype != pl.String else text.cast(pl.Float64, strict=False)
+            reason = pl.when(missing).then(pl.lit(f"missing {name}")).when(value.is_null()).then(pl.format("{} is not a number: '{}'", pl.lit(name), text.str.slice(0, 40)))
+        elif dtype == pl.Int64:
+            as_float = (column if source_dtype != pl.String else text).cast(pl.Float64, strict=False)
+            value = pl.when(as_float == as_float.round()).then(as_float.cast(pl.Int64, strict=False))
+            reason = pl.when(missing).then(pl.lit(f"missing {name}")).when(value.is_null()).then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
+        else:
+            value = pl.when(~missing).then(text)
+            required = name in REQUIRED[table] or name == "unit_id"
+            reason = pl.when(missing).then(pl.lit(f"missing {name}")) if required else pl.lit(None, dtype=pl.String)
+        exprs[name] = value.alias(name)
+        reasons.append(reason)
+        fields.append(pl.when(reason.is_not_null()).then(pl.lit(name)))
+    if table == "events" and "count" not in frame.columns:
+        exprs["count"] = pl.lit(1, dtype=pl.Int64).alias("count")
+    extra = [pl.col(c).cast(pl.String) for c in frame.columns if table == "inventory" and c not in SCHEMAS[table] and not c.startswith("_")]
+    staged = frame.select(
+        "_line",
+        *exprs.values(),
+        *extra,
+        _reason=pl.coalesce(reasons),
+        _field=pl.coalesce(fields),
+    )
+    if table == "samples":
+        names = staged.get_column("metric").drop_nulls().unique().to_list()
+        mapping = {n: ctx.catalog.resolve(n) or n for n in names}
+        staged = staged.with_columns(pl.col("metric").replace_strict(mapping, default=None, return_dtype=pl.String))
+    return staged
+
+
+def _row_text(frame: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
+    index = (rows.get_column("_line") - 1).clip(0, max(frame.height - 1, 0))
+    picked = frame[index.to_list()]
+    return pl.Series([str(r)[:500] for r in picked.iter_rows(named=True)], dtype=pl.String)

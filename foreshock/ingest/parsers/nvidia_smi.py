@@ -1,0 +1,139 @@
+"""``nvidia-smi``: ``nvidia-smi --query-gpu=... --format=csv [-l N]`` output.
+
+The header names the fields, with units in brackets (``power.draw [W]``); values repeat
+the unit (``250.12 W``, ``87 %``), flags read ``Yes``/``No`` or ``Active``/``Not Active``
+(stored as 1/0) and ``[N/A]`` / ``[Not Supported]`` mark a field the GPU does not have
+(no sample is made).  Other bracketed words (``[Unknown Error]``, ``[GPU is lost]``) are
+quarantined with the text nvidia-smi printed.  ``--format=csv,noheader`` output is
+rejected: without the header the columns cannot be named.
+
+The timestamp is the node's local time without an offset, so a timezone is required.
+The unit is ``<node>-gpu<index>`` where the node is the file's directory name
+(``nvidia-smi/<node>/<day>.csv``); when an inventory exists and that directory is not one
+of its nodes, the ``uuid`` field is looked up in the inventory instead.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.contract import ID_PATTERN
+from foreshock.ingest.context import IngestContext
+from foreshock.ingest.reading import read_text, text_lines
+from foreshock.ingest.staged import ParsedFile, UnreadableFile
+from foreshock.ingest.timestamps import parse_utc
+
+TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
+# Fields that describe the GPU rather than measure it: read for identity or ignored.
+DESCRIPTIVE = {
+    "timestamp", "index", "pci.bus_id", "uuid", "name", "serial", "driver_version", "vbios_version",
+    "pstate", "persistence_mode", "compute_mode", "gpu_name", "gpu_bus_id", "gpu_serial", "gpu_uuid",
+    "count", "mig.mode.current", "mig.mode.pending", "display_mode", "display_active", "accounting.mode",
+    "inforom.img", "pci.domain", "pci.bus", "pci.device", "pci.device_id", "pci.sub_device_id",
+}
+NOT_SUPPORTED = ["[N/A]", "N/A", "[Not Supported]", "Not Supported"]
+FLAGS = {"Yes": 1.0, "No": 0.0, "Active": 1.0, "Not Active": 0.0, "Enabled": 1.0, "Disabled": 0.0}
+HEADER_FIELD = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(?:\[([^\]]*)\])?\s*$")
+
+
+def parse_header(line: str) -> tuple[list[str], dict[str, str]]:
+    """Field names and their declared units from an nvidia-smi CSV header."""
+    names, units = [], {}
+    for cell in line.split(","):
+        match = HEADER_FIELD.match(cell)
+        if not match:
+            raise UnreadableFile(f"header field {cell.strip()!r} is not an nvidia-smi query field")
+        names.append(match.group(1))
+        if match.group(2):
+            units[match.group(1)] = match.group(2)
+    return names, units
+
+
+def parse(path: Path, ctx: IngestContext) -> ParsedFile:
+    text = read_text(path)
+    lines = text_lines(text).filter(pl.col("_text").str.strip_chars() != "")
+    header_text = lines.get_column("_text")[0]
+    if re.match(r"^\s*\d{4}/\d{2}/\d{2} ", header_text) or "timestamp" not in header_text:
+        raise UnreadableFile(
+            "no nvidia-smi header line (was it written with --format=csv,noheader?): "
+            "re-run nvidia-smi with --format=csv so the columns can be named"
+        )
+    names, units = parse_header(header_text)
+    if "index" not in names and "uuid" not in names:
+        raise UnreadableFile("header has neither 'index' nor 'uuid': cannot tell which GPU a line is about")
+    if ctx.timezone is None:
+        raise UnreadableFile(
+            "nvidia-smi timestamps are the node's local time without an offset: "
+            "pass --timezone (e.g. UTC) or set [ingest] timezone"
+        )
+    width = len(names)
+    body = lines.slice(1).filter(pl.col("_text") != header_text)  # repeated headers when -l restarts
+    body = body.with_columns(_parts=pl.col("_text").str.split(","))
+    ragged = body.filter(pl.col("_parts").list.len() != width)
+    good = body.filter(pl.col("_parts").list.len() == width).with_columns(
+        [pl.col("_parts").list.get(i).str.strip_chars().alias(name) for i, name in enumerate(names)]
+    )
+    parsed = ParsedFile(path=path, raw_lines=text_lines(text).get_column("_text"))
+    if ragged.height:
+        parsed.add(
+            "samples",
+            ragged.select(
+                "_line",
+                _field=pl.lit("line"),
+                _reason=pl.format("malformed line: expected {} fields, got {}", pl.lit(width), pl.col("_parts").list.len()),
+            ),
+        )
+    ts, ts_reason = parse_utc(pl.col("timestamp"), ctx.timezone, TIMESTAMP_FORMAT)
+    good = good.with_columns(ts=ts, _ts_reason=ts_reason).with_columns(_unit_id=_unit_expr(path, names, ctx))
+    good = good.with_columns(
+        _line_reason=pl.coalesce(
+            pl.col("_ts_reason"),
+            pl.when(pl.col("_unit_id").is_null()).then(pl.lit("cannot tell the unit: bad index or unknown uuid")),
+        ),
+        _line_field=pl.when(pl.col("_ts_reason").is_not_null()).then(pl.lit("timestamp")).when(pl.col("_unit_id").is_null()).then(pl.lit("index")),
+    )
+    metrics = [n for n in names if n not in DESCRIPTIVE]
+    if not metrics:
+        raise UnreadableFile("no metric fields in the header (only descriptive fields)")
+    resolved = {n: ctx.catalog.resolve(n) for n in metrics}
+    long = pl.concat(
+        [
+            good.select(
+                "_line", "ts", "_line_reason", "_line_field",
+                unit_id="_unit_id", _source=pl.lit(name), metric=pl.lit(resolved[name] or name), _text=pl.col(name),
+                _known=pl.lit(resolved[name] is not None),
+            )
+            for name in metrics
+        ],
+        how="vertical",
+    )
+    long = long.filter(~pl.col("_text").is_in(NOT_SUPPORTED))
+    flags = pl.col("_text").replace_strict(FLAGS, default=None, return_dtype=pl.Float64)
+    number = pl.col("_text").str.replace(r"\s+[A-Za-z%/]+$", "").cast(pl.Float64, strict=False)
+    long = long.with_columns(value=pl.coalesce(flags, number))
+    catalog_source = ctx.catalog.source
+    long = long.with_columns(
+        _reason=pl.coalesce(
+            pl.col("_line_reason"),
+            pl.when(~pl.col("_known")).then(pl.format("unknown metric '{}' (not in the metric catalog {})", pl.col("_source"), pl.lit(catalog_source))),
+            pl.when(pl.col("_text").str.starts_with("[")).then(pl.format("nvidia-smi reported {}", pl.col("_text"))),
+            pl.when(pl.col("value").is_null()).then(pl.format("not a number: '{}'", pl.col("_text").str.slice(0, 40))),
+        ),
+        _field=pl.coalesce(pl.col("_line_field"), pl.when(pl.col("_line_reason").is_null()).then(pl.col("_source"))),
+    )
+    parsed.add("samples", long.select("unit_id", "ts", "metric", "value", "_line", "_field", "_reason"))
+    return parsed
+
+
+def _unit_expr(path: Path, names: list[str], ctx: IngestContext) -> pl.Expr:
+    node = path.parent.name
+    index_ok = pl.col("index").str.contains(r"^\d{1,3}$") if "index" in names else pl.lit(False)
+    by_dir = pl.when(index_ok).then(pl.format("{}-gpu{}", pl.lit(node), pl.col("index")))
+    node_known = node in ctx.known_node_names() if ctx.has_inventory else bool(ID_PATTERN.match(node))
+    uuid_map = ctx.unit_by_uuid()
+    if node_known or "uuid" not in names or not uuid_map:
+        return by_dir.otherwise(pl.lit(None, dtype=pl.String))
+    return pl.col("uuid").replace_strict(uuid_map, default=None, return_dtype=pl.String)

@@ -1,0 +1,91 @@
+"""``prometheus-json``: Prometheus HTTP API responses of dcgm-exporter series.
+
+Accepts ``/api/v1/query_range`` (``resultType: matrix``, ``values: [[t, "v"], ...]``) and
+``/api/v1/query`` (``vector``, ``value: [t, "v"]``).  Timestamps are unix seconds (UTC by
+definition); values are strings (``"NaN"``, ``"+Inf"`` parse and are then quarantined as
+not finite).  A quarantined row's line is the series' position in ``result`` (1-based).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.ingest import dcgm
+from foreshock.ingest.context import IngestContext
+from foreshock.ingest.reading import read_text
+from foreshock.ingest.staged import ParsedFile, UnreadableFile
+from foreshock.ingest.timestamps import unix_seconds_to_utc
+
+LABELS = ("gpu", "Hostname", "UUID")
+
+
+def parse(path: Path, ctx: IngestContext) -> ParsedFile:
+    text = read_text(path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UnreadableFile(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(doc, dict) or "data" not in doc:
+        raise UnreadableFile("not a Prometheus API response (no 'data' object)")
+    if doc.get("status") != "success":
+        raise UnreadableFile(f"Prometheus query failed: {doc.get('errorType', '?')}: {doc.get('error', '?')}")
+    data = doc["data"]
+    kind = data.get("resultType") if isinstance(data, dict) else None
+    if kind not in ("matrix", "vector"):
+        raise UnreadableFile(f"resultType {kind!r} is not a time series (expected 'matrix' or 'vector')")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise UnreadableFile("'data.result' is not a list")
+
+    descriptions: list[str] = []
+    columns: dict[str, list] = {"_line": [], "name": [], "t": [], "value_text": [], **{k: [] for k in LABELS}}
+    for number, series in enumerate(result, start=1):
+        labels = series.get("metric", {}) if isinstance(series, dict) else {}
+        labels = labels if isinstance(labels, dict) else {}
+        descriptions.append(json.dumps(labels, sort_keys=True)[:300])
+        points = series.get("values") if kind == "matrix" else [series.get("value")]
+        if not isinstance(points, list):
+            points = [None]
+        try:  # the common, well-formed case without a Python step per sample
+            if not all(len(p) == 2 for p in points):
+                raise TypeError
+            times, values = zip(*points) if points else ((), ())
+            times = [str(t) for t in times]
+            values = [str(v) for v in values]
+        except TypeError:
+            times = [str(p[0]) if isinstance(p, list) and len(p) == 2 else None for p in points]
+            values = [str(p[1]) if isinstance(p, list) and len(p) == 2 else json.dumps(p)[:60] for p in points]
+        count = len(times)
+        columns["_line"].extend([number] * count)
+        columns["name"].extend([labels.get("__name__")] * count)
+        columns["t"].extend(times)
+        columns["value_text"].extend(values)
+        for key in LABELS:
+            value = labels.get(key)
+            columns[key].extend([None if value is None else str(value)] * count)
+    frame = pl.DataFrame(columns, schema={"_line": pl.Int64, "name": pl.String, "t": pl.String, "value_text": pl.String, **{k: pl.String for k in LABELS}})
+    seconds = pl.col("t").cast(pl.Float64, strict=False)
+    frame = frame.with_columns(
+        ts=unix_seconds_to_utc(seconds),
+        ts_reason=pl.when(pl.col("t").is_null()).then(pl.format("malformed sample {} (expected [time, \"value\"])", pl.col("value_text")))
+        .when(seconds.is_null() | ~seconds.is_finite())
+        .then(pl.format("bad timestamp '{}'", pl.col("t")))
+        .otherwise(pl.lit(None, dtype=pl.String)),
+        name=pl.col("name").fill_null("<no __name__>"),
+        _raw=pl.format("[{}, \"{}\"]", pl.col("t").fill_null("?"), pl.col("value_text")),
+    )
+    parsed = ParsedFile(path=path)
+    for table, staged in dcgm.stage_series(frame, ctx).items():
+        parsed.add(table, staged)
+    described = pl.Series(descriptions, dtype=pl.String)
+
+    def lookup(rows: pl.DataFrame) -> pl.Series:
+        index = (rows.get_column("_line") - 1).clip(0, max(len(descriptions) - 1, 0))
+        labels = described.gather(index) if len(descriptions) else pl.Series([""] * rows.height)
+        return pl.DataFrame({"l": labels, "r": rows.get_column("_raw")}).select(pl.format("{} {}", "l", "r")).to_series()
+
+    parsed.raw_lookup = lookup
+    return parsed

@@ -1,0 +1,61 @@
+"""``xid-log``: NVIDIA driver Xid reports in kernel logs (syslog or journalctl).
+
+Reads lines such as (rsyslog RFC 3339 and ``journalctl -o short-iso``)::
+
+    2026-11-01T12:00:03.123456+00:00 gpu-node001 kernel: [123456.789012] NVRM: Xid (PCI:0000:3b:00): 79, pid=2817, name=python3, GPU has fallen off the bus.
+    2026-11-01T12:00:03+0000 gpu-node001 kernel: NVRM: Xid (PCI:0000:3b:00): 48, ...
+
+Every other line is noise and is not counted.  The GPU is found through the inventory:
+(host, PCI bus id) -> unit, with the bus id normalised (domain of 4 or 8 hex digits, any
+case, function suffix optional).  Each Xid line is one event: source ``xid``, code = the
+Xid number, count 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.ingest.context import IngestContext, normalise_pci
+from foreshock.ingest.reading import read_text, text_lines
+from foreshock.ingest.staged import ParsedFile
+from foreshock.ingest.timestamps import parse_utc
+
+XID_LINE = r"^(\S+)\s+(\S+)\s+kernel:\s*(?:\[\s*[\d.]+\]\s*)?NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\):\s*(\d+)\b"
+
+
+def parse(path: Path, ctx: IngestContext) -> ParsedFile:
+    text = read_text(path)
+    lines = text_lines(text)
+    xid = lines.filter(pl.col("_text").str.contains("NVRM: Xid", literal=True))
+    xid = xid.with_columns(pl.col("_text").str.extract_groups(XID_LINE).alias("m")).unnest("m")
+    xid = xid.rename({"1": "stamp", "2": "host", "3": "pci", "4": "code_text"})
+    pci_map = {p: normalise_pci(p) for p in xid.get_column("pci").drop_nulls().unique().to_list()}
+    units = ctx.unit_by_host_pci()
+    xid = xid.with_columns(
+        pci_norm=pl.col("pci").replace_strict(pci_map, default=None, return_dtype=pl.String) if pci_map else pl.lit(None, dtype=pl.String)
+    ).with_columns(key=pl.format("{}|{}", "host", "pci_norm"))
+    ts, ts_reason = parse_utc(pl.col("stamp"), ctx.timezone)
+    unit = pl.col("key").replace_strict(units, default=None, return_dtype=pl.String) if units else pl.lit(None, dtype=pl.String)
+    matched = pl.col("code_text").is_not_null()
+    staged = xid.with_columns(ts=ts, _ts_reason=ts_reason, unit_id=unit, code=pl.col("code_text").cast(pl.Int64, strict=False)).with_columns(
+        _reason=pl.when(~matched)
+        .then(pl.lit("malformed Xid line: expected '<time> <host> kernel: NVRM: Xid (PCI:<bus>): <code>, ...'"))
+        .when(pl.col("_ts_reason").is_not_null())
+        .then(pl.col("_ts_reason"))
+        .when(pl.col("pci_norm").is_null())
+        .then(pl.format("bad PCI bus id '{}'", "pci"))
+        .when(pl.col("unit_id").is_null())
+        .then(pl.format("unknown unit: no inventory GPU on host '{}' at PCI {}", "host", "pci_norm"))
+        .otherwise(pl.lit(None, dtype=pl.String)),
+        _field=pl.when(~matched).then(pl.lit("line")).when(pl.col("_ts_reason").is_not_null()).then(pl.lit("timestamp"))
+        .when(pl.col("unit_id").is_null()).then(pl.lit("pci")),
+        source=pl.lit("xid"),
+        count=pl.lit(1, dtype=pl.Int64),
+    )
+    parsed = ParsedFile(path=path, raw_lines=lines.get_column("_text"))
+    parsed.add("events", staged.select("unit_id", "ts", "source", "code", "count", "_line", "_field", "_reason"))
+    if xid.height == 0:
+        parsed.notes.append("no NVRM Xid lines")
+    return parsed

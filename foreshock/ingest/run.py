@@ -1,0 +1,486 @@
+"""Ingest a landing path into the lake: plan the files, then parse, check and merge batches.
+
+``ingest_path`` does everything in one call; the Prefect flow calls ``plan_ingest`` and
+then ``ingest_batch`` once per batch (one task each), passing paths, never frames.
+
+Batches: inventory files first (units are resolved and checked against the inventory),
+then files grouped by the day in their path (``nvidia-smi/<node>/2026-11-01.csv``,
+``dcgm/2026-11-01/...``) so each merge rewrites only that day's partitions, then the files
+without a day (scrapes, kernel logs, tickets).  A batch is capped in bytes to bound memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.catalog import Catalog, load_catalog
+from foreshock.config import Config
+from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN
+from foreshock.ingest import manifest
+from foreshock.ingest.context import IngestContext
+from foreshock.ingest.detect import detect_format, skip_reason
+from foreshock.ingest.parsers import FORMATS, PARSERS
+from foreshock.ingest.parsers.canonical import table_of
+from foreshock.ingest.csv_table import read_csv_header
+from foreshock.ingest.report import FileReport, IngestReport
+from foreshock.ingest.staged import ParsedFile, UnreadableFile
+from foreshock.ingest.validate import validate
+from foreshock.lake import atomic_write_parquet, lake_shards, merge_into_lake, partition_path, with_shard
+
+SOURCES = ("auto", *FORMATS)
+MAX_BATCH_BYTES = 256 * 1024 * 1024
+DAY_IN_PATH = re.compile(r"(\d{4}-\d{2}-\d{2})")
+# Values read from two sources for the same key (a scrape and nvidia-smi) are rounded
+# differently (nvidia-smi prints power with two decimals): within this they are duplicates.
+ABS_TOLERANCE = 0.005
+REL_TOLERANCE = 1e-4
+QUARANTINE_SCHEMA = {
+    "source_file": pl.String,
+    "line": pl.Int64,
+    "table": pl.String,
+    "field": pl.String,
+    "reason": pl.String,
+    "raw": pl.String,
+    "run_id": pl.String,
+}
+
+
+@dataclass
+class PlannedFile:
+    """A file the run will read (plain values: it crosses Prefect task boundaries)."""
+
+    path: str
+    format: str
+    sha256: str
+    size: int
+    mtime_ns: int
+    context: str
+    day: str | None = None
+    inventory: bool = False
+
+
+@dataclass
+class IngestPlan:
+    run_id: str
+    root: str
+    source: str
+    batches: list[list[PlannedFile]] = field(default_factory=list)
+    reports: list[FileReport] = field(default_factory=list)
+    catalog_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def new_run_id() -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
+
+
+def parse_scrape_time(text: str | None) -> datetime | None:
+    """``--scrape-time`` (ISO 8601 with ``Z`` or an offset) as an aware UTC datetime."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--scrape-time {text!r}: not an ISO 8601 time (e.g. 2026-11-30T23:50:00Z)") from None
+    if value.tzinfo is None:
+        raise ValueError(f"--scrape-time {text!r}: give a UTC offset or Z")
+    return value.astimezone(timezone.utc)
+
+
+def load_run_catalog(config: Config, catalog_path: str | None) -> Catalog:
+    """The configured catalog, with a landing directory's ``catalog.yaml`` merged over it."""
+    if not catalog_path:
+        return config.catalog
+    extra = load_catalog(catalog_path)
+    return Catalog(metrics={**config.catalog.metrics, **extra.metrics}, source=f"{config.catalog.source} + {catalog_path}")
+
+
+def _unreadable_reason(path: Path) -> str:
+    try:
+        data = path.read_bytes()[:65536]
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if not data.strip():
+        return "empty file"
+    if b"\x00" in data:
+        return "binary content, not a recognised format"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(data) - 4:
+            return f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+    return "unrecognised format (use --source to name it)"
+
+
+def _is_inventory(path: Path, fmt: str) -> bool:
+    if fmt != "canonical":
+        return False
+    if path.suffix.lower() == ".parquet":
+        try:
+            columns = list(pl.read_parquet_schema(path))
+        except Exception:  # a broken file is reported when it is parsed
+            return path.stem.lower().startswith("inventory")
+    else:
+        columns = read_csv_header(path) or []
+    return table_of(path, columns) == "inventory"
+
+
+def plan_ingest(
+    path: str | Path,
+    config: Config,
+    source: str = "auto",
+    *,
+    force: bool = False,
+    run_id: str | None = None,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+) -> IngestPlan:
+    """Find, recognise and batch the files under ``path`` that are not ingested yet.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    ValueError
+        When ``source`` is not a known format.
+    """
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r}: choose one of {', '.join(SOURCES)}")
+    root = Path(path)
+    if not root.exists():
+        raise FileNotFoundError(f"ingest path not found: {root}")
+    plan = IngestPlan(run_id=run_id or new_run_id(), root=str(root), source=source)
+    candidates = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    if root.is_dir():
+        for name in ("catalog.yaml", "catalog.yml"):
+            if (root / name).is_file():
+                plan.catalog_path = str((root / name).resolve())
+                plan.notes.append(f"using metric catalog {root / name} (merged over {config.catalog.source})")
+    seen = manifest.ingested_keys(config.lake_dir) if not force else set()
+    in_run: dict[tuple[str, str], str] = {}
+    planned: list[PlannedFile] = []
+    for file in candidates:
+        shown = str(file)
+        reason = skip_reason(file)
+        if reason:
+            plan.reports.append(FileReport(shown, None, "skipped", reason=reason))
+            continue
+        fmt = source if source != "auto" else detect_format(file)
+        if fmt is None:
+            plan.reports.append(FileReport(shown, None, "rejected", reason=_unreadable_reason(file)))
+            continue
+        stat = file.stat()
+        digest = manifest.file_sha256(file)
+        context = manifest.file_context(file, fmt)
+        key = (digest, context)
+        if key in seen:
+            plan.reports.append(FileReport(shown, fmt, "already ingested"))
+            continue
+        if key in in_run:
+            plan.reports.append(FileReport(shown, fmt, "already ingested", reason=f"same content as {in_run[key]}"))
+            continue
+        in_run[key] = shown
+        relative = file.relative_to(root) if root.is_dir() else Path(file.name)
+        day = DAY_IN_PATH.search(str(relative))
+        planned.append(
+            PlannedFile(
+                path=shown, format=fmt, sha256=digest, size=stat.st_size, mtime_ns=stat.st_mtime_ns, context=context,
+                day=day.group(1) if day else None, inventory=_is_inventory(file, fmt),
+            )
+        )
+    plan.batches = _batches(planned, max_batch_bytes)
+    return plan
+
+
+def _batches(files: list[PlannedFile], max_bytes: int) -> list[list[PlannedFile]]:
+    inventory = [f for f in files if f.inventory]
+    rest = [f for f in files if not f.inventory]
+    groups: dict[str | None, list[PlannedFile]] = {}
+    for f in rest:
+        groups.setdefault(f.day, []).append(f)
+    order = sorted(k for k in groups if k is not None) + ([None] if None in groups else [])
+    batches = [inventory] if inventory else []
+    for day in order:
+        batch: list[PlannedFile] = []
+        size = 0
+        for f in groups[day]:
+            if batch and size + f.size > max_bytes:
+                batches.append(batch)
+                batch, size = [], 0
+            batch.append(f)
+            size += f.size
+        if batch:
+            batches.append(batch)
+    return batches
+
+
+def ingest_batch(
+    files: list[PlannedFile],
+    config: Config,
+    *,
+    run_id: str,
+    batch_number: int = 0,
+    catalog_path: str | None = None,
+    timezone_name: str | None = None,
+    scrape_time: datetime | None = None,
+) -> tuple[list[FileReport], str | None]:
+    """Parse, check and merge one batch; record its files in the manifest.
+
+    Returns the batch's file reports and the quarantine file written (or None).  An
+    ``OSError`` propagates (the flow retries the batch); a file that cannot be parsed is
+    reported as rejected and the others go on.
+    """
+    ctx = IngestContext.from_config(
+        config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
+    )
+    reports = [FileReport(f.path, f.format, "ingested") for f in files]
+    parsed: dict[int, ParsedFile] = {}
+    for index, planned in enumerate(files):
+        try:
+            parsed[index] = PARSERS[planned.format](Path(planned.path), ctx)
+        except UnreadableFile as exc:
+            reports[index].status, reports[index].reason = "rejected", str(exc)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the other files
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            reports[index].status, reports[index].reason = "rejected", f"{type(exc).__name__}: {first}"
+        else:
+            reports[index].rows_read = parsed[index].rows
+            if parsed[index].notes:
+                reports[index].reason = "; ".join(parsed[index].notes)
+
+    quarantined: list[pl.DataFrame] = []
+    for table in ("inventory", "samples", "events", "failures"):
+        frames = [p.tables[table].with_columns(_file=pl.lit(i, dtype=pl.Int32)) for i, p in parsed.items() if table in p.tables]
+        if not frames:
+            continue
+        staged = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+        staged = validate(table, staged, ctx)
+        bad = staged.filter(pl.col("_reason").is_not_null())
+        good = staged.filter(pl.col("_reason").is_null())
+        unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+        bad = pl.concat([bad, conflicts], how="diagonal_relaxed")
+        for i, count in _count_by_file(duplicates).items():
+            reports[i].duplicates_dropped += count
+        result = merge_into_lake(config.lake_dir, table, unique.select(_lake_columns(table, unique)), shards=config.shards)
+        # Rows another ingest stored between our check and our merge are duplicates too.
+        raced = unique.height - result.rows_stored
+        if raced > 0:
+            for i, count in sorted(_count_by_file(unique).items(), reverse=True):
+                moved = min(raced, count)
+                reports[i].duplicates_dropped += moved
+                raced -= moved
+                if raced == 0:
+                    break
+        if bad.height:
+            for i, count in _count_by_file(bad).items():
+                reports[i].rows_quarantined += count
+            quarantined += [_quarantine_rows(parsed[i], part, table, run_id) for (i,), part in bad.group_by("_file")]
+    for report in reports:
+        if report.status == "ingested":
+            report.rows_stored = report.rows_read - report.rows_quarantined - report.duplicates_dropped
+
+    quarantine_file = None
+    if quarantined:
+        target = config.quarantine_dir / f"run={run_id}" / f"batch-{batch_number:04d}.parquet"
+        atomic_write_parquet(pl.concat(quarantined).sort("source_file", "line"), target)
+        quarantine_file = str(target)
+    manifest.record_files(
+        config.lake_dir,
+        [
+            {
+                "path": f.path, "context": f.context, "sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns,
+                "format": f.format, "rows_read": r.rows_read, "rows_stored": r.rows_stored,
+                "rows_quarantined": r.rows_quarantined, "duplicates_dropped": r.duplicates_dropped, "run_id": run_id,
+            }
+            for f, r in zip(files, reports)
+            if r.status == "ingested"
+        ],
+    )
+    return reports, quarantine_file
+
+
+def _lake_columns(table: str, frame: pl.DataFrame) -> list[str]:
+    columns = list(SCHEMAS[table])
+    if table == "inventory":
+        columns += [c for c in frame.columns if c not in SCHEMAS[table] and not c.startswith("_")]
+    return [c for c in columns if c in frame.columns]
+
+
+def _count_by_file(frame: pl.DataFrame) -> dict[int, int]:
+    if frame.height == 0:
+        return {}
+    counts = frame.group_by("_file").len()
+    return dict(zip(counts.get_column("_file").to_list(), counts.get_column("len").to_list()))
+
+
+def _value_columns(table: str) -> list[str]:
+    return [c for c in SCHEMAS[table] if c not in KEYS[table]]
+
+
+def _differs(table: str, left: str, right: str) -> pl.Expr:
+    """True where two rows with the same key disagree on a value column."""
+    checks = []
+    for name in _value_columns(table):
+        a, b = pl.col(f"{name}{left}"), pl.col(f"{name}{right}")
+        if SCHEMAS[table][name] == pl.Float64:
+            tolerance = ABS_TOLERANCE + REL_TOLERANCE * pl.max_horizontal(a.abs(), b.abs())
+            checks.append((a - b).abs() > tolerance)
+        else:
+            checks.append(a.ne_missing(b))
+    return pl.any_horizontal(checks) if checks else pl.lit(False)
+
+
+def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Split checked rows into ``(unique new rows, duplicates, conflicts)``.
+
+    A duplicate has the key of an earlier row of the batch or of a stored row and the
+    same values; a *conflict* has the key but other values: the first row (the stored
+    one, else the batch's first) is kept and the conflicting one quarantined.
+    """
+    key = list(KEYS[table])
+    values = _value_columns(table)
+    first = pl.struct(key).is_first_distinct()
+    good = good.with_columns(_first=first)
+    firsts = good.filter(pl.col("_first")).drop("_first")
+    later = good.filter(~pl.col("_first")).drop("_first")
+    duplicates = later.head(0)
+    conflicts = later.head(0)
+    if later.height:
+        joined = later.join(firsts.select(key + values), on=key, how="left", suffix="_kept", nulls_equal=True)
+        clash = _differs(table, "", "_kept")
+        duplicates = joined.filter(~clash).select(later.columns)
+        conflicts = joined.filter(clash).select(later.columns).with_columns(
+            _reason=pl.lit("duplicate key with a different value than an earlier row of this ingest (the earlier row is kept)"),
+            _field=pl.lit(",".join(values)),
+        )
+    stored = _stored_rows(table, firsts, ctx)
+    if stored is not None and stored.height:
+        joined = firsts.join(stored, on=key, how="left", suffix="_stored", nulls_equal=True)
+        present = pl.col("_present").is_not_null()
+        clash = present & _differs(table, "", "_stored")
+        dup_lake = joined.filter(present & ~clash).select(firsts.columns)
+        conflict_lake = joined.filter(clash).select(firsts.columns).with_columns(
+            _reason=pl.lit("key already stored in the lake with a different value (the stored row is kept)"),
+            _field=pl.lit(",".join(values)),
+        )
+        firsts = joined.filter(~present).select(firsts.columns)
+        duplicates = pl.concat([duplicates, dup_lake], how="vertical_relaxed")
+        conflicts = pl.concat([conflicts, conflict_lake], how="vertical_relaxed")
+    return firsts, duplicates, conflicts
+
+
+def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame | None:
+    """Stored rows (key, values, ``_present``) in the partitions ``rows`` would go to."""
+    if rows.height == 0:
+        return None
+    key = list(KEYS[table])
+    wanted = key + _value_columns(table)
+    time_col = TIME_COLUMN[table]
+    if time_col is None:
+        paths = [partition_path(ctx.lake_dir, table)]
+    else:
+        shards = lake_shards(ctx.lake_dir, ctx.shards)
+        parts = with_shard(rows.select("unit_id", pl.col(time_col).dt.date().alias("_date")).unique(), shards)
+        parts = parts.select("_date", "shard").unique()
+        paths = [partition_path(ctx.lake_dir, table, d, s) for d, s in parts.iter_rows()]
+    paths = [p for p in paths if p.exists()]
+    if not paths:
+        return None
+    stored = pl.scan_parquet(paths).select(wanted).join(rows.lazy().select(key).unique(), on=key, how="semi", nulls_equal=True).collect()
+    return stored.with_columns(_present=pl.lit(True))
+
+
+def _quarantine_rows(parsed: ParsedFile, rows: pl.DataFrame, table: str, run_id: str) -> pl.DataFrame:
+    raw = parsed.raw_text(rows)
+    return pl.DataFrame(
+        {
+            "source_file": [str(parsed.path)] * rows.height,
+            "line": rows.get_column("_line"),
+            "table": [table] * rows.height,
+            "field": rows.get_column("_field"),
+            "reason": rows.get_column("_reason"),
+            "raw": raw.str.slice(0, 1000) if raw.dtype == pl.String else raw.cast(pl.String),
+            "run_id": [run_id] * rows.height,
+        },
+        schema=QUARANTINE_SCHEMA,
+    )
+
+
+def runs_dir(config: Config) -> Path:
+    return config.data_dir / "ingest_runs"
+
+
+def finish_report(plan: IngestPlan, batch_reports: list[FileReport], quarantine_files: list[str], started: float, config: Config) -> IngestReport:
+    """Assemble the run's report and record it under ``<data>/ingest_runs/<run_id>.json``."""
+    report = IngestReport(run_id=plan.run_id, source=plan.source, path=plan.root)
+    order = {r.path: r for r in [*plan.reports, *batch_reports]}
+    report.files = sorted(order.values(), key=lambda r: r.path)
+    report.quarantine_files = quarantine_files
+    report.notes = list(plan.notes)
+    report.seconds = time.monotonic() - started
+    report.write(runs_dir(config))
+    return report
+
+
+def ingest_path(
+    path: str | Path,
+    config: Config,
+    source: str = "auto",
+    timezone: str | None = None,
+    *,
+    scrape_time: datetime | str | None = None,
+    force: bool = False,
+) -> IngestReport:
+    """Ingest a file or a landing directory into the lake (see module notes).
+
+    Parameters
+    ----------
+    path
+        A file or a directory (searched recursively).
+    config
+        Loaded configuration (lake directory, catalog, ``[ingest]`` settings).
+    source
+        ``"auto"`` to recognise each file, or one format for all files.
+    timezone
+        Zone of naive timestamps (overrides ``[ingest] timezone``); None rejects them.
+    scrape_time
+        When timestamp-less Prometheus scrapes were taken.
+    force
+        Read files even if the manifest says they were ingested.
+
+    Returns
+    -------
+    IngestReport
+        Per-file and total accounting; also written to ``<data>/ingest_runs/``.
+    """
+    started = time.monotonic()
+    if isinstance(scrape_time, str):
+        scrape_time = parse_scrape_time(scrape_time)
+    plan = plan_ingest(path, config, source, force=force)
+    reports: list[FileReport] = []
+    quarantine_files: list[str] = []
+    for number, batch in enumerate(plan.batches):
+        batch_reports, quarantine_file = ingest_batch(
+            batch, config, run_id=plan.run_id, batch_number=number, catalog_path=plan.catalog_path,
+            timezone_name=timezone, scrape_time=scrape_time,
+        )
+        reports += batch_reports
+        if quarantine_file:
+            quarantine_files.append(quarantine_file)
+    return finish_report(plan, reports, quarantine_files, started, config)
+
+
+def planned_to_dict(files: list[PlannedFile]) -> list[dict]:
+    return [asdict(f) for f in files]
+
+
+def planned_from_dict(items: list[dict]) -> list[PlannedFile]:
+    return [PlannedFile(**item) for item in items]

@@ -1,0 +1,102 @@
+"""Rows on their way into the lake: the contract's columns plus where each row came from.
+
+A parser turns one source file into *staged* frames, one per canonical table.  Each holds
+the table's columns (typed; null where a field could not be parsed) and provenance
+columns that travel with the row until it is stored or quarantined:
+
+``_line``    line number in the file (1-based; for JSON the series number, for Parquet the row)
+``_field``   the source field a parse failure refers to (null when none)
+``_reason``  why the parser already rejected the row (null when it parsed)
+``_raw``     a short raw text hint (null: the quarantine looks the line up in the file)
+``_node``    for host-level units (DIMMs), the node that must be in the inventory
+
+Rows are counted in canonical records: an nvidia-smi line with fifteen metric columns is
+fifteen samples; a line that cannot be split into fields at all is one record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.contract import SCHEMAS
+
+PROVENANCE: dict[str, pl.DataType] = {
+    "_line": pl.Int64(),
+    "_field": pl.String(),
+    "_reason": pl.String(),
+    "_raw": pl.String(),
+    "_node": pl.String(),
+}
+
+
+class UnreadableFile(Exception):
+    """A file that cannot be parsed at all (empty, truncated, binary, wrong format)."""
+
+
+def staged_schema(table: str) -> dict[str, pl.DataType]:
+    return {**SCHEMAS[table], **PROVENANCE}
+
+
+def conform_staged(df: pl.DataFrame, table: str) -> pl.DataFrame:
+    """Cast to the staged schema, adding missing provenance columns as nulls.
+
+    Inventory keeps its extra (fault-domain, uuid, pci_bus_id, ...) columns as strings.
+    """
+    schema = staged_schema(table)
+    exprs = [
+        (pl.col(name).cast(dtype) if name in df.columns else pl.lit(None, dtype=dtype)).alias(name)
+        for name, dtype in schema.items()
+    ]
+    extra = [pl.col(c).cast(pl.String) for c in df.columns if c not in schema] if table == "inventory" else []
+    return df.select(exprs + extra)
+
+
+def empty_staged(table: str) -> pl.DataFrame:
+    return pl.DataFrame(schema=staged_schema(table))
+
+
+RawLookup = Callable[[pl.DataFrame], pl.Series]
+
+
+@dataclass
+class ParsedFile:
+    """What a parser made of one file.
+
+    ``raw_lines`` holds the file's lines (index = line - 1) so a quarantined row can show
+    the text it came from; parsers without lines give ``raw_lookup`` instead, which maps
+    the quarantined rows (``_line``, ``_raw``) to their raw text.
+    """
+
+    path: Path
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    raw_lines: pl.Series | None = None
+    raw_lookup: RawLookup | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, table: str, frame: pl.DataFrame) -> None:
+        frame = conform_staged(frame, table)
+        if table in self.tables:
+            self.tables[table] = pl.concat([self.tables[table], frame], how="diagonal_relaxed")
+        else:
+            self.tables[table] = frame
+
+    @property
+    def rows(self) -> int:
+        return sum(frame.height for frame in self.tables.values())
+
+    def raw_text(self, rows: pl.DataFrame) -> pl.Series:
+        """Raw text of some of this file's staged rows (for the quarantine)."""
+        if self.raw_lookup is not None:
+            return self.raw_lookup(rows)
+        if self.raw_lines is not None:
+            index = (rows.get_column("_line") - 1).fill_null(-1)
+            valid = (index >= 0) & (index < self.raw_lines.len())
+            safe = index.zip_with(valid, pl.Series([0] * rows.height, dtype=pl.Int64))
+            looked_up = self.raw_lines.gather(safe) if self.raw_lines.len() else pl.Series([None] * rows.height, dtype=pl.String)
+            looked_up = looked_up.zip_with(valid, pl.Series([None] * rows.height, dtype=pl.String))
+            return rows.get_column("_raw").fill_null(looked_up) if "_raw" in rows.columns else looked_up
+        return rows.get_column("_raw")
