@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from foreshock.config import Config
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             sudden_share=args.sudden_share,
         )
     except ValueError as exc:
-        print(f"foreshock simulate: {exc}")
+        print(f"foreshock simulate: {exc}", file=sys.stderr)
         return 2
     print(_format_summary(summary, out))
     return 0
