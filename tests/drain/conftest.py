@@ -1,0 +1,208 @@
+"""Drain test fixtures: small score frames and a real local Slurm controller.
+
+The Slurm fixture runs Debian's ``munged`` and ``slurmctld`` (no ``slurmd``: a controller
+alone is enough to drain nodes) in a temporary directory with a private munge socket and
+key, a free port and fake nodes ``gpu-node[001-008]``; it is stopped by its PID files.
+It skips when the binaries are absent (install with ``.ci/slurm.sh``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from foreshock.config import load_config
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+SLURM_NODES = [f"gpu-node{i:03d}" for i in range(1, 9)]
+
+
+def score_rows(
+    risks: dict[str, float | tuple[float, float]],
+    ts: datetime = T0,
+    *,
+    rack_of=lambda node: "r1",
+    model_name: str = "foreshock-risk",
+    model_version: str = "3",
+    signal: str = "ecc_sbe_increase_24h",
+) -> pl.DataFrame:
+    """Live scores for ``{unit_id: risk_72h}`` or ``{unit_id: (risk_24h, risk_72h)}``.
+
+    The node is the unit id up to ``-gpu``; the 24h risk defaults to half the 72h risk.
+    """
+    rows = []
+    for unit_id, risk in risks.items():
+        r24, r72 = risk if isinstance(risk, tuple) else (risk / 2, risk)
+        node = unit_id.split("-gpu")[0]
+        for horizon, value in (("24h", r24), ("72h", r72)):
+            rows.append(
+                {
+                    "unit_id": unit_id,
+                    "ts": ts,
+                    "node": node,
+                    "rack": rack_of(node),
+                    "horizon": horizon,
+                    "risk": value,
+                    "model": "gbm",
+                    "model_name": model_name,
+                    "model_version": model_version,
+                    "run_id": "0123abcd",
+                    "top_signals": [{"signal": signal, "value": 42.0, "contribution": 0.3}],
+                }
+            )
+    return pl.DataFrame(rows).with_columns(pl.col("ts").dt.cast_time_unit("us"))
+
+
+def write_scores(data_dir: Path, frame: pl.DataFrame) -> Path:
+    path = Path(data_dir) / "scores" / "latest.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(path)
+    return path
+
+
+@pytest.fixture
+def drain_config(tmp_path):
+    """A config on a fresh data dir with guards loose enough for small fleets."""
+    config = load_config(data_dir=tmp_path / "data")
+    return config.with_overrides(
+        {
+            "policy": {
+                "max_drained_share_cluster": 0.5,
+                "max_drained_share_per_domain": 1.0,
+                "max_new_drains_per_run": 10,
+            },
+            "fleet": {"fault_domains": ["node", "rack"]},
+        }
+    )
+
+
+# --- a real Slurm controller ----------------------------------------------------------
+
+
+@dataclass
+class SlurmController:
+    directory: Path
+    conf: Path
+    env: dict[str, str]
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=60)
+
+    def node_reasons(self) -> dict[str, tuple[str, str | None]]:
+        """``{node: (state, reason)}`` from ``sinfo`` (reason ``None`` when unset)."""
+        out = self.run("sinfo", "--noheader", "--Node", "--format=%N|%T|%E").stdout
+        result = {}
+        for line in out.splitlines():
+            node, state, reason = line.split("|", 2)
+            result[node] = (state, None if reason == "none" else reason)
+        return result
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop(pid_file: Path) -> None:
+    if not pid_file.exists():
+        return
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, signal.SIGTERM)
+    except (ValueError, ProcessLookupError):
+        return
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def slurm_controller(tmp_path_factory):
+    missing = [b for b in ("munged", "slurmctld", "scontrol", "sinfo") if shutil.which(b) is None]
+    if missing:
+        pytest.skip(
+            f"Slurm not installed ({', '.join(missing)} not found): "
+            "apt-get install -y slurmctld slurm-client munge (or run .ci/slurm.sh)"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm controller runs with SlurmUser=root: run the tests as root")
+    directory = tmp_path_factory.mktemp("slurm")
+    directory.chmod(0o700)
+    key = directory / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    socket_path = directory / "munge.socket"
+    subprocess.run(
+        [
+            "munged", "--force", f"--key-file={key}", f"--socket={socket_path}",
+            f"--pid-file={directory / 'munged.pid'}", f"--log-file={directory / 'munged.log'}",
+            f"--seed-file={directory / 'munged.seed'}",
+        ],
+        check=True, capture_output=True, timeout=30,
+    )
+    (directory / "state").mkdir()
+    conf = directory / "slurm.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                "ClusterName=foreshock-test",
+                "SlurmctldHost=localhost",
+                f"SlurmctldPort={_free_port()}",
+                "SlurmUser=root",
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={socket_path}",
+                f"StateSaveLocation={directory / 'state'}",
+                f"SlurmctldPidFile={directory / 'slurmctld.pid'}",
+                f"SlurmctldLogFile={directory / 'slurmctld.log'}",
+                f"SlurmdSpoolDir={directory / 'slurmd'}",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "MpiDefault=none",
+                "MailProg=/bin/true",
+                "SlurmdTimeout=0",  # no slurmd here: never mark the fake nodes down
+                "ReturnToService=0",
+                "NodeName=gpu-node[001-008] NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN",
+                "PartitionName=gpu Nodes=gpu-node[001-008] Default=YES State=UP",
+                "",
+            ]
+        )
+    )
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    controller = SlurmController(directory=directory, conf=conf, env=env)
+    try:
+        subprocess.run(["slurmctld", "-c", "-f", str(conf)], env=env, check=True, capture_output=True, timeout=30)
+        deadline = time.monotonic() + 30
+        while controller.run("scontrol", "ping", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                log = (directory / "slurmctld.log").read_text() if (directory / "slurmctld.log").exists() else ""
+                pytest.fail(f"slurmctld did not answer within 30 s; log tail:\n{log[-2000:]}")
+            time.sleep(0.2)
+        yield controller
+    finally:
+        _stop(directory / "slurmctld.pid")
+        _stop(directory / "munged.pid")
+
+
+@pytest.fixture
+def t0() -> datetime:
+    return T0
+
+
+@pytest.fixture
+def hour() -> timedelta:
+    return timedelta(hours=1)
