@@ -1,0 +1,294 @@
+"""Bucket rollups: raw samples and events reduced to one row per unit, life and snapshot bucket.
+
+Every snapshot ``T`` (a multiple of ``snapshot_every``) owns the bucket ``(T - every, T]``.
+A window ``w`` at ``T`` is the union of the ``w / every`` buckets ending at ``T``, so window
+features are exact sums (or maxima) of bucket rollups, and a snapshot only ever sees rows
+with ``ts <= T``: point-in-time correct by construction.
+
+Raw partitions are rolled up one file at a time (a date x shard), so memory is bounded by
+one partition whatever the fleet size, and the heavy pass over raw rows happens once.
+
+Counter increases follow Prometheus ``increase()``: a sample lower than its predecessor
+means the counter was reset (driver reload, reboot) and the new value is the increase since
+the reset.  Each step is booked at the later sample's time, so the step across a bucket
+boundary lands in the bucket of the later sample.  A step is only taken when the
+predecessor is at most ``max_gap`` old (the longest feature window): across a longer silence
+the counter has almost surely been reset and what happened in between is unknown.  That rule
+also makes results independent of where a computation starts reading, which is what makes
+incremental runs equal full runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import polars as pl
+
+from foreshock.catalog import Catalog
+from foreshock.contract import UTC_TS
+
+UNIT_LIFE_BUCKET = ["unit_id", "life", "bucket"]
+
+# Per (unit, life, metric, bucket) piece of one raw file.
+PIECE_SCHEMA: dict[str, pl.DataType] = {
+    "unit_id": pl.String(),
+    "life": pl.Int32(),
+    "metric": pl.String(),
+    "bucket": UTC_TS,
+    "n": pl.Int64(),
+    "sum": pl.Float64(),
+    "sumsq": pl.Float64(),
+    "max": pl.Float64(),
+    "first_ts": UTC_TS,
+    "first_v": pl.Float64(),
+    "last_ts": UTC_TS,
+    "last_v": pl.Float64(),
+    "inc": pl.Float64(),
+    "first_inc_ts": UTC_TS,
+    "last_inc_ts": UTC_TS,
+    "head": pl.Boolean(),
+}
+SCRAPE_SCHEMA: dict[str, pl.DataType] = {
+    "unit_id": pl.String(),
+    "life": pl.Int32(),
+    "bucket": UTC_TS,
+    "n_ts": pl.Int64(),
+    "last_ts": UTC_TS,
+}
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "unit_id": pl.String(),
+    "life": pl.Int32(),
+    "bucket": UTC_TS,
+    "source": pl.String(),
+    "code": pl.Int64(),
+    "count": pl.Int64(),
+}
+
+
+@dataclass
+class Rollup:
+    """Rollups of one or more raw partitions."""
+
+    pieces: pl.DataFrame
+    scrapes: pl.DataFrame
+    events: pl.DataFrame
+
+    @classmethod
+    def empty(cls) -> "Rollup":
+        return cls(
+            pl.DataFrame(schema=PIECE_SCHEMA),
+            pl.DataFrame(schema=SCRAPE_SCHEMA),
+            pl.DataFrame(schema=EVENT_SCHEMA),
+        )
+
+    @classmethod
+    def concat(cls, parts: list["Rollup"]) -> "Rollup":
+        if not parts:
+            return cls.empty()
+        return cls(
+            pl.concat([p.pieces for p in parts]),
+            pl.concat([p.scrapes for p in parts]),
+            pl.concat([p.events for p in parts]),
+        )
+
+
+def bucket_of(ts: pl.Expr, every: timedelta) -> pl.Expr:
+    """The snapshot that owns a timestamp: the first multiple of ``every`` at or after it."""
+    every_us = int(every.total_seconds() * 1_000_000)
+    micros = ts.dt.epoch("us")
+    return (((micros - 1) // every_us + 1) * every_us).cast(UTC_TS)
+
+
+def with_lives(frame: pl.DataFrame, failures: pl.DataFrame, at: str = "ts") -> pl.DataFrame:
+    """Add ``life`` (failures of the unit strictly before ``at``) keeping row order.
+
+    Failures are rare, so each unit's failure times are spread into a few columns and
+    compared in one vectorised pass instead of an as-of join that would need re-sorting.
+    """
+    if failures.height == 0:
+        return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("life"))
+    per_unit = failures.group_by("unit_id").agg(pl.col("failed_at").sort().alias("_fails"))
+    most = int(per_unit.select(pl.col("_fails").list.len().max()).item())
+    spread = per_unit.select(
+        "unit_id", *[pl.col("_fails").list.get(i, null_on_oob=True).alias(f"_f{i}") for i in range(most)]
+    )
+    joined = frame.join(spread, on="unit_id", how="left", maintain_order="left")
+    life = pl.sum_horizontal([(pl.col(at) > pl.col(f"_f{i}")).fill_null(False).cast(pl.Int32) for i in range(most)])
+    return joined.with_columns(life.cast(pl.Int32).alias("life")).drop([f"_f{i}" for i in range(most)])
+
+
+def _counter_step(value: pl.Expr, previous: pl.Expr) -> pl.Expr:
+    # A drop means the counter restarted from zero: everything it now shows is new.
+    return pl.when(value >= previous).then(value - previous).otherwise(value)
+
+
+def _counter_pieces(samples: pl.DataFrame, metric: str, every: timedelta, max_gap: timedelta) -> pl.DataFrame:
+    same_series = (
+        (pl.col("unit_id") == pl.col("unit_id").shift(1)) & (pl.col("life") == pl.col("life").shift(1))
+    ).fill_null(False)
+    recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
+    stepped = samples.with_columns(
+        pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("value").shift(1))).alias("_delta"),
+        (~same_series).alias("_head"),
+        bucket_of(pl.col("ts"), every).alias("bucket"),
+    )
+    increased = pl.col("_delta") > 0
+    return stepped.group_by(UNIT_LIFE_BUCKET).agg(
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("value").sum().alias("sum"),
+        (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
+        pl.col("value").max().alias("max"),
+        pl.col("ts").min().alias("first_ts"),
+        pl.col("value").get(pl.col("ts").arg_min()).alias("first_v"),
+        pl.col("ts").max().alias("last_ts"),
+        pl.col("value").get(pl.col("ts").arg_max()).alias("last_v"),
+        pl.col("_delta").sum().alias("inc"),
+        pl.col("ts").filter(increased).min().alias("first_inc_ts"),
+        pl.col("ts").filter(increased).max().alias("last_inc_ts"),
+        pl.col("_head").any().alias("head"),
+    ).with_columns(pl.lit(metric).alias("metric"))
+
+
+def _gauge_pieces(samples: pl.DataFrame, every: timedelta) -> pl.DataFrame:
+    return (
+        samples.with_columns(bucket_of(pl.col("ts"), every).alias("bucket"))
+        .group_by([*UNIT_LIFE_BUCKET, "metric"])
+        .agg(
+            pl.len().cast(pl.Int64).alias("n"),
+            pl.col("value").sum().alias("sum"),
+            (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
+            pl.col("value").max().alias("max"),
+            pl.col("ts").max().alias("last_ts"),
+            pl.col("value").get(pl.col("ts").arg_max()).alias("last_v"),
+        )
+    )
+
+
+def _is_sorted_by_unit_and_time(samples: pl.DataFrame) -> bool:
+    check = samples.select(
+        (
+            (pl.col("unit_id") > pl.col("unit_id").shift(1))
+            | ((pl.col("unit_id") == pl.col("unit_id").shift(1)) & (pl.col("ts") >= pl.col("ts").shift(1)))
+        )
+        .fill_null(True)
+        .all()
+    )
+    return bool(check.item())
+
+
+def rollup_samples(
+    samples: pl.DataFrame,
+    failures: pl.DataFrame,
+    catalog: Catalog,
+    every: timedelta,
+    max_gap: timedelta,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Roll one raw samples partition up to bucket pieces and scrape counts.
+
+    Parameters
+    ----------
+    samples : pl.DataFrame
+        Canonical samples of one partition (``unit_id, ts, metric, value``).
+    failures : pl.DataFrame
+        Canonical failures (used to split a unit's samples into lives).
+    catalog : Catalog
+        Which metrics are counters and which gauges; other metrics are ignored.
+    every : timedelta
+        Snapshot spacing (bucket width).
+    max_gap : timedelta
+        Longest gap across which a counter step is taken.
+
+    Returns
+    -------
+    (pieces, scrapes)
+        ``pieces`` per unit, life, metric and bucket (see ``PIECE_SCHEMA``); ``scrapes``
+        per unit, life and bucket: distinct sample times and the last one.
+    """
+    samples = samples.filter(pl.col("metric").is_in(catalog.names()) & pl.col("value").is_not_nan()).drop_nulls(
+        ["unit_id", "ts", "value"]
+    )
+    if samples.height == 0:
+        return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
+    if not _is_sorted_by_unit_and_time(samples):
+        samples = samples.sort("unit_id", "ts", "metric")
+    samples = with_lives(samples, failures)
+    counters = [m.name for m in catalog if m.is_counter]
+    gauges = [m.name for m in catalog if not m.is_counter]
+    parts = [
+        _counter_pieces(samples.filter(pl.col("metric") == name), name, every, max_gap)
+        for name in counters
+    ]
+    parts.append(_gauge_pieces(samples.filter(pl.col("metric").is_in(gauges)), every))
+    pieces = pl.concat(
+        [p.select([pl.col(c).cast(t) if c in p.columns else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]) for p in parts]
+    )
+    scrapes = (
+        samples.with_columns(bucket_of(pl.col("ts"), every).alias("bucket"))
+        .group_by(UNIT_LIFE_BUCKET)
+        .agg(pl.col("ts").n_unique().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
+    )
+    return pieces, scrapes.select(list(SCRAPE_SCHEMA))
+
+
+def rollup_events(events: pl.DataFrame, failures: pl.DataFrame, every: timedelta) -> pl.DataFrame:
+    """Sum event counts per unit, life, bucket, source and code (a missing count is 1)."""
+    if events.height == 0:
+        return pl.DataFrame(schema=EVENT_SCHEMA)
+    events = with_lives(events.drop_nulls(["unit_id", "ts"]), failures)
+    return (
+        events.with_columns(
+            bucket_of(pl.col("ts"), every).alias("bucket"),
+            pl.col("count").fill_null(1).cast(pl.Int64),
+        )
+        .group_by([*UNIT_LIFE_BUCKET, "source", "code"])
+        .agg(pl.col("count").sum())
+        .select(list(EVENT_SCHEMA))
+    )
+
+
+def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
+    """Merge pieces of the same bucket from different files into one row each.
+
+    A counter piece that starts a series in its file (``head``) is missing the step from the
+    last sample of the previous file; it is taken here from the previous piece of the same
+    unit, life and metric, under the same ``max_gap`` rule.
+    """
+    ordered = pieces.sort("unit_id", "life", "metric", "bucket", "first_ts", nulls_last=True)
+    same_series = (
+        (pl.col("unit_id") == pl.col("unit_id").shift(1))
+        & (pl.col("life") == pl.col("life").shift(1))
+        & (pl.col("metric") == pl.col("metric").shift(1))
+    ).fill_null(False)
+    joinable = (
+        pl.col("head")
+        & same_series
+        & pl.col("first_ts").is_not_null()
+        & ((pl.col("first_ts") - pl.col("last_ts").shift(1)) <= max_gap)
+    ).fill_null(False)
+    bridged = ordered.with_columns(
+        pl.when(joinable).then(_counter_step(pl.col("first_v"), pl.col("last_v").shift(1))).alias("_bridge")
+    )
+    stepped_up = (pl.col("_bridge") > 0).fill_null(False)
+    bridged = bridged.with_columns(
+        pl.when(pl.col("first_ts").is_not_null()).then(pl.col("inc").fill_null(0.0) + pl.col("_bridge").fill_null(0.0)).alias("inc"),
+        # The bridged step is booked at the piece's first sample, its earliest time.
+        pl.when(stepped_up).then(pl.col("first_ts")).otherwise(pl.col("first_inc_ts")).alias("first_inc_ts"),
+        pl.when(stepped_up & pl.col("last_inc_ts").is_null()).then(pl.col("first_ts")).otherwise(pl.col("last_inc_ts")).alias("last_inc_ts"),
+    )
+    return bridged.group_by(["unit_id", "life", "metric", "bucket"]).agg(
+        pl.col("n").sum(),
+        pl.col("sum").sum(),
+        pl.col("sumsq").sum(),
+        pl.col("max").max(),
+        pl.col("last_v").get(pl.col("last_ts").arg_max()).alias("last_v"),
+        pl.col("last_ts").max(),
+        pl.col("inc").sum(),
+        pl.col("first_inc_ts").min(),
+        pl.col("last_inc_ts").max(),
+    )
+
+
+def combine_scrapes(scrapes: pl.DataFrame) -> pl.DataFrame:
+    """Merge scrape counts of the same bucket from different files."""
+    return scrapes.group_by(UNIT_LIFE_BUCKET).agg(pl.col("n_ts").sum(), pl.col("last_ts").max())

@@ -1,0 +1,98 @@
+"""What to compute, read once from the configuration: snapshot spacing, windows, catalog."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from foreshock.catalog import Catalog, Metric
+from foreshock.config import Config
+from foreshock.durations import format_duration, parse_duration
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """The feature set a configuration asks for.
+
+    Attributes
+    ----------
+    every : timedelta
+        Snapshot spacing (``[features] snapshot_every``).
+    windows : tuple of timedelta
+        Trailing windows, shortest first; each a multiple of ``every``.
+    baseline : timedelta
+        A unit's own thermal baseline (``[features] baseline_window``).
+    expected_every : timedelta
+        Sample spacing a healthy exporter delivers (``[features] expected_sample_every``).
+    catalog : Catalog
+        The metric catalog: which metrics exist, their kind and family.
+    """
+
+    every: timedelta
+    windows: tuple[timedelta, ...]
+    baseline: timedelta
+    expected_every: timedelta
+    catalog: Catalog
+
+    @property
+    def longest(self) -> timedelta:
+        return self.windows[-1]
+
+    @property
+    def lookback(self) -> timedelta:
+        """Raw data a snapshot may depend on: a window of data plus, before it, the longest
+        gap a counter step may bridge; or the thermal baseline if that is longer."""
+        return max(2 * self.longest, self.baseline)
+
+    def buckets(self, span: timedelta) -> int:
+        return int(span / self.every)
+
+    def name(self, span: timedelta) -> str:
+        return format_duration(span)
+
+    @property
+    def accel_pairs(self) -> list[tuple[timedelta, timedelta]]:
+        """(short, long): every shorter window against the longest."""
+        return [(w, self.longest) for w in self.windows[:-1]]
+
+    @property
+    def drift_windows(self) -> list[timedelta]:
+        """Windows short enough to compare with the baseline (a window as long as the
+        baseline would be compared with itself)."""
+        return [w for w in self.windows if w < self.baseline]
+
+    def counters(self) -> list[Metric]:
+        return [m for m in self.catalog if m.is_counter]
+
+    def gauges(self) -> list[Metric]:
+        return [m for m in self.catalog if not m.is_counter]
+
+    def thermal_levels(self) -> list[Metric]:
+        """Thermal gauges that measure a temperature (not a 0/1 throttle flag)."""
+        return [m for m in self.gauges() if m.family == "thermal" and m.unit != "bool"]
+
+    def power_levels(self) -> list[Metric]:
+        return [m for m in self.gauges() if m.family == "power" and m.unit != "bool"]
+
+
+def feature_spec(config: Config) -> FeatureSpec:
+    """Build the :class:`FeatureSpec` of a configuration, checking it is computable.
+
+    Raises
+    ------
+    ValueError
+        When a window or the baseline is not a whole multiple of ``snapshot_every`` (window
+        features are sums of whole snapshot buckets).
+    """
+    section = config.section("features")
+    every = config.snapshot_every
+    windows = tuple(sorted(set(config.windows)))
+    baseline = parse_duration(section["baseline_window"])
+    expected = parse_duration(section["expected_sample_every"])
+    for key, span in [("windows", w) for w in windows] + [("baseline_window", baseline)]:
+        if span < every or span % every:
+            raise ValueError(
+                f"{config.source}: [features] {key}: {format_duration(span)} is not a whole multiple "
+                f"of snapshot_every = {format_duration(every)}"
+            )
+    return FeatureSpec(every=every, windows=windows, baseline=baseline, expected_every=expected, catalog=config.catalog)
