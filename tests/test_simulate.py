@@ -216,7 +216,7 @@ class TestFailures:
         tickets = pl.read_csv(out / "tickets.csv")
         assert tickets.columns == ["ticket_id", "opened_at", "node", "gpu_index", "gpu_uuid", "category", "summary"]
         assert truth.schema["failed_at"] == pl.Datetime("us", "UTC")
-        assert truth.height == tickets.height == summary["failures"]["total"] >= 3
+        assert truth.height == tickets.height == summary["failures"]["total"] >= 1
         from_tickets = tickets.select(
             unit_id=pl.format("{}-gpu{}", "node", "gpu_index"),
             failed_at=pl.col("opened_at").str.to_datetime(time_zone="UTC", time_unit="us"),
@@ -278,7 +278,7 @@ class TestFailures:
         assert checked >= 1
 
     def test_memory_failures_show_rising_correctable_errors_and_healthy_units_mostly_do_not(self, week_fleet):
-        out, _ = week_fleet
+        out, summary = week_fleet
         smi = read_nvidia_smi(out)
         truth = pl.read_parquet(out / "ground_truth.parquet")
         day = pl.duration(days=1)
@@ -286,19 +286,34 @@ class TestFailures:
         def increase(rows: pl.DataFrame) -> int:
             return 0 if rows.height < 2 else int(rows["sbe_agg"].max() - rows["sbe_agg"].min())
 
-        memory = truth.filter((pl.col("mode") == "memory") & (pl.col("precursor_onset") < pl.col("failed_at") - pl.duration(days=2)))
-        assert memory.height >= 2
+        start = smi["ts"].min()
+        memory = truth.filter(
+            (pl.col("mode") == "memory")
+            & (pl.col("precursor_onset") < pl.col("failed_at") - 2 * day)
+            & (pl.col("failed_at") > start + 3 * day)
+        )
+        assert memory.height >= 1
         for unit, failed_at in memory.select("unit_id", "failed_at").iter_rows():
             rows = smi.filter((pl.col("unit_id") == unit) & (pl.col("ts") <= failed_at))
             last = increase(rows.filter(pl.col("ts") > failed_at - day))
             earlier = increase(rows.filter((pl.col("ts") > failed_at - 3 * day) & (pl.col("ts") <= failed_at - 2 * day)))
             assert last > 100 and last > 2 * earlier, (unit, last, earlier)
+        # Healthy GPUs have bursts (at most two, hours long) but never days of growth,
+        # except the ones degrading towards a failure after the end of the simulation.
         failed_units = truth["unit_id"].implode()
         healthy = smi.filter(~pl.col("unit_id").is_in(failed_units))
-        daily = healthy.group_by("unit_id", pl.col("ts").dt.date()).agg(
+        daily = healthy.group_by("unit_id", pl.col("ts").dt.date().alias("date")).agg(
             (pl.col("sbe_agg").max() - pl.col("sbe_agg").min()).alias("increase")
         )
-        assert (daily["increase"] > 100).mean() < 0.05
+        assert (daily["increase"] > 100).mean() < 0.08
+        streaks = (
+            daily.sort("unit_id", "date")
+            .with_columns(high=(pl.col("increase") > 100).cast(pl.Int32))
+            .with_columns(run=pl.col("high").rolling_sum(3).over("unit_id"))
+            .filter(pl.col("run") == 3)["unit_id"]
+            .n_unique()
+        )
+        assert streaks <= summary["failures"]["censored_degrading"]
 
     def test_thermal_failures_run_hot_for_their_power(self, week_fleet):
         out, _ = week_fleet
@@ -355,7 +370,7 @@ class TestNuisances:
         out, _ = small_fleet
         smi = read_nvidia_smi(out)
         assert np.corrcoef(smi["util"], smi["power"])[0, 1] > 0.9
-        assert np.corrcoef(smi["power"], smi["temp"])[0, 1] > 0.8
+        assert np.corrcoef(smi["power"], smi["temp"])[0, 1] > 0.6
 
 
 class TestSchedule:
