@@ -1,0 +1,77 @@
+"""The generated Slurm script against a real local controller (slurmctld + munged)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import datetime, timezone
+
+import pytest
+from conftest import SLURM_NODES, score_rows, write_scores
+
+from foreshock.drain.outbox import publish
+
+pytestmark = pytest.mark.slurm
+
+NHC_REASON = "NHC: check_hw_ib failed"
+
+
+def test_apply_drains_exactly_the_recommended_nodes(slurm_controller, drain_config):
+    slurm = slurm_controller
+    slurm.run("scontrol", "update", "NodeName=gpu-node003", "State=DRAIN", f"Reason={NHC_REASON}")
+    risks = {f"{node}-gpu0": 0.01 for node in SLURM_NODES}
+    risks |= {
+        "gpu-node002-gpu0": (1.0, 1.0),  # drain_now
+        "gpu-node002-gpu5": (1.0, 1.0),  # same node: one drain, both units in the reason
+        "gpu-node003-gpu1": (1.0, 1.0),  # drain_now, but another tool already drained it
+        "gpu-node005-gpu2": (1.0, 1.0),  # drain_now
+        "gpu-node006-gpu0": (0.3, 0.8),  # drain_at_checkpoint
+    }
+    write_scores(drain_config.data_dir, score_rows(risks))
+    config = drain_config.with_overrides({"policy": {"max_drained_share_cluster": 1.0}})
+    result = publish(config, generated_at=datetime.now(timezone.utc))
+    script = str(result.files["slurm_drain.sh"])
+    before = slurm.node_reasons()
+
+    dry = slurm.run("bash", script)
+    assert "would run: scontrol update NodeName=gpu-node002 State=DRAIN" in dry.stdout
+    assert slurm.node_reasons() == before  # a dry run changes nothing
+
+    applied = slurm.run("bash", script, "--apply")
+    assert f"left alone: gpu-node003 (state UNKNOWN+DRAIN, reason set by another tool: {NHC_REASON}" in applied.stdout
+    after = slurm.node_reasons()
+    drained = {node for node, (state, reason) in after.items() if reason}
+    assert drained == {"gpu-node002", "gpu-node003", "gpu-node005"}
+    assert after["gpu-node003"][1] == NHC_REASON
+    for node in ("gpu-node002", "gpu-node005"):
+        state, reason = after[node]
+        assert "drain" in state and reason.startswith("foreshock: drain_now")
+    assert "gpu0 p=1.00/72h" in after["gpu-node002"][1] and "gpu5 p=1.00/72h" in after["gpu-node002"][1]
+    assert after["gpu-node006"][1] is None  # waits for the checkpoint
+
+    again = slurm.run("bash", script, "--apply", "--at-checkpoint")
+    assert "already drained by foreshock: gpu-node002" in again.stdout
+    final = slurm.node_reasons()
+    assert final["gpu-node006"][1].startswith("foreshock: drain_at_checkpoint")
+    assert final["gpu-node003"][1] == NHC_REASON
+    assert final["gpu-node002"] == after["gpu-node002"]
+    assert {n for n, (_, r) in final.items() if r} == {"gpu-node002", "gpu-node003", "gpu-node005", "gpu-node006"}
+
+
+def test_publish_reads_live_node_states_and_leaves_foreign_drains_alone(slurm_controller, drain_config):
+    """``foreshock publish --sinfo`` path: the policy itself skips nodes another tool holds."""
+    from foreshock.drain.slurm import read_sinfo
+
+    slurm = slurm_controller
+    slurm.run("scontrol", "update", "NodeName=gpu-node007", "State=DRAIN", "Reason=NHC: GPU fell off the bus")
+    out = subprocess.run(
+        ["sinfo", "--noheader", "--Node", "--format=%N|%T|%E"],
+        env={**os.environ, **slurm.env}, capture_output=True, text=True, check=True,
+    ).stdout
+    states = read_sinfo(out)
+    write_scores(drain_config.data_dir, score_rows({"gpu-node007-gpu0": (1.0, 1.0), "gpu-node008-gpu0": 0.01}))
+    result = publish(drain_config, node_states=states)
+    row = result.risk_list.filter(result.risk_list["unit_id"] == "gpu-node007-gpu0").row(0, named=True)
+    assert row["action"] == "none"
+    assert "NHC: GPU fell off the bus" in row["reason"]
+    assert "gpu-node007" not in result.files["slurm_drain.sh"].read_text()
