@@ -160,3 +160,23 @@ def config(tmp_path):
 @pytest.fixture
 def landing(tmp_path) -> Landing:
     return write_landing(tmp_path / "raw")
+
+
+def lake_snapshot(lake_dir: Path) -> dict[str, "object"]:
+    """Every canonical table, sorted, plus the partition file names: equal lakes compare equal."""
+    from foreshock.contract import KEYS, TABLES
+    from foreshock.lake import read_table
+
+    snapshot = {}
+    for table in TABLES:
+        frame = read_table(lake_dir, table)
+        snapshot[table] = frame.sort(list(KEYS[table]))
+    snapshot["partitions"] = sorted(str(p.relative_to(lake_dir)) for p in Path(lake_dir).rglob("part.parquet"))
+    return snapshot
+
+
+def assert_same_lake(left: Path, right: Path) -> None:
+    a, b = lake_snapshot(left), lake_snapshot(right)
+    assert a["partitions"] == b["partitions"]
+    for table in ("inventory", "samples", "events", "failures"):
+        assert a[table].equals(b[table]), f"{table} differs"

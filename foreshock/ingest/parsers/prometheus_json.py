@@ -28,10 +28,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UnreadableFile(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(doc, dict) or "data" not in doc:
-        raise UnreadableFile("not a Prometheus API response (no 'data' object)")
+    if not isinstance(doc, dict) or "status" not in doc:
+        raise UnreadableFile("not a Prometheus API response (no 'status')")
     if doc.get("status") != "success":
         raise UnreadableFile(f"Prometheus query failed: {doc.get('errorType', '?')}: {doc.get('error', '?')}")
+    if "data" not in doc:
+        raise UnreadableFile("not a Prometheus API response (no 'data' object)")
     data = doc["data"]
     kind = data.get("resultType") if isinstance(data, dict) else None
     if kind not in ("matrix", "vector"):
