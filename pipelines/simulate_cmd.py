@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from foreshock.config import Config
 from foreshock.durations import parse_duration
 from foreshock.simulate import simulate_fleet
+from foreshock.simulate.params import DEFAULT_START
 
 
 def _format_summary(summary: dict, out: Path) -> str:
@@ -29,13 +31,22 @@ def _format_summary(summary: dict, out: Path) -> str:
     )
 
 
+def _parse_start(text: str) -> datetime:
+    try:
+        start = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--start {text!r}: not an ISO 8601 date or time (e.g. 2026-11-01)") from None
+    return start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     out = Path(args.out) if args.out else config.raw_dir / "sim"
     try:
         parse_duration(args.sample_every)
+        start = _parse_start(args.start)
         summary = simulate_fleet(
             out, units=args.units, days=args.days, seed=args.seed, sample_every=args.sample_every,
-            sudden_share=args.sudden_share,
+            sudden_share=args.sudden_share, start=start,
         )
     except ValueError as exc:
         print(f"foreshock simulate: {exc}", file=sys.stderr)
@@ -56,6 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--out", help="output directory (default <data-dir>/raw/sim)")
     parser.add_argument("--sample-every", default="10m", help="nvidia-smi sample interval (default 10m)")
+    parser.add_argument("--start", default=DEFAULT_START.strftime("%Y-%m-%d"),
+                        help="first day simulated, UTC (default %(default)s)")
     parser.add_argument("--sudden-share", type=float, default=1 / 3,
                         help="share of failures without precursor (default 1/3)")
     parser.set_defaults(func=run)

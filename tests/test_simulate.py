@@ -412,18 +412,19 @@ class TestSchedule:
 
 class TestCommandLine:
     def test_simulate_writes_under_the_data_dir_and_prints_a_summary(self, tmp_path, capsys):
-        rc = cli_main(["--data-dir", str(tmp_path), "simulate", "--units", "16", "--days", "1", "--seed", "4"])
+        rc = cli_main(["--data-dir", str(tmp_path), "simulate", "--units", "16", "--days", "1", "--seed", "4",
+                       "--start", "2026-10-01"])
         assert rc == 0
         printed = capsys.readouterr().out
         assert "simulated 16 GPUs on 2 nodes" in printed and "failures:" in printed and "took" in printed
         sim = tmp_path / "raw" / "sim"
         assert json.loads((sim / "simulation.json").read_text())["parameters"]["seed"] == 4
-        assert len(list(sim.glob("nvidia-smi/*/*.csv"))) == 2
+        assert sorted(p.name for p in sim.glob("nvidia-smi/*/*.csv")) == ["2026-10-01.csv"] * 2
 
     @pytest.mark.parametrize(
         "argv, message",
         [(["--units", "0"], "units must be at least 1"), (["--sample-every", "7m"], "must divide a day"),
-         (["--sample-every", "soon"], "invalid duration")],
+         (["--sample-every", "soon"], "invalid duration"), (["--start", "yesterday"], "not an ISO 8601")],
     )
     def test_bad_arguments_are_rejected_clearly(self, tmp_path, capsys, argv, message):
         rc = cli_main(["--data-dir", str(tmp_path), "simulate", "--out", str(tmp_path / "x"), *argv])

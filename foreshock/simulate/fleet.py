@@ -98,6 +98,7 @@ class Life:
     sbe_bursts: list[tuple[float, float, float]] = field(default_factory=list)  # start, hours, rate
     prior_sbe: int = 0  # aggregate SBE count accumulated before the simulation
     nvlink_crc_per_h: float = 0.0
+    pcie_replay_per_h: float = 0.0
     temp_offset_c: float = 0.0
     power_efficiency: float = 1.0
     # Degradation parameters (used only for the matching mode).
@@ -106,6 +107,7 @@ class Life:
     drift_c: float = 0.0
     power_noise_frac: float = 0.0
     power_spike_prob: float = 0.0
+    pcie_replay_peak_per_h: float = 0.0
 
     @property
     def has_precursor(self) -> bool:
@@ -199,6 +201,8 @@ def _healthy_traits(life: Life, rng: np.random.Generator, params: SimulationPara
     life.base_sbe_per_h = float(10 ** rng.uniform(-3.5, -1.3))
     life.prior_sbe = int(rng.poisson(life.base_sbe_per_h * 24 * 200)) if first else 0
     life.nvlink_crc_per_h = float(2.0 if rng.random() < 0.05 else 0.01)
+    # A few healthy GPUs sit on a marginal PCIe link and replay all the time.
+    life.pcie_replay_per_h = float(rng.uniform(1, 5) if rng.random() < 0.03 else 0.02)
     life.temp_offset_c = float(rng.normal(0.0, 1.8))
     life.power_efficiency = float(rng.uniform(0.93, 1.04))
     if rng.random() < params.benign_burst_share:
@@ -246,6 +250,8 @@ def schedule_lives(fleet: Fleet, params: SimulationParams) -> list[Life]:
                 lead = rng.uniform(6, 48) * HOUR_S
                 life.power_noise_frac = float(rng.uniform(0.08, 0.18))
                 life.power_spike_prob = float(rng.uniform(0.05, 0.15))
+                # Only some power-delivery faults show up on the PCIe link first.
+                life.pcie_replay_peak_per_h = float(rng.uniform(20, 60) if rng.random() < 0.6 else 0.0)
                 life.failure_xid = 79
             else:
                 lead = None

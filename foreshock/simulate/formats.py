@@ -320,7 +320,10 @@ def write_kernel_log(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: lis
         entries.append((boot + 4.118, f"{host} kernel: [{4.118:12.6f}] nvidia: module license 'NVIDIA' taints kernel."))
         entries.append((boot + 4.532, f"{host} kernel: [{4.532:12.6f}] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024"))
     n_noise = rng.poisson(1.5 * 24 * params.days)
+    outages = [(a, b) for a, b, why in tel.down if why != "scrape gap"]  # nothing logs while down
     for when in np.sort(rng.uniform(params.start_s, params.end_s, n_noise)):
+        if any(a <= when < b for a, b in outages):
+            continue
         template = _NOISE[int(rng.integers(len(_NOISE)))]
         bus = buses[int(tel.slots[int(rng.integers(len(tel.slots)))])].split(":")[1]
         entries.append((float(when), template.format(host=host, n=int(rng.integers(1, 99999)), pid=int(rng.integers(1000, 4_000_000)), up=uptime(when), bus=bus)))

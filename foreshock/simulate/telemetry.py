@@ -201,7 +201,7 @@ def simulate_node(
     pending = _cum_since(np.maximum(remap_inc, 0), reset) > 0
 
     # Link and violation counters (all volatile: reset when the driver reloads).
-    pcie_rate = 0.02 + act_pow * 40.0 * p_pow**2
+    pcie_rate = per_life([x.pcie_replay_per_h for x in local]) + act_pow * per_life([x.pcie_replay_peak_per_h for x in local]) * p_pow**2
     pcie_inc = rng.poisson(pcie_rate * step_h) * alive
     crc_inc = rng.poisson(per_life([x.nvlink_crc_per_h for x in local]) * step_h) * alive
     step_us = step * 1_000_000
