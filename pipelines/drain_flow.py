@@ -100,6 +100,12 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
     from foreshock.drain.outbox import format_top
     from foreshock.drain.risk_list import read_risk_list
 
+    from foreshock.drain.outbox import default_scores_path
+
+    scores_path = Path(args.scores) if args.scores else default_scores_path(config.data_dir)
+    if not scores_path.is_file():
+        print(f"foreshock publish: no scores to publish: {scores_path} (run foreshock score)", file=sys.stderr)
+        return 1
     node_states_path = Path(args.node_states) if args.node_states else None
     try:
         if args.sinfo:  # snapshot the live state into a file the flow can take as a path
@@ -109,7 +115,7 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
             node_states_path.write_text(
                 "\n".join(f"{r['node']}|{r['state']}|{r['reason'] or 'none'}" for r in states.to_dicts()) + "\n"
             )
-        directory = publish_flow(config, Path(args.scores) if args.scores else None, node_states_path)
+        directory = publish_flow(config, scores_path, node_states_path)
     except (FileNotFoundError, ValueError, subprocess.CalledProcessError) as exc:
         print(f"foreshock publish: {exc}", file=sys.stderr)
         return 1
