@@ -245,7 +245,7 @@ def schedule_lives(fleet: Fleet, params: SimulationParams) -> list[Life]:
                 life.failure_xid = 48
             elif mode == "thermal":
                 lead = rng.uniform(3, 10) * DAY_S
-                life.drift_c = float(rng.uniform(16, 28))
+                life.drift_c = float(rng.uniform(20, 32))
             elif mode == "power":
                 lead = rng.uniform(6, 48) * HOUR_S
                 life.power_noise_frac = float(rng.uniform(0.08, 0.18))

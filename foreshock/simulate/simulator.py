@@ -43,7 +43,7 @@ def simulate_fleet(
       ~0.3/h to tens or hundreds per hour over 3-10 days; rows are remapped (pages
       retired on pre-Ampere GPUs) with XID 63 (sometimes 64); the failure is a
       double-bit error (uncorrected ECC counters +1, XID 48).
-    - ``thermal``: GPU and memory temperature drift up by 16-28 °C over 3-10 days
+    - ``thermal``: GPU and memory temperature drift up by 20-32 °C over 3-10 days
       beyond what the power draw explains; ``hw_thermal_slowdown`` goes Active and
       the thermal violation time grows; then the GPU fails.
     - ``power``: power variance, spikes and dips and PCIe replays for 6-48 hours, then

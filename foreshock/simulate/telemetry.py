@@ -18,7 +18,7 @@ from foreshock.simulate.params import SimulationParams
 # Increments of counters are the errors in (t[k-1], t[k]]; an SBE rate of 0.3 per hour
 # is where a degrading HBM stack starts, growing exponentially to its peak at failure.
 SBE_ONSET_PER_H = 0.3
-AMBIENT_C = 24.0
+AMBIENT_C = 26.0
 APP_XID_PER_DAY = 0.05  # application-caused XIDs (13, 31, 45): noise, not hardware
 
 
