@@ -321,7 +321,8 @@ def _with_precursor_flags(failures: pl.DataFrame, ground_truth: pl.DataFrame | N
     # Tickets are filed a little after the failure the simulator recorded: nearest within 1 day.
     return (
         failures.sort("failed_at")
-        .join_asof(truth, left_on="failed_at", right_on="_truth_at", by="unit_id", strategy="nearest", tolerance=timedelta(days=1))
+        .join_asof(truth, left_on="failed_at", right_on="_truth_at", by="unit_id", strategy="nearest",
+                   tolerance=timedelta(days=1), check_sortedness=False)
         .drop("_truth_at")
     )
 
@@ -330,12 +331,21 @@ def _with_precursor_flags(failures: pl.DataFrame, ground_truth: pl.DataFrame | N
 
 
 def pr_auc(risk: np.ndarray, outcome: np.ndarray) -> float | None:
-    """Average precision of snapshot risks against snapshot outcomes (None if no positive)."""
-    from sklearn.metrics import average_precision_score
+    """Average precision of snapshot risks against snapshot outcomes (None if no positive).
 
+    ``sum_n (R_n - R_{n-1}) P_n`` over the distinct risk values from the highest down
+    (the step-wise area under the precision-recall curve, as scikit-learn computes it).
+    """
+    outcome = np.asarray(outcome, dtype=np.float64)
     if outcome.size == 0 or outcome.max() == outcome.min():
         return None
-    return float(average_precision_score(outcome, risk))
+    order = np.argsort(-np.asarray(risk, dtype=np.float64), kind="stable")
+    r, y = np.asarray(risk)[order], outcome[order]
+    last_of_value = np.r_[np.flatnonzero(np.diff(r)), r.size - 1]  # ties move together
+    tp = np.cumsum(y)[last_of_value]
+    precision = tp / (last_of_value + 1)
+    recall = tp / y.sum()
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
 def calibration_error(risk: np.ndarray, outcome: np.ndarray, bins: int = CALIBRATION_BINS) -> float | None:
@@ -464,6 +474,7 @@ def lead_time_report(
             by="unit_id",
             strategy="forward",
             allow_exact_matches=False,
+            check_sortedness=False,
         )
     )
     delay = (pl.col("failed_at") - pl.col("alert_start")).dt.total_microseconds()

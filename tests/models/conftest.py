@@ -74,27 +74,22 @@ def synthetic_fleet(
         sbe_6h = _rolling_sum(counts, 6)
         dbe_1d = _rolling_sum(dbe, 24)
         noise = rng.normal(0, 1, hours)
-        for h in times:
-            if fail_h is not None and h >= fail_h:
-                break
-            rows.append(
-                {
-                    "unit_id": unit_id,
-                    "ts": T0 + timedelta(hours=int(h)),
-                    "node": f"gpu-node{u // 8:03d}",
-                    "rack": f"rack{u // 32}",
-                    "model": "H100",
-                    "lot": f"lot{u % 3}",
-                    "life": 0,
-                    "life_start": T0,
-                    "ecc_sbe_volatile_total_increase_1d": sbe_1d[h],
-                    "ecc_sbe_volatile_total_increase_6h": sbe_6h[h],
-                    "ecc_sbe_volatile_total_accel_6h_1d": (sbe_6h[h] / 6 + 0.01) / (sbe_1d[h] / 24 + 0.01),
-                    "ecc_dbe_volatile_total_increase_1d": dbe_1d[h],
-                    "gpu_temp_c_mean_1h": temp[h],
-                    "noise_level": noise[h],
-                }
-            )
+        alive = times[times < fail_h] if fail_h is not None else times
+        rows.append(
+            {
+                "unit_id": np.full(alive.size, unit_id, dtype=object),
+                "hour": alive,
+                "node": np.full(alive.size, f"gpu-node{u // 8:03d}", dtype=object),
+                "rack": np.full(alive.size, f"rack{u // 32}", dtype=object),
+                "lot": np.full(alive.size, f"lot{u % 3}", dtype=object),
+                "ecc_sbe_volatile_total_increase_1d": sbe_1d[alive],
+                "ecc_sbe_volatile_total_increase_6h": sbe_6h[alive],
+                "ecc_sbe_volatile_total_accel_6h_1d": (sbe_6h[alive] / 6 + 0.01) / (sbe_1d[alive] / 24 + 0.01),
+                "ecc_dbe_volatile_total_increase_1d": dbe_1d[alive],
+                "gpu_temp_c_mean_1h": temp[alive],
+                "noise_level": noise[alive],
+            }
+        )
         if fail_h is not None and fail_h < hours:
             failed_at = T0 + timedelta(hours=float(fail_h))
             failures.append({"unit_id": unit_id, "failed_at": failed_at, "mode": mode})
@@ -106,8 +101,18 @@ def synthetic_fleet(
                     "precursor_onset": None if onset_at is None else T0 + timedelta(hours=float(onset_at)),
                 }
             )
-    features = pl.DataFrame(rows).with_columns(
-        pl.col("ts").cast(UTC_TS), pl.col("life_start").cast(UTC_TS), pl.col("life").cast(pl.Int32)
+    columns = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+    hour = columns.pop("hour")
+    features = pl.DataFrame(columns).select(
+        "unit_id",
+        (pl.lit(T0).cast(UTC_TS) + pl.duration(hours=pl.Series(hour))).alias("ts"),
+        "node",
+        "rack",
+        pl.lit("H100").alias("model"),
+        "lot",
+        pl.lit(0, dtype=pl.Int32).alias("life"),
+        pl.lit(T0).cast(UTC_TS).alias("life_start"),
+        pl.exclude("unit_id", "node", "rack", "lot"),
     )
     failures_df = pl.DataFrame(
         failures, schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String}

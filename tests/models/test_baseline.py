@@ -1,0 +1,76 @@
+"""Threshold rules: configurable, severity-ranked, fire where operators expect."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+import polars as pl
+
+from foreshock.config import load_config
+from foreshock.contract import UTC_TS
+from models.baseline import ThresholdBaseline
+from tests.models.conftest import synthetic_fleet
+
+
+def snapshot(**features) -> pl.DataFrame:
+    row = {"unit_id": "gpu-node001-gpu0", "ts": datetime(2026, 1, 5, tzinfo=timezone.utc), **features}
+    return pl.DataFrame([row]).with_columns(pl.col("ts").cast(UTC_TS))
+
+
+GPU_COLUMNS = {
+    "ecc_sbe_volatile_total_increase_1d": 0.0,
+    "ecc_sbe_volatile_total_increase_1h": 0.0,
+    "ecc_dbe_volatile_total_increase_1d": 0.0,
+    "retired_pages_sbe_last": 0.0,
+    "retired_pages_dbe_last": 0.0,
+    "remapped_rows_correctable_last": 0.0,
+    "remapped_rows_pending_max_1d": 0.0,
+    "xid_79_count_1d": 0.0,
+    "xid_13_count_1d": 0.0,
+}
+
+
+class TestThresholdBaseline:
+    def fitted(self, rng, rules=None):
+        fleet = synthetic_fleet(rng, units=40, days=12)
+        frame = fleet.features.with_columns(
+            [pl.lit(0.0).alias(c) for c in GPU_COLUMNS if c not in fleet.features.columns]
+        )
+        return ThresholdBaseline(horizons=["24h"], rules=rules or {}).fit(frame, fleet.failures)
+
+    def test_each_rule_fires_past_its_threshold(self, rng):
+        model = self.fitted(rng)
+        quiet = snapshot(**GPU_COLUMNS)
+        assert not model.fires(quiet)[0]
+        for column, value in [
+            ("ecc_dbe_volatile_total_increase_1d", 1.0),  # any DBE
+            ("retired_pages_dbe_last", 3.0),  # retired pages over 2
+            ("remapped_rows_correctable_last", 3.0),  # remapped rows over 2
+            ("remapped_rows_pending_max_1d", 1.0),  # remap pending
+            ("ecc_sbe_volatile_total_increase_1d", 51.0),  # SBE over 50 a day
+            ("xid_79_count_1d", 1.0),  # a listed XID
+        ]:
+            assert model.fires(snapshot(**{**GPU_COLUMNS, column: value}))[0], column
+        assert not model.fires(snapshot(**{**GPU_COLUMNS, "retired_pages_dbe_last": 2.0}))[0]
+        assert not model.fires(snapshot(**{**GPU_COLUMNS, "xid_13_count_1d": 5.0}))[0]  # application XID
+
+    def test_thresholds_come_from_config(self, rng):
+        config = load_config().with_overrides({"baseline": {"sbe_increase_per_day": 500}})
+        model = ThresholdBaseline.from_config(config)
+        fleet = synthetic_fleet(rng, units=40, days=12)
+        model.fit(fleet.features, fleet.failures)
+        sbe_100 = snapshot(**{**GPU_COLUMNS, "ecc_sbe_volatile_total_increase_1d": 100.0})
+        assert not model.fires(sbe_100)[0]
+        assert self.fitted(rng).fires(sbe_100)[0]
+
+    def test_severity_ranks_further_and_faster(self, rng):
+        model = self.fitted(rng)
+        rows = pl.concat(
+            [snapshot(**{**GPU_COLUMNS, "ecc_sbe_volatile_total_increase_1d": v}) for v in (10.0, 60.0, 600.0)]
+        )
+        severity = model.severity(rows)
+        assert np.all(np.diff(severity) > 0)
+        risk = model.predict_risk(rows).get_column("risk").to_numpy()
+        assert np.all(np.diff(risk) > 0)  # calibration keeps the rules' ranking
+        assert np.all((risk >= 0) & (risk <= 1))
