@@ -36,6 +36,7 @@ import polars as pl
 from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table
 from foreshock.drain.state import PolicyState
 from foreshock.lake import atomic_write_text
+from models.metrics import AlertWindow, match_failures  # the lead-time metrics' own definition
 
 NO_PREDICTION = "no prediction"
 
@@ -192,16 +193,15 @@ def match_drains(
     failures
         The failures with ``drained_ahead`` (bool) and ``lead_time_h``.
     """
+    alerts = drains.select("unit_id", pl.col("effective_at").alias("alert_start"))
+    failures_out = match_failures(alerts, failures, AlertWindow(alert_window, min_lead_time)).rename(
+        {"caught": "drained_ahead"}
+    )
     pairs = drains.join(failures.select("unit_id", "failed_at"), on="unit_id", how="inner").filter(
         (pl.col("failed_at") > pl.col("effective_at")) & (pl.col("failed_at") <= pl.col("effective_at") + alert_window)
     )
     pairs = pairs.with_columns(
         ((pl.col("failed_at") - pl.col("effective_at")).dt.total_seconds() / 3600.0).alias("lead_time_h")
-    )
-    ahead = pairs.filter(pl.col("lead_time_h") >= min_lead_time.total_seconds() / 3600.0)
-    per_failure = ahead.group_by("unit_id", "failed_at").agg(pl.col("lead_time_h").max())
-    failures_out = failures.join(per_failure, on=["unit_id", "failed_at"], how="left").with_columns(
-        pl.col("lead_time_h").is_not_null().alias("drained_ahead")
     )
     first_failure = pairs.sort("failed_at").group_by("unit_id", "decided_at").agg(
         pl.col("failed_at").first(), pl.col("lead_time_h").first()
@@ -256,6 +256,23 @@ def outcome_of(
     )
 
 
+def _with_precursor(failures: pl.DataFrame, ground_truth: pl.DataFrame) -> pl.DataFrame:
+    """``has_precursor`` from the simulator's truth, matched to each recorded failure.
+
+    Tickets are filed a little after the failure the simulator recorded, so the nearest
+    truth row of the same unit within a day is taken (as the backtest's metrics do).
+    """
+    truth = ground_truth.select(
+        "unit_id", pl.col("failed_at").cast(pl.Datetime("us", "UTC")).alias("_truth_at"), "has_precursor"
+    ).sort("_truth_at")
+    return (
+        failures.sort("failed_at")
+        .join_asof(truth, left_on="failed_at", right_on="_truth_at", by="unit_id", strategy="nearest",
+                   tolerance=timedelta(days=1), check_sortedness=False)
+        .drop("_truth_at")
+    )
+
+
 def replay(
     scores: pl.DataFrame,
     failures: pl.DataFrame,
@@ -296,8 +313,7 @@ def replay(
         "unit_id", "failed_at"
     )
     if ground_truth is not None and "has_precursor" in ground_truth.columns:
-        truth = ground_truth.select("unit_id", "failed_at", "has_precursor").unique(["unit_id", "failed_at"])
-        in_period = in_period.join(truth, on=["unit_id", "failed_at"], how="left")
+        in_period = _with_precursor(in_period, ground_truth)
     hours = max((end - start).total_seconds() / 3600.0, 1.0)
     all_risks = {}
     fleet_parts = []
