@@ -18,7 +18,9 @@ used by the Prefect flow and :func:`update_features` for incremental runs.
 
 from __future__ import annotations
 
+import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
@@ -42,12 +44,22 @@ from features.windows import error_activity_columns, metric_feature_names, windo
 from features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
 from foreshock.config import Config
 from foreshock.contract import SCHEMAS, UTC_TS
-from foreshock.lake import lake_shards, partition_dates, partition_files, read_table
+from foreshock.lake import (
+    atomic_write_parquet,
+    atomic_write_text,
+    lake_shards,
+    partition_dates,
+    partition_files,
+    read_table,
+    scan_table,
+    shard_of,
+)
 
 KEY_COLUMNS = ("unit_id", "ts")
 LIFE_COLUMNS = ("life", "life_start")
 # Snapshots per first-pass task: bounds the memory of one shard's window frame.
 MAX_BLOCK = timedelta(days=7)
+ROLLUP_THREADS = 2
 
 
 def feature_columns(spec: FeatureSpec) -> list[str]:
@@ -103,8 +115,8 @@ def lake_extent(lake_dir: Path) -> tuple[datetime, datetime] | None:
     days = partition_dates(lake_dir, "samples")
     if not days:
         return None
-    first = read_table(lake_dir, "samples", start=days[0], end=days[0]).get_column("ts").min()
-    last = read_table(lake_dir, "samples", start=days[-1], end=days[-1]).get_column("ts").max()
+    first = scan_table(lake_dir, "samples", start=days[0], end=days[0]).select(pl.col("ts").min()).collect().item()
+    last = scan_table(lake_dir, "samples", start=days[-1], end=days[-1]).select(pl.col("ts").max()).collect().item()
     if first is None or last is None:
         return None
     return _as_utc(first), _as_utc(last)
@@ -142,28 +154,82 @@ def _days(first: datetime, last: datetime) -> list[date]:
     return [first.date() + timedelta(days=i) for i in range((last.date() - first.date()).days + 1)]
 
 
-def _read_partition(lake_dir: Path, table: str, day: date, shard: int, lo: datetime, hi: datetime) -> pl.DataFrame:
-    files = partition_files(lake_dir, table, day, day, [shard])
-    if not files:
-        return pl.DataFrame(schema=SCHEMAS[table])
-    time_col = "ts"
-    return pl.read_parquet(files).filter((pl.col(time_col) > lo) & (pl.col(time_col) <= hi))
+def _day_rollup(lake_dir: Path, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame) -> Rollup:
+    """Rollups of one date x shard of raw samples and events (whole day)."""
+    sample_files = partition_files(lake_dir, "samples", day, day, [shard])
+    event_files = partition_files(lake_dir, "events", day, day, [shard])
+    samples = pl.read_parquet(sample_files) if sample_files else pl.DataFrame(schema=SCHEMAS["samples"])
+    events = pl.read_parquet(event_files) if event_files else pl.DataFrame(schema=SCHEMAS["events"])
+    pieces, scrapes = rollup_samples(samples, failures, spec.catalog, spec.every, spec.longest)
+    return Rollup(pieces, scrapes, rollup_events(events, failures, spec.every))
 
 
-def shard_rollup(lake_dir: Path, spec: FeatureSpec, shard: int, first: datetime, last: datetime, failures: pl.DataFrame) -> Rollup:
+def _cache_stamp(lake_dir: Path, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame) -> str:
+    """What a cached day rollup depends on: the raw files (size, mtime), the failures that
+    can split that day into lives, and the settings that shape buckets."""
+    files = partition_files(lake_dir, "samples", day, day, [shard]) + partition_files(lake_dir, "events", day, day, [shard])
+    stats = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    day_end = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+    lives = failures.filter(pl.col("failed_at") < day_end).sort("unit_id", "failed_at")
+    return json.dumps(
+        {
+            "files": stats,
+            "failures": [[u, t.isoformat()] for u, t in lives.select("unit_id", "failed_at").iter_rows()],
+            "every": spec.every.total_seconds(),
+            "max_gap": spec.longest.total_seconds(),
+            "catalog": sorted((m.name, m.kind) for m in spec.catalog),
+        },
+        sort_keys=True,
+    )
+
+
+def cached_day_rollup(
+    lake_dir: Path, cache_dir: Path | None, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame
+) -> Rollup:
+    """:func:`_day_rollup`, kept under ``cache_dir`` and reused while its inputs are
+    unchanged, so an incremental run reads raw data only for the dates that changed."""
+    raw = partition_files(lake_dir, "samples", day, day, [shard]) + partition_files(lake_dir, "events", day, day, [shard])
+    if cache_dir is None or not raw:
+        return _day_rollup(lake_dir, spec, shard, day, failures)
+    shards = lake_shards(lake_dir, 1)
+    mine = [u for u in failures.get_column("unit_id").unique().to_list() if shard_of(u, shards) == shard]
+    shard_failures = failures.filter(pl.col("unit_id").is_in(mine))
+    stamp = _cache_stamp(lake_dir, spec, shard, day, shard_failures)
+    where = Path(cache_dir) / f"date={day.isoformat()}" / f"shard={shard:02d}"
+    meta = where / "rollup.json"
+    if meta.exists() and meta.read_text() == stamp:
+        return Rollup(*(pl.read_parquet(where / f"{name}.parquet") for name in ("pieces", "scrapes", "events")))
+    rollup = _day_rollup(lake_dir, spec, shard, day, failures)
+    for name in ("pieces", "scrapes", "events"):
+        atomic_write_parquet(getattr(rollup, name), where / f"{name}.parquet")
+    atomic_write_text(meta, stamp)
+    return rollup
+
+
+def shard_rollup(
+    lake_dir: Path,
+    spec: FeatureSpec,
+    shard: int,
+    first: datetime,
+    last: datetime,
+    failures: pl.DataFrame,
+    cache_dir: Path | None = None,
+) -> Rollup:
     """Rollups of the raw partitions snapshots ``first..last`` of one shard depend on."""
     lo = first - spec.lookback
-    parts = []
-    for day in _days(lo, last):
-        samples = _read_partition(lake_dir, "samples", day, shard, lo, last)
-        pieces, scrapes = rollup_samples(samples, failures, spec.catalog, spec.every, spec.longest)
-        events = rollup_events(_read_partition(lake_dir, "events", day, shard, lo, last), failures, spec.every)
-        parts.append(Rollup(pieces, scrapes, events))
+    # Two files at a time: Polars releases the GIL, and one file alone does not keep two
+    # cores busy; more would hold more raw partitions in memory at once.
+    with ThreadPoolExecutor(max_workers=ROLLUP_THREADS) as pool:
+        parts = list(pool.map(lambda day: cached_day_rollup(lake_dir, cache_dir, spec, shard, day, failures), _days(lo, last)))
     rollup = Rollup.concat(parts)
+    # Whole days are rolled up; buckets outside (lo, last] are data no snapshot here sees.
+    def in_range(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.filter((pl.col("bucket") > lo) & (pl.col("bucket") <= last))
+
     return Rollup(
-        combine_pieces(rollup.pieces, spec.longest),
-        combine_scrapes(rollup.scrapes),
-        rollup.events,
+        in_range(combine_pieces(rollup.pieces, spec.longest)),
+        in_range(combine_scrapes(rollup.scrapes)),
+        in_range(rollup.events),
     )
 
 
@@ -175,10 +241,11 @@ def shard_unit_features(
     last: datetime,
     inventory: pl.DataFrame,
     failures: pl.DataFrame,
+    cache_dir: Path | None = None,
 ) -> pl.DataFrame:
     """First pass for one shard: every feature except the peer ones, plus the helper
     columns ``_error_any_<w>`` the peer pass needs."""
-    rollup = shard_rollup(lake_dir, spec, shard, first, last, failures)
+    rollup = shard_rollup(lake_dir, spec, shard, first, last, failures, cache_dir)
     if rollup.scrapes.height == 0:
         return pl.DataFrame()
     earliest_data = rollup.scrapes.get_column("bucket").min()
@@ -245,8 +312,6 @@ def build_features(
     frame = _finish(pl.concat(parts, how="diagonal_relaxed"), spec)
     if shards is not None:
         wanted = {int(s) for s in shards}
-        from foreshock.lake import shard_of
-
         n = lake_shards(lake_dir, config.shards)
         keep = [u for u in frame.get_column("unit_id").unique().to_list() if shard_of(u, n) in wanted]
         frame = frame.filter(pl.col("unit_id").is_in(keep))
@@ -306,7 +371,9 @@ def stage_shard(config: Config, shard: int, first: datetime, last: datetime) -> 
     staging area; returns the staged files."""
     spec = feature_spec(config)
     inventory, failures = _global_tables(config.lake_dir)
-    frame = shard_unit_features(config.lake_dir, spec, shard, first, last, inventory, failures)
+    frame = shard_unit_features(
+        config.lake_dir, spec, shard, first, last, inventory, failures, store.rollup_cache_dir(config.features_dir)
+    )
     written = []
     if frame.height == 0:
         return written

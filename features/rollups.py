@@ -123,45 +123,47 @@ def _counter_step(value: pl.Expr, previous: pl.Expr) -> pl.Expr:
     return pl.when(value >= previous).then(value - previous).otherwise(value)
 
 
-def _counter_pieces(samples: pl.DataFrame, metric: str, every: timedelta, max_gap: timedelta) -> pl.DataFrame:
+# Rows are grouped by a dense integer unit index (cheaper than string keys); unit ids are
+# joined back onto the much smaller rollups.
+_SERIES = ["_unit", "life", "bucket"]
+
+
+def _counter_pieces(samples: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
+    """Pieces of one counter metric; ``samples`` sorted by unit and time."""
     same_series = (
-        (pl.col("unit_id") == pl.col("unit_id").shift(1)) & (pl.col("life") == pl.col("life").shift(1))
+        (pl.col("_unit") == pl.col("_unit").shift(1)) & (pl.col("life") == pl.col("life").shift(1))
     ).fill_null(False)
     recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
     stepped = samples.with_columns(
         pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("value").shift(1))).alias("_delta"),
         (~same_series).alias("_head"),
-        bucket_of(pl.col("ts"), every).alias("bucket"),
     )
     increased = pl.col("_delta") > 0
-    return stepped.group_by(UNIT_LIFE_BUCKET).agg(
+    # Within a group rows keep their (time) order, so first/last are the earliest/latest.
+    return stepped.group_by([*_SERIES, "metric"]).agg(
         pl.len().cast(pl.Int64).alias("n"),
         pl.col("value").sum().alias("sum"),
         (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
         pl.col("value").max().alias("max"),
-        pl.col("ts").min().alias("first_ts"),
-        pl.col("value").get(pl.col("ts").arg_min()).alias("first_v"),
-        pl.col("ts").max().alias("last_ts"),
-        pl.col("value").get(pl.col("ts").arg_max()).alias("last_v"),
+        pl.col("ts").first().alias("first_ts"),
+        pl.col("value").first().alias("first_v"),
+        pl.col("ts").last().alias("last_ts"),
+        pl.col("value").last().alias("last_v"),
         pl.col("_delta").sum().alias("inc"),
-        pl.col("ts").filter(increased).min().alias("first_inc_ts"),
-        pl.col("ts").filter(increased).max().alias("last_inc_ts"),
+        pl.col("ts").filter(increased).first().alias("first_inc_ts"),
+        pl.col("ts").filter(increased).last().alias("last_inc_ts"),
         pl.col("_head").any().alias("head"),
-    ).with_columns(pl.lit(metric).alias("metric"))
+    )
 
 
-def _gauge_pieces(samples: pl.DataFrame, every: timedelta) -> pl.DataFrame:
-    return (
-        samples.with_columns(bucket_of(pl.col("ts"), every).alias("bucket"))
-        .group_by([*UNIT_LIFE_BUCKET, "metric"])
-        .agg(
-            pl.len().cast(pl.Int64).alias("n"),
-            pl.col("value").sum().alias("sum"),
-            (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
-            pl.col("value").max().alias("max"),
-            pl.col("ts").max().alias("last_ts"),
-            pl.col("value").get(pl.col("ts").arg_max()).alias("last_v"),
-        )
+def _gauge_pieces(samples: pl.DataFrame) -> pl.DataFrame:
+    return samples.group_by([*_SERIES, "metric"]).agg(
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("value").sum().alias("sum"),
+        (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
+        pl.col("value").max().alias("max"),
+        pl.col("ts").last().alias("last_ts"),
+        pl.col("value").last().alias("last_v"),
     )
 
 
@@ -212,21 +214,35 @@ def rollup_samples(
         return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
     if not _is_sorted_by_unit_and_time(samples):
         samples = samples.sort("unit_id", "ts", "metric")
-    samples = with_lives(samples, failures)
-    counters = [m.name for m in catalog if m.is_counter]
-    gauges = [m.name for m in catalog if not m.is_counter]
-    parts = [
-        _counter_pieces(samples.filter(pl.col("metric") == name), name, every, max_gap)
-        for name in counters
-    ]
-    parts.append(_gauge_pieces(samples.filter(pl.col("metric").is_in(gauges)), every))
+    failing = failures.filter(pl.col("unit_id").is_in(samples.get_column("unit_id").unique().implode()))
+    samples = with_lives(samples, failing)
+    new_unit = (pl.col("unit_id") != pl.col("unit_id").shift(1)).fill_null(True)
+    samples = samples.with_columns(
+        new_unit.cum_sum().cast(pl.UInt32).alias("_unit"),
+        bucket_of(pl.col("ts"), every).alias("bucket"),
+        ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts"),
+    )
+    units = samples.filter(new_unit).select("_unit", "unit_id")
+    work = samples.drop("unit_id")
+    present = set(work.get_column("metric").unique().to_list())
+    counters = [m.name for m in catalog if m.is_counter and m.name in present]
+    gauges = [m.name for m in catalog if not m.is_counter and m.name in present]
+    parts = [_counter_pieces(work.filter(pl.col("metric") == name), max_gap) for name in counters]
+    if gauges:
+        parts.append(_gauge_pieces(work.filter(pl.col("metric").is_in(gauges))))
     pieces = pl.concat(
-        [p.select([pl.col(c).cast(t) if c in p.columns else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]) for p in parts]
+        [
+            p.join(units, on="_unit").select(
+                [pl.col(c).cast(t) if c in p.columns or c == "unit_id" else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]
+            )
+            for p in parts
+        ]
     )
     scrapes = (
-        samples.with_columns(bucket_of(pl.col("ts"), every).alias("bucket"))
-        .group_by(UNIT_LIFE_BUCKET)
-        .agg(pl.col("ts").n_unique().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
+        work.filter("_new_ts")
+        .group_by(_SERIES)
+        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").last().alias("last_ts"))
+        .join(units, on="_unit")
     )
     return pieces, scrapes.select(list(SCRAPE_SCHEMA))
 

@@ -18,11 +18,17 @@ from foreshock.config import Config
 from foreshock.lake import PART_NAME, atomic_write_parquet, shard_of
 
 STAGING = "_staging"
+ROLLUPS = "_rollups"
 KEY = ["unit_id", "ts"]
 
 
 def partition_path(features_dir: Path, day: date, shard: int) -> Path:
     return Path(features_dir) / f"date={day.isoformat()}" / f"shard={shard:02d}" / PART_NAME
+
+
+def rollup_cache_dir(features_dir: Path) -> Path:
+    """Per date x shard rollups of raw data, reused by incremental runs."""
+    return Path(features_dir) / ROLLUPS
 
 
 def staging_day_dir(features_dir: Path, day: date) -> Path:

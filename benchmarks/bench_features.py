@@ -1,0 +1,252 @@
+"""Benchmark: feature snapshots for 1,024 / 2,048 / 4,096 GPUs x 7 days.
+
+Canonical samples at 1-minute spacing are generated straight into a temporary lake (through
+``foreshock.lake.merge_into_lake``, one date x shard at a time) and hourly snapshots are
+built with the same code path the Prefect flow runs (``features.build.update_features``:
+per-shard first pass, per-date peer pass, Parquet writes), default windows
+1h/6h/1d/7d, 7-day baseline.
+
+Metric subset (6 of the 23 catalog metrics, the ones every DCGM deployment exports):
+``ecc_sbe_volatile_total``, ``ecc_dbe_volatile_total``, ``pcie_replay_total`` (counters,
+with resets), ``gpu_temp_c``, ``memory_temp_c``, ``power_w`` (gauges); plus ~0.5 XID
+events per GPU-day.  The other catalog metrics still get (null) columns.
+
+Printed per size: wall time, peak RSS of the feature process, the floor (one Polars
+scan-and-aggregate pass over the same sample partitions: mean, max and count per unit and
+metric) and the ratio to it, and seconds per 1,000 GPUs (linearity).  On the smallest size,
+a straightforward pandas implementation of five of the same window features (gpu_temp_c
+mean/max over 1h and 1d, power_w std over 1d, SBE increase over 1d with reset handling) is
+timed too.
+
+Usage::
+
+    uv run python benchmarks/bench_features.py                 # 1024 2048 4096
+    uv run python benchmarks/bench_features.py --sizes 256     # a quick look
+
+Each measurement runs in its own process so that peak RSS belongs to it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from foreshock.config import load_config  # noqa: E402
+from foreshock.contract import UTC_TS  # noqa: E402
+from foreshock.lake import atomic_write_parquet, merge_into_lake, partition_files, partition_path, shard_of  # noqa: E402
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+DAYS = 7
+SHARDS = 8
+COUNTERS = ("ecc_sbe_volatile_total", "ecc_dbe_volatile_total", "pcie_replay_total")
+GAUGES = ("gpu_temp_c", "memory_temp_c", "power_w")
+
+
+def _config(data_dir: Path):
+    return load_config(None, data_dir=data_dir).with_overrides(
+        {"lake": {"shards": SHARDS}, "features": {"expected_sample_every": "1m"}}
+    )
+
+
+def generate(data_dir: Path, units: int, seed: int = 7) -> None:
+    """Write ``units`` GPUs x 7 days of 1-minute samples into ``data_dir/lake``."""
+    rng = np.random.default_rng(seed)
+    lake = _config(data_dir).lake_dir
+    ids = [f"gpu-node{i // 8:04d}-gpu{i % 8}" for i in range(units)]
+    inventory = pl.DataFrame(
+        {
+            "unit_id": ids,
+            "node": [u.rsplit("-", 1)[0] for u in ids],
+            "rack": [f"rack{i // 64:03d}" for i in range(units)],
+            "model": ["H100" if i % 4 else "A100" for i in range(units)],
+            "lot": [f"lot{i % 16:02d}" for i in range(units)],
+            "installed_at": [T0 - timedelta(days=90)] * units,
+        }
+    )
+    merge_into_lake(lake, "inventory", inventory, SHARDS)
+    by_shard: dict[int, list[str]] = {}
+    for unit in ids:
+        by_shard.setdefault(shard_of(unit, SHARDS), []).append(unit)
+    minutes = 24 * 60
+    carried: dict[tuple[int, str], np.ndarray] = {}  # counters continue across days
+    for day in range(DAYS):
+        start = T0 + timedelta(days=day)
+        stamps = np.array([(start + timedelta(minutes=m + 1)).replace(tzinfo=None) for m in range(minutes)], dtype="datetime64[us]")
+        for shard, members in sorted(by_shard.items()):
+            n = len(members)
+            unit_col = np.repeat(np.array(members, dtype=object), minutes)
+            ts_col = np.tile(stamps, n)
+            columns: dict[str, np.ndarray] = {}
+            for metric in COUNTERS:
+                rate = rng.gamma(0.3, 0.05, size=(n, 1))
+                values = np.cumsum(rng.poisson(rate, size=(n, minutes)), axis=1).astype(float)
+                values += carried.get((shard, metric), np.zeros(n))[:, None]
+                reloaded = rng.random(n) < 0.05  # driver reloads reset the counter mid-day
+                values[reloaded, minutes // 2 :] -= values[reloaded, minutes // 2 : minutes // 2 + 1]
+                carried[(shard, metric)] = values[:, -1].copy()
+                columns[metric] = values
+            power = 250 + 300 * rng.random((n, minutes))
+            columns["power_w"] = power
+            columns["gpu_temp_c"] = 35 + 0.08 * power + rng.normal(0, 1, (n, minutes))
+            columns["memory_temp_c"] = 40 + 0.07 * power + rng.normal(0, 1, (n, minutes))
+            names = sorted(columns)
+            members_sorted = sorted(members)
+            order = [members.index(u) for u in members_sorted]
+            cube = np.stack([columns[m][order] for m in names], axis=2)  # unit x minute x metric
+            k = len(names)
+            frame = pl.DataFrame(
+                {
+                    "unit_id": np.repeat(np.array(members_sorted, dtype=object), minutes * k),
+                    "ts": np.tile(np.repeat(stamps, k), n),
+                    "metric": np.tile(np.array(names, dtype=object), n * minutes),
+                    "value": cube.ravel(),
+                }
+            ).with_columns(pl.col("ts").dt.replace_time_zone("UTC").cast(UTC_TS), pl.col("unit_id").cast(pl.String),
+                           pl.col("metric").cast(pl.String))
+            # Rows are generated in the lake's order and unique: write the partition as is.
+            atomic_write_parquet(frame, partition_path(lake, "samples", start.date(), shard))
+        n_events = max(1, units // 2)
+        events = pl.DataFrame(
+            {
+                "unit_id": rng.choice(ids, n_events).tolist(),
+                "ts": [start + timedelta(seconds=int(s)) for s in rng.integers(1, 86400, n_events)],
+                "source": "xid",
+                "code": rng.choice([13, 31, 48, 63, 79, 94], n_events).tolist(),
+                "count": 1,
+            }
+        ).with_columns(pl.col("ts").cast(UTC_TS))
+        merge_into_lake(lake, "events", events, SHARDS)
+    failed = rng.choice(ids, max(1, units // 200), replace=False).tolist()
+    failures = pl.DataFrame(
+        {
+            "unit_id": failed,
+            "failed_at": [T0 + timedelta(hours=float(h)) for h in rng.uniform(24, DAYS * 24 - 2, len(failed))],
+            "mode": "hbm",
+        }
+    ).with_columns(pl.col("failed_at").cast(UTC_TS))
+    merge_into_lake(lake, "failures", failures, SHARDS)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker_features(data_dir: Path) -> dict:
+    from features.build import update_features
+
+    config = _config(data_dir)
+    started = time.perf_counter()
+    rows = update_features(config, full=True)
+    return {"seconds": time.perf_counter() - started, "rows": rows, "peak_rss_mb": _peak_rss_mb()}
+
+
+def worker_floor(data_dir: Path) -> dict:
+    files = partition_files(_config(data_dir).lake_dir, "samples")
+    started = time.perf_counter()
+    out = (
+        pl.scan_parquet(files)
+        .group_by("unit_id", "metric")
+        .agg(pl.col("value").mean().alias("mean"), pl.col("value").max().alias("max"), pl.len())
+        .collect()
+    )
+    return {"seconds": time.perf_counter() - started, "rows": out.height, "peak_rss_mb": _peak_rss_mb()}
+
+
+def worker_pandas(data_dir: Path) -> dict:
+    """Five window features the way a notebook would write them: pandas time-based rolling
+    per unit on the raw samples, read at each hourly snapshot."""
+    import pandas as pd
+
+    files = partition_files(_config(data_dir).lake_dir, "samples")
+    started = time.perf_counter()
+    raw = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    raw = raw.sort_values(["unit_id", "metric", "ts"])
+    snapshots = []
+    for metric, spec in (("gpu_temp_c", [("1h", "mean"), ("1h", "max"), ("1D", "mean"), ("1D", "max")]),
+                         ("power_w", [("1D", "std")]),
+                         ("ecc_sbe_volatile_total", [("1D", "increase")])):
+        series = raw[raw["metric"] == metric].set_index("ts")
+        if metric == "ecc_sbe_volatile_total":
+            step = series.groupby("unit_id")["value"].diff()
+            step = step.where(step >= 0, series["value"])  # a drop is a reset
+            series = series.assign(value=step.fillna(0.0))
+        grouped = series.groupby("unit_id")["value"]
+        for window, how in spec:
+            rolled = grouped.rolling(window, closed="right")
+            values = rolled.sum() if how == "increase" else getattr(rolled, how)()
+            frame = values.reset_index()
+            # The snapshot at T takes the last rolling value at or before T.
+            frame["snapshot"] = frame["ts"].dt.ceil("1h")
+            snapshots.append(frame.groupby(["unit_id", "snapshot"])["value"].last().rename(f"{metric}_{how}_{window}"))
+    result = pd.concat(snapshots, axis=1)
+    return {"seconds": time.perf_counter() - started, "rows": len(result), "peak_rss_mb": _peak_rss_mb()}
+
+
+WORKERS = {"features": worker_features, "floor": worker_floor, "pandas": worker_pandas}
+
+
+def _run_worker(kind: str, data_dir: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", kind, "--data-dir", str(data_dir)],
+        check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
+    parser.add_argument("--no-pandas", action="store_true")
+    parser.add_argument("--worker", choices=sorted(WORKERS))
+    parser.add_argument("--data-dir", type=Path)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args.data_dir)))
+        return
+    print(f"features benchmark: {DAYS} days, 1-minute samples, hourly snapshots, {len(COUNTERS) + len(GAUGES)} metrics, "
+          f"{SHARDS} shards, {os.cpu_count()} cores")
+    print(f"{'GPUs':>6} {'samples':>12} {'gen s':>7} {'floor s':>8} {'features s':>11} {'x floor':>8} "
+          f"{'s/1k GPU':>9} {'peak RSS MB':>12} {'rows':>9}")
+    for units in args.sizes:
+        data_dir = Path(tempfile.mkdtemp(prefix=f"bench-features-{units}-"))
+        try:
+            started = time.perf_counter()
+            generate(data_dir, units)
+            generated = time.perf_counter() - started
+            samples = units * DAYS * 24 * 60 * (len(COUNTERS) + len(GAUGES))
+            floor = _run_worker("floor", data_dir)
+            feats = _run_worker("features", data_dir)
+            print(
+                f"{units:>6} {samples:>12,} {generated:>7.1f} {floor['seconds']:>8.2f} {feats['seconds']:>11.2f} "
+                f"{feats['seconds'] / floor['seconds']:>8.2f} {feats['seconds'] / units * 1000:>9.2f} "
+                f"{feats['peak_rss_mb']:>12.0f} {feats['rows']:>9,}",
+                flush=True,
+            )
+            if units == min(args.sizes) and not args.no_pandas:
+                pandas = _run_worker("pandas", data_dir)
+                print(
+                    f"       pandas, 5 window features: {pandas['seconds']:.1f} s, peak RSS {pandas['peak_rss_mb']:.0f} MB; "
+                    f"foreshock (all features) is {pandas['seconds'] / feats['seconds']:.1f}x faster",
+                    flush=True,
+                )
+        finally:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
