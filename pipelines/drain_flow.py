@@ -97,10 +97,8 @@ def replay_flow(
 
 
 def run_publish(args: argparse.Namespace, config: Config) -> int:
-    from foreshock.drain.outbox import format_top
+    from foreshock.drain.outbox import default_scores_path, format_top
     from foreshock.drain.risk_list import read_risk_list
-
-    from foreshock.drain.outbox import default_scores_path
 
     scores_path = Path(args.scores) if args.scores else default_scores_path(config.data_dir)
     if not scores_path.is_file():

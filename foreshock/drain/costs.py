@@ -47,7 +47,7 @@ class DrainCosts:
     repair_turnaround: timedelta = timedelta(days=3)
 
     @classmethod
-    def from_policy(cls, policy: dict) -> "DrainCosts":
+    def from_policy(cls, policy: dict) -> DrainCosts:
         """Build from a ``[policy]`` settings dict; missing keys take the defaults."""
         defaults = cls()
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,17 @@ from foreshock.drain.kubernetes import (
     npd_plugin_config,
 )
 from foreshock.drain.policy import ACTIONS, DrainPolicy, PolicySettings, unit_risk_table
-from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list, read_risk_list, write_risk_list
+from foreshock.drain.risk_list import (
+    SCHEMA_VERSION,
+    build_risk_list,
+    read_risk_list,
+    write_risk_list,
+)
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import SCRIPT_NAME, slurm_script
 from foreshock.drain.state import STATE_FILE, PolicyState
 from foreshock.durations import parse_duration
-from foreshock.lake import atomic_write_text, read_table
-from foreshock.lake import partition_files
+from foreshock.lake import atomic_write_text, partition_files, read_table
 
 LATEST_FILE = "LATEST"
 DIR_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -176,7 +180,7 @@ def publish(
     scores_path = Path(scores_path or default_scores_path(config.data_dir))
     if not scores_path.is_file():
         raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
-    generated_at = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)
     settings = PolicySettings.from_config(config)
     scores, rejected = check_scores(pl.read_parquet(scores_path), str(scores_path))
     risks = unit_risk_table(scores, settings.horizon)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -122,7 +122,7 @@ class PolicySettings:
         parse_duration(self.horizon)
 
     @classmethod
-    def from_config(cls, config: Any) -> "PolicySettings":
+    def from_config(cls, config: Any) -> PolicySettings:
         """Read ``[policy]``, ``[models] horizon`` and ``[fleet] fault_domains`` with defaults."""
         policy = config.section("policy")
         defaults = cls()
@@ -287,7 +287,7 @@ def _out_node_reason(state: str | None, reason: str | None) -> str | None:
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 class DrainPolicy:

@@ -36,7 +36,10 @@ import polars as pl
 from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table
 from foreshock.drain.state import PolicyState
 from foreshock.lake import atomic_write_text
-from models.metrics import AlertWindow, match_failures  # the lead-time metrics' own definition
+from models.metrics import (  # the lead-time metrics' own definition
+    AlertWindow,
+    match_failures,
+)
 
 NO_PREDICTION = "no prediction"
 
@@ -410,16 +413,22 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
     md = [
         "# Drain policy replay",
         "",
-        f"Backtest period {report.start:%Y-%m-%d %H:%M} to {report.end:%Y-%m-%d %H:%M} UTC "
-        f"({report.days:.1f} days), {report.fleet_units} units.",
-        f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}; "
-        f"at most {s['max_drained_share_cluster']:.0%} of the cluster and "
-        f"{s['max_drained_share_per_domain']:.0%} of a fault domain out; "
-        f"{s['max_new_drains_per_run']} new drains per run.",
-        f"An unplanned failure costs {s['failure_loss_gpu_h']:,.0f} GPU-h (job of {s['job_gpus']} GPUs: half a "
-        f"checkpoint interval plus restart); a drain costs {s['drain_cost_gpu_h']:,.0f} GPU-h. "
-        f"Drained ahead = drain effective within {s['alert_window_h']:.0f}h before the failure and at least "
-        f"{s['min_lead_time_h']:.0f}h before it.",
+        (
+            f"Backtest period {report.start:%Y-%m-%d %H:%M} to {report.end:%Y-%m-%d %H:%M} UTC "
+            f"({report.days:.1f} days), {report.fleet_units} units."
+        ),
+        (
+            f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}; "
+            f"at most {s['max_drained_share_cluster']:.0%} of the cluster and "
+            f"{s['max_drained_share_per_domain']:.0%} of a fault domain out; "
+            f"{s['max_new_drains_per_run']} new drains per run."
+        ),
+        (
+            f"An unplanned failure costs {s['failure_loss_gpu_h']:,.0f} GPU-h (job of {s['job_gpus']} GPUs: "
+            f"half a checkpoint interval plus restart); a drain costs {s['drain_cost_gpu_h']:,.0f} GPU-h. "
+            f"Drained ahead = drain effective within {s['alert_window_h']:.0f}h before the failure and at "
+            f"least {s['min_lead_time_h']:.0f}h before it."
+        ),
         "",
         markdown_table(report),
         "",

@@ -8,14 +8,13 @@ from typing import TYPE_CHECKING
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
+import matplotlib.pyplot as plt
 
 if TYPE_CHECKING:
     from foreshock.drain.replay import ReplayReport
 
 
-def plot_replay(report: "ReplayReport", directory: Path) -> dict[str, Path]:
+def plot_replay(report: ReplayReport, directory: Path) -> dict[str, Path]:
     """Write the replay's figures; returns their paths by name.
 
     - ``replay_outcomes.png``: failures drained ahead, healthy drains and drains per day

@@ -38,7 +38,6 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.contract import UTC_TS
-from foreshock.drain.policy import risk_column
 from foreshock.lake import atomic_write_parquet, atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -139,7 +138,3 @@ def read_risk_list(path: Path) -> pl.DataFrame:
         raise ValueError(f"{path}: risk list schema_version {versions}, expected {SCHEMA_VERSION}")
     return frame
 
-
-def risk_columns(frame: pl.DataFrame) -> list[str]:
-    """The per-horizon ``risk_<h>`` columns of a list."""
-    return [c for c in frame.columns if c.startswith("risk_") and c != risk_column("")]

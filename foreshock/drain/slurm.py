@@ -27,7 +27,7 @@ REASON_LIMIT = 200
 def _unit_label(unit_id: str, node: str) -> str:
     """``gpu5`` for ``gpu-node003-gpu5`` on ``gpu-node003``; the full id otherwise."""
     prefix = f"{node}-"
-    return unit_id[len(prefix):] if unit_id.startswith(prefix) else unit_id
+    return unit_id.removeprefix(prefix)
 
 
 def node_reasons(risk_list: pl.DataFrame, action: str) -> list[tuple[str, str]]:

@@ -75,7 +75,7 @@ class PolicyState:
         return pl.DataFrame(rows, schema=STATE_SCHEMA)
 
     @classmethod
-    def from_frame(cls, frame: pl.DataFrame) -> "PolicyState":
+    def from_frame(cls, frame: pl.DataFrame) -> PolicyState:
         missing = [c for c in STATE_SCHEMA if c not in frame.columns]
         if missing:
             raise ValueError(f"policy state: missing column(s) {missing}")
@@ -86,14 +86,14 @@ class PolicyState:
         atomic_write_parquet(self.to_frame(), Path(path))
 
     @classmethod
-    def load(cls, path: Path) -> "PolicyState":
+    def load(cls, path: Path) -> PolicyState:
         """Load the state file; an absent file is an empty state (first run)."""
         path = Path(path)
         if not path.exists():
             return cls()
         try:
             frame = pl.read_parquet(path)
-        except Exception as exc:  # a corrupt state must stop the run, not reset hysteresis
+        except (OSError, pl.exceptions.PolarsError) as exc:  # stop the run; never reset hysteresis
             raise ValueError(f"{path}: cannot read policy state: {exc}") from None
         try:
             return cls.from_frame(frame)

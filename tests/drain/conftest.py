@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -23,7 +23,7 @@ import pytest
 
 from foreshock.config import load_config
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 SLURM_NODES = [f"gpu-node{i:03d}" for i in range(1, 9)]
 
 
@@ -197,12 +197,3 @@ def slurm_controller(tmp_path_factory):
         _stop(directory / "slurmctld.pid")
         _stop(directory / "munged.pid")
 
-
-@pytest.fixture
-def t0() -> datetime:
-    return T0
-
-
-@pytest.fixture
-def hour() -> timedelta:
-    return timedelta(hours=1)

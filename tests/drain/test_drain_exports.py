@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -44,7 +44,7 @@ def stub(bin_dir: Path, name: str, log: Path, show_output: str = "") -> None:
 
 def run_script(path: Path, *args: str, bin_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    return subprocess.run(["bash", str(path), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=30)
+    return subprocess.run(["bash", str(path), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
 
 
 def calls(log: Path) -> list[list[str]]:
@@ -63,7 +63,7 @@ def published(drain_config):
         }
     )
     write_scores(drain_config.data_dir, scores)
-    return publish(drain_config, generated_at=datetime.now(timezone.utc))
+    return publish(drain_config, generated_at=datetime.now(UTC))
 
 
 class TestRiskList:
@@ -90,7 +90,7 @@ class TestRiskList:
 
     def test_generated_scripts_pass_bash_syntax_check(self, published):
         for name in SCRIPTS:
-            result = subprocess.run(["bash", "-n", str(published.files[name])], capture_output=True, text=True)
+            result = subprocess.run(["bash", "-n", str(published.files[name])], capture_output=True, text=True, check=False)
             assert result.returncode == 0, f"{name}: {result.stderr}"
 
 
@@ -98,7 +98,7 @@ class TestDiff:
     def test_diff_across_three_publishes(self, drain_config):
         def run(risks: dict, hours: int):
             write_scores(drain_config.data_dir, score_rows(risks, T0 + timedelta(hours=hours)))
-            result = publish(drain_config, generated_at=datetime(2026, 11, 1, hours, tzinfo=timezone.utc))
+            result = publish(drain_config, generated_at=datetime(2026, 11, 1, hours, tzinfo=UTC))
             return {(r["unit_id"], r["change"], r["previous_action"], r["action"]) for r in result.diff.to_dicts()}
 
         first = run({"gpu-node001-gpu0": 0.9, "gpu-node002-gpu0": 0.15, "gpu-node003-gpu0": 0.01}, 0)
@@ -151,13 +151,13 @@ class TestShellSafety:
             pl.when(pl.col("action") == "drain_now").then(pl.lit(bad)).otherwise(pl.col("node")).alias("node")
         )
         with pytest.raises(ValueError, match="risk list row 0: node .* not a valid id"):
-            slurm_script(frame, datetime.now(timezone.utc))
+            slurm_script(frame, datetime.now(UTC))
 
     def test_hostile_reason_text_is_passed_as_one_quoted_argument(self, published, tmp_path):
         hostile = "m$(touch PWNED)'\"; `touch PWNED`; touch PWNED\nnext line"
         frame = published.risk_list.with_columns(pl.lit(hostile).alias("model_name"))
         script = tmp_path / "slurm_drain.sh"
-        script.write_text(slurm_script(frame, datetime.now(timezone.utc)))
+        script.write_text(slurm_script(frame, datetime.now(UTC)))
         log = tmp_path / "calls.jsonl"
         stub(tmp_path / "bin", "scontrol", log, "NodeName=x\n   State=IDLE ThreadsPerCore=1")
         run = run_script(script, "--apply", "--at-checkpoint", bin_dir=tmp_path / "bin", cwd=tmp_path)
@@ -197,7 +197,8 @@ class TestNodeProblemDetector:
 
         def check(*args, extra_env=None):
             return subprocess.run(
-                ["bash", str(script), *args], env={**env, **(extra_env or {})}, capture_output=True, text=True
+                ["bash", str(script), *args], env={**env, **(extra_env or {})}, capture_output=True, text=True,
+                check=False,
             )
 
         problem = check("gpu-node001")
@@ -208,8 +209,9 @@ class TestNodeProblemDetector:
         ok = check("gpu-node004")
         assert ok.returncode == 0 and "no drain recommended" in ok.stdout
         assert check(extra_env={"NODE_NAME": "gpu-node001"}).returncode == 1
-        stale = publish(drain_config, generated_at=datetime.now(timezone.utc) - timedelta(hours=7))
-        result = subprocess.run(["bash", str(stale.files["npd_foreshock_check.sh"]), "gpu-node001"], capture_output=True, text=True)
+        stale = publish(drain_config, generated_at=datetime.now(UTC) - timedelta(hours=7))
+        result = subprocess.run(["bash", str(stale.files["npd_foreshock_check.sh"]), "gpu-node001"], capture_output=True, text=True, check=False
+        )
         assert result.returncode == 2 and "stale" in result.stdout
 
 

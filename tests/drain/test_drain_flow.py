@@ -23,10 +23,10 @@ def test_publish_command_runs_the_flow_and_prints_the_top(prefect_server, drain_
     assert listed.height == 3
     assert (outbox / "policy_state.parquet").is_file()
 
+    import asyncio
+
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-
-    import asyncio
 
     async def publish_runs():
         async with get_client() as client:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from itertools import pairwise
 
 import polars as pl
 import pytest
@@ -119,7 +120,7 @@ class TestHysteresis:
             d = decide(policy, {"gpu-node001-gpu0": risk}, inventory, state=state, ts=T0 + timedelta(hours=i))
             state = PolicyState.from_frame(d.state.to_frame())  # persisted between runs
             actions.append(d.recommendations.filter(pl.col("unit_id") == "gpu-node001-gpu0")["action"][0])
-        changes = sum(a != b for a, b in zip(actions, actions[1:]))
+        changes = sum(a != b for a, b in pairwise(actions))
         assert changes <= 1, actions
         assert actions[-1] != "none"
 

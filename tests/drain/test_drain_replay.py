@@ -101,6 +101,6 @@ def test_drain_too_close_to_the_failure_does_not_count(small_case):
         scores, failures, settings, alert_window=timedelta(days=7), min_lead_time=timedelta(hours=48),
         models=["gbm"],
     )
-    gbm = [o for o in report.outcomes if o.variant == "gbm"][0]
+    gbm = next(o for o in report.outcomes if o.variant == "gbm")
     assert gbm.drained_ahead == 0  # 47h lead < 48h needed
     assert gbm.gpu_hours_saved == pytest.approx(-2 * 10)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from conftest import SLURM_NODES, score_rows, write_scores
@@ -29,7 +29,7 @@ def test_apply_drains_exactly_the_recommended_nodes(slurm_controller, drain_conf
     }
     write_scores(drain_config.data_dir, score_rows(risks))
     config = drain_config.with_overrides({"policy": {"max_drained_share_cluster": 1.0}})
-    result = publish(config, generated_at=datetime.now(timezone.utc))
+    result = publish(config, generated_at=datetime.now(UTC))
     script = str(result.files["slurm_drain.sh"])
     before = slurm.node_reasons()
 
