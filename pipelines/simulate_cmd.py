@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from foreshock.config import Config
-from foreshock.durations import parse_duration
+from foreshock.durations import format_duration, parse_duration
 from foreshock.simulate import simulate_fleet
 from foreshock.simulate.params import DEFAULT_START
 
@@ -18,22 +18,22 @@ def _format_summary(summary: dict, out: Path) -> str:
     params = summary["parameters"]
     by_mode = ", ".join(f"{mode} {n}" for mode, n in failures["by_mode"].items())
     files = sum(summary["files"].values())
-    return "\n".join(
-        [
-            f"simulated {fleet['units']} GPUs on {fleet['nodes']} nodes in {len(fleet['racks'])} racks "
-            f"for {params['days']:g} days (seed {params['seed']}, samples every {params['sample_every_s'] // 60} min)",
-            f"failures: {failures['total']} ({by_mode}); with precursor {failures['with_precursor']}, "
-            f"bad lot {fleet['bad_lot']} {failures['bad_lot']}, hot rack {fleet['hot_rack']} {failures['hot_rack']}",
-            f"wrote {files} files, {summary['total_bytes'] / 1e6:.1f} MB, "
-            f"{summary['rows']['nvidia-smi']:,} nvidia-smi rows to {out}",
-            f"took {summary['seconds']:.1f} s",
-        ]
-    )
+    every = format_duration(timedelta(seconds=params["sample_every_s"]))
+    lines = [
+        (f"simulated {fleet['units']} GPUs on {fleet['nodes']} nodes in {len(fleet['racks'])} racks "
+         f"for {params['days']:g} days (seed {params['seed']}, a sample every {every})"),
+        (f"failures: {failures['total']} ({by_mode}); with precursor {failures['with_precursor']}, "
+         f"bad lot {fleet['bad_lot']} {failures['bad_lot']}, hot rack {fleet['hot_rack']} {failures['hot_rack']}"),
+        (f"wrote {files} files, {summary['total_bytes'] / 1e6:.1f} MB, "
+         f"{summary['rows']['nvidia-smi']:,} nvidia-smi rows to {out}"),
+        f"took {summary['seconds']:.1f} s",
+    ]
+    return "\n".join(lines)
 
 
 def _parse_start(text: str) -> datetime:
     try:
-        start = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        start = datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(f"--start {text!r}: not an ISO 8601 date or time (e.g. 2026-11-01)") from None
     return start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)

@@ -71,7 +71,7 @@ def iso_z(seconds: float) -> str:
 
 
 def _rfc3339_us(seconds: float) -> str:
-    us = int(round(seconds * 1_000_000))
+    us = round(seconds * 1_000_000)
     stamp = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
@@ -405,7 +405,7 @@ def write_inventory(out_dir: Path, fleet: Fleet, lives: list[Life], params: Simu
 def ground_truth_frame(fleet: Fleet, failed: list[Life]) -> pl.DataFrame:
     """The simulator's truth per failure (not telemetry)."""
     def ts(values: list[float | None]) -> pl.Series:
-        us = [None if v is None else int(round(v * 1_000_000)) for v in values]
+        us = [None if v is None else round(v * 1_000_000) for v in values]
         return pl.Series(us, dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
 
     return pl.DataFrame(

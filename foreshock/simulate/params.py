@@ -59,7 +59,7 @@ class SimulationParams:
             raise ValueError("start must be timezone-aware (UTC)")
 
     @classmethod
-    def build(cls, sample_every: str = "10m", dcgm_step: str | None = None, **kwargs: Any) -> "SimulationParams":
+    def build(cls, sample_every: str = "10m", dcgm_step: str | None = None, **kwargs: Any) -> SimulationParams:
         """Make parameters from durations written like ``"10m"``."""
         every = int(parse_duration(sample_every).total_seconds())
         step = int(parse_duration(dcgm_step).total_seconds()) if dcgm_step else max(every, 3600 // every * every)
