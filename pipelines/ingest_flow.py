@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import load_config
+from foreshock.ingest.context import check_timezone
 from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
 from foreshock.ingest.run import finish_report, planned_from_dict, planned_to_dict
 
@@ -103,8 +105,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, config) -> int:
     path = args.path or str(config.raw_dir)
-    try:
+    try:  # user errors are reported before a flow run is created
         parse_scrape_time(args.scrape_time)
+        check_timezone(args.timezone)
+        if not Path(path).exists():
+            raise FileNotFoundError(f"ingest path not found: {path}")
         result = ingest(
             path=path, source=args.source, data_dir=str(config.data_dir), config_file=args.config,
             catalog=args.catalog, timezone=args.timezone, scrape_time=args.scrape_time, force=args.force,

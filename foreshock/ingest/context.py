@@ -29,6 +29,17 @@ def normalise_pci(value: str | None) -> str | None:
     return f"{domain:04x}:{int(match.group(2), 16):02x}:{int(match.group(3), 16):02x}"
 
 
+def check_timezone(name: str | None) -> str | None:
+    """``name`` if it is an IANA zone (or empty/None -> None), else ValueError."""
+    if not name:
+        return None
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown timezone {name!r} (use an IANA name such as 'UTC' or 'Europe/Berlin')") from None
+    return name
+
+
 @dataclass
 class IngestContext:
     """Settings and lookups shared by the parsers and the validation of one batch.
@@ -67,12 +78,7 @@ class IngestContext:
         now: datetime | None = None,
     ) -> "IngestContext":
         section = config.section("ingest")
-        tz = timezone_name or section.get("timezone") or None
-        if tz:
-            try:
-                ZoneInfo(tz)
-            except (ZoneInfoNotFoundError, ValueError):
-                raise ValueError(f"unknown timezone {tz!r} (use an IANA name such as 'UTC' or 'Europe/Berlin')") from None
+        tz = check_timezone(timezone_name or section.get("timezone") or None)
         unit = str(section.get("violation_unit", "us"))
         if unit not in TIME_UNIT_SECONDS:
             raise ValueError(f"[ingest] violation_unit must be one of {sorted(TIME_UNIT_SECONDS)}, got {unit!r}")

@@ -1,0 +1,59 @@
+"""The real Prefect flow and the CLI command around it."""
+
+from __future__ import annotations
+
+import json
+
+import argparse
+
+from foreshock.config import load_config
+from foreshock.lake import read_table
+from pipelines import ingest_flow
+
+from conftest import write_landing
+
+
+def main(argv: list[str]) -> int:
+    """``foreshock --data-dir D ingest ...`` as pipelines.cli runs it, with only this stage
+    registered (importing every stage costs seconds that belong to their own tests)."""
+    parser = argparse.ArgumentParser(prog="foreshock")
+    parser.add_argument("--config")
+    parser.add_argument("--data-dir")
+    ingest_flow.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args, load_config(args.config, data_dir=args.data_dir))
+
+
+def test_cli_runs_the_ingest_flow_and_prints_the_accounting(tmp_path, prefect_server, capsys):
+    from prefect import get_client
+    import anyio
+
+    landing = write_landing(tmp_path / "raw", nodes=1, gpus=2, days=2)
+    (landing.root / "nvidia-smi" / "gpu-node001" / "2026-11-03.csv").write_bytes(b"\xff\xfe junk")
+    data_dir = tmp_path / "data"
+
+    code = main(["--data-dir", str(data_dir), "ingest", "--path", str(landing.root), "--timezone", "UTC"])
+
+    out = capsys.readouterr().out
+    assert code == 1  # one file was rejected, and the exit code says so
+    assert "2026-11-03.csv  [rejected: not UTF-8 text" in out
+    assert "total: read" in out and "DOES NOT ADD UP" not in out
+    assert read_table(data_dir / "lake", "samples").height == landing.smi_samples + landing.dcgm_samples
+    (record,) = (data_dir / "ingest_runs").glob("*.json")
+    totals = json.loads(record.read_text())["totals"]
+    assert totals["rows_stored"] + totals["duplicates_dropped"] == totals["rows_read"]
+
+    async def flow_runs():
+        async with get_client() as client:
+            return await client.read_flow_runs()
+
+    runs = [r for r in anyio.run(flow_runs) if r.parameters.get("path") == str(landing.root)]
+    assert len(runs) == 1 and runs[0].state.is_completed()
+
+
+def test_cli_rejects_unknown_timezone_and_missing_path(tmp_path, prefect_server, capsys):
+    assert main(["--data-dir", str(tmp_path / "data"), "ingest", "--path", str(tmp_path / "nope")]) == 2
+    assert "ingest path not found" in capsys.readouterr().err
+    (tmp_path / "raw").mkdir()
+    assert main(["--data-dir", str(tmp_path / "data"), "ingest", "--path", str(tmp_path / "raw"), "--timezone", "Mars/Olympus"]) == 2
+    assert "unknown timezone 'Mars/Olympus'" in capsys.readouterr().err
