@@ -424,7 +424,8 @@ class TestCommandLine:
     @pytest.mark.parametrize(
         "argv, message",
         [(["--units", "0"], "units must be at least 1"), (["--sample-every", "7m"], "must divide a day"),
-         (["--sample-every", "soon"], "invalid duration"), (["--start", "yesterday"], "not an ISO 8601")],
+         (["--sample-every", "soon"], "invalid duration"), (["--start", "yesterday"], "not an ISO 8601"),
+         (["--seed", "-1"], "seed must be a non-negative integer"), (["--days", "0"], "days must be positive")],
     )
     def test_bad_arguments_are_rejected_clearly(self, tmp_path, capsys, argv, message):
         rc = cli_main(["--data-dir", str(tmp_path), "simulate", "--out", str(tmp_path / "x"), *argv])

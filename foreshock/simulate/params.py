@@ -45,6 +45,8 @@ class SimulationParams:
     def __post_init__(self) -> None:
         if self.units < 1:
             raise ValueError(f"units must be at least 1, got {self.units}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed}")
         if self.days <= 0:
             raise ValueError(f"days must be positive, got {self.days}")
         if self.gpus_per_node < 1 or self.racks < 1:
