@@ -262,9 +262,7 @@ def ingest_batch(
         if not frames:
             continue
         staged = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
-        staged = validate(table, staged, ctx)
-        bad = staged.filter(pl.col("_reason").is_not_null())
-        good = staged.filter(pl.col("_reason").is_null())
+        good, bad = validate(table, staged, ctx)
         unique, duplicates, conflicts = _deduplicate(table, good, ctx)
         bad = pl.concat([bad, conflicts], how="diagonal_relaxed")
         for i, count in _count_by_file(duplicates).items():
@@ -347,14 +345,25 @@ def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl
     """
     key = list(KEYS[table])
     values = _value_columns(table)
-    first = pl.struct(key).is_first_distinct()
-    good = good.with_columns(_first=first)
-    firsts = good.filter(pl.col("_first")).drop("_first")
-    later = good.filter(~pl.col("_first")).drop("_first")
+    # Most batches have no repeated key: find candidates by a hash of the key (sorting
+    # 64-bit hashes is far cheaper than grouping by three columns), then check exactly.
+    hashes = good.select(pl.struct(key).hash(seed=0)).to_series()
+    ordered = hashes.sort()
+    repeated = ordered.slice(1).filter(ordered.slice(1) == ordered.slice(0, max(ordered.len() - 1, 0))).unique()
+    if repeated.len() == 0:
+        firsts, later = good, good.head(0)
+    else:
+        indexed = good.with_row_index("_row")
+        candidates = indexed.filter(hashes.is_in(repeated.implode()))
+        first_rows = candidates.group_by(key).agg(pl.col("_row").min()).get_column("_row")
+        later_rows = candidates.get_column("_row").filter(~candidates.get_column("_row").is_in(first_rows.implode()))
+        is_later = indexed.get_column("_row").is_in(later_rows.implode())
+        firsts, later = good.filter(~is_later), good.filter(is_later)
     duplicates = later.head(0)
     conflicts = later.head(0)
     if later.height:
-        joined = later.join(firsts.select(key + values), on=key, how="left", suffix="_kept", nulls_equal=True)
+        kept = firsts.join(later.select(key).unique(), on=key, how="semi", nulls_equal=True)
+        joined = later.join(kept.select(key + values), on=key, how="left", suffix="_kept", nulls_equal=True)
         clash = _differs(table, "", "_kept")
         duplicates = joined.filter(~clash).select(later.columns)
         conflicts = joined.filter(clash).select(later.columns).with_columns(

@@ -29,44 +29,28 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
 ID_RULE = "letters, digits and . _ : - only: no spaces, shell metacharacters or path separators"
 
 
-def _first(checks: list[tuple[pl.Expr, pl.Expr, str]]) -> tuple[pl.Expr, pl.Expr]:
-    reason = pl.col("_reason")
-    field = pl.col("_field")
-    chain_reason = None
-    chain_field = None
-    for condition, text, name in checks:
-        if chain_reason is None:
-            chain_reason = pl.when(condition).then(text)
-            chain_field = pl.when(condition).then(pl.lit(name))
-        else:
-            chain_reason = chain_reason.when(condition).then(text)
-            chain_field = chain_field.when(condition).then(pl.lit(name))
-    if chain_reason is None:
-        return reason, field
-    has = pl.col("_reason").is_not_null()
-    return (
-        pl.when(has).then(reason).otherwise(chain_reason.otherwise(pl.lit(None, dtype=pl.String))),
-        pl.when(has).then(field).otherwise(chain_field.otherwise(pl.lit(None, dtype=pl.String))),
-    )
-
-
-def _bad_id(column: str) -> tuple[pl.Expr, pl.Expr, str]:
+def _bad_id(frame: pl.DataFrame, column: str) -> tuple[pl.Expr, pl.Expr, str]:
+    # Ids repeat on every row: check each distinct value once.
+    bad = [v for v in frame.get_column(column).unique().drop_nulls().to_list() if not ID_PATTERN.match(v)]
     value = pl.col(column)
     return (
-        value.is_not_null() & ~value.str.contains(ID_PATTERN.pattern),
+        value.is_in(pl.Series(bad, dtype=pl.String).implode()) if bad else pl.lit(False),
         pl.format("{} '{}' is not a valid id ({})", pl.lit(column), value.str.slice(0, 80), pl.lit(ID_RULE)),
         column,
     )
 
 
-def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
-    """Fill ``_reason``/``_field`` for every row that fails a check (see module notes)."""
+def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split staged rows into ``(good, bad)``; bad rows carry ``_reason`` and ``_field``.
+
+    Rows the parser already rejected stay bad with the parser's reason.
+    """
     checks: list[tuple[pl.Expr, pl.Expr, str]] = [
         (pl.col("unit_id").is_null(), pl.lit("missing unit_id"), "unit_id"),
-        _bad_id("unit_id"),
+        _bad_id(frame, "unit_id"),
     ]
     if table == "inventory":
-        checks += [_bad_id("node"), _bad_id("rack")]
+        checks += [_bad_id(frame, "node"), _bad_id(frame, "rack")]
     time_col = TIME_COLUMN[table] or ("installed_at" if table == "inventory" else None)
     if time_col:
         limit = ctx.now + ctx.max_future
@@ -81,14 +65,18 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFram
             ),
         ]
     if table != "inventory" and ctx.has_inventory:
-        units = ctx.known_units()
-        unknown = ~pl.col("unit_id").is_in(units.implode())
+        known = set(ctx.known_units().to_list())
+        strangers = [u for u in frame.get_column("unit_id").unique().drop_nulls().to_list() if u not in known]
+        unknown = pl.col("unit_id").is_in(pl.Series(strangers, dtype=pl.String).implode()) if strangers else pl.lit(False)
         if "_node" in frame.columns:
             host_level = pl.col("_node").is_not_null()
-            unknown = pl.when(host_level).then(~pl.col("_node").is_in(ctx.known_nodes().implode())).otherwise(unknown)
+            nodes = set(ctx.known_nodes().to_list())
+            strange_hosts = [n for n in frame.get_column("_node").unique().drop_nulls().to_list() if n not in nodes]
+            host_unknown = pl.col("_node").is_in(pl.Series(strange_hosts, dtype=pl.String).implode()) if strange_hosts else pl.lit(False)
+            unknown = pl.when(host_level).then(host_unknown).otherwise(unknown)
         checks.append((unknown, pl.format("unknown unit '{}' (not in the inventory)", pl.col("unit_id")), "unit_id"))
     if table == "samples":
-        checks += _sample_checks(ctx)
+        checks += _sample_checks(frame, ctx)
     if table == "events":
         checks += [
             (pl.col("source").is_null() | ~pl.col("source").str.contains(ID_PATTERN.pattern), pl.lit("missing or invalid event source"), "source"),
@@ -98,21 +86,42 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFram
     if table == "inventory":
         for name in ("node", "rack", "model"):
             checks.append((pl.col(name).is_null(), pl.lit(f"missing {name}"), name))
-    reason, field = _first(checks)
-    return frame.with_columns(_reason=reason, _field=field)
+    return _apply(frame, checks)
 
 
-def _sample_checks(ctx: IngestContext) -> list[tuple[pl.Expr, pl.Expr, str]]:
+def _apply(frame: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr, str]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    # Conditions are cheap; reason texts are not (polars builds a branch's strings for every
+    # row).  So find the first failing check per row, then write texts for failing rows only.
+    number = pl.lit(None, dtype=pl.Int16)
+    for index in reversed(range(len(checks))):
+        number = pl.when(checks[index][0].fill_null(False)).then(pl.lit(index, dtype=pl.Int16)).otherwise(number)
+    frame = frame.with_columns(_check=pl.when(pl.col("_reason").is_null()).then(number))
+    failing = pl.col("_reason").is_not_null() | pl.col("_check").is_not_null()
+    good = frame.filter(~failing).drop("_check")
+    bad = frame.filter(failing)
+    if bad.height and checks:
+        reason = pl.col("_reason")
+        field = pl.col("_field")
+        for index, (_, text, name) in enumerate(checks):
+            reason = pl.when(pl.col("_check") == index).then(text).otherwise(reason)
+            field = pl.when(pl.col("_check") == index).then(pl.lit(name)).otherwise(field)
+        bad = bad.with_columns(_reason=reason, _field=field)
+    return good, bad.drop("_check")
+
+
+def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Expr, pl.Expr, str]]:
     catalog = ctx.catalog
-    names = catalog.names()
     metric = pl.col("metric")
     value = pl.col("value")
-    counter = metric.is_in([m.name for m in catalog.by(kind="counter")])
+    present = frame.get_column("metric").unique().drop_nulls().to_list()
+    unknown = [m for m in present if m not in catalog]
+    counters = [m for m in present if m in catalog and catalog[m].is_counter]
+    counter = metric.is_in(pl.Series(counters, dtype=pl.String).implode()) if counters else pl.lit(False)
     low = _lookup(metric, {m.name: m.min for m in catalog if m.min is not None})
     high = _lookup(metric, {m.name: m.max for m in catalog if m.max is not None})
     return [
         (metric.is_null(), pl.lit("missing metric"), "metric"),
-        (~metric.is_in(names), pl.format("unknown metric '{}' (not in the metric catalog {})", metric, pl.lit(catalog.source)), "metric"),
+        (metric.is_in(pl.Series(unknown, dtype=pl.String).implode()) if unknown else pl.lit(False), pl.format("unknown metric '{}' (not in the metric catalog {})", metric, pl.lit(catalog.source)), "metric"),
         (value.is_null(), pl.lit("missing value"), "value"),
         (value.is_nan(), pl.lit("value is NaN"), "value"),
         (value.is_infinite(), pl.lit("value is infinite"), "value"),

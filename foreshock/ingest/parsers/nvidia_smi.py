@@ -114,17 +114,24 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     flags = pl.col("_text").replace_strict(FLAGS, default=None, return_dtype=pl.Float64)
     number = pl.col("_text").str.replace(r"\s+[A-Za-z%/]+$", "").cast(pl.Float64, strict=False)
     long = long.with_columns(value=pl.coalesce(flags, number))
-    catalog_source = ctx.catalog.source
-    long = long.with_columns(
-        _reason=pl.coalesce(
-            pl.col("_line_reason"),
-            pl.when(~pl.col("_known")).then(pl.format("unknown metric '{}' (not in the metric catalog {})", pl.col("_source"), pl.lit(catalog_source))),
-            pl.when(pl.col("_text").str.starts_with("[")).then(pl.format("nvidia-smi reported {}", pl.col("_text"))),
-            pl.when(pl.col("value").is_null()).then(pl.format("not a number: '{}'", pl.col("_text").str.slice(0, 40))),
-        ),
-        _field=pl.coalesce(pl.col("_line_field"), pl.when(pl.col("_line_reason").is_null()).then(pl.col("_source"))),
-    )
-    parsed.add("samples", long.select("unit_id", "ts", "metric", "value", "_line", "_field", "_reason"))
+    failing = pl.col("_line_reason").is_not_null() | ~pl.col("_known") | pl.col("_text").str.starts_with("[") | pl.col("value").is_null()
+    long = long.with_columns(_failing=failing)
+    columns = ["unit_id", "ts", "metric", "value", "_line", "_field", "_reason"]
+    good = long.filter(~pl.col("_failing")).with_columns(_reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String))
+    parsed.add("samples", good.select(columns))
+    bad = long.filter(pl.col("_failing"))
+    if bad.height:  # reason texts only for the failing rows (they are built for every row a branch sees)
+        catalog_source = ctx.catalog.source
+        bad = bad.with_columns(
+            _reason=pl.coalesce(
+                pl.col("_line_reason"),
+                pl.when(~pl.col("_known")).then(pl.format("unknown metric '{}' (not in the metric catalog {})", pl.col("_source"), pl.lit(catalog_source))),
+                pl.when(pl.col("_text").str.starts_with("[")).then(pl.format("nvidia-smi reported {}", pl.col("_text"))),
+                pl.when(pl.col("value").is_null()).then(pl.format("not a number: '{}'", pl.col("_text").str.slice(0, 40))),
+            ),
+            _field=pl.coalesce(pl.col("_line_field"), pl.when(pl.col("_line_reason").is_null()).then(pl.col("_source"))),
+        )
+        parsed.add("samples", bad.select(columns))
     return parsed
 
 
