@@ -229,6 +229,9 @@ class TestFailures:
         for mode, category in joined.select("mode", "category").iter_rows():
             assert category in expected[mode]
         assert (truth["has_precursor"] == (truth["mode"] != "sudden")).all()
+        counts = dict(truth.group_by("mode").len().iter_rows())
+        assert {m: n for m, n in summary["failures"]["by_mode"].items() if n} == counts
+        assert json.loads((out / "simulation.json").read_text())["failures"] == summary["failures"]
         with_onset = truth.filter(pl.col("has_precursor"))
         assert (with_onset["precursor_onset"] < with_onset["failed_at"]).all()
         assert truth.filter(~pl.col("has_precursor"))["precursor_onset"].null_count() == truth.filter(~pl.col("has_precursor")).height
