@@ -17,6 +17,8 @@ import polars as pl
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from models.base import label_column
+
 KEY = ["unit_id", "ts"]
 # One colour per model, stable across plots so a reader can match them by eye.
 MODEL_COLOURS = {"gbm": "tab:blue", "cox": "tab:orange", "baseline": "tab:grey"}
@@ -24,11 +26,6 @@ MODEL_COLOURS = {"gbm": "tab:blue", "cox": "tab:orange", "baseline": "tab:grey"}
 
 def _colour(model: str, index: int) -> str:
     return MODEL_COLOURS.get(model, f"C{index % 10}")
-
-
-def label_column(horizon: str) -> str:
-    """Name of the label that a risk for ``horizon`` predicts: ``fails_within_72h``."""
-    return f"fails_within_{horizon}"
 
 
 def scores_with_labels(scores: pl.DataFrame, labelled: pl.DataFrame, horizon: str) -> pl.DataFrame:
@@ -40,7 +37,7 @@ def scores_with_labels(scores: pl.DataFrame, labelled: pl.DataFrame, horizon: st
         ``unit_id, ts, model, horizon, risk`` (the backtest scores table).
     labelled
         Feature snapshots with labels (``features.labels.add_labels``): needs ``unit_id, ts``
-        and ``fails_within_<horizon>``; ``time_to_failure_h`` and ``life`` are kept if present.
+        and the horizon's label (``models.base.label_column``); ``time_to_failure_h`` and ``life`` are kept if present.
     horizon
         Horizon spelled as in the scores table, e.g. ``"72h"``.
 

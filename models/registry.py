@@ -173,6 +173,26 @@ def flatten_metrics(report: Any, prefix: str = "") -> dict[str, float]:
     return metrics
 
 
+def backtest_metrics(report: Mapping[str, Any]) -> dict[str, float]:
+    """The backtest report as MLflow metrics, e.g. ``gbm.3d.budget.recall``.
+
+    Names are ``<model>.<horizon>.<operating point>.<metric>`` for the lead-time table at
+    each operating point and ``<model>.<horizon>.snapshot.<metric>`` for the
+    threshold-free metrics (definitions in ``docs/metrics.md``).
+    """
+    models = report.get("models")
+    if not isinstance(models, Mapping):
+        return flatten_metrics(report)
+    flat: dict[str, float] = {}
+    for model, horizons in models.items():
+        for horizon, judged in (horizons or {}).items():
+            flat.update(flatten_metrics(judged.get("snapshot") or {}, f"{model}.{horizon}.snapshot"))
+            for point, values in (judged.get("operating_points") or {}).items():
+                flat.update(flatten_metrics(values or {}, f"{model}.{horizon}.{point}"))
+    flat.update(flatten_metrics(report.get("scored") or {}, "scored"))
+    return flat
+
+
 def boosters_of(bundle: "RiskBundle") -> dict[str, Any]:
     """The LightGBM boosters inside a bundle, named ``<model>-<horizon>``.
 
@@ -226,6 +246,89 @@ def model_input(bundle: "RiskBundle", features: pl.DataFrame) -> pl.DataFrame:
     if missing:
         raise ValueError(f"feature frame lacks columns the model was trained on: {missing[:10]}")
     return features.select("unit_id", "ts", *bundle.feature_names)
+
+
+def decision_horizon(config: Any) -> str:
+    """``[models] horizon`` spelled as in ``[labels] horizons`` (and so in the scores).
+
+    Raises
+    ------
+    ValueError
+        When the decision horizon is not one of the label horizons.
+    """
+    from foreshock.durations import parse_duration
+    from models.base import config_horizons
+
+    wanted = config.section("models").get("horizon")
+    horizons = config_horizons(config)
+    if not wanted:
+        return horizons[-1]
+    for horizon in horizons:
+        if parse_duration(horizon) == parse_duration(wanted):
+            return horizon
+    raise ValueError(f"[models] horizon = {wanted!r} is not one of [labels] horizons {horizons}")
+
+
+def lead_times_at_budget(scores: pl.DataFrame, failures: pl.DataFrame, config: Any) -> pl.DataFrame:
+    """Lead times of the failures each model caught at the drain-budget threshold.
+
+    Parameters
+    ----------
+    scores
+        ``unit_id, ts, model, risk`` of one horizon (several models allowed).
+    failures
+        Canonical failures table.
+    config
+        ``[backtest] drain_budget_per_day``, ``alert_window``, ``min_lead_time``.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``model, lead_time_h``: one row per caught failure (definitions in ``docs/metrics.md``).
+    """
+    from models import metrics
+
+    window = metrics.AlertWindow.from_config(config)
+    budget = float(config.section("backtest").get("drain_budget_per_day", 2))
+    parts = [pl.DataFrame(schema={"model": pl.String, "lead_time_h": pl.Float64})]
+    for (model,), series in scores.group_by(["model"], maintain_order=True):
+        series = series.select("unit_id", "ts", "risk")
+        threshold = metrics.threshold_for_budget(series, budget)
+        alerts = metrics.alert_starts(series, threshold)
+        matched = metrics.match_failures(alerts, metrics.failures_in_scope(series, failures), window)
+        parts.append(
+            matched.filter(pl.col("caught")).select(pl.lit(str(model)).alias("model"), pl.col("lead_time_h").cast(pl.Float64))
+        )
+    return pl.concat(parts)
+
+
+def training_inputs(
+    bundle: "RiskBundle",
+    backtest: Any,
+    features: pl.DataFrame,
+    failures: pl.DataFrame,
+    config: Any,
+) -> dict[str, Any]:
+    """The keyword arguments of :func:`log_training` derived from the training data.
+
+    ``data_range`` (first and last snapshot), ``example`` (the latest five snapshots),
+    ``labelled`` (labels known now, for the outcome plots) and ``lead_times`` (caught
+    failures of the backtest scores at the drain budget, for the histogram).
+    """
+    from models.training import labelled_until
+
+    horizon = decision_horizon(config)
+    ordered = features.sort("ts")
+    scores = getattr(backtest, "scores", None)
+    lead_times = None
+    if scores is not None and scores.height:
+        lead_times = lead_times_at_budget(scores.filter(pl.col("horizon") == horizon), failures, config)
+    return {
+        "data_range": (ordered["ts"].min(), ordered["ts"].max()),
+        "example": ordered.tail(5),
+        "labelled": labelled_until(features, failures, list(bundle.horizons)),  # null = outcome open
+        "lead_times": lead_times,
+    }
 
 
 @dataclass(frozen=True)
@@ -288,7 +391,7 @@ def log_training(
     uri = tracking_uri(config.data_dir)
     client = mlflow.MlflowClient(uri)
     exp_id = experiment_id(experiment_name(config))
-    horizon = str(config.section("models").get("horizon", bundle.horizons[-1]))
+    horizon = decision_horizon(config)
     example = model_input(bundle, example).head(5)
     example_pd = _naive_utc(example).to_pandas()
     started = datetime.now(timezone.utc)
@@ -311,8 +414,36 @@ def log_training(
         mlflow.log_params(params)
         mlflow.log_dict({"feature_names": list(bundle.feature_names)}, "features_used.json")
 
+        # Models first: MLflow links every metric already logged in the run to each
+        # model it logs, one query per metric and model (seconds with hundreds of metrics).
+        features_pd = example_pd[list(bundle.feature_names)].astype("float64")
+        for booster_name, booster in boosters_of(bundle).items():
+            columns = booster.feature_name()
+            booster_input = features_pd[columns] if set(columns) <= set(features_pd.columns) else None
+            signature = infer_signature(booster_input, booster.predict(booster_input)) if booster_input is not None else None
+            mlflow.lightgbm.log_model(
+                booster,
+                name=booster_name,
+                signature=signature,
+                input_example=booster_input,
+                pip_requirements=list(PIP_REQUIREMENTS),
+            )
+
+        scores_example = _naive_utc(bundle.score(example))
+        with tempfile.TemporaryDirectory(prefix="foreshock-bundle-") as tmp:
+            bundle_dir = Path(tmp) / "bundle"
+            bundle.save(bundle_dir)
+            info = mlflow.pyfunc.log_model(
+                name=BUNDLE_MODEL_NAME,
+                python_model=str(PYFUNC_FILE),
+                artifacts={"bundle": str(bundle_dir)},
+                signature=infer_signature(example_pd, scores_example.to_pandas()),
+                input_example=example_pd,
+                pip_requirements=list(PIP_REQUIREMENTS),
+            )
+
         report = getattr(backtest, "report", None) or {}
-        mlflow.log_metrics(flatten_metrics(report))
+        mlflow.log_metrics(backtest_metrics(report))
         mlflow.log_dict(_jsonable(report), "backtest/report.json")
         if getattr(backtest, "markdown", None):
             mlflow.log_text(backtest.markdown, "backtest/report.md")
@@ -337,33 +468,8 @@ def log_training(
         for fig_name, figure in figures.items():
             mlflow.log_figure(figure, f"plots/{fig_name}.png")
 
-        features_pd = example_pd[list(bundle.feature_names)].astype("float64")
-        for booster_name, booster in boosters_of(bundle).items():
-            columns = booster.feature_name()
-            booster_input = features_pd[columns] if set(columns) <= set(features_pd.columns) else None
-            signature = infer_signature(booster_input, booster.predict(booster_input)) if booster_input is not None else None
-            mlflow.lightgbm.log_model(
-                booster,
-                name=booster_name,
-                signature=signature,
-                input_example=booster_input,
-                pip_requirements=list(PIP_REQUIREMENTS),
-            )
-
-        scores_example = _naive_utc(bundle.score(example))
-        with tempfile.TemporaryDirectory(prefix="foreshock-bundle-") as tmp:
-            bundle_dir = Path(tmp) / "bundle"
-            bundle.save(bundle_dir)
-            info = mlflow.pyfunc.log_model(
-                name=BUNDLE_MODEL_NAME,
-                python_model=str(PYFUNC_FILE),
-                artifacts={"bundle": str(bundle_dir)},
-                signature=infer_signature(example_pd, scores_example.to_pandas()),
-                input_example=example_pd,
-                registered_model_name=name,
-                pip_requirements=list(PIP_REQUIREMENTS),
-            )
-        version = str(info.registered_model_version)
+    # Registered only once everything is logged: a version never lacks its evidence.
+    version = str(mlflow.register_model(info.model_uri, name).version)
 
     tags = {
         "foreshock.data_start": data_range[0].isoformat(),
@@ -460,15 +566,15 @@ def set_champion(
     try:
         client.get_model_version(name, version)
     except MlflowException:
-        known = ", ".join(v.version for v in versions(name, client=client)) or "none"
+        known = ", ".join(str(v.version) for v in versions(name, client=client)) or "none"
         raise ValueError(f"model {name!r} has no version {version} (versions: {known})") from None
     previous = alias_version(name, CHAMPION, client=client)
     client.set_registered_model_alias(name, CHAMPION, version)
     by = by or getpass.getuser()
     _tag_promotion(client, name, version, action=action, by=by, reason=reason)
-    if previous is not None and previous.version != version:
-        client.set_model_version_tag(name, version, "foreshock.previous_champion", previous.version)
-    return previous.version if previous is not None else None
+    if previous is not None and str(previous.version) != version:
+        client.set_model_version_tag(name, version, "foreshock.previous_champion", str(previous.version))
+    return str(previous.version) if previous is not None else None
 
 
 # --------------------------------------------------------------------------------------
@@ -522,3 +628,67 @@ def load_alias(name: str, alias: str) -> LoadedBundle:
 def load_champion(name: str) -> LoadedBundle:
     """Load ``models:/<name>@champion``: unpack as ``bundle, version, run_id``."""
     return load_alias(name, CHAMPION)
+
+
+# --------------------------------------------------------------------------------------
+# Scoring with a registered version
+# --------------------------------------------------------------------------------------
+
+LIVE_CONTEXT = ("node", "rack")
+
+
+def latest_snapshots(features: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """The most recent snapshot of every unit."""
+    lazy = features.lazy() if isinstance(features, pl.DataFrame) else features
+    return (
+        lazy.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
+        .unique(["unit_id"], keep="last")
+        .sort("unit_id")
+        .collect()
+    )
+
+
+def live_scores(loaded: LoadedBundle, snapshots: pl.DataFrame, top: int = 3) -> pl.DataFrame:
+    """Risk of the primary model per unit and horizon, with its top signals and provenance.
+
+    Parameters
+    ----------
+    loaded
+        A registered version (:func:`load_champion`).
+    snapshots
+        Feature snapshots to score (usually :func:`latest_snapshots`).
+    top
+        How many signals to keep per unit and horizon.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``unit_id, ts, node, rack, model, horizon, risk, top_signals, model_name,
+        model_version, run_id``; ``top_signals`` is a list of
+        ``{signal, value, contribution}`` structs, largest contribution first.  Sorted by
+        horizon, then risk (highest first).
+    """
+    bundle = loaded.bundle
+    risk = bundle.score(snapshots).filter(pl.col("model") == bundle.primary)
+    reasons = (
+        bundle.explain(snapshots, top=top)
+        .sort("contribution", descending=True)
+        .group_by("unit_id", "ts", "horizon", maintain_order=True)
+        .agg(pl.struct("signal", "value", "contribution").alias("top_signals"))
+    )
+    context = [c for c in LIVE_CONTEXT if c in snapshots.columns]
+    places = snapshots.select("unit_id", *context).unique("unit_id", keep="last")
+    out = (
+        risk.join(reasons, on=["unit_id", "ts", "horizon"], how="left")
+        .join(places, on="unit_id", how="left")
+        .with_columns(
+            pl.lit(loaded.model_name).alias("model_name"),
+            pl.lit(loaded.version).alias("model_version"),
+            pl.lit(loaded.run_id).alias("run_id"),
+            *(pl.lit(None, dtype=pl.String).alias(c) for c in LIVE_CONTEXT if c not in context),
+        )
+    )
+    return out.select(
+        "unit_id", "ts", *LIVE_CONTEXT, "model", "horizon", "risk", "top_signals",
+        "model_name", "model_version", "run_id",
+    ).sort(["horizon", "risk", "unit_id"], descending=[False, True, False])

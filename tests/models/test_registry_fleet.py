@@ -25,9 +25,9 @@ RAMP_H = 96.0  # the precursor builds up over the last 4 days of a unit's life
 
 def synthetic_fleet(
     seed: int,
-    units: int = 36,
-    days: int = 18,
-    failing: int = 12,
+    units: int = 24,
+    days: int = 15,
+    failing: int = 9,
     precursor: str = SBE,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Feature snapshots and failures of a fleet whose failures announce themselves.
@@ -92,7 +92,7 @@ def fast_config(data_dir, name: str, **review: float) -> Config:
             "name": name,
             "gbm": {"params": {"num_threads": 1}, "num_boost_round": 80, "early_stopping_rounds": 15},
         },
-        "backtest": {"drain_budget_per_day": 1},
+        "backtest": {"drain_budget_per_day": 1, "folds": 1},
     }
     if review:
         overrides["review"] = review
@@ -104,7 +104,7 @@ def test_failures_are_preceded_by_their_precursor(seed):
     last = features.group_by("unit_id").agg(pl.col("ts").max(), pl.col(SBE).tail(12).mean().alias("late"))
     early = features.group_by("unit_id").agg(pl.col(SBE).head(24).mean().alias("early"))
     doomed = last.join(early, on="unit_id").join(failures, on="unit_id")
-    assert failures.height == 12
+    assert failures.height == 9
     assert (doomed["failed_at"] > doomed["ts"]).all()  # no snapshot at or after a failure
     assert doomed["late"].mean() > doomed["early"].mean() + 3  # the precursor is there
 
@@ -116,5 +116,5 @@ def train_and_register(config: Config, features: pl.DataFrame, failures: pl.Data
     from models.registry import log_training, training_inputs
 
     bundle = train_bundle(features, failures, config)
-    backtest = walk_forward(features, failures, config, folds=2)
+    backtest = walk_forward(features, failures, config)
     return log_training(bundle, backtest, config, **training_inputs(bundle, backtest, features, failures, config))
