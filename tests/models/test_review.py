@@ -1,0 +1,132 @@
+"""Review: challenger and champion judged on the same window; the champion alias moves
+only when every guardrail holds; a report is written either way."""
+
+from __future__ import annotations
+
+import math
+
+import mlflow
+import pytest
+
+from models import registry, review
+from models.base import config_horizons
+from models.training import labelled_until
+from test_registry_fleet import TEMP, fast_config, synthetic_fleet, train_and_register
+
+NAME = "review-test"
+
+
+@pytest.fixture(scope="module")
+def fleet(mlflow_uri, tmp_path_factory):
+    """v1 trained on today's fleet (errors announce failures) is champion; v2, trained on a
+    fleet where temperature did, is the challenger."""
+    data_dir = tmp_path_factory.mktemp("data")
+    config = fast_config(data_dir, NAME)
+    features, failures = synthetic_fleet(seed=21)
+    train_and_register(config, features, failures)
+    train_and_register(config, *synthetic_fleet(seed=22, precursor=TEMP))
+    labelled = labelled_until(features, failures, config_horizons(config))
+    return {"data_dir": data_dir, "features": features, "failures": failures, "labelled": labelled}
+
+
+def test_worse_challenger_stays_out_and_the_report_says_why(fleet):
+    config = fast_config(fleet["data_dir"], NAME)
+    result = review.run_review(config, fleet["labelled"], fleet["failures"])
+
+    assert not result.promoted
+    assert registry.aliases(NAME) == {"champion": "1", "challenger": "2"}
+    assert result.decision.startswith("kept version 1 as champion: challenger 2 failed")
+    failed = {check.name for check in result.checks if not check.passed}
+    assert "recall at drain budget" in failed
+    # Same window, same failures for both.
+    assert result.champion.metrics["failures"] == result.challenger.metrics["failures"] > 0
+    assert result.challenger.metrics["recall"] < result.champion.metrics["recall"]
+
+    markdown = result.report_md.read_text()
+    assert result.report_md.parent == config.reports_dir
+    assert result.report_md.name.startswith("review-") and result.report_html.suffix == ".html"
+    assert "| metric | champion v1 | challenger v2 | change |" in markdown
+    recall_row = next(line for line in markdown.splitlines() if line.startswith("| recall at drain budget |"))
+    assert recall_row.split("|")[2].strip() == f"{result.champion.metrics['recall']:.3f}"
+    assert "FAIL" in markdown
+    html = result.report_html.read_text()
+    assert "<table>" in html and "data:image/png;base64," in html
+    assert set(result.figures) >= {"pr_curve", "calibration", "lead_time_histogram"}
+    assert all(path.stat().st_size > 1000 for path in result.figures.values())
+
+    client = mlflow.MlflowClient()
+    logged = {a.path for a in client.list_artifacts(result.run_id, "review")}
+    assert {f"review/{result.report_md.name}", f"review/{result.report_html.name}"} <= logged
+    run = client.get_run(result.run_id)
+    assert run.data.tags["foreshock.promoted"] == "false"
+    assert math.isclose(run.data.metrics["champion.recall"], result.champion.metrics["recall"])
+    assert client.get_model_version(NAME, "2").tags["foreshock.review"] == "failed"
+
+
+def test_equal_challenger_is_promoted_only_within_the_calibration_bound(fleet):
+    # v3 is trained on the same data as v1: as good as the champion on every metric.
+    config = fast_config(fleet["data_dir"], NAME)
+    record = train_and_register(config, fleet["features"], fleet["failures"])
+    assert registry.aliases(NAME) == {"champion": "1", "challenger": record.version}
+
+    strict = fast_config(fleet["data_dir"], NAME, max_calibration_error=0.0)
+    blocked = review.run_review(strict, fleet["labelled"], fleet["failures"])
+    assert [check.passed for check in blocked.checks] == [True, True, False]
+    assert not blocked.promoted and registry.aliases(NAME)["champion"] == "1"
+
+    loose = fast_config(fleet["data_dir"], NAME, max_calibration_error=1.0)
+    dry = review.run_review(loose, fleet["labelled"], fleet["failures"], promote=False)
+    assert dry.passed and not dry.promoted and registry.aliases(NAME)["champion"] == "1"
+
+    passed = review.run_review(loose, fleet["labelled"], fleet["failures"])
+    assert passed.promoted
+    assert registry.aliases(NAME) == {"champion": record.version, "challenger": record.version}
+    tags = mlflow.MlflowClient().get_model_version(NAME, record.version).tags
+    assert tags["foreshock.promotion"] == "review"
+    assert tags["foreshock.previous_champion"] == "1"
+    assert passed.run_id in tags["foreshock.promotion_reason"]
+
+    again = review.run_review(loose, fleet["labelled"], fleet["failures"])
+    assert not again.promoted and "already champion" in again.decision
+    assert again.report_md.exists()
+
+
+def test_approve_by_hand_records_who_and_why(fleet):
+    config = fast_config(fleet["data_dir"], NAME)
+    previous = review.approve(config, 2, by="alice", reason="temperature model for the new racks")
+    assert registry.aliases(NAME)["champion"] == "2"
+    tags = mlflow.MlflowClient().get_model_version(NAME, "2").tags
+    assert tags["foreshock.promotion"] == "approved"
+    assert tags["foreshock.promoted_by"] == "alice"
+    assert tags["foreshock.promotion_reason"] == "temperature model for the new racks"
+    assert tags["foreshock.previous_champion"] == previous
+    review.rollback(config, previous, by="bob", reason="undo")
+    assert registry.aliases(NAME)["champion"] == previous
+
+
+class TestGuardrails:
+    rails = review.Guardrails(max_recall_drop=0.0, max_precision_drop=0.05, max_calibration_error=0.05)
+
+    def test_small_precision_drop_within_margin_passes(self):
+        checks = review.check_guardrails(
+            {"recall": 0.6, "precision": 0.46, "calibration_error": 0.02},
+            {"recall": 0.6, "precision": 0.50, "calibration_error": 0.01},
+            self.rails,
+        )
+        assert all(check.passed for check in checks)
+
+    def test_any_recall_drop_fails_at_zero_margin(self):
+        checks = review.check_guardrails(
+            {"recall": 0.59, "precision": 0.9, "calibration_error": 0.01},
+            {"recall": 0.60, "precision": 0.5, "calibration_error": 0.01},
+            self.rails,
+        )
+        assert [check.passed for check in checks] == [False, True, True]
+
+    def test_unmeasurable_metric_never_passes(self):
+        checks = review.check_guardrails(
+            {"recall": math.nan, "precision": 0.5, "calibration_error": 0.01},
+            {"recall": math.nan, "precision": 0.5, "calibration_error": 0.01},
+            self.rails,
+        )
+        assert [check.passed for check in checks] == [False, True, True]
