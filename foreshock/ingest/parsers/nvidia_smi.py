@@ -24,7 +24,7 @@ from foreshock.contract import ID_PATTERN
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.reading import read_text, text_lines
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
-from foreshock.ingest.timestamps import parse_utc
+from foreshock.ingest.timestamps import parse_local
 
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
 # Fields that describe the GPU rather than measure it: read for identity or ignored.
@@ -71,10 +71,13 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         )
     width = len(names)
     body = lines.slice(1).filter(pl.col("_text") != header_text)  # repeated headers when -l restarts
-    body = body.with_columns(_parts=pl.col("_text").str.split(","))
-    ragged = body.filter(pl.col("_parts").list.len() != width)
-    good = body.filter(pl.col("_parts").list.len() == width).with_columns(
-        [pl.col("_parts").list.get(i).str.strip_chars().alias(name) for i, name in enumerate(names)]
+    body = body.with_columns(_fields=pl.col("_text").str.count_matches(",", literal=True) + 1)
+    ragged = body.filter(pl.col("_fields") != width)
+    good = (
+        body.filter(pl.col("_fields") == width)
+        .with_columns(pl.col("_text").str.split_exact(",", width - 1).struct.rename_fields(names).alias("_parts"))
+        .unnest("_parts")
+        .with_columns([pl.col(name).str.strip_chars() for name in names])
     )
     parsed = ParsedFile(path=path, raw_lines=text_lines(text).get_column("_text"))
     if ragged.height:
@@ -83,10 +86,10 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
             ragged.select(
                 "_line",
                 _field=pl.lit("line"),
-                _reason=pl.format("malformed line: expected {} fields, got {}", pl.lit(width), pl.col("_parts").list.len()),
+                _reason=pl.format("malformed line: expected {} fields, got {}", pl.lit(width), pl.col("_fields")),
             ),
         )
-    ts, ts_reason = parse_utc(pl.col("timestamp"), ctx.timezone, TIMESTAMP_FORMAT)
+    ts, ts_reason = parse_local(pl.col("timestamp"), ctx.timezone, TIMESTAMP_FORMAT)
     good = good.with_columns(ts=ts, _ts_reason=ts_reason).with_columns(_unit_id=_unit_expr(path, names, ctx))
     good = good.with_columns(
         _line_reason=pl.coalesce(
@@ -104,16 +107,13 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
             good.select(
                 "_line", "ts", "_line_reason", "_line_field",
                 unit_id="_unit_id", _source=pl.lit(name), metric=pl.lit(resolved[name] or name), _text=pl.col(name),
-                _known=pl.lit(resolved[name] is not None),
+                _known=pl.lit(resolved[name] is not None), value=_number(pl.col(name), units.get(name)),
             )
             for name in metrics
         ],
         how="vertical",
     )
     long = long.filter(~pl.col("_text").is_in(NOT_SUPPORTED))
-    flags = pl.col("_text").replace_strict(FLAGS, default=None, return_dtype=pl.Float64)
-    number = pl.col("_text").str.replace(r"\s+[A-Za-z%/]+$", "").cast(pl.Float64, strict=False)
-    long = long.with_columns(value=pl.coalesce(flags, number))
     failing = pl.col("_line_reason").is_not_null() | ~pl.col("_known") | pl.col("_text").str.starts_with("[") | pl.col("value").is_null()
     long = long.with_columns(_failing=failing)
     columns = ["unit_id", "ts", "metric", "value", "_line", "_field", "_reason"]
@@ -133,6 +133,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         )
         parsed.add("samples", bad.select(columns))
     return parsed
+
+
+def _number(text: pl.Expr, unit: str | None) -> pl.Expr:
+    """``"250.12 W"`` -> 250.12 (the header's unit), ``Yes``/``Active`` -> 1, ``No`` -> 0."""
+    number = (text.str.strip_suffix(f" {unit}") if unit else text).cast(pl.Float64, strict=False)
+    return pl.coalesce(number, text.replace_strict(FLAGS, default=None, return_dtype=pl.Float64))
 
 
 def _unit_expr(path: Path, names: list[str], ctx: IngestContext) -> pl.Expr:
