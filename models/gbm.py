@@ -47,7 +47,7 @@ DEFAULT_PARAMS = {
     "lambda_l2": 10.0,
     "max_bin": 63,
     "verbose": -1,
-    "num_threads": 2,
+    "num_threads": 1,  # OpenMP threads spin and stall on a busy 2-core machine
     "deterministic": True,
     "force_row_wise": True,
 }

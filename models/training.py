@@ -134,17 +134,30 @@ def intervals_until(
     polars.DataFrame
         ``unit_id, life, start, stop, event`` + the covariates of ``frame``.
     """
-    from features.labels import survival_intervals
+    from features.labels import add_labels, survival_intervals
 
     until = _as_utc(until)
     cut = pl.lit(until).cast(UTC_TS)
     every = snapshot_every or snapshot_step(frame)
-    known = frame.filter(pl.col("ts") <= cut).with_columns(pl.col("ts").alias("_snapshot_ts"))
-    intervals = survival_intervals(known, failures.filter(pl.col("failed_at") <= cut), every)
+    known_failures = failures.filter(pl.col("failed_at") <= cut)
+    known = add_labels(frame.filter(pl.col("ts") <= cut), known_failures, []).with_columns(
+        pl.col("ts").alias("_snapshot_ts"), pl.col("time_to_failure_h").alias("_ttf")
+    ).drop("time_to_failure_h")
+    intervals = survival_intervals(known, known_failures, every)
     open_hours = (cut - pl.col("_snapshot_ts")).dt.total_microseconds().cast(pl.Float64) / 3.6e9
     censored_stop = pl.min_horizontal(pl.col("stop"), pl.col("start") + open_hours)
+    # A life's last snapshot can precede its failure by more than one interval (telemetry
+    # went silent first, a ticket filed late): that interval runs to the failure, so the
+    # event is not lost.
+    last_of_life = pl.col("start") == pl.col("start").max().over("unit_id", "life")
+    ends_in_failure = last_of_life & pl.col("_ttf").is_not_null() & (pl.col("event") == 0)
     return (
-        intervals.with_columns(pl.when(pl.col("event") == 1).then(pl.col("stop")).otherwise(censored_stop).alias("stop"))
+        intervals.with_columns(
+            pl.when(ends_in_failure).then(pl.col("start") + pl.col("_ttf"))
+            .when(pl.col("event") == 1).then(pl.col("stop"))
+            .otherwise(censored_stop).alias("stop"),
+            pl.when(ends_in_failure).then(1).otherwise(pl.col("event")).cast(pl.Int32).alias("event"),
+        )
         .filter(pl.col("stop") > pl.col("start"))
-        .drop("_snapshot_ts")
+        .drop("_snapshot_ts", "_ttf")
     )

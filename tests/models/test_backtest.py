@@ -1,0 +1,137 @@
+"""Walk-forward backtest: never trains on what was unknown at the cutoff; scores out of sample."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import numpy as np
+import polars as pl
+import pytest
+
+from features.labels import add_labels
+from foreshock.config import load_config
+from foreshock.contract import UTC_TS
+from models.backtest import plan_folds, walk_forward
+from models.gbm import GradientBoostedRisk
+from models.training import label_cutoff_violations, labelled_until
+from tests.models.conftest import T0, synthetic_fleet
+
+
+@dataclass
+class RecordingGBM(GradientBoostedRisk):
+    """The real LightGBM model, noting what each fit was given."""
+
+    seen: list = field(default_factory=list)
+
+    def fit(self, frame, failures, *, until=None):
+        labelled = labelled_until(frame, failures, self.horizons, until)
+        self.seen.append(
+            {
+                "until": until,
+                "last_snapshot": frame.get_column("ts").max(),
+                "last_failure": failures.get_column("failed_at").max(),
+                "violations": label_cutoff_violations(labelled, self.horizons, until),
+                "labelled_rows": labelled.filter(pl.col("fails_within_3d").is_not_null()).height,
+                "last_labelled": labelled.filter(pl.col("fails_within_3d") == False).get_column("ts").max(),  # noqa: E712
+            }
+        )
+        return super().fit(frame, failures, until=until)
+
+
+def test_folds_cover_the_last_share_of_a_short_history():
+    first = T0
+    daily = plan_folds(first, first + timedelta(days=39), timedelta(days=1), folds=4, test_fraction=0.4)
+    assert daily[0].cutoff == first + timedelta(days=24)  # 40 days: the last 16 are scored
+    assert daily[-1].test_end == first + timedelta(days=40)
+    assert all(a.test_end == b.cutoff for a, b in zip(daily, daily[1:]))
+    hourly = plan_folds(first, first + timedelta(days=30) - timedelta(hours=1), timedelta(hours=1))
+    assert hourly[0].cutoff <= first + timedelta(days=20)  # a 30-day demo: at least its last third
+    with pytest.raises(ValueError, match="too short"):
+        plan_folds(first, first + timedelta(days=2), timedelta(days=1), folds=4)
+
+
+def test_never_trains_on_labels_past_the_cutoff(rng):
+    fleet = synthetic_fleet(rng, units=60, days=20)
+    config = load_config()
+    recorder = RecordingGBM(horizons=["24h", "72h"])
+    result = walk_forward(
+        fleet.features, fleet.failures, config, factories={"gbm": lambda: recorder}, folds=3, test_fraction=0.4
+    )
+    assert len(recorder.seen) == len(result.folds) == 3
+    for fold, seen in zip(result.folds, recorder.seen):
+        assert seen["until"] == fold.cutoff
+        assert seen["last_snapshot"] < fold.cutoff
+        assert seen["last_failure"] <= fold.cutoff
+        assert seen["violations"] == 0
+        # the newest negative label is one whose whole 72 h horizon had passed
+        assert seen["last_labelled"] + timedelta(hours=72) <= fold.cutoff
+        fold_scores = result.scores.filter(
+            (pl.col("ts") >= pl.lit(fold.cutoff).cast(UTC_TS)) & (pl.col("ts") < pl.lit(fold.test_end).cast(UTC_TS))
+        )
+        assert fold_scores.height > 0
+    # every score is out of sample: after the first cutoff, once per unit/snapshot/horizon
+    assert result.scores.get_column("ts").min() >= result.folds[0].cutoff
+    assert not result.scores.select("unit_id", "ts", "model", "horizon").is_duplicated().any()
+    # the check itself can fail: labels from all failures leak past an early cutoff
+    leaky = add_labels(fleet.features, fleet.failures, ["72h"])
+    assert label_cutoff_violations(leaky, ["72h"], result.folds[0].cutoff) > 0
+
+
+def test_report_compares_every_model_at_each_operating_point(rng):
+    fleet = synthetic_fleet(rng, units=80, days=20)
+    result = walk_forward(fleet.features, fleet.failures, load_config(), ground_truth=fleet.ground_truth, folds=2)
+    assert set(result.scores.get_column("model")) == {"gbm", "cox", "baseline"}
+    for model in ("gbm", "cox", "baseline"):
+        for horizon in ("24h", "72h"):
+            entry = result.report["models"][model][horizon]
+            assert set(entry["operating_points"]) == {"budget", "target_precision", "policy"}
+            budget = entry["operating_points"]["budget"]
+            assert budget["alerts_per_day"] == pytest.approx(2.0, abs=1.0)  # [backtest] drain_budget_per_day
+            assert budget["failures"] > 0
+            assert entry["snapshot"]["calibration_error"] is not None
+    assert "| gbm |" in result.markdown and "| baseline |" in result.markdown
+    assert "drain budget (2 alerts/day)" in result.markdown
+
+
+def test_daily_snapshots_of_non_gpu_telemetry(rng, tmp_path):
+    """Bring your own telemetry: disk SMART-style counters, daily snapshots, 14-day horizon."""
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "metrics:\n"
+        "  reallocated_sectors: {kind: counter, family: error, unit: count}\n"
+        "  pending_sectors: {kind: gauge, family: error, unit: count}\n"
+        "  drive_temp_c: {kind: gauge, family: thermal, unit: celsius}\n"
+    )
+    config = load_config(catalog=catalog).with_overrides(
+        {"features": {"snapshot_every": "1d", "windows": ["1d", "3d", "7d"]}, "labels": {"horizons": ["14d"]},
+         "backtest": {"alert_window": "30d", "min_lead_time": "1d", "drain_budget_per_day": 1}}
+    )
+    disks, days = 300, 60
+    rows = []
+    failures = []
+    for d in range(disks):
+        fail_day = int(rng.integers(20, 90)) if rng.random() < 0.35 else None
+        onset = None if fail_day is None else fail_day - int(rng.integers(5, 15))
+        sectors = 0.0
+        for day in range(days):
+            if fail_day is not None and day >= fail_day:
+                break
+            grow = rng.poisson(0.05 + (3.0 if onset is not None and day >= onset else 0.0))
+            sectors += grow
+            rows.append({"unit_id": f"disk{d:03d}", "ts": T0 + timedelta(days=day), "life_start": T0,
+                         "reallocated_sectors_increase_3d": float(grow * 3), "reallocated_sectors_last": sectors,
+                         "drive_temp_c_mean_1d": float(rng.normal(40, 3))})
+        if fail_day is not None and fail_day < days:
+            failures.append({"unit_id": f"disk{d:03d}", "failed_at": T0 + timedelta(days=fail_day, hours=6), "mode": "media"})
+    features = pl.DataFrame(rows).with_columns(pl.col("ts").cast(UTC_TS), pl.col("life_start").cast(UTC_TS))
+    fails = pl.DataFrame(failures).with_columns(pl.col("failed_at").cast(UTC_TS))
+    result = walk_forward(features, fails, config, folds=3)
+    print([f["notes"] for f in result.report["folds"]])
+    assert set(result.scores.get_column("horizon")) == {"14d"}
+    assert set(result.scores.get_column("model")) == {"gbm", "cox", "baseline"}
+    assert result.report["settings"]["snapshot_every"] == "1d"
+    first_scored = result.scores.get_column("ts").min()
+    assert first_scored <= T0 + timedelta(days=40)  # at least the last third is out of sample
+    gbm = result.report["models"]["gbm"]["14d"]["operating_points"]["budget"]
+    assert gbm["caught"] > 0 and gbm["lead_time_p50_h"] >= 24
