@@ -45,7 +45,6 @@ from features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
 from foreshock.config import Config
 from foreshock.contract import SCHEMAS, UTC_TS
 from foreshock.lake import (
-    atomic_write_parquet,
     atomic_write_text,
     lake_shards,
     partition_dates,
@@ -198,10 +197,13 @@ def cached_day_rollup(
     where = Path(cache_dir) / f"date={day.isoformat()}" / f"shard={shard:02d}"
     meta = where / "rollup.json"
     if meta.exists() and meta.read_text() == stamp:
-        return Rollup(*(pl.read_parquet(where / f"{name}.parquet") for name in ("pieces", "scrapes", "events")))
+        try:
+            return Rollup(*(pl.read_parquet(where / f"{name}.parquet") for name in ("pieces", "scrapes", "events")))
+        except (OSError, pl.exceptions.ComputeError):
+            pass  # a damaged cache entry is recomputed
     rollup = _day_rollup(lake_dir, spec, shard, day, failures)
     for name in ("pieces", "scrapes", "events"):
-        atomic_write_parquet(getattr(rollup, name), where / f"{name}.parquet")
+        store.write_scratch(getattr(rollup, name), where / f"{name}.parquet")
     atomic_write_text(meta, stamp)
     return rollup
 
@@ -334,11 +336,15 @@ class UpdatePlan:
         return _days(self.first, self.last)
 
     def blocks(self) -> list[tuple[datetime, datetime]]:
-        # Blocks end at midnight so that a date's staged file comes from one block.
+        # Blocks end at midnight so that a date's staged file comes from one block; a
+        # remainder shorter than a day joins the block before it (a block of one snapshot
+        # would cost a whole lookback of work).
         out, lo = [], self.first
         while lo <= self.last:
             midnight = datetime.combine(lo.date(), datetime.min.time(), tzinfo=timezone.utc) + MAX_BLOCK
             hi = min(self.last, midnight - timedelta(microseconds=1))
+            if self.last - hi < timedelta(days=1):
+                hi = self.last
             out.append((lo, hi))
             lo = hi + timedelta(microseconds=1)
         return out

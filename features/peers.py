@@ -41,22 +41,39 @@ def add_temperature_residuals(frame: pl.DataFrame, spec: FeatureSpec) -> pl.Data
     if not thermal or not power:
         # A catalog without a temperature or a power gauge (disks, NICs): nothing to fit.
         return frame.with_columns([pl.lit(None, pl.Float64).alias(n) for n in names])
-    exprs = []
     group = ["model", "ts"]
-    for w, name in zip(spec.windows, names):
+    pairs = []
+    for w in spec.windows:
         y = pl.col(f"{thermal[0].name}_mean_{spec.name(w)}")
         x = pl.col(f"{power[0].name}_mean_{spec.name(w)}")
         valid = x.is_not_null() & y.is_not_null()
-        xv, yv = pl.when(valid).then(x), pl.when(valid).then(y)
-        n = valid.sum().over(group).cast(pl.Float64)
-        mean_x, mean_y = xv.sum().over(group) / n, yv.sum().over(group) / n
-        sxx = (xv * xv).sum().over(group) - n * mean_x * mean_x
-        sxy = (xv * yv).sum().over(group) - n * mean_x * mean_y
+        pairs.append((x, y, pl.when(valid).then(x), pl.when(valid).then(y)))
+    # Least-squares sums per model and snapshot, then one join back.
+    sums = frame.group_by(group).agg(
+        [
+            agg.alias(f"_{i}_{tag}")
+            for i, (_, _, xv, yv) in enumerate(pairs)
+            for tag, agg in (
+                ("n", xv.count()),
+                ("sx", xv.sum()),
+                ("sy", yv.sum()),
+                ("sxx", (xv * xv).sum()),
+                ("sxy", (xv * yv).sum()),
+            )
+        ]
+    )
+    joined = frame.join(sums, on=group, how="left", maintain_order="left")
+    exprs = []
+    for i, ((x, y, _, _), name) in enumerate(zip(pairs, names)):
+        n = pl.col(f"_{i}_n").cast(pl.Float64)
+        mean_x, mean_y = pl.col(f"_{i}_sx") / n, pl.col(f"_{i}_sy") / n
+        sxx = pl.col(f"_{i}_sxx") - n * mean_x * mean_x
+        sxy = pl.col(f"_{i}_sxy") - n * mean_x * mean_y
         # All peers at the same draw: no slope to fit, compare with their mean temperature.
         slope = pl.when(sxx > 1e-9 * n).then(sxy / sxx).otherwise(0.0)
         predicted = mean_y + slope * (x - mean_x)
-        exprs.append(pl.when(valid & (n >= MIN_PEERS_FOR_FIT)).then(y - predicted).alias(name))
-    return frame.with_columns(exprs)
+        exprs.append(pl.when(x.is_not_null() & y.is_not_null() & (n >= MIN_PEERS_FOR_FIT)).then(y - predicted).alias(name))
+    return joined.with_columns(exprs).drop(sums.columns[len(group):])
 
 
 def add_peer_features(frame: pl.DataFrame, spec: FeatureSpec) -> pl.DataFrame:

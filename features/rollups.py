@@ -128,7 +128,7 @@ def _counter_step(value: pl.Expr, previous: pl.Expr) -> pl.Expr:
 _SERIES = ["_unit", "life", "bucket"]
 
 
-def _counter_pieces(samples: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
+def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
     """Pieces of one counter metric; ``samples`` sorted by unit and time."""
     same_series = (
         (pl.col("_unit") == pl.col("_unit").shift(1)) & (pl.col("life") == pl.col("life").shift(1))
@@ -156,7 +156,7 @@ def _counter_pieces(samples: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
     )
 
 
-def _gauge_pieces(samples: pl.DataFrame) -> pl.DataFrame:
+def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     return samples.group_by([*_SERIES, "metric"]).agg(
         pl.len().cast(pl.Int64).alias("n"),
         pl.col("value").sum().alias("sum"),
@@ -165,18 +165,6 @@ def _gauge_pieces(samples: pl.DataFrame) -> pl.DataFrame:
         pl.col("ts").last().alias("last_ts"),
         pl.col("value").last().alias("last_v"),
     )
-
-
-def _is_sorted_by_unit_and_time(samples: pl.DataFrame) -> bool:
-    check = samples.select(
-        (
-            (pl.col("unit_id") > pl.col("unit_id").shift(1))
-            | ((pl.col("unit_id") == pl.col("unit_id").shift(1)) & (pl.col("ts") >= pl.col("ts").shift(1)))
-        )
-        .fill_null(True)
-        .all()
-    )
-    return bool(check.item())
 
 
 def rollup_samples(
@@ -212,24 +200,35 @@ def rollup_samples(
     )
     if samples.height == 0:
         return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
-    if not _is_sorted_by_unit_and_time(samples):
+    new_unit = (pl.col("unit_id") != pl.col("unit_id").shift(1)).fill_null(True)
+    unit_index = new_unit.cum_sum().cast(pl.UInt32).alias("_unit")
+    # The lake stores every partition sorted by unit and time; anything else is re-sorted.
+    in_order = samples.get_column("unit_id").is_sorted() and not samples.select(
+        ((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()
+    ).item()
+    if not in_order:
         samples = samples.sort("unit_id", "ts", "metric")
     failing = failures.filter(pl.col("unit_id").is_in(samples.get_column("unit_id").unique().implode()))
-    samples = with_lives(samples, failing)
-    new_unit = (pl.col("unit_id") != pl.col("unit_id").shift(1)).fill_null(True)
-    samples = samples.with_columns(
-        new_unit.cum_sum().cast(pl.UInt32).alias("_unit"),
+    samples = with_lives(samples, failing).with_columns(
+        unit_index,
         bucket_of(pl.col("ts"), every).alias("bucket"),
         ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts"),
     )
     units = samples.filter(new_unit).select("_unit", "unit_id")
-    work = samples.drop("unit_id")
-    present = set(work.get_column("metric").unique().to_list())
+    work = samples.drop("unit_id").lazy()
+    present = set(samples.get_column("metric").unique().to_list())
     counters = [m.name for m in catalog if m.is_counter and m.name in present]
     gauges = [m.name for m in catalog if not m.is_counter and m.name in present]
-    parts = [_counter_pieces(work.filter(pl.col("metric") == name), max_gap) for name in counters]
+    queries = [_counter_pieces(work.filter(pl.col("metric") == name), max_gap) for name in counters]
     if gauges:
-        parts.append(_gauge_pieces(work.filter(pl.col("metric").is_in(gauges))))
+        queries.append(_gauge_pieces(work.filter(pl.col("metric").is_in(gauges))))
+    queries.append(
+        work.filter("_new_ts")
+        .group_by(_SERIES)
+        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").last().alias("last_ts"))
+    )
+    # One go: the group-bys run side by side on Polars' thread pool.
+    *parts, scrapes = pl.collect_all(queries)
     pieces = pl.concat(
         [
             p.join(units, on="_unit").select(
@@ -238,13 +237,7 @@ def rollup_samples(
             for p in parts
         ]
     )
-    scrapes = (
-        work.filter("_new_ts")
-        .group_by(_SERIES)
-        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").last().alias("last_ts"))
-        .join(units, on="_unit")
-    )
-    return pieces, scrapes.select(list(SCRAPE_SCHEMA))
+    return pieces, scrapes.join(units, on="_unit").select(list(SCRAPE_SCHEMA))
 
 
 def rollup_events(events: pl.DataFrame, failures: pl.DataFrame, every: timedelta) -> pl.DataFrame:
@@ -270,7 +263,9 @@ def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
     last sample of the previous file; it is taken here from the previous piece of the same
     unit, life and metric, under the same ``max_gap`` rule.
     """
-    ordered = pieces.sort("unit_id", "life", "metric", "bucket", "first_ts", nulls_last=True)
+    # Pieces of one series never overlap in time, so ordering by their last sample orders
+    # them by time (gauges have no first sample recorded).
+    ordered = pieces.sort("unit_id", "life", "metric", "bucket", "last_ts")
     same_series = (
         (pl.col("unit_id") == pl.col("unit_id").shift(1))
         & (pl.col("life") == pl.col("life").shift(1))
@@ -292,13 +287,13 @@ def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
         pl.when(stepped_up).then(pl.col("first_ts")).otherwise(pl.col("first_inc_ts")).alias("first_inc_ts"),
         pl.when(stepped_up & pl.col("last_inc_ts").is_null()).then(pl.col("first_ts")).otherwise(pl.col("last_inc_ts")).alias("last_inc_ts"),
     )
-    return bridged.group_by(["unit_id", "life", "metric", "bucket"]).agg(
+    return bridged.group_by(["unit_id", "life", "metric", "bucket"], maintain_order=True).agg(
         pl.col("n").sum(),
         pl.col("sum").sum(),
         pl.col("sumsq").sum(),
         pl.col("max").max(),
-        pl.col("last_v").get(pl.col("last_ts").arg_max()).alias("last_v"),
-        pl.col("last_ts").max(),
+        pl.col("last_v").last(),
+        pl.col("last_ts").last(),
         pl.col("inc").sum(),
         pl.col("first_inc_ts").min(),
         pl.col("last_inc_ts").max(),

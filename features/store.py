@@ -9,6 +9,8 @@ per-date passes of a run.
 
 from __future__ import annotations
 
+import os
+import threading
 from datetime import date, datetime
 from pathlib import Path
 
@@ -39,8 +41,18 @@ def staging_path(features_dir: Path, day: date, shard: int) -> Path:
     return staging_day_dir(features_dir, day) / f"shard={shard:02d}" / PART_NAME
 
 
+def write_scratch(frame: pl.DataFrame, path: Path) -> None:
+    """Write an intermediate file (staging, rollup cache): renamed into place like the
+    store's files, but lz4 and no fsync, since a lost one is simply recomputed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    frame.write_parquet(tmp, compression="lz4", statistics=False)
+    os.replace(tmp, path)
+
+
 def write_staged(frame: pl.DataFrame, path: Path) -> None:
-    atomic_write_parquet(frame, path)
+    write_scratch(frame, path)
 
 
 def staged_files(features_dir: Path, day: date | None) -> list[Path]:
