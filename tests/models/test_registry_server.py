@@ -20,7 +20,7 @@ from models.training import labelled_until
 from test_registry_fleet import TEMP, fast_config, synthetic_fleet, train_and_register
 
 NAME = "served-model"
-STARTUP_TIMEOUT_S = 120  # migrations + uvicorn on a busy 2-core machine
+STARTUP_TIMEOUT_S = 240  # migrations + uvicorn: ~17 s idle, minutes on a saturated 2-core machine
 
 
 def _free_port() -> int:
