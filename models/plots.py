@@ -185,6 +185,7 @@ def survival_by_risk_decile(
         scored.sort("ts")
         .group_by(lives, maintain_order=True)
         .first()
+        .with_columns(pl.col("time_to_failure_h").cast(pl.Float64).fill_nan(None))
         .with_columns(
             pl.col("time_to_failure_h").is_not_null().alias("event"),
             pl.coalesce(
