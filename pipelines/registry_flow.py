@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +26,12 @@ from prefect.cache_policies import NO_CACHE
 from foreshock.config import Config
 from foreshock.lake import atomic_write_parquet, atomic_write_text
 from pipelines.runtime import configure_mlflow
+
+
+def _quiet_mlflow() -> None:
+    """MLflow's per-model notes (uv project detected, pip version unknown) are noise here."""
+    for name in ("mlflow.utils.environment", "mlflow.utils.uv_utils", "mlflow.pyfunc", "mlflow.models.model"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _stamp() -> str:
@@ -62,8 +69,9 @@ def fit_bundle(config: Config, run_dir: Path) -> Path:
 def backtest_for_metrics(config: Config, run_dir: Path, ground_truth: Path | None) -> Path:
     """Walk-forward backtest of the same configuration: scores and report under ``run_dir``."""
     from models.backtest import walk_forward
+    from pipelines.models_flow import read_ground_truth
 
-    truth = pl.read_parquet(ground_truth) if ground_truth else None
+    truth = read_ground_truth(str(ground_truth) if ground_truth else None)
     result = walk_forward(_features(config), _failures(config), config, ground_truth=truth)
     out = run_dir / "backtest"
     atomic_write_parquet(result.scores, out / "scores.parquet")
@@ -101,10 +109,11 @@ def train_flow(config: Config, ground_truth: Path | None = None) -> dict[str, st
 
 def run_train(args: argparse.Namespace, config: Config) -> int:
     uri = configure_mlflow(config.data_dir)
+    _quiet_mlflow()
     ground_truth = Path(args.ground_truth) if args.ground_truth else None
     try:
         record = train_flow(config, ground_truth)
-    except ValueError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         print(f"foreshock train: {exc}", file=sys.stderr)
         return 1
     print(
@@ -147,6 +156,7 @@ def run_review_cmd(args: argparse.Namespace, config: Config) -> int:
     from models import registry, review
 
     configure_mlflow(config.data_dir)
+    _quiet_mlflow()
     name = config.model_name
     try:
         if args.approve or args.rollback:
@@ -179,7 +189,9 @@ def score_task(config: Config) -> Path:
     from models.registry import latest_snapshots, live_scores, load_champion
 
     champion = load_champion(config.model_name)
-    snapshots = latest_snapshots(_features(config))
+    from features.store import scan_features
+
+    snapshots = latest_snapshots(scan_features(config))
     if snapshots.height == 0:
         raise ValueError(f"no feature snapshots under {config.features_dir}: run `foreshock features` first")
     scores = live_scores(champion, snapshots)
@@ -198,6 +210,7 @@ def run_score(args: argparse.Namespace, config: Config) -> int:
     from models.registry import decision_horizon
 
     configure_mlflow(config.data_dir)
+    _quiet_mlflow()
     try:
         path = score_flow(config)
     except (LookupError, ValueError) as exc:

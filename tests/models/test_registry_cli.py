@@ -1,0 +1,83 @@
+"""The registry path as a user runs it: ``foreshock train / review / score`` as Prefect
+flows on a lake and feature store, against the embedded SQLite MLflow store."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from features.store import write_features
+from foreshock.lake import merge_into_lake
+from models import registry
+from pipelines.cli import main
+from test_registry_fleet import synthetic_fleet
+
+NAME = "cli-model"
+CONFIG = f"""
+[models]
+name = "{NAME}"
+gbm = {{ params = {{ num_threads = 1 }}, num_boost_round = 80, early_stopping_rounds = 15 }}
+
+[backtest]
+drain_budget_per_day = 1
+folds = 1
+
+[review]
+max_calibration_error = 0.0   # no model meets it: review must keep the champion
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path, mlflow_uri, prefect_server):
+    features, failures = synthetic_fleet(seed=41)
+    data_dir = tmp_path / "data"
+    write_features(features, data_dir / "features", shards=2)
+    merge_into_lake(data_dir / "lake", "failures", failures, shards=2)
+    config = tmp_path / "foreshock.toml"
+    config.write_text(CONFIG)
+    return {"args": ["--config", str(config), "--data-dir", str(data_dir)], "data_dir": data_dir, "features": features}
+
+
+def _scored_version(data_dir) -> set[str]:
+    return set(pl.read_parquet(data_dir / "scores" / "latest.parquet")["model_version"])
+
+
+def test_train_review_score_and_roll_back(workspace, capsys):
+    args, data_dir = workspace["args"], workspace["data_dir"]
+    assert main([*args, "train"]) == 0
+    assert "registered cli-model version 1 (alias challenger)" in capsys.readouterr().out
+    assert main([*args, "train"]) == 0
+    assert registry.aliases(NAME) == {"champion": "1", "challenger": "2"}
+
+    assert main([*args, "review"]) == 0
+    out = capsys.readouterr().out
+    assert "kept version 1 as champion" in out and "guardrail calibration error: FAIL" in out
+    assert len(list((data_dir / "reports").glob("review-*.md"))) == 1
+    assert len(list((data_dir / "reports").glob("review-*.html"))) == 1
+    assert registry.aliases(NAME)["champion"] == "1"
+
+    assert main([*args, "score"]) == 0
+    out = capsys.readouterr().out
+    assert "with cli-model version 1" in out
+    latest = pl.read_parquet(data_dir / "scores" / "latest.parquet")
+    assert latest["unit_id"].n_unique() == workspace["features"]["unit_id"].n_unique()
+    assert set(latest["horizon"]) == {"24h", "72h"}
+    assert {"model_name", "model_version", "run_id", "top_signals", "node", "rack"} <= set(latest.columns)
+    assert len(list((data_dir / "scores").glob("scores-*.parquet"))) == 1
+
+    assert main([*args, "review", "--approve", "2", "--by", "alice", "--reason", "same data, newer code"]) == 0
+    assert main([*args, "score"]) == 0
+    assert _scored_version(data_dir) == {"2"}
+
+    assert main([*args, "review", "--rollback", "1", "--by", "bob", "--reason", "undo"]) == 0
+    assert main([*args, "score"]) == 0
+    assert _scored_version(data_dir) == {"1"}
+    assert "champion is now version 1 (was 2)" in capsys.readouterr().out
+
+
+def test_score_before_any_training_says_what_to_do(workspace, tmp_path, capsys):
+    config = tmp_path / "untrained.toml"
+    config.write_text(CONFIG.replace(NAME, "cli-untrained"))
+    assert main(["--config", str(config), "--data-dir", str(workspace["data_dir"]), "score"]) == 1
+    assert "run `foreshock train` first" in capsys.readouterr().err
+    assert not (workspace["data_dir"] / "scores").exists()
