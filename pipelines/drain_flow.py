@@ -41,18 +41,22 @@ def _node_states(args: argparse.Namespace) -> pl.DataFrame | None:
 
 
 @task(cache_policy=NO_CACHE)
-def write_outbox(config: Config, scores_path: Path | None, node_states_path: Path | None) -> Path:
+def write_outbox(
+    config: Config, scores_path: Path | None, node_states_path: Path | None, model: str | None = None
+) -> Path:
     """Run the policy on the latest scores and write a new outbox directory."""
     from foreshock.drain.outbox import publish
     from foreshock.drain.slurm import read_sinfo
 
     node_states = read_sinfo(Path(node_states_path).read_text()) if node_states_path else None
-    return publish(config, scores_path, node_states=node_states).directory
+    return publish(config, scores_path, node_states=node_states, model=model).directory
 
 
 @flow(name="publish", log_prints=True)
-def publish_flow(config: Config, scores_path: Path | None = None, node_states_path: Path | None = None) -> Path:
-    return write_outbox(config, scores_path, node_states_path)
+def publish_flow(
+    config: Config, scores_path: Path | None = None, node_states_path: Path | None = None, model: str | None = None
+) -> Path:
+    return write_outbox(config, scores_path, node_states_path, model)
 
 
 @task(cache_policy=NO_CACHE)
@@ -113,7 +117,7 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
             node_states_path.write_text(
                 "\n".join(f"{r['node']}|{r['state']}|{r['reason'] or 'none'}" for r in states.to_dicts()) + "\n"
             )
-        directory = publish_flow(config, scores_path, node_states_path)
+        directory = publish_flow(config, scores_path, node_states_path, args.model)
     except (FileNotFoundError, ValueError, subprocess.CalledProcessError) as exc:
         print(f"foreshock publish: {exc}", file=sys.stderr)
         return 1
@@ -153,6 +157,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     states = publish.add_mutually_exclusive_group()
     states.add_argument("--node-states", help=f"file of `sinfo --noheader --Node --format='{SINFO_FORMAT}'` output")
     states.add_argument("--sinfo", action="store_true", help="read node states from the live Slurm (sinfo)")
+    publish.add_argument("--model", help="model to use when the scores hold several (the `model` column)")
     publish.add_argument("--top", type=int, default=10, help="rows of the list to print (default 10)")
     publish.set_defaults(func=run_publish)
 

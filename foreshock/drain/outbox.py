@@ -120,6 +120,20 @@ def check_scores(scores: pl.DataFrame, source: str) -> tuple[pl.DataFrame, pl.Da
     return good.drop("_row"), rejected.select("file", "row", "field", "value", "reason")
 
 
+def _one_model(scores: pl.DataFrame, model: str | None, source: Path) -> pl.DataFrame:
+    """The rows of one model: the policy decides on one model's risks, never a mix."""
+    if "model" not in scores.columns:
+        return scores
+    models = sorted(str(m) for m in scores.get_column("model").unique().to_list())
+    if model is not None:
+        if model not in models:
+            raise ValueError(f"{source}: no rows for model {model!r} (have {models})")
+        return scores.filter(pl.col("model") == model)
+    if len(models) > 1:
+        raise ValueError(f"{source}: scores of several models {models}: choose one (--model)")
+    return scores
+
+
 def previous_list_dir(outbox_dir: Path, before: str | None = None) -> Path | None:
     """The newest outbox directory holding a risk list (older than ``before`` if given)."""
     outbox_dir = Path(outbox_dir)
@@ -159,6 +173,7 @@ def publish(
     generated_at: datetime | None = None,
     node_states: pl.DataFrame | None = None,
     npd_max_age: timedelta | None = None,
+    model: str | None = None,
 ) -> PublishResult:
     """Run the policy on the latest scores and write a new outbox directory.
 
@@ -176,13 +191,15 @@ def publish(
     npd_max_age
         How old the NPD check's embedded list may get before it answers "unknown"
         (default ``[policy] export_max_age``, else 6h).
+    model
+        Which model's rows to use when the scores hold several (``model`` column).
     """
     scores_path = Path(scores_path or default_scores_path(config.data_dir))
     if not scores_path.is_file():
         raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
     generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)
     settings = PolicySettings.from_config(config)
-    scores, rejected = check_scores(pl.read_parquet(scores_path), str(scores_path))
+    scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
     risks = unit_risk_table(scores, settings.horizon)
     decision_time = risks.get_column("ts").max() if risks.height else None
     outbox_dir = Path(config.outbox_dir)

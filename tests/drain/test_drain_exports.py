@@ -233,3 +233,13 @@ def test_build_risk_list_keeps_schema_with_no_rows():
         pl.DataFrame(schema={"unit_id": pl.String, "action": pl.String, "risk": pl.Float64}), T0
     )
     assert empty.height == 0 and "schema_version" in empty.columns and "top_signals" in empty.columns
+
+
+def test_scores_of_several_models_need_a_choice(drain_config):
+    gbm = score_rows({"gpu-node001-gpu0": 0.9})
+    cox = gbm.with_columns(pl.lit("cox").alias("model"), pl.lit(0.01).alias("risk"))
+    write_scores(drain_config.data_dir, pl.concat([gbm, cox]))
+    with pytest.raises(ValueError, match=r"several models \['cox', 'gbm'\]"):
+        publish(drain_config)
+    chosen = publish(drain_config, model="cox")
+    assert chosen.risk_list.get_column("action").to_list() == ["none"]
