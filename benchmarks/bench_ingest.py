@@ -126,10 +126,10 @@ def main() -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     totals = result["totals"]
     seconds = result["seconds"]
-    print(f"ingest: {totals['rows_read']:,} samples read, {totals['rows_stored']:,} stored, "
+    print(f"ingest: {totals['rows_read']:,} rows read (samples + inventory), {totals['rows_stored']:,} stored, "
           f"{totals['rows_quarantined']:,} quarantined, {totals['duplicates_dropped']:,} duplicates "
           f"(adds up: {result['adds_up']}, files rejected: {result['rejected']})")
-    print(f"time {seconds:.1f}s  throughput {totals['rows_read'] / seconds:,.0f} samples/s "
+    print(f"time {seconds:.1f}s  throughput {totals['rows_read'] / seconds:,.0f} rows/s "
           f"({lines / seconds:,.0f} CSV lines/s, {size / 1e6 / seconds:.1f} MB/s)  peak RSS {peak_mb:,.0f} MB")
     if not args.keep:
         shutil.rmtree(args.work, ignore_errors=True)

@@ -100,6 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timezone", help="zone of naive timestamps, e.g. UTC (default: [ingest] timezone; else reject them)")
     parser.add_argument("--scrape-time", help="when timestamp-less Prometheus scrapes were taken (ISO 8601 with Z)")
     parser.add_argument("--force", action="store_true", help="read files again even if the manifest lists them")
+    parser.add_argument(
+        "--strict", action="store_true", help="exit with status 1 when a file is rejected or a row quarantined"
+    )
     parser.set_defaults(func=run)
 
 
@@ -123,5 +126,5 @@ def run(args: argparse.Namespace, config) -> int:
     report.notes = result["notes"]
     report.seconds = result["seconds"]
     print(report.render())
-    rejected = report.by_status("rejected")
-    return 1 if rejected else 0
+    problems = report.by_status("rejected") or report.totals["rows_quarantined"]
+    return 1 if args.strict and problems else 0

@@ -63,12 +63,6 @@ def read_manifest(lake_dir: Path) -> pl.DataFrame:
     return pl.read_parquet(path)
 
 
-def ingested_keys(lake_dir: Path) -> set[tuple[str, str]]:
-    """``(sha256, context)`` of every file already ingested."""
-    manifest = read_manifest(lake_dir)
-    return set(zip(manifest.get_column("sha256").to_list(), manifest.get_column("context").to_list()))
-
-
 def record_files(lake_dir: Path, entries: list[dict]) -> None:
     """Add ingested files (dicts with the manifest's columns) under the lake lock."""
     if not entries:

@@ -162,7 +162,10 @@ def plan_ingest(
             if (root / name).is_file():
                 plan.catalog_path = str((root / name).resolve())
                 plan.notes.append(f"using metric catalog {root / name} (merged over {config.catalog.source})")
-    seen = manifest.ingested_keys(config.lake_dir) if not force else set()
+    recorded = manifest.read_manifest(config.lake_dir) if not force else pl.DataFrame(schema=manifest.SCHEMA)
+    seen = set(zip(recorded.get_column("sha256").to_list(), recorded.get_column("context").to_list()))
+    # Same path, size and mtime as an ingested file: unchanged, no need to read it to hash it.
+    unchanged = set(zip(recorded.get_column("path").to_list(), recorded.get_column("size").to_list(), recorded.get_column("mtime_ns").to_list()))
     in_run: dict[tuple[str, str], str] = {}
     planned: list[PlannedFile] = []
     for file in candidates:
@@ -176,6 +179,9 @@ def plan_ingest(
             plan.reports.append(FileReport(shown, None, "rejected", reason=_unreadable_reason(file)))
             continue
         stat = file.stat()
+        if (shown, stat.st_size, stat.st_mtime_ns) in unchanged:
+            plan.reports.append(FileReport(shown, fmt, "already ingested"))
+            continue
         digest = manifest.file_sha256(file)
         context = manifest.file_context(file, fmt)
         key = (digest, context)

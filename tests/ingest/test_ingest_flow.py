@@ -32,10 +32,10 @@ def test_cli_runs_the_ingest_flow_and_prints_the_accounting(tmp_path, prefect_se
     (landing.root / "nvidia-smi" / "gpu-node001" / "2026-11-03.csv").write_bytes(b"\xff\xfe junk")
     data_dir = tmp_path / "data"
 
-    code = main(["--data-dir", str(data_dir), "ingest", "--path", str(landing.root), "--timezone", "UTC"])
+    code = main(["--data-dir", str(data_dir), "ingest", "--path", str(landing.root), "--timezone", "UTC", "--strict"])
 
     out = capsys.readouterr().out
-    assert code == 1  # one file was rejected, and the exit code says so
+    assert code == 1  # one file was rejected, and --strict makes the exit code say so
     assert "2026-11-03.csv  [rejected: not UTF-8 text" in out
     assert "total: read" in out and "DOES NOT ADD UP" not in out
     assert read_table(data_dir / "lake", "samples").height == landing.smi_samples + landing.dcgm_samples

@@ -218,3 +218,14 @@ class TestTicketsAndCanonical:
         assert read_table(config.lake_dir, "samples")["value"].to_list() == [0.0, 2.0, 5.0]
         assert read_table(config.lake_dir, "inventory")["pdu"].to_list() == ["pdu-a"]
         assert any("catalog.yaml" in note for note in report.notes)
+
+
+def test_prometheus_json_violation_counter_declared_in_ns_by_config(tmp_path, config):
+    config = config.with_overrides({"ingest": {"violation_unit": "ns"}})
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "DCGM_FI_DEV_POWER_VIOLATION", "gpu": "0", "Hostname": "gpu-node001"},
+         "values": [[1793491200, "2500000"], [1793491260, "0"]]},  # a reset to 0 is stored raw
+    ]}}
+    (tmp_path / "power.json").write_text(json.dumps(doc))
+    ingest_path(tmp_path / "power.json", config)
+    assert samples_of(config)["value"].to_list() == [2500.0, 0.0]  # stored in the catalog's µs
