@@ -155,16 +155,23 @@ def worker_features(data_dir: Path) -> dict:
     return {"seconds": time.perf_counter() - started, "rows": rows, "peak_rss_mb": _peak_rss_mb()}
 
 
-def worker_floor(data_dir: Path) -> dict:
+def worker_floor(data_dir: Path, hourly: bool = False) -> dict:
+    """One lazy scan of every sample partition, grouped per unit and metric (and per hour
+    with ``hourly``: the snapshot grain any hourly feature must reach), mean/max/count."""
     files = partition_files(_config(data_dir).lake_dir, "samples")
+    keys = [pl.col("unit_id"), pl.col("metric")] + ([pl.col("ts").dt.truncate("1h")] if hourly else [])
     started = time.perf_counter()
     out = (
         pl.scan_parquet(files)
-        .group_by("unit_id", "metric")
+        .group_by(keys)
         .agg(pl.col("value").mean().alias("mean"), pl.col("value").max().alias("max"), pl.len())
         .collect()
     )
     return {"seconds": time.perf_counter() - started, "rows": out.height, "peak_rss_mb": _peak_rss_mb()}
+
+
+def worker_floor_hourly(data_dir: Path) -> dict:
+    return worker_floor(data_dir, hourly=True)
 
 
 def worker_pandas(data_dir: Path) -> dict:
@@ -197,7 +204,7 @@ def worker_pandas(data_dir: Path) -> dict:
     return {"seconds": time.perf_counter() - started, "rows": len(result), "peak_rss_mb": _peak_rss_mb()}
 
 
-WORKERS = {"features": worker_features, "floor": worker_floor, "pandas": worker_pandas}
+WORKERS = {"features": worker_features, "floor": worker_floor, "floor-hourly": worker_floor_hourly, "pandas": worker_pandas}
 
 
 def _run_worker(kind: str, data_dir: Path) -> dict:
@@ -220,8 +227,10 @@ def main() -> None:
         return
     print(f"features benchmark: {DAYS} days, 1-minute samples, hourly snapshots, {len(COUNTERS) + len(GAUGES)} metrics, "
           f"{SHARDS} shards, {os.cpu_count()} cores")
-    print(f"{'GPUs':>6} {'samples':>12} {'gen s':>7} {'floor s':>8} {'features s':>11} {'x floor':>8} "
-          f"{'s/1k GPU':>9} {'peak RSS MB':>12} {'rows':>9}")
+    print("floor = one Polars scan + group_by(unit, metric) mean/max/count; floor-h = the same grouped "
+          "per hour too (the snapshot grain)")
+    print(f"{'GPUs':>6} {'samples':>12} {'gen s':>7} {'floor s':>8} {'floor-h s':>10} {'features s':>11} "
+          f"{'x floor':>8} {'x floor-h':>10} {'s/1k GPU':>9} {'peak RSS MB':>12} {'rows':>9} {'load':>5}")
     for units in args.sizes:
         data_dir = Path(tempfile.mkdtemp(prefix=f"bench-features-{units}-"))
         try:
@@ -230,11 +239,13 @@ def main() -> None:
             generated = time.perf_counter() - started
             samples = units * DAYS * 24 * 60 * (len(COUNTERS) + len(GAUGES))
             floor = _run_worker("floor", data_dir)
+            floor_h = _run_worker("floor-hourly", data_dir)
             feats = _run_worker("features", data_dir)
             print(
-                f"{units:>6} {samples:>12,} {generated:>7.1f} {floor['seconds']:>8.2f} {feats['seconds']:>11.2f} "
-                f"{feats['seconds'] / floor['seconds']:>8.2f} {feats['seconds'] / units * 1000:>9.2f} "
-                f"{feats['peak_rss_mb']:>12.0f} {feats['rows']:>9,}",
+                f"{units:>6} {samples:>12,} {generated:>7.1f} {floor['seconds']:>8.2f} {floor_h['seconds']:>10.2f} "
+                f"{feats['seconds']:>11.2f} {feats['seconds'] / floor['seconds']:>8.2f} "
+                f"{feats['seconds'] / floor_h['seconds']:>10.2f} {feats['seconds'] / units * 1000:>9.2f} "
+                f"{feats['peak_rss_mb']:>12.0f} {feats['rows']:>9,} {os.getloadavg()[0]:>5.1f}",
                 flush=True,
             )
             if units == min(args.sizes) and not args.no_pandas:

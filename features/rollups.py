@@ -123,19 +123,40 @@ def _counter_step(value: pl.Expr, previous: pl.Expr) -> pl.Expr:
     return pl.when(value >= previous).then(value - previous).otherwise(value)
 
 
-# Rows are grouped by a dense integer unit index (cheaper than string keys); unit ids are
-# joined back onto the much smaller rollups.
-_SERIES = ["_unit", "life", "bucket"]
+# Rows are grouped by one integer key packing a dense unit index, the life and the bucket
+# number (one u64 hashes much faster than a string, an int and a datetime); the key is
+# unpacked and unit ids are joined back onto the much smaller rollups.
+_SERIES = ["_key"]
+_LIFE_SLOTS = 256
+_BUCKET_SLOTS = 2**32
+
+
+def _packed_key(every: timedelta) -> pl.Expr:
+    every_us = int(every.total_seconds() * 1_000_000)
+    bucket_number = (pl.col("bucket").dt.epoch("us") // every_us).cast(pl.UInt64)
+    return (
+        (pl.col("_unit").cast(pl.UInt64) * _LIFE_SLOTS + pl.col("life").cast(pl.UInt64)) * _BUCKET_SLOTS + bucket_number
+    ).alias("_key")
+
+
+def _unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:
+    every_us = int(every.total_seconds() * 1_000_000)
+    return frame.with_columns(
+        (pl.col("_key") // (_LIFE_SLOTS * _BUCKET_SLOTS)).cast(pl.UInt32).alias("_unit"),
+        ((pl.col("_key") // _BUCKET_SLOTS) % _LIFE_SLOTS).cast(pl.Int32).alias("life"),
+        ((pl.col("_key") % _BUCKET_SLOTS).cast(pl.Int64) * every_us).cast(UTC_TS).alias("bucket"),
+    )
 
 
 def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
-    """Pieces of one counter metric; ``samples`` sorted by unit and time."""
-    same_series = (
-        (pl.col("_unit") == pl.col("_unit").shift(1)) & (pl.col("life") == pl.col("life").shift(1))
-    ).fill_null(False)
-    recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
-    stepped = samples.with_columns(
-        pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("value").shift(1))).alias("_delta"),
+    """Pieces of one counter metric; ``samples`` sorted by unit and time, so the row
+    before a sample is the previous sample of the same series when the packed key says it
+    is the same unit and life."""
+    previous = [pl.col(c).shift(1).alias(f"_prev_{c}") for c in ("_key", "ts", "value")]
+    same_series = ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_prev__key") // _BUCKET_SLOTS)).fill_null(False)
+    recent = (pl.col("ts") - pl.col("_prev_ts")) <= max_gap
+    stepped = samples.with_columns(previous).with_columns(
+        pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("_prev_value"))).alias("_delta"),
         (~same_series).alias("_head"),
     )
     increased = pl.col("_delta") > 0
@@ -201,43 +222,40 @@ def rollup_samples(
     if samples.height == 0:
         return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
     new_unit = (pl.col("unit_id") != pl.col("unit_id").shift(1)).fill_null(True)
-    unit_index = new_unit.cum_sum().cast(pl.UInt32).alias("_unit")
     # The lake stores every partition sorted by unit and time; anything else is re-sorted.
     in_order = samples.get_column("unit_id").is_sorted() and not samples.select(
         ((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()
     ).item()
     if not in_order:
         samples = samples.sort("unit_id", "ts", "metric")
-    failing = failures.filter(pl.col("unit_id").is_in(samples.get_column("unit_id").unique().implode()))
-    samples = with_lives(samples, failing).with_columns(
-        unit_index,
+    samples = samples.with_columns(
+        new_unit.cum_sum().cast(pl.UInt32).alias("_unit"),
         bucket_of(pl.col("ts"), every).alias("bucket"),
         ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts"),
     )
-    units = samples.filter(new_unit).select("_unit", "unit_id")
-    work = samples.drop("unit_id").lazy()
+    units = samples.filter(pl.col("_new_ts") & new_unit).select("_unit", "unit_id")
+    failing = failures.filter(pl.col("unit_id").is_in(units.get_column("unit_id").implode()))
+    samples = with_lives(samples, failing)
+    if failing.height and samples.get_column("life").max() >= _LIFE_SLOTS:
+        raise ValueError(f"a unit has more than {_LIFE_SLOTS - 1} recorded failures; check the failures table")
+    work = samples.select(_packed_key(every), "ts", "metric", "value", "_new_ts").lazy()
+    counters = [m.name for m in catalog if m.is_counter]
+    gauges = [m.name for m in catalog if not m.is_counter]
     present = set(samples.get_column("metric").unique().to_list())
-    counters = [m.name for m in catalog if m.is_counter and m.name in present]
-    gauges = [m.name for m in catalog if not m.is_counter and m.name in present]
-    queries = [_counter_pieces(work.filter(pl.col("metric") == name), max_gap) for name in counters]
-    if gauges:
-        queries.append(_gauge_pieces(work.filter(pl.col("metric").is_in(gauges))))
-    queries.append(
+    queries = [
+        *[_counter_pieces(work.filter(pl.col("metric") == name), max_gap) for name in counters if name in present],
+        _gauge_pieces(work.filter(pl.col("metric").is_in(gauges))),
         work.filter("_new_ts")
         .group_by(_SERIES)
-        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").last().alias("last_ts"))
-    )
+        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").last().alias("last_ts")),
+    ]
     # One go: the group-bys run side by side on Polars' thread pool.
     *parts, scrapes = pl.collect_all(queries)
-    pieces = pl.concat(
-        [
-            p.join(units, on="_unit").select(
-                [pl.col(c).cast(t) if c in p.columns or c == "unit_id" else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]
-            )
-            for p in parts
-        ]
+    pieces = pl.concat([_unpacked(p, every).join(units, on="_unit") for p in parts], how="diagonal_relaxed")
+    pieces = pieces.select(
+        [pl.col(c).cast(t) if c in pieces.columns else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]
     )
-    return pieces, scrapes.join(units, on="_unit").select(list(SCRAPE_SCHEMA))
+    return pieces, _unpacked(scrapes, every).join(units, on="_unit").select(list(SCRAPE_SCHEMA))
 
 
 def rollup_events(events: pl.DataFrame, failures: pl.DataFrame, every: timedelta) -> pl.DataFrame:
