@@ -57,3 +57,21 @@ def test_cli_rejects_unknown_timezone_and_missing_path(tmp_path, prefect_server,
     (tmp_path / "raw").mkdir()
     assert main(["--data-dir", str(tmp_path / "data"), "ingest", "--path", str(tmp_path / "raw"), "--timezone", "Mars/Olympus"]) == 2
     assert "unknown timezone 'Mars/Olympus'" in capsys.readouterr().err
+
+
+def test_a_batch_that_fails_on_io_is_retried_by_the_flow(tmp_path, prefect_server, monkeypatch):
+    landing = write_landing(tmp_path / "raw", nodes=1, gpus=2, days=1)
+    real = ingest_flow.ingest_batch
+    calls = []
+
+    def flaky(files, config, **kwargs):
+        calls.append(len(files))
+        if len(calls) == 1:  # the first batch meets a full disk once
+            raise OSError(28, "No space left on device")
+        return real(files, config, **kwargs)
+
+    monkeypatch.setattr(ingest_flow, "ingest_batch", flaky)
+    result = ingest_flow.ingest(path=str(landing.root), data_dir=str(tmp_path / "data"), timezone="UTC")
+    assert calls[0] == calls[1]  # the same batch again
+    assert result["adds_up"] and result["totals"]["rows_quarantined"] == 0
+    assert read_table(tmp_path / "data" / "lake", "samples").height == landing.smi_samples + landing.dcgm_samples
