@@ -10,10 +10,14 @@ estimates the log hazard ratios :math:`\beta`; the probability of failing within
 
     P(T \le t + h \mid T > t, z) = 1 - \exp\big(-(H_0(t + h) - H_0(t))\, e^{\beta^\top z}\big)
 
-with :math:`H_0` the Breslow baseline cumulative hazard, smoothed onto knots (a few
-failures make it a staircase whose flat steps would give zero risk) and extended past the
-training ages at its mean rate.  Because :math:`H_0` never decreases, the probability is
-monotone in the horizon.
+with :math:`H_0` the baseline cumulative hazard.  By default (``baseline_knots=1``) it is
+the maximum-likelihood constant-rate :math:`H_0(t) = \lambda_0 t`, :math:`\lambda_0 =
+\text{events} / \sum_i e^{\beta^\top z_i} (\text{stop}_i - \text{start}_i)`: a backtest spans
+weeks of a fleet installed over years, so each age is seen by a handful of units (the
+intervals are left-truncated) and Breslow's age-shaped staircase from a few dozen
+failures is noise.  With more knots, Breslow's estimator is smoothed linearly over that
+many equal-width age bins and extended at its mean rate.  Because :math:`H_0` never
+decreases, the probability is monotone in the horizon.
 
 Stability (DESIGN.md, pitfalls): heavy-tailed non-negative covariates (error counts: skewness
 above 2) are log-compressed (``log1p``) and every covariate is standardised; constant and near-duplicate columns are dropped;
@@ -62,7 +66,8 @@ def compress(x: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
 
 def heavy_tailed(x: np.ndarray) -> np.ndarray:
     """Columns that are non-negative with skewness above 2 (counts of rare errors)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-null columns
         mean = np.nanmean(x, axis=0)
         std = np.nanstd(x, axis=0)
         skew = np.nanmean((x - mean) ** 3, axis=0) / np.where(std > 0, std, np.nan) ** 3
@@ -97,8 +102,12 @@ class CoxTimeVaryingRisk:
         A candidate more correlated than this with a kept covariate is dropped.
     screening_horizon
         Horizon whose label screens candidate covariates (default: the longest).
-    knot_spacing_h
-        Spacing of the baseline-hazard knots in hours (default: from the data span).
+    baseline_knots
+        1: constant baseline hazard rate; more: Breslow's H0 linear over that many bins.
+    max_log_hazard_ratio
+        A covariate whose fitted log hazard ratio per standard deviation exceeds this is a
+        sign of quasi-separation (a rare count seen only before failures): it is dropped
+        and the model refitted.
     """
 
     horizons: list[str]
@@ -106,7 +115,8 @@ class CoxTimeVaryingRisk:
     max_features: int = 12
     max_correlation: float = 0.9
     screening_horizon: str | None = None
-    knot_spacing_h: float | None = None
+    baseline_knots: int = 1
+    max_log_hazard_ratio: float = 3.0
     kind: str = "cox"
     feature_names_: list[str] = field(default_factory=list)
     centers_: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -134,6 +144,11 @@ class CoxTimeVaryingRisk:
 
     def _screen(self, x: np.ndarray, y: np.ndarray, names: list[str]) -> list[int]:
         """Indices of covariates to keep: informative, not constant, not near-duplicates."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-null columns
+            return self._screen_columns(x, y)
+
+    def _screen_columns(self, x: np.ndarray, y: np.ndarray) -> list[int]:
         centers = np.nanmean(x, axis=0)
         scales = np.nanstd(x, axis=0)
         usable = np.isfinite(scales) & (scales > 1e-9)
@@ -158,9 +173,6 @@ class CoxTimeVaryingRisk:
     # -- estimator ---------------------------------------------------------------------
     def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> "CoxTimeVaryingRisk":
         """Fit on the intervals known at ``until`` (default: the last snapshot)."""
-        from lifelines import CoxTimeVaryingFitter
-        from lifelines.exceptions import ConvergenceError
-
         if until is None:
             until = frame.get_column("ts").max()
         labelled = labelled_until(frame, failures, self.horizons, until)
@@ -181,14 +193,39 @@ class CoxTimeVaryingRisk:
         stop = intervals.get_column("stop").to_numpy()
         ids = intervals.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
 
-        while True:
+        for _ in range(4):
+            fitter, chosen, centers, scales, z = self._fit_lifelines(chosen, x_rows, ids, start, stop, event)
             names = [candidates[j] for j in chosen]
+            beta = fitter.params_.to_numpy(dtype=np.float64) if names else np.zeros(0)
+            separated = [j for j, b in zip(chosen, beta) if abs(b) > self.max_log_hazard_ratio]
+            if not separated or len(separated) == len(chosen):
+                break
+            chosen = [j for j in chosen if j not in separated]
+        self.feature_names_ = names
+        self.centers_, self.scales_, self.coefficients_ = centers, scales, beta
+        self.compressed_ = compressed[chosen] if chosen else np.zeros(0, dtype=bool)
+        self._fit_baseline(start, stop, event, z @ beta if names else np.zeros(len(start)))
+        self.summary_ = {
+            "n_intervals": int(len(start)),
+            "n_events": int(event.sum()),
+            "log_hazard_ratio": dict(zip(names, map(float, beta))),
+            "penalizer": self.penalizer,
+            "baseline_rate_per_h": self.tail_rate_,
+        }
+        return self
+
+    def _fit_lifelines(self, chosen, x_rows, ids, start, stop, event):
+        """lifelines on the chosen covariates; halves them until the Newton steps converge."""
+        from lifelines import CoxTimeVaryingFitter
+        from lifelines.exceptions import ConvergenceError
+
+        while True:
             x = x_rows[:, chosen]
             centers = np.nanmean(x, axis=0) if chosen else np.zeros(0)
             scales = np.nanstd(x, axis=0) if chosen else np.zeros(0)
             scales = np.where(np.isfinite(scales) & (scales > 1e-9), scales, 1.0)
             z = np.clip(np.nan_to_num((x - centers) / scales, nan=0.0), -_Z_CLIP, _Z_CLIP)
-            data = pd.DataFrame(z, columns=[f"x{i}" for i in range(len(names))])
+            data = pd.DataFrame(z, columns=[f"x{i}" for i in range(len(chosen))])
             data["id"], data["start"], data["stop"], data["event"] = ids, start, stop, event
             fitter = CoxTimeVaryingFitter(penalizer=self.penalizer)
             try:
@@ -200,46 +237,36 @@ class CoxTimeVaryingRisk:
                 if len(chosen) <= 1:
                     raise ValueError(f"Cox model did not converge even with one covariate: {exc}") from exc
                 chosen = chosen[: max(1, len(chosen) // 2)]  # fewer covariates, steadier fit
-        beta = fitter.params_.to_numpy(dtype=np.float64) if names else np.zeros(0)
-        self.feature_names_ = names
-        self.centers_, self.scales_, self.coefficients_ = centers, scales, beta
-        self.compressed_ = compressed[chosen] if chosen else np.zeros(0, dtype=bool)
-        self._fit_baseline(start, stop, event, z @ beta if names else np.zeros(len(start)))
-        self.summary_ = {
-            "n_intervals": int(len(start)),
-            "n_events": int(event.sum()),
-            "log_hazard_ratio": dict(zip(names, map(float, beta))),
-            "penalizer": self.penalizer,
-        }
-        return self
+        return fitter, chosen, centers, scales, z
 
     def _fit_baseline(self, start: np.ndarray, stop: np.ndarray, event: np.ndarray, lp: np.ndarray) -> None:
-        """Breslow's estimator of H0, then linear on knots, extended at its mean rate."""
+        """H0 on knots: a constant rate (one bin) or Breslow's estimator over equal bins."""
         risk = np.exp(np.clip(lp, -30, 30))
+        lo, hi = float(start.min()), float(stop.max())
+        span = max(hi - lo, 1e-6)
+        if self.baseline_knots <= 1:
+            rate = float(event.sum() / max(np.sum(risk * (stop - start)), 1e-300))
+            self.knots_h_ = np.array([lo, hi])
+            self.knots_cum_hazard_ = np.array([0.0, rate * span])
+            self.tail_rate_ = rate
+            return
         event_times = np.sort(np.unique(stop[event]))
-        increments = []
         order_start, order_stop = np.argsort(start), np.argsort(stop)
         cum_start = np.concatenate([[0.0], np.cumsum(risk[order_start])])
         cum_stop = np.concatenate([[0.0], np.cumsum(risk[order_stop])])
         sorted_start, sorted_stop = start[order_start], stop[order_stop]
+        increments = []
         for t in event_times:
             # at risk at t: start < t <= stop
             began = cum_start[np.searchsorted(sorted_start, t, side="left")]
             ended = cum_stop[np.searchsorted(sorted_stop, t, side="left")]
-            at_risk = max(began - ended, 1e-300)
             deaths = int(np.sum(event & (stop == t)))
-            increments.append(deaths / at_risk)
-        cumulative = np.cumsum(increments)
-        lo, hi = float(start.min()), float(stop.max())
-        span = max(hi - lo, 1e-6)
-        longest = max(horizon_hours(h) for h in self.horizons)
-        spacing = self.knot_spacing_h or max(2 * longest, span / 6)
-        knots = np.unique(np.concatenate([np.arange(lo, hi, spacing), [hi]]))
-        knots_h = np.searchsorted(event_times, knots, side="right")
-        values = np.concatenate([[0.0], cumulative])[knots_h]
+            increments.append(deaths / max(began - ended, 1e-300))
+        cumulative = np.concatenate([[0.0], np.cumsum(increments)])
+        knots = np.linspace(lo, hi, self.baseline_knots + 1)
         self.knots_h_ = knots
-        self.knots_cum_hazard_ = values
-        self.tail_rate_ = float(values[-1] / span)
+        self.knots_cum_hazard_ = cumulative[np.searchsorted(event_times, knots, side="right")]
+        self.tail_rate_ = float(self.knots_cum_hazard_[-1] / span)
 
     def baseline_cumulative_hazard(self, age_h: np.ndarray) -> np.ndarray:
         """Smoothed H0 at ages (hours of life); linear at the mean rate outside the knots."""
@@ -289,7 +316,8 @@ class CoxTimeVaryingRisk:
             "max_features": self.max_features,
             "max_correlation": self.max_correlation,
             "screening_horizon": self.screening_horizon,
-            "knot_spacing_h": self.knot_spacing_h,
+            "baseline_knots": self.baseline_knots,
+            "max_log_hazard_ratio": self.max_log_hazard_ratio,
             "feature_names_": self.feature_names_,
             "centers_": self.centers_.tolist(),
             "scales_": self.scales_.tolist(),
@@ -311,7 +339,8 @@ class CoxTimeVaryingRisk:
             max_features=state["max_features"],
             max_correlation=state["max_correlation"],
             screening_horizon=state["screening_horizon"],
-            knot_spacing_h=state["knot_spacing_h"],
+            baseline_knots=state["baseline_knots"],
+            max_log_hazard_ratio=state["max_log_hazard_ratio"],
         )
         model.feature_names_ = list(state["feature_names_"])
         for name in ("centers_", "scales_", "coefficients_", "knots_h_", "knots_cum_hazard_"):
