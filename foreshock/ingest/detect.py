@@ -66,7 +66,7 @@ def detect_format(path: Path) -> str | None:
         return "nvidia-smi"
     if {"err_type", "err_count"} <= fields:
         return "rasdaemon"
-    if {"opened_at", "ticket_id"} & fields and "unit_id" not in fields or "ticket_id" in fields:
+    if "ticket_id" in fields or ("opened_at" in fields and "unit_id" not in fields):
         return "tickets"
     if table_of(path, header):
         return "canonical"

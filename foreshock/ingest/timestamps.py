@@ -95,7 +95,3 @@ def datetime_to_utc(column: pl.Expr, dtype: pl.DataType, timezone: str | None) -
 def unix_seconds_to_utc(seconds: pl.Expr) -> pl.Expr:
     """Unix seconds (float allowed) -> ``Datetime("us", "UTC")``."""
     return (seconds * 1_000_000).round().cast(pl.Int64, strict=False).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
-
-
-def unix_millis_to_utc(millis: pl.Expr) -> pl.Expr:
-    return (millis.cast(pl.Int64, strict=False) * 1000).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")

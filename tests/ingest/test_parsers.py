@@ -98,7 +98,6 @@ class TestPrometheusText:
         "# TYPE DCGM_FI_DEV_THERMAL_VIOLATION counter\n"
         'DCGM_FI_DEV_THERMAL_VIOLATION{gpu="0",UUID="GPU-x",Hostname="gpu-node001"} 5000000{ts}\n'
         'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-x",Hostname="gpu-node001"} 47{ts}\n'
-        "# EOF\n"
     )
 
     def test_millisecond_timestamps_and_ns_violation_counter(self, tmp_path, config):
@@ -108,6 +107,12 @@ class TestPrometheusText:
         samples = samples_of(config)
         assert dict(zip(samples["metric"], samples["value"])) == {"gpu_temp_c": 47.0, "thermal_violation_us": 5000.0}
         assert samples["ts"][0] == datetime(2026, 11, 1, 0, 10, 0, 123000, tzinfo=timezone.utc)
+
+    def test_openmetrics_timestamps_are_seconds(self, tmp_path, config):
+        path = tmp_path / "backfill.om"
+        path.write_text(self.SCRAPE.replace("{ts}", " 1793491800.5") + "# EOF\n")
+        ingest_path(path, config, source="prometheus-text")
+        assert set(samples_of(config)["ts"]) == {datetime(2026, 11, 1, 0, 10, 0, 500000, tzinfo=timezone.utc)}
 
     def test_scrape_without_timestamps_needs_scrape_time(self, tmp_path, config):
         path = tmp_path / "metrics.txt"

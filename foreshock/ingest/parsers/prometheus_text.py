@@ -1,7 +1,8 @@
 """``prometheus-text``: text exposition scrapes of dcgm-exporter (``/metrics`` output).
 
 Sample lines ``NAME{label="v",...} VALUE [TIMESTAMP_MS]``; ``# HELP``/``# TYPE`` comments
-and an OpenMetrics ``# EOF`` are read for units only.  A scrape saved without timestamps
+and an OpenMetrics ``# EOF`` are read for units only.  Timestamps are milliseconds in the
+Prometheus text format and seconds in OpenMetrics (a file ending in ``# EOF``).  A scrape saved without timestamps
 says nothing about when it was taken (the file's mtime is when it was copied, not
 scraped): pass ``--scrape-time`` for such files, otherwise the file is rejected.
 """
@@ -17,9 +18,9 @@ from foreshock.ingest import dcgm
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.reading import read_text, text_lines
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
-from foreshock.ingest.timestamps import unix_millis_to_utc
+from foreshock.ingest.timestamps import unix_seconds_to_utc
 
-SAMPLE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(-?\d+))?\s*$"
+SAMPLE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(-?\d+(?:\.\d+)?))?\s*$"
 HELP_UNIT = re.compile(r"\(in (ns|us|µs|ms|s)\)|\bin (nanoseconds|microseconds|milliseconds)\b")
 WORD_UNITS = {"nanoseconds": "ns", "microseconds": "us", "milliseconds": "ms"}
 
@@ -53,12 +54,15 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     matched = pl.col("name").is_not_null()
     if parts.filter(matched).height and parts.filter(matched & pl.col("ts_ms").is_not_null()).height == 0 and ctx.scrape_time is None:
         raise UnreadableFile("scrape has no sample timestamps: pass --scrape-time (when the scrape was taken, in UTC)")
+    openmetrics = lines.filter(pl.col("_text").str.strip_chars() == "# EOF").height > 0
+    stamp = pl.col("ts_ms").cast(pl.Float64, strict=False)
+    sample_ts = unix_seconds_to_utc(stamp) if openmetrics else unix_seconds_to_utc(stamp / 1000)
     scrape_ts = pl.lit(ctx.scrape_time).cast(pl.Datetime("us", "UTC")) if ctx.scrape_time else pl.lit(None, dtype=pl.Datetime("us", "UTC"))
     frame = parts.with_columns(
         gpu=_label("gpu"),
         Hostname=_label("Hostname"),
         UUID=_label("UUID"),
-        ts=pl.when(pl.col("ts_ms").is_not_null()).then(unix_millis_to_utc(pl.col("ts_ms"))).otherwise(scrape_ts),
+        ts=pl.when(pl.col("ts_ms").is_not_null()).then(sample_ts).otherwise(scrape_ts),
         ts_reason=pl.when(~matched)
         .then(pl.lit("malformed line: expected NAME{labels} VALUE [TIMESTAMP_MS]"))
         .when(pl.col("ts_ms").is_null() & pl.lit(ctx.scrape_time is None))

@@ -41,7 +41,10 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     matched = pl.col("code_text").is_not_null()
     staged = xid.with_columns(ts=ts, _ts_reason=ts_reason, unit_id=unit, code=pl.col("code_text").cast(pl.Int64, strict=False)).with_columns(
         _reason=pl.when(~matched)
-        .then(pl.lit("malformed Xid line: expected '<time> <host> kernel: NVRM: Xid (PCI:<bus>): <code>, ...'"))
+        .then(pl.lit(
+            "malformed Xid line: expected '<time> <host> kernel: NVRM: Xid (PCI:<bus>): <code>, ...' "
+            "with an RFC 3339 time (rsyslog default, or journalctl -o short-iso)"
+        ))
         .when(pl.col("_ts_reason").is_not_null())
         .then(pl.col("_ts_reason"))
         .when(pl.col("pci_norm").is_null())
