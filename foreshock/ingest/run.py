@@ -402,6 +402,9 @@ def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataF
     if time_col is None:
         paths = [partition_path(ctx.lake_dir, table)]
     else:
+        days = rows.get_column(time_col).dt.date().unique().to_list()
+        if not any((Path(ctx.lake_dir) / table / f"date={d.isoformat()}").is_dir() for d in days):
+            return None  # the common first ingest of a day: nothing stored to compare with
         shards = lake_shards(ctx.lake_dir, ctx.shards)
         parts = with_shard(rows.select("unit_id", pl.col(time_col).dt.date().alias("_date")).unique(), shards)
         parts = parts.select("_date", "shard").unique()
