@@ -469,8 +469,7 @@ def log_training(
             mlflow.log_figure(figure, f"plots/{fig_name}.png")
 
     # Registered only once everything is logged: a version never lacks its evidence.
-    version = str(mlflow.register_model(info.model_uri, name).version)
-
+    first = alias_version(name, CHAMPION, client=client) is None
     tags = {
         "foreshock.data_start": data_range[0].isoformat(),
         "foreshock.data_end": data_range[1].isoformat(),
@@ -478,12 +477,12 @@ def log_training(
         "foreshock.horizons": ",".join(bundle.horizons),
         "foreshock.registered_at": started.isoformat(),
     }
-    for key, value in tags.items():
-        client.set_model_version_tag(name, version, key, value)
+    if first:
+        tags.update(_promotion_tags("first version", by="foreshock train", reason="no champion yet"))
+    version = str(mlflow.register_model(info.model_uri, name, tags=tags).version)
     client.set_registered_model_alias(name, CHALLENGER, version)
-    if alias_version(name, CHAMPION, client=client) is None:
+    if first:
         client.set_registered_model_alias(name, CHAMPION, version)
-        _tag_promotion(client, name, version, action="first version", by="foreshock train", reason="no champion yet")
     return TrainingRecord(run_id=run.info.run_id, version=version, model_name=name)
 
 
@@ -528,14 +527,18 @@ def aliases(name: str, *, client: "MlflowClient | None" = None) -> dict[str, str
         return {}
 
 
-def _tag_promotion(client: "MlflowClient", name: str, version: str, *, action: str, by: str, reason: str) -> None:
-    now = datetime.now(timezone.utc).isoformat()
-    for key, value in {
+def _promotion_tags(action: str, *, by: str, reason: str) -> dict[str, str]:
+    """Version tags recording who moved ``champion`` to a version, how and why."""
+    return {
         "foreshock.promotion": action,
         "foreshock.promoted_by": by,
         "foreshock.promotion_reason": reason,
-        "foreshock.promoted_at": now,
-    }.items():
+        "foreshock.promoted_at": datetime.now(timezone.utc).isoformat(),
+    }
+
+
+def _tag_promotion(client: "MlflowClient", name: str, version: str, *, action: str, by: str, reason: str) -> None:
+    for key, value in _promotion_tags(action, by=by, reason=reason).items():
         client.set_model_version_tag(name, version, key, value)
 
 
