@@ -160,19 +160,20 @@ def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
         (~same_series).alias("_head"),
     )
     increased = pl.col("_delta") > 0
-    # Within a group rows keep their (time) order, so first/last are the earliest/latest.
+    # Aggregations pick rows by time, not by position: the streaming engine need not keep
+    # row order inside a group.
     return stepped.group_by([*_SERIES, "metric"]).agg(
         pl.len().cast(pl.Int64).alias("n"),
         pl.col("value").sum().alias("sum"),
         (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
         pl.col("value").max().alias("max"),
-        pl.col("ts").first().alias("first_ts"),
-        pl.col("value").first().alias("first_v"),
-        pl.col("ts").last().alias("last_ts"),
-        pl.col("value").last().alias("last_v"),
+        pl.col("ts").min().alias("first_ts"),
+        pl.col("value").get(pl.col("ts").arg_min()).alias("first_v"),
+        pl.col("ts").max().alias("last_ts"),
+        pl.col("value").get(pl.col("ts").arg_max()).alias("last_v"),
         pl.col("_delta").sum().alias("inc"),
-        pl.col("ts").filter(increased).first().alias("first_inc_ts"),
-        pl.col("ts").filter(increased).last().alias("last_inc_ts"),
+        pl.col("ts").filter(increased).min().alias("first_inc_ts"),
+        pl.col("ts").filter(increased).max().alias("last_inc_ts"),
         pl.col("_head").any().alias("head"),
     )
 
@@ -183,8 +184,8 @@ def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("value").sum().alias("sum"),
         (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
         pl.col("value").max().alias("max"),
-        pl.col("ts").last().alias("last_ts"),
-        pl.col("value").last().alias("last_v"),
+        pl.col("ts").max().alias("last_ts"),
+        pl.col("value").get(pl.col("ts").arg_max()).alias("last_v"),
     )
 
 
@@ -247,7 +248,7 @@ def rollup_samples(
         _gauge_pieces(work.filter(pl.col("metric").is_in(gauges))),
         work.filter("_new_ts")
         .group_by(_SERIES)
-        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").last().alias("last_ts")),
+        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts")),
     ]
     # One go: the group-bys run side by side on Polars' thread pool.
     *parts, scrapes = pl.collect_all(queries)
@@ -305,13 +306,13 @@ def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
         pl.when(stepped_up).then(pl.col("first_ts")).otherwise(pl.col("first_inc_ts")).alias("first_inc_ts"),
         pl.when(stepped_up & pl.col("last_inc_ts").is_null()).then(pl.col("first_ts")).otherwise(pl.col("last_inc_ts")).alias("last_inc_ts"),
     )
-    return bridged.group_by(["unit_id", "life", "metric", "bucket"], maintain_order=True).agg(
+    return bridged.group_by(["unit_id", "life", "metric", "bucket"]).agg(
         pl.col("n").sum(),
         pl.col("sum").sum(),
         pl.col("sumsq").sum(),
         pl.col("max").max(),
-        pl.col("last_v").last(),
-        pl.col("last_ts").last(),
+        pl.col("last_v").get(pl.col("last_ts").arg_max()),
+        pl.col("last_ts").max(),
         pl.col("inc").sum(),
         pl.col("first_inc_ts").min(),
         pl.col("last_inc_ts").max(),
