@@ -15,7 +15,7 @@ from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.lake import read_table
 
-from conftest import SMI_FIELDS, START, smi_line, write_landing
+from landing_files import SMI_FIELDS, START, smi_line, write_landing
 
 GOOD = [
     "gpu-node001-gpu0,2026-11-01T00:00:00Z,gpu_temp_c,41",

@@ -10,7 +10,7 @@ from foreshock.config import load_config
 from foreshock.lake import read_table
 from pipelines import ingest_flow
 
-from conftest import write_landing
+from landing_files import write_landing
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ import pytest
 from foreshock.ingest import detect_format, ingest_path
 from foreshock.lake import read_table
 
-from conftest import SMI_FIELDS, smi_line, uuid_of, write_landing, START
+from landing_files import SMI_FIELDS, smi_line, uuid_of, write_landing, START
 
 
 def samples_of(config) -> pl.DataFrame:

@@ -14,7 +14,7 @@ from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.ingest.manifest import read_manifest
 
-from conftest import assert_same_lake, write_landing
+from landing_files import assert_same_lake, write_landing
 
 ROOT = Path(__file__).resolve().parents[2]
 
