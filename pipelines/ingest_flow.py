@@ -9,6 +9,7 @@ retried on I/O errors.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -17,8 +18,8 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import load_config
-from foreshock.ingest.context import check_timezone
 from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
+from foreshock.ingest.context import check_timezone
 from foreshock.ingest.run import finish_report, planned_from_dict, planned_to_dict
 
 
@@ -41,6 +42,7 @@ def ingest_batch_task(
     batch_number: int,
     catalog_path: str | None,
 ) -> dict:
+    """Parse, check and merge one batch of files; returns its file reports as dicts."""
     config = load_config(settings["config_file"], data_dir=settings["data_dir"], catalog=settings["catalog"])
     reports, quarantine_file = ingest_batch(
         planned_from_dict(files),
@@ -51,7 +53,7 @@ def ingest_batch_task(
         timezone_name=settings["timezone"],
         scrape_time=parse_scrape_time(settings["scrape_time"]),
     )
-    return {"files": [r.__dict__ for r in reports], "quarantine_file": quarantine_file}
+    return {"files": [dataclasses.asdict(r) for r in reports], "quarantine_file": quarantine_file}
 
 
 @flow(name="ingest", validate_parameters=False)
