@@ -12,7 +12,7 @@ from foreshock.ingest import detect_format, ingest_path
 from foreshock.ingest.manifest import read_manifest
 from foreshock.lake import read_table
 
-from landing_files import lake_snapshot, write_landing
+from landing_files import lake_snapshot
 
 
 def test_landing_directory_is_recognised_and_adds_up(landing, config):
