@@ -99,11 +99,23 @@ def log_to_registry(config: Config, bundle_dir: Path, backtest_dir: Path) -> dic
     return {"run_id": record.run_id, "version": record.version, "model_name": record.model_name}
 
 
+BACKTEST_FILES = ("scores.parquet", "report.json", "report.md")
+
+
+def check_backtest_dir(path: Path) -> Path:
+    """A directory written by ``foreshock backtest`` (or raise naming what is missing)."""
+    missing = [name for name in BACKTEST_FILES if not (path / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{path}: not a backtest result, missing {', '.join(missing)}")
+    return path
+
+
 @flow(name="train", log_prints=True)
-def train_flow(config: Config, ground_truth: Path | None = None) -> dict[str, str]:
+def train_flow(config: Config, ground_truth: Path | None = None, backtest_dir: Path | None = None) -> dict[str, str]:
     run_dir = config.data_dir / "models" / f"train-{_stamp()}"
     bundle_dir = fit_bundle(config, run_dir)
-    backtest_dir = backtest_for_metrics(config, run_dir, ground_truth)
+    if backtest_dir is None:
+        backtest_dir = backtest_for_metrics(config, run_dir, ground_truth)
     return log_to_registry(config, bundle_dir, backtest_dir)
 
 
@@ -112,7 +124,8 @@ def run_train(args: argparse.Namespace, config: Config) -> int:
     _quiet_mlflow()
     ground_truth = Path(args.ground_truth) if args.ground_truth else None
     try:
-        record = train_flow(config, ground_truth)
+        backtest_dir = check_backtest_dir(Path(args.backtest)) if args.backtest else None
+        record = train_flow(config, ground_truth, backtest_dir)
     except (FileNotFoundError, ValueError) as exc:
         print(f"foreshock train: {exc}", file=sys.stderr)
         return 1
@@ -234,6 +247,10 @@ def run_score(args: argparse.Namespace, config: Config) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="fit on all labelled history, log to MLflow, register a challenger")
     train.add_argument("--ground-truth", help="simulator ground truth (precursor recall in the backtest metrics)")
+    train.add_argument(
+        "--backtest", metavar="DIR",
+        help="log the metrics of this `foreshock backtest` result (e.g. data/backtest) instead of re-running it",
+    )
     train.set_defaults(func=run_train)
 
     review = sub.add_parser(

@@ -46,7 +46,11 @@ def test_train_review_score_and_roll_back(workspace, capsys):
     args, data_dir = workspace["args"], workspace["data_dir"]
     assert main([*args, "train"]) == 0
     assert "registered cli-model version 1 (alias challenger)" in capsys.readouterr().out
-    assert main([*args, "train"]) == 0
+    # The second run logs the first run's backtest instead of re-running it.
+    (first_backtest,) = (data_dir / "models").glob("train-*/backtest")
+    assert main([*args, "train", "--backtest", str(first_backtest.parent)]) == 1
+    assert "not a backtest result, missing scores.parquet" in capsys.readouterr().err
+    assert main([*args, "train", "--backtest", str(first_backtest)]) == 0
     assert registry.aliases(NAME) == {"champion": "1", "challenger": "2"}
 
     assert main([*args, "review"]) == 0
