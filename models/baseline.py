@@ -193,8 +193,8 @@ class ThresholdBaseline:
         return (ratios > 1.0).any(axis=1) if ratios.shape[1] else np.zeros(frame.height, dtype=bool)
 
     # -- estimator ---------------------------------------------------------------------
-    def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> "ThresholdBaseline":
-        """Resolve the rules against the frame's columns and calibrate severity per horizon."""
+    def resolve(self, frame: pl.DataFrame) -> "ThresholdBaseline":
+        """Bind the rules to the frame's feature columns (no labels needed)."""
         self.rules_ = self._build_rules(frame)
         names = feature_columns(frame)
         self.accel_column_ = None
@@ -203,6 +203,35 @@ class ThresholdBaseline:
             if accel:
                 self.accel_column_ = accel[0]
                 break
+        return self
+
+    def rule_features(self, frame: pl.DataFrame) -> dict[str, np.ndarray]:
+        """``rule_<name>`` log ratios and ``rule_severity`` (log): the rules as model inputs."""
+        ratios = self.rule_ratios(frame)
+        out = {f"rule_{r.name}": np.log(ratios[:, i]) for i, r in enumerate(self.rules_)}
+        out["rule_severity"] = np.log(np.maximum(self.severity(frame), 1e-12))
+        return out
+
+    def state(self) -> dict:
+        """The resolved rules as JSON-ready data (see :meth:`from_state`)."""
+        return {
+            "horizons": self.horizons,
+            "rules": self.rules,
+            "error_counters": self.error_counters,
+            "rules_": [r.to_dict() for r in self.rules_],
+            "accel_column_": self.accel_column_,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> "ThresholdBaseline":
+        model = cls(horizons=state["horizons"], rules=state["rules"], error_counters=state["error_counters"])
+        model.rules_ = [Rule(**r) for r in state["rules_"]]
+        model.accel_column_ = state["accel_column_"]
+        return model
+
+    def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> "ThresholdBaseline":
+        """Resolve the rules against the frame's columns and calibrate severity per horizon."""
+        self.resolve(frame)
         labelled = labelled_until(frame, failures, self.horizons, until)
         score = self.severity(labelled)
         self.calibrators_ = {}

@@ -135,11 +135,15 @@ def model_factories(config: Config) -> dict[str, "callable"]:
     """Constructors of the bundle's models from configuration.
 
     ``[models]`` may hold ``gbm = {...}`` and ``cox = {...}`` tables of constructor
-    arguments (e.g. ``cox = {penalizer = 1e-5, max_features = 8}``).
+    arguments (e.g. ``cox = {penalizer = 1e-5, max_features = 8}``).  The gradient-boosted
+    model gets the ``[baseline]`` rules as features unless ``gbm = {rules = false}``.
     """
     horizons = config_horizons(config)
     section = config.section("models")
-    gbm_args = dict(section.get("gbm", {}))
+    counters = [m.name for m in config.catalog.by(kind="counter", family="error")]
+    gbm_args = {"rules": config.section("baseline"), "error_counters": counters, **dict(section.get("gbm", {}))}
+    if gbm_args["rules"] is False:
+        gbm_args["rules"] = None
     cox_args = dict(section.get("cox", {}))
     return {
         "gbm": lambda: GradientBoostedRisk(horizons=horizons, **gbm_args),

@@ -9,12 +9,24 @@ history) and keep the held-out calibration.  Class imbalance: positive rows are
 up-weighted by ``sqrt(negatives / positives)`` (bounded), which keeps the gradient from
 ignoring the rare failures without the extreme weights that make trees overfit a few units.
 
+Domain knowledge as constraints: risk may only rise with error counts (``*_increase_*``,
+``*_count_*``, pending remaps/retirements), LightGBM monotone constraints, so a few dozen
+failures cannot teach the trees that more errors mean less risk.  Columns that only
+describe the observation window (``*_hours_since_first_increase``: the first increase *seen
+in the lake*) are left out.
+
+With ``rules`` (the ``[baseline]`` settings), the threshold rules enter as features too:
+each rule's log ratio to its threshold and the log severity (``rule_*``, monotone).  The
+trees then start from what operators already know and learn where it is wrong, instead
+of rediscovering "errors growing fast" from a few dozen failures.
+
 Explanations are LightGBM's own per-row contributions (``pred_contrib=True``, TreeSHAP),
 in log-odds of the raw model.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +45,7 @@ from models.base import (
     risk_frame,
     top_contributions,
 )
+from models.baseline import ThresholdBaseline
 from models.calibration import PlattCalibrator
 from models.training import labelled_until, time_ordered_split
 
@@ -51,6 +64,15 @@ DEFAULT_PARAMS = {
     "deterministic": True,
     "force_row_wise": True,
 }
+
+
+# Risk never falls as these grow (glob patterns on feature names).
+MONOTONE_INCREASING = ("*_increase_*", "*_count_*", "*_pending_max_*", "*_pending_mean_*", "*_pending_last", "rule_*")
+EXCLUDED_FEATURES = ("*_hours_since_first_increase",)
+
+
+def _matches(name: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 @dataclass
@@ -78,6 +100,14 @@ class GradientBoostedRisk:
         the training rows instead (a warning is recorded in ``notes_``).
     seed
         LightGBM seed (bagging, feature sampling).
+    monotone_increasing
+        Feature-name patterns whose effect on risk is constrained to be non-decreasing.
+    exclude
+        Feature-name patterns not used.
+    rules
+        ``[baseline]`` settings: add the threshold rules as features (None: do not).
+    error_counters
+        Error-family counters of the catalog, for the rules' generic growth rule.
     """
 
     horizons: list[str]
@@ -89,7 +119,12 @@ class GradientBoostedRisk:
     refit_full: bool = True
     min_holdout_positives: int = 20
     seed: int = 7
+    monotone_increasing: list[str] = field(default_factory=lambda: list(MONOTONE_INCREASING))
+    exclude: list[str] = field(default_factory=lambda: list(EXCLUDED_FEATURES))
+    rules: dict | None = None
+    error_counters: list[str] = field(default_factory=list)
     kind: str = "gbm"
+    rules_: ThresholdBaseline | None = None
     feature_names_: list[str] = field(default_factory=list)
     boosters_: dict[str, lgb.Booster] = field(default_factory=dict)
     calibrators_: dict[str, PlattCalibrator] = field(default_factory=dict)
@@ -100,15 +135,24 @@ class GradientBoostedRisk:
         self.horizons = horizon_names(self.horizons)
 
     def _params(self, pos_weight: float) -> dict:
-        return {**DEFAULT_PARAMS, **self.params, "scale_pos_weight": pos_weight, "seed": self.seed}
+        monotone = [int(_matches(n, self.monotone_increasing)) for n in self.feature_names_]
+        params = {**DEFAULT_PARAMS, **self.params, "scale_pos_weight": pos_weight, "seed": self.seed}
+        if any(monotone):
+            params.setdefault("monotone_constraints", monotone)
+            params.setdefault("monotone_constraints_method", "intermediate")
+        return params
 
     def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> "GradientBoostedRisk":
         """Fit one booster and one calibrator per horizon on labels known at ``until``."""
         labelled = labelled_until(frame, failures, self.horizons, until)
-        self.feature_names_ = feature_columns(frame)
+        self.feature_names_ = [n for n in feature_columns(frame) if not _matches(n, self.exclude)]
         if not self.feature_names_:
             raise ValueError("no numeric feature columns to train on")
-        x_all = feature_matrix(labelled, self.feature_names_)
+        self.rules_ = None
+        if self.rules is not None:
+            self.rules_ = ThresholdBaseline(self.horizons, dict(self.rules), list(self.error_counters)).resolve(frame)
+            self.feature_names_ += list(self.rules_.rule_features(frame.head(1)))
+        x_all = self._matrix(labelled)
         ts_all = labelled.get_column("ts").to_numpy()
         self.boosters_, self.calibrators_, self.best_rounds_, self.notes_ = {}, {}, {}, []
         for h in self.horizons:
@@ -153,6 +197,17 @@ class GradientBoostedRisk:
             self.best_rounds_[h] = rounds
         return self
 
+    def _matrix(self, frame: pl.DataFrame) -> np.ndarray:
+        """Feature matrix in ``feature_names_`` order, rule features computed on the fly."""
+        if self.rules_ is None:
+            return feature_matrix(frame, self.feature_names_)
+        derived = self.rules_.rule_features(frame)
+        plain = [n for n in self.feature_names_ if n not in derived]
+        x = feature_matrix(frame, plain)
+        columns = dict(zip(plain, x.T))
+        columns.update(derived)
+        return np.column_stack([columns[n] for n in self.feature_names_])
+
     def _check(self) -> None:
         if not self.boosters_:
             raise RuntimeError("GradientBoostedRisk is not fitted: call fit() or load()")
@@ -160,11 +215,11 @@ class GradientBoostedRisk:
     def predict_raw(self, frame: pl.DataFrame, horizon: str) -> np.ndarray:
         """The uncalibrated booster probability for one horizon."""
         self._check()
-        return self.boosters_[horizon].predict(feature_matrix(frame, self.feature_names_))
+        return self.boosters_[horizon].predict(self._matrix(frame))
 
     def predict_risk(self, frame: pl.DataFrame) -> pl.DataFrame:
         self._check()
-        x = feature_matrix(frame, self.feature_names_)
+        x = self._matrix(frame)
         parts = [
             risk_frame(frame, h, self.calibrators_[h].predict(self.boosters_[h].predict(x))) for h in self.horizons
         ]
@@ -173,7 +228,7 @@ class GradientBoostedRisk:
     def explain(self, frame: pl.DataFrame, top: int = 3) -> pl.DataFrame:
         """Top signals per row from ``pred_contrib`` (log-odds contributions, largest first)."""
         self._check()
-        x = feature_matrix(frame, self.feature_names_)
+        x = self._matrix(frame)
         parts = []
         for h in self.horizons:
             contrib = np.asarray(self.boosters_[h].predict(x, pred_contrib=True))[:, :-1]  # last column: bias
@@ -207,6 +262,11 @@ class GradientBoostedRisk:
             "refit_full": self.refit_full,
             "min_holdout_positives": self.min_holdout_positives,
             "seed": self.seed,
+            "monotone_increasing": self.monotone_increasing,
+            "exclude": self.exclude,
+            "rules": self.rules,
+            "error_counters": self.error_counters,
+            "rules_": self.rules_.state() if self.rules_ is not None else None,
             "feature_names_": self.feature_names_,
             "boosters_": files,
             "calibrators_": {h: c.to_dict() for h, c in self.calibrators_.items()},
@@ -231,10 +291,15 @@ class GradientBoostedRisk:
                 "refit_full",
                 "min_holdout_positives",
                 "seed",
+                "monotone_increasing",
+                "exclude",
+                "rules",
+                "error_counters",
             )
         }
         model = cls(**settings)
         model.feature_names_ = state["feature_names_"]
+        model.rules_ = ThresholdBaseline.from_state(state["rules_"]) if state["rules_"] else None
         model.boosters_ = {h: lgb.Booster(model_file=str(path / f)) for h, f in state["boosters_"].items()}
         model.calibrators_ = {h: PlattCalibrator.from_dict(c) for h, c in state["calibrators_"].items()}
         model.best_rounds_ = {h: int(r) for h, r in state["best_rounds_"].items()}

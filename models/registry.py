@@ -43,9 +43,23 @@ CHALLENGER = "challenger"
 DEFAULT_EXPERIMENT = "foreshock"
 PYFUNC_FILE = Path(__file__).with_name("mlflow_pyfunc.py")
 BUNDLE_MODEL_NAME = "risk-bundle"  # logged-model name of the pyfunc inside a run
-# Requirements written into the logged models; pinning them here skips MLflow's
-# inference, which re-imports the model in a subprocess (seconds per model).
-PIP_REQUIREMENTS = ("mlflow", "lightgbm", "lifelines", "polars", "pandas", "numpy", "scikit-learn", "pyarrow")
+# What a logged model needs to load.  Listing them skips MLflow's inference, which
+# re-imports the model in a subprocess (seconds per model); versions are pinned to the
+# ones installed, so a restored environment computes the same risks.
+MODEL_PACKAGES = ("mlflow", "lightgbm", "lifelines", "polars", "pandas", "numpy", "scikit-learn", "pyarrow")
+
+
+def pip_requirements() -> list[str]:
+    """``package==version`` of :data:`MODEL_PACKAGES` as installed here."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pinned = []
+    for package in MODEL_PACKAGES:
+        try:
+            pinned.append(f"{package}=={version(package)}")
+        except PackageNotFoundError:
+            pinned.append(package)
+    return pinned
 
 
 # --------------------------------------------------------------------------------------
@@ -416,6 +430,7 @@ def log_training(
 
         # Models first: MLflow links every metric already logged in the run to each
         # model it logs, one query per metric and model (seconds with hundreds of metrics).
+        requirements = pip_requirements()
         features_pd = example_pd[list(bundle.feature_names)].astype("float64")
         for booster_name, booster in boosters_of(bundle).items():
             columns = booster.feature_name()
@@ -426,7 +441,7 @@ def log_training(
                 name=booster_name,
                 signature=signature,
                 input_example=booster_input,
-                pip_requirements=list(PIP_REQUIREMENTS),
+                pip_requirements=requirements,
             )
 
         scores_example = _naive_utc(bundle.score(example))
@@ -439,7 +454,7 @@ def log_training(
                 artifacts={"bundle": str(bundle_dir)},
                 signature=infer_signature(example_pd, scores_example.to_pandas()),
                 input_example=example_pd,
-                pip_requirements=list(PIP_REQUIREMENTS),
+                pip_requirements=requirements,
             )
 
         report = getattr(backtest, "report", None) or {}

@@ -80,6 +80,9 @@ def settings_of(config: Config, config_file: str | None = None) -> dict:
 
 
 def run_backtest(args: argparse.Namespace, config: Config) -> int:
+    if args.ground_truth and not Path(args.ground_truth).is_file():
+        print(f"foreshock backtest: ground truth file not found: {args.ground_truth}", file=sys.stderr)
+        return 2
     try:
         result = backtest_flow(settings_of(config, args.config), ground_truth=args.ground_truth, out_dir=args.out)
     except (FileNotFoundError, ValueError) as exc:

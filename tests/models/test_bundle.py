@@ -29,7 +29,8 @@ def test_round_trip_gives_identical_scores_and_explanations(rng, tmp_path):
 
     again = RiskBundle.load(tmp_path / "bundle")
     assert again.score(fleet.features).equals(scores)
-    assert again.explain(fleet.features, top=3).equals(bundle.explain(fleet.features, top=3))
+    sample = fleet.features.sample(200, seed=1)
+    assert again.explain(sample, top=3).equals(bundle.explain(sample, top=3))
     assert again.trained_range == bundle.trained_range
 
 

@@ -85,6 +85,8 @@ def test_registered_pyfunc_scores_its_input_example(registered):
     assert set(out["horizon"]) == {"24h", "72h"}
     assert out.height == 3 * 3 * 2
     assert out["risk"].is_between(0, 1).all()
+    requirements = Path(mlflow.pyfunc.get_model_dependencies(f"models:/{NAME}/1")).read_text().split()
+    assert f"lightgbm=={registry.pip_requirements()[1].split('==')[1]}" in requirements
 
 
 def test_scoring_follows_the_champion_and_rollback_moves_it(registered):
