@@ -182,8 +182,12 @@ def run_review_cmd(args: argparse.Namespace, config: Config) -> int:
     except (LookupError, ValueError) as exc:
         print(f"foreshock review: {exc}", file=sys.stderr)
         return 1
+    def show(value: float | None) -> str:
+        return "–" if value is None or value != value else f"{value:.4g}"  # NaN: not measured
+
+    print(f"  {'metric':<32} {'champion':>10} {'challenger':>10}")
     for row in outcome["table"]:
-        print(f"  {row['metric']:<32} champion {row['champion']:>9.4f}  challenger {row['challenger']:>9.4f}")
+        print(f"  {row['metric']:<32} {show(row['champion']):>10} {show(row['challenger']):>10}")
     for check, passed in outcome["checks"]:
         print(f"  guardrail {check}: {'pass' if passed else 'FAIL'}")
     print(outcome["decision"])
