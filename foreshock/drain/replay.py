@@ -433,6 +433,13 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
         markdown_table(report),
         "",
     ]
+    if report.fleet_units < s["job_gpus"]:
+        md += [
+            f"Note: the fleet ({report.fleet_units} units) is smaller than one job ({s['job_gpus']} GPUs), so "
+            "each failure costs a larger share of the fleet's GPU-hours than it would on a fleet filled with "
+            "such jobs; effective training time is pessimistic here (set `[policy] job_gpus`).",
+            "",
+        ]
     if any(o.precursor_failures is not None for o in report.outcomes):
         md += ["Failures with a precursor (simulator ground truth) drained ahead:", ""]
         for o in report.outcomes:

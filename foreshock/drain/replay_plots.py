@@ -62,8 +62,10 @@ def plot_replay(report: ReplayReport, directory: Path) -> dict[str, Path]:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for variant, log in report.drains.sort("decided_at").group_by("variant", maintain_order=True):
-        times = log.get_column("decided_at").to_list()
-        ax.step(times, range(1, len(times) + 1), where="post", label=str(variant[0]))
+        # From 0 at the start of the replay to the total at its end.
+        times = [report.start, *log.get_column("decided_at").to_list(), report.end]
+        counts = [0, *range(1, log.height + 1), log.height]
+        ax.step(times, counts, where="post", label=str(variant[0]))
     ax.set_title("cumulative drains")
     ax.set_ylabel("drains")
     if report.drains.height:
