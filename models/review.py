@@ -311,18 +311,28 @@ def run_review(config: Any, labelled: pl.DataFrame, failures: pl.DataFrame, *, p
 
     guardrails = Guardrails.from_config(config)
     checks = check_guardrails(challenger.metrics, champion.metrics, guardrails) if champion else []
+    held = bool(checks) and all(check.passed for check in checks)
+    # A challenger that was champion before and was replaced (a rollback or a hand
+    # approval of another version) must not win its place back by itself: that would
+    # undo a person's decision at the next scheduled review.
+    demoted = not same and "foreshock.promotion" in (challenger_version.tags or {})
     if same:
         decision = f"version {challenger.version} is already champion: nothing to promote"
     elif champion is None:
         decision = f"no champion: version {challenger.version} needs `foreshock review --approve {challenger.version}`"
-    elif all(check.passed for check in checks):
-        decision = f"promoted version {challenger.version} to champion (was {champion.version}): every guardrail held"
-    else:
+    elif demoted:
+        decision = (
+            f"kept version {champion.version} as champion: challenger {challenger.version} was champion before and "
+            f"was replaced; only `foreshock review --approve {challenger.version}` brings it back"
+        )
+    elif not held:
         failed = ", ".join(check.name for check in checks if not check.passed)
         decision = f"kept version {champion.version} as champion: challenger {challenger.version} failed {failed}"
-    promoted = bool(champion) and all(c.passed for c in checks) and promote
-    if champion and not promote and all(c.passed for c in checks):
+    elif not promote:
         decision = f"dry run: version {challenger.version} passed every guardrail but was not promoted"
+    else:
+        decision = f"promoted version {challenger.version} to champion (was {champion.version}): every guardrail held"
+    promoted = held and promote and not demoted
 
     result = ReviewResult(
         model_name=name,

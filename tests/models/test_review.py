@@ -91,17 +91,27 @@ def test_equal_challenger_is_promoted_only_within_the_calibration_bound(fleet):
     assert again.report_md.exists()
 
 
-def test_approve_by_hand_records_who_and_why(fleet):
+def test_approval_by_hand_is_recorded_and_not_undone_by_the_next_review(fleet):
     config = fast_config(fleet["data_dir"], NAME)
-    previous = review.approve(config, 2, by="alice", reason="temperature model for the new racks")
-    assert registry.aliases(NAME)["champion"] == "2"
-    tags = mlflow.MlflowClient().get_model_version(NAME, "2").tags
+    challenger = registry.aliases(NAME)["challenger"]
+    previous = review.approve(config, 1, by="alice", reason="v1 is what the fleet team validated")
+    assert previous == challenger
+    assert registry.aliases(NAME) == {"champion": "1", "challenger": challenger}
+    tags = mlflow.MlflowClient().get_model_version(NAME, "1").tags
     assert tags["foreshock.promotion"] == "approved"
     assert tags["foreshock.promoted_by"] == "alice"
-    assert tags["foreshock.promotion_reason"] == "temperature model for the new racks"
-    assert tags["foreshock.previous_champion"] == previous
-    review.rollback(config, previous, by="bob", reason="undo")
-    assert registry.aliases(NAME)["champion"] == previous
+    assert tags["foreshock.promotion_reason"] == "v1 is what the fleet team validated"
+    assert tags["foreshock.previous_champion"] == challenger
+
+    # The demoted challenger passes every guardrail, yet the review leaves alice's choice.
+    loose = fast_config(fleet["data_dir"], NAME, max_calibration_error=1.0)
+    result = review.run_review(loose, fleet["labelled"], fleet["failures"])
+    assert result.passed and not result.promoted
+    assert f"only `foreshock review --approve {challenger}` brings it back" in result.decision
+    assert registry.aliases(NAME)["champion"] == "1"
+
+    review.rollback(config, challenger, by="bob", reason="undo")
+    assert registry.aliases(NAME)["champion"] == challenger
 
 
 class TestGuardrails:
