@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -123,7 +124,9 @@ def main() -> None:
     if child.returncode != 0:
         sys.exit(f"ingest failed:\n{child.stderr[-3000:]}")
     result = json.loads(child.stdout.strip().splitlines()[-1])
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_mb = usage.ru_maxrss / 1024
+    cpu = usage.ru_utime + usage.ru_stime  # wall time depends on what else the machine runs
     totals = result["totals"]
     seconds = result["seconds"]
     print(f"ingest: {totals['rows_read']:,} rows read (samples + inventory), {totals['rows_stored']:,} stored, "
@@ -131,6 +134,8 @@ def main() -> None:
           f"(adds up: {result['adds_up']}, files rejected: {result['rejected']})")
     print(f"time {seconds:.1f}s  throughput {totals['rows_read'] / seconds:,.0f} rows/s "
           f"({lines / seconds:,.0f} CSV lines/s, {size / 1e6 / seconds:.1f} MB/s)  peak RSS {peak_mb:,.0f} MB")
+    print(f"cpu {cpu:.1f}s (user+sys of the ingest process; {totals['rows_read'] / cpu:,.0f} rows per CPU-second), "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if not args.keep:
         shutil.rmtree(args.work, ignore_errors=True)
 
