@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 from lifelines import CoxPHFitter, KaplanMeierFitter, WeibullFitter
+from lifelines.exceptions import StatError
 
 from foreshock.contract import UTC_TS
 
@@ -31,6 +32,7 @@ def unit_lives(
     failures: pl.DataFrame,
     observed_until: datetime | None = None,
     mode: str | None = None,
+    observed_from: datetime | None = None,
 ) -> pl.DataFrame:
     """One row per unit life: ``unit_id, life, start, stop, duration_days, event, mode`` plus
     the inventory's cohort columns.
@@ -43,6 +45,10 @@ def unit_lives(
         End of observation for lives still running; default the latest failure time.
     mode
         Count only failures of this mode as events (others censor the life).
+    observed_from
+        Start of observation.  Lives that began before it enter the risk set late
+        (``entry_days`` > 0: left truncation), so survivors of the unobserved years do
+        not look immortal.  Default: observed since installation.
     """
     failures = failures.sort("unit_id", "failed_at")
     if observed_until is None:
@@ -84,9 +90,17 @@ def unit_lives(
     lives = lives.with_columns(
         ((pl.col("stop") - pl.col("start")).dt.total_seconds() / DAY_S).alias("duration_days"),
         is_event.cast(pl.Int8).alias("event"),
-    ).filter(pl.col("duration_days") > 0)
+    )
+    entry = pl.lit(0.0)
+    if observed_from is not None:
+        entry = ((pl.lit(observed_from).cast(UTC_TS) - pl.col("start")).dt.total_seconds() / DAY_S).clip(lower_bound=0.0)
+    lives = lives.with_columns(entry.alias("entry_days")).filter(
+        (pl.col("duration_days") > 0) & (pl.col("duration_days") > pl.col("entry_days"))
+    )
     cohort_cols = [c for c in inventory.columns if c not in ("unit_id", "installed_at", "retired_at")]
-    return lives.select("unit_id", "life", "start", "stop", "duration_days", "event", "mode", *cohort_cols)
+    return lives.select(
+        "unit_id", "life", "start", "stop", "duration_days", "entry_days", "event", "mode", *cohort_cols
+    )
 
 
 @dataclass
@@ -112,11 +126,17 @@ def cohort_reliability(lives: pl.DataFrame, by: str, ages_days: tuple[float, ...
     for (value,), part in lives.sort(by).group_by([by], maintain_order=True):
         durations = part["duration_days"].to_numpy()
         events = part["event"].to_numpy()
-        km = KaplanMeierFitter().fit(durations, events)
-        surv = {age: float(km.survival_function_at_times(age).iloc[0]) for age in ages_days}
+        entry = part["entry_days"].to_numpy()
+        try:
+            km = KaplanMeierFitter().fit(durations, events, entry=entry)
+            surv = {age: float(km.survival_function_at_times(age).iloc[0]) for age in ages_days}
+            median = float(km.median_survival_time_)
+        except StatError:
+            # late entries leave the early risk set empty: survival by age is not estimable
+            surv, median = {age: float("nan") for age in ages_days}, float("nan")
         shape = scale = mttf = float("nan")
         if events.sum() >= 3:
-            wf = WeibullFitter().fit(durations, events)
+            wf = WeibullFitter().fit(durations, events, entry=entry)
             # lifelines' WeibullFitter: S(t) = exp(-(t / lambda_) ** rho_)
             shape, scale = float(wf.rho_), float(wf.lambda_)
             mttf = float(scale * math.exp(math.lgamma(1 + 1 / shape)))  # mean of a Weibull
@@ -126,7 +146,7 @@ def cohort_reliability(lives: pl.DataFrame, by: str, ages_days: tuple[float, ...
                 units=part.height,
                 failures=int(events.sum()),
                 km_survival=surv,
-                km_median_days=float(km.median_survival_time_),
+                km_median_days=median,
                 weibull_shape=shape,
                 weibull_scale_days=scale,
                 mttf_days=mttf,
@@ -137,11 +157,15 @@ def cohort_reliability(lives: pl.DataFrame, by: str, ages_days: tuple[float, ...
 
 def cox_hazard_ratios(lives: pl.DataFrame, covariates: list[str], penalizer: float = 1e-4) -> pl.DataFrame:
     """Hazard ratios (with 95% CI) of categorical cohort columns, first level as reference."""
-    frame = lives.select("duration_days", "event", *covariates).to_pandas()
+    frame = lives.select("duration_days", "entry_days", "event", *covariates).to_pandas()
     design = pd.get_dummies(frame[covariates].astype(str), drop_first=True, dtype=float)
     design["duration_days"] = frame["duration_days"].to_numpy()
     design["event"] = frame["event"].to_numpy()
-    cph = CoxPHFitter(penalizer=penalizer).fit(design, duration_col="duration_days", event_col="event")
+    fit_args = {"duration_col": "duration_days", "event_col": "event"}
+    if (frame["entry_days"] > 0).any():
+        design["entry_days"] = frame["entry_days"].to_numpy()
+        fit_args["entry_col"] = "entry_days"
+    cph = CoxPHFitter(penalizer=penalizer).fit(design, **fit_args)
     summary = cph.summary
     return pl.DataFrame(
         {
@@ -154,8 +178,30 @@ def cox_hazard_ratios(lives: pl.DataFrame, covariates: list[str], penalizer: flo
     )
 
 
+def failure_rates(lives: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Failures per 1,000 unit-days observed, per value of ``by``, with the rate ratio to the
+    rest of the fleet: the right summary for a short observation window, where survival by
+    age is not estimable."""
+    exposure = pl.col("duration_days") - pl.col("entry_days")
+    total_events, total_days = lives["event"].sum(), lives.select(exposure.sum()).item()
+    return (
+        lives.group_by(by)
+        .agg(pl.len().alias("lives"), pl.col("event").sum().alias("failures"), exposure.sum().alias("unit_days"))
+        .with_columns((pl.col("failures") / pl.col("unit_days") * 1000).alias("per_1000_unit_days"))
+        .with_columns(
+            (
+                pl.col("per_1000_unit_days")
+                / ((total_events - pl.col("failures")) / (total_days - pl.col("unit_days")) * 1000)
+            ).alias("rate_ratio_vs_rest")
+        )
+        .sort(by)
+    )
+
+
 def _days(value: float) -> str:
-    return "not reached" if not math.isfinite(value) else f"{value:,.0f}"
+    if math.isnan(value):
+        return "n/a"
+    return "not reached" if math.isinf(value) else f"{value:,.0f}"
 
 
 def reliability_markdown(
@@ -166,7 +212,7 @@ def reliability_markdown(
         "# Fleet reliability",
         "",
         f"{lives.height:,} lives, {int(lives['event'].sum()):,} failures, "
-        f"{lives['duration_days'].sum() / 365.25:,.0f} unit-years observed.",
+        f"{(lives['duration_days'] - lives['entry_days']).sum() / 365.25:,.1f} unit-years observed.",
         "",
     ]
     for column in by:

@@ -36,8 +36,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if unknown:
         print(f"foreshock reliability: --by {unknown} not inventory columns {inventory.columns}")
         return 2
+    # telemetry starts observation; a failure history alone is observed since installation
+    first_sample = scan_table(config.lake_dir, "samples").select(pl.col("ts").min()).collect().item()
     lives = unit_lives(
-        inventory, read_table(config.lake_dir, "failures"), _observed_until(config, args.until), mode=args.mode
+        inventory,
+        read_table(config.lake_dir, "failures"),
+        _observed_until(config, args.until),
+        mode=args.mode,
+        observed_from=first_sample,
     )
     report = reliability_markdown(lives, by)
     path = config.reports_dir / (f"reliability-{args.mode}.md" if args.mode else "reliability.md")

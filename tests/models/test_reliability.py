@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from foreshock.contract import conform
-from models.reliability import cohort_reliability, cox_hazard_ratios, unit_lives
+from models.reliability import cohort_reliability, cox_hazard_ratios, failure_rates, unit_lives
 
 T0 = datetime(2020, 1, 1, tzinfo=timezone.utc)
 
@@ -98,3 +98,34 @@ def test_other_modes_censor_a_cause_specific_analysis():
     )
     lives = unit_lives(inventory, failures, observed_until=T0 + timedelta(days=5), mode="DBE")
     assert lives.filter(pl.col("life") == 0).sort("unit_id")["event"].to_list() == [1, 0]
+
+
+def test_units_installed_before_observation_enter_late(seed):
+    """Left truncation: a fleet first observed after years in service is not 'immortal'."""
+    inventory, failures, end, life = _fleet(seed, n=4000, hot_factor=1.0, end_days=2000.0)
+    observed_from = T0 + timedelta(days=600)
+    seen = failures.filter(pl.col("failed_at") >= observed_from)
+    alive = [f"u{i}" for i in np.flatnonzero(life >= 600)]
+    lives = unit_lives(inventory.filter(pl.col("unit_id").is_in(alive)), seen, end, observed_from=observed_from)
+    first = lives.filter(pl.col("life") == 0)
+    assert first["entry_days"].min() == pytest.approx(600.0)
+    for cohort in cohort_reliability(first, "rack"):  # hot_factor 1: both racks alike
+        assert cohort.weibull_shape == pytest.approx(2.0, rel=0.2)
+        assert cohort.weibull_scale_days == pytest.approx(1500.0, rel=0.15)
+
+
+def test_failure_rates_per_exposure():
+    inventory = conform(
+        pl.DataFrame(
+            {"unit_id": ["a", "b", "c"], "node": ["n"] * 3, "rack": ["hot", "cool", "cool"], "model": ["m"] * 3,
+             "installed_at": [T0] * 3}
+        ),
+        "inventory",
+    )
+    failures = conform(
+        pl.DataFrame({"unit_id": ["a"], "failed_at": [T0 + timedelta(days=10)], "mode": ["DBE"]}), "failures"
+    )
+    lives = unit_lives(inventory, failures, observed_until=T0 + timedelta(days=10))
+    rates = {r["rack"]: r for r in failure_rates(lives, "rack").iter_rows(named=True)}
+    assert rates["hot"]["per_1000_unit_days"] == pytest.approx(100.0)  # 1 failure in 10 unit-days
+    assert rates["cool"]["failures"] == 0 and rates["cool"]["unit_days"] == pytest.approx(20.0)
