@@ -148,45 +148,73 @@ def _unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:
     )
 
 
-def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
-    """Pieces of one counter metric; ``samples`` sorted by unit and time, so the row
-    before a sample is the previous sample of the same series when the packed key says it
-    is the same unit and life."""
-    previous = [pl.col(c).shift(1).alias(f"_prev_{c}") for c in ("_key", "ts", "value")]
-    same_series = ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_prev__key") // _BUCKET_SLOTS)).fill_null(False)
-    recent = (pl.col("ts") - pl.col("_prev_ts")) <= max_gap
-    stepped = samples.with_columns(previous).with_columns(
-        pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("_prev_value"))).alias("_delta"),
-        (~same_series).alias("_head"),
+def _edges(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """Mark the first and last row of each (unit, life, bucket) run of one metric's rows,
+    which are in unit-then-time order, so first/last values become plain max aggregations
+    (one non-null per group): fast, and independent of the engine's row order in groups."""
+    return frame.with_columns(
+        (pl.col("_key") != pl.col("_key").shift(1)).fill_null(True).alias("_is_first"),
+        (pl.col("_key") != pl.col("_key").shift(-1)).fill_null(True).alias("_is_last"),
     )
-    increased = pl.col("_delta") > 0
-    # Aggregations pick rows by time, not by position: the streaming engine need not keep
-    # row order inside a group.
-    return stepped.group_by([*_SERIES, "metric"]).agg(
+
+
+def _counter_pieces(samples: pl.LazyFrame, metric: str, max_gap: timedelta) -> pl.LazyFrame:
+    """Pieces of one counter metric; ``samples`` holds only that metric, sorted by unit and
+    time, so the row before a sample is the previous sample of the same series when the
+    packed key says it is the same unit and life."""
+    same_series = ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_key").shift(1) // _BUCKET_SLOTS)).fill_null(False)
+    recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
+    delta = pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("value").shift(1)))
+    stepped = _edges(samples).with_columns(delta.alias("_delta"), (~same_series).alias("_head")).with_columns(
+        pl.when(pl.col("_delta") > 0).then(pl.col("ts")).alias("_inc_ts"),
+        pl.when("_is_first").then(pl.col("value")).alias("_first_v"),
+        pl.when("_is_last").then(pl.col("value")).alias("_last_v"),
+    )
+    return stepped.group_by(_SERIES).agg(
         pl.len().cast(pl.Int64).alias("n"),
         pl.col("value").sum().alias("sum"),
         (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
         pl.col("value").max().alias("max"),
         pl.col("ts").min().alias("first_ts"),
-        pl.col("value").get(pl.col("ts").arg_min()).alias("first_v"),
+        pl.col("_first_v").max().alias("first_v"),
         pl.col("ts").max().alias("last_ts"),
-        pl.col("value").get(pl.col("ts").arg_max()).alias("last_v"),
+        pl.col("_last_v").max().alias("last_v"),
         pl.col("_delta").sum().alias("inc"),
-        pl.col("ts").filter(increased).min().alias("first_inc_ts"),
-        pl.col("ts").filter(increased).max().alias("last_inc_ts"),
+        pl.col("_inc_ts").min().alias("first_inc_ts"),
+        pl.col("_inc_ts").max().alias("last_inc_ts"),
         pl.col("_head").any().alias("head"),
-    )
+    ).with_columns(pl.lit(metric).alias("metric"))
 
 
-def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
-    return samples.group_by([*_SERIES, "metric"]).agg(
+def _gauge_pieces(samples: pl.LazyFrame, metric: str) -> pl.LazyFrame:
+    """Pieces of one gauge metric (rows of that metric only, unit-then-time order)."""
+    marked = _edges(samples).with_columns(pl.when("_is_last").then(pl.col("value")).alias("_last_v"))
+    return marked.group_by(_SERIES).agg(
         pl.len().cast(pl.Int64).alias("n"),
         pl.col("value").sum().alias("sum"),
         (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
         pl.col("value").max().alias("max"),
         pl.col("ts").max().alias("last_ts"),
-        pl.col("value").get(pl.col("ts").arg_max()).alias("last_v"),
-    )
+        pl.col("_last_v").max().alias("last_v"),
+    ).with_columns(pl.lit(metric).alias("metric"))
+
+
+def _with_sample_lives(samples: pl.DataFrame, units: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
+    """``life`` per sample.  Few units of a partition ever failed: their rows are found by
+    the integer unit index and compared with each of their failure times."""
+    failing = failures.join(units, on="unit_id").select("_unit", "failed_at")
+    if failing.height == 0:
+        return samples.with_columns(pl.lit(0, dtype=pl.Int32).alias("life"))
+    if failing.height > 64:  # a many-failure partition: one join beats many comparisons
+        lived = with_lives(samples, failures)
+    else:
+        life = pl.sum_horizontal(
+            [((pl.col("_unit") == unit) & (pl.col("ts") > failed_at)).cast(pl.Int32) for unit, failed_at in failing.iter_rows()]
+        )
+        lived = samples.with_columns(life.cast(pl.Int32).alias("life"))
+    if lived.get_column("life").max() >= _LIFE_SLOTS:
+        raise ValueError(f"a unit has more than {_LIFE_SLOTS - 1} recorded failures; check the failures table")
+    return lived
 
 
 def rollup_samples(
@@ -222,34 +250,36 @@ def rollup_samples(
     )
     if samples.height == 0:
         return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
-    new_unit = (pl.col("unit_id") != pl.col("unit_id").shift(1)).fill_null(True)
     # The lake stores every partition sorted by unit and time; anything else is re-sorted.
-    in_order = samples.get_column("unit_id").is_sorted() and not samples.select(
-        ((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()
-    ).item()
-    if not in_order:
+    # Run ids number the units in order (cheaper than comparing strings row by row).
+    if not samples.get_column("unit_id").is_sorted():
         samples = samples.sort("unit_id", "ts", "metric")
+    samples = samples.with_columns(pl.col("unit_id").rle_id().cast(pl.UInt32).alias("_unit"))
+    new_unit = (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
+    if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()).item():
+        samples = samples.sort("_unit", "ts", "metric")
     samples = samples.with_columns(
-        new_unit.cum_sum().cast(pl.UInt32).alias("_unit"),
+        new_unit.alias("_new_unit"),
         bucket_of(pl.col("ts"), every).alias("bucket"),
         ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts"),
     )
-    units = samples.filter(pl.col("_new_ts") & new_unit).select("_unit", "unit_id")
-    failing = failures.filter(pl.col("unit_id").is_in(units.get_column("unit_id").implode()))
-    samples = with_lives(samples, failing)
-    if failing.height and samples.get_column("life").max() >= _LIFE_SLOTS:
-        raise ValueError(f"a unit has more than {_LIFE_SLOTS - 1} recorded failures; check the failures table")
+    units = samples.filter("_new_unit").select("_unit", "unit_id")
+    samples = _with_sample_lives(samples, units, failures)
     work = samples.select(_packed_key(every), "ts", "metric", "value", "_new_ts").lazy()
-    counters = [m.name for m in catalog if m.is_counter]
-    gauges = [m.name for m in catalog if not m.is_counter]
     present = set(samples.get_column("metric").unique().to_list())
     queries = [
-        *[_counter_pieces(work.filter(pl.col("metric") == name), max_gap) for name in counters if name in present],
-        _gauge_pieces(work.filter(pl.col("metric").is_in(gauges))),
+        (_counter_pieces if metric.is_counter else _gauge_pieces)(
+            work.filter(pl.col("metric") == metric.name).select("_key", "ts", "value"), metric.name,
+            *([max_gap] if metric.is_counter else []),
+        )
+        for metric in catalog
+        if metric.name in present
+    ]
+    queries.append(
         work.filter("_new_ts")
         .group_by(_SERIES)
-        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts")),
-    ]
+        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
+    )
     # One go: the group-bys run side by side on Polars' thread pool.
     *parts, scrapes = pl.collect_all(queries)
     pieces = pl.concat([_unpacked(p, every).join(units, on="_unit") for p in parts], how="diagonal_relaxed")
