@@ -261,23 +261,13 @@ class ThresholdBaseline:
     def save(self, path: Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state = {
-            "kind": self.kind,
-            "horizons": self.horizons,
-            "rules": self.rules,
-            "error_counters": self.error_counters,
-            "rules_": [r.to_dict() for r in self.rules_],
-            "accel_column_": self.accel_column_,
-            "calibrators_": {h: c.to_dict() for h, c in self.calibrators_.items()},
-        }
+        state = {"kind": self.kind, **self.state(), "calibrators_": {h: c.to_dict() for h, c in self.calibrators_.items()}}
         (path / "baseline.json").write_text(json.dumps(state, indent=2))
 
     @classmethod
     def load(cls, path: Path) -> "ThresholdBaseline":
         state = json.loads((Path(path) / "baseline.json").read_text())
-        model = cls(horizons=state["horizons"], rules=state["rules"], error_counters=state["error_counters"])
-        model.rules_ = [Rule(**r) for r in state["rules_"]]
-        model.accel_column_ = state["accel_column_"]
+        model = cls.from_state(state)
         model.calibrators_ = {h: PlattCalibrator.from_dict(c) for h, c in state["calibrators_"].items()}
         return model
 
