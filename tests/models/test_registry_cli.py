@@ -42,6 +42,7 @@ def _scored_version(data_dir) -> set[str]:
     return set(pl.read_parquet(data_dir / "scores" / "latest.parquet")["model_version"])
 
 
+@pytest.mark.slow
 def test_train_review_score_and_roll_back(workspace, capsys):
     args, data_dir = workspace["args"], workspace["data_dir"]
     assert main([*args, "train"]) == 0

@@ -75,6 +75,7 @@ def mlflow_server(tmp_path, monkeypatch):
         log.close()
 
 
+@pytest.mark.slow
 def test_train_and_review_over_http(mlflow_server, tmp_path):
     config = fast_config(tmp_path / "data", NAME)
     features, failures = synthetic_fleet(seed=31)
