@@ -1,6 +1,6 @@
 """``foreshock demo``: the whole pipeline, as far as it exists, on a simulated fleet.
 
-simulate -> ingest -> features -> train (MLflow) -> backtest -> review -> score -> publish
+simulate -> ingest -> features -> backtest -> train (MLflow) -> review -> score -> publish -> replay
 
 Each step is the same command a user would run; the demo only strings them together.
 """
@@ -23,8 +23,9 @@ def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str
         ("ingest", ["ingest", "--path", str(sim_dir), "--timezone", "UTC"]),
         ("lake", ["lake"]),
         ("features", ["features"]),
-        ("train", ["train", "--ground-truth", truth]),
         ("backtest", ["backtest", "--ground-truth", truth]),
+        # train logs the walk-forward just run instead of repeating it
+        ("train", ["train", "--ground-truth", truth, "--backtest", str(config.backtest_dir)]),
         ("review", ["review"]),
         ("score", ["score"]),
         ("publish", ["publish"]),
