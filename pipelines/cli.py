@@ -2,6 +2,8 @@
 
 Each stage module in ``pipelines/`` contributes its commands through ``register(sub)``
 and receives the parsed arguments plus the loaded :class:`~foreshock.config.Config`.
+Only the module of the command being run is imported: the stages pull in Prefect,
+MLflow, LightGBM and lifelines, which take seconds each to import on a small machine.
 """
 
 from __future__ import annotations
@@ -13,20 +15,41 @@ import sys
 import pipelines.runtime  # noqa: F401  (environment defaults before Prefect loads)
 from foreshock.config import load_config
 
-# Modules that add sub-commands; each defines register(subparsers).
-COMMAND_MODULES = (
-    "pipelines.simulate_cmd",
-    "pipelines.ingest_flow",
-    "pipelines.features_flow",
-    "pipelines.models_flow",
-    "pipelines.registry_flow",
-    "pipelines.drain_flow",
-    "pipelines.reliability_cmd",
-    "pipelines.demo",
-)
+# command -> (module that registers it, one-line help for the command list)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("pipelines.simulate_cmd", "write a simulated fleet's raw telemetry in real formats"),
+    "ingest": ("pipelines.ingest_flow", "parse, validate and merge raw telemetry into the lake"),
+    "lake": ("pipelines.demo", "print a summary of the lake (rows, units, span per table)"),
+    "features": ("pipelines.features_flow", "compute feature snapshots from the lake (incremental)"),
+    "backtest": ("pipelines.models_flow", "walk-forward backtest of every model; lead-time report"),
+    "train": ("pipelines.registry_flow", "fit on all labelled history, log to MLflow, register a challenger"),
+    "review": ("pipelines.registry_flow", "challenger vs champion on the same window; promote if guardrails hold"),
+    "score": ("pipelines.registry_flow", "risk per unit and horizon from models:/<name>@champion"),
+    "publish": ("pipelines.drain_flow", "write drain recommendations and exports to data/outbox/<timestamp>/"),
+    "replay": ("pipelines.drain_flow", "replay the drain policy over the backtest history"),
+    "reliability": ("pipelines.reliability_cmd", "Kaplan-Meier, Weibull and Cox reliability by cohort"),
+    "demo": ("pipelines.demo", "run the whole pipeline on a simulated fleet"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _requested_command(argv: list[str]) -> str | None:
+    """The command named on the command line (the first word that is not a global option)."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+            continue
+        if word in ("--config", "--data-dir"):
+            skip = True
+            continue
+        if word.startswith("-"):
+            continue
+        return word
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv``, only the requested command's module is imported."""
     parser = argparse.ArgumentParser(
         prog="foreshock",
         description="Predict GPU and node failures from telemetry and recommend drains.",
@@ -34,19 +57,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="configuration file (default: ./foreshock.toml if present)")
     parser.add_argument("--data-dir", help="data directory (default: FORESHOCK_DATA_DIR or ./data)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # a stage not built yet
-                continue
-            raise
-        module.register(sub)
+    wanted = _requested_command(argv) if argv is not None else None
+    load_all = argv is None or wanted == "demo"
+    loaded: set[str] = set()
+    for command, (module_name, help_text) in COMMANDS.items():
+        if command in sub.choices:
+            continue
+        if load_all or command == wanted:
+            if module_name not in loaded:
+                importlib.import_module(module_name).register(sub)
+                loaded.add(module_name)
+        if command not in sub.choices:
+            sub.add_parser(command, help=help_text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -1,4 +1,4 @@
-"""``foreshock demo``: the whole pipeline, as far as it exists, on a simulated fleet.
+"""``foreshock demo``: the whole pipeline on a simulated fleet.
 
 simulate -> ingest -> features -> backtest -> train (MLflow) -> review -> score -> publish -> replay
 
@@ -37,16 +37,11 @@ def run_demo(args: argparse.Namespace, config: Config) -> int:
     from pipelines.cli import build_parser
 
     parser = build_parser()
-    known = set(parser._subparsers._group_actions[0].choices)  # commands that exist
     base = ["--data-dir", str(config.data_dir)]
     if args.config:
         base = ["--config", args.config, *base]
     started = time.perf_counter()
     for name, argv in _steps(args, config):
-        command = argv[0]
-        if command not in known:
-            print(f"== {name}: not built yet, skipped")
-            continue
         print(f"\n== {name}: foreshock {' '.join(argv)}", flush=True)
         step_start = time.perf_counter()
         sub_args = parser.parse_args([*base, *argv])
