@@ -420,11 +420,6 @@ def update_features(
     return sum(finalize_day(config, day) for day in plan.days)
 
 
-def staging_leftovers(config: Config) -> list[Path]:
-    """Staged files a crashed run left behind (they are overwritten by the next run)."""
-    return [Path(p) for p in store.staged_files(config.features_dir, None)]
-
-
 __all__ = [
     "KEY_COLUMNS",
     "LIFE_COLUMNS",

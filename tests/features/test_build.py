@@ -14,7 +14,6 @@ from conftest import T0, Fleet, make_fleet
 from features.build import build_features, feature_columns
 from features.spec import feature_spec
 from foreshock.contract import UTC_TS
-from foreshock.lake import merge_into_lake
 
 SEED = 20261101
 
