@@ -152,15 +152,29 @@ def run_replay_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    # pipelines.cli may already hold a help-only placeholder for the command not asked for;
+    # adding it again would be an argparse conflict.
+    if "publish" not in sub.choices:
+        _add_publish(sub)
+    if "replay" not in sub.choices:
+        _add_replay(sub)
+
+
+def _add_publish(sub: argparse._SubParsersAction) -> None:
     publish = sub.add_parser("publish", help="write drain recommendations and exports to data/outbox/<timestamp>/")
     publish.add_argument("--scores", help="scores file (default: data/scores/latest.parquet)")
     states = publish.add_mutually_exclusive_group()
-    states.add_argument("--node-states", help=f"file of `sinfo --noheader --Node --format='{SINFO_FORMAT}'` output")
+    states.add_argument(
+        "--node-states",
+        help=f"file of `sinfo --noheader --Node --format='{SINFO_FORMAT.replace('%', '%%')}'` output",
+    )
     states.add_argument("--sinfo", action="store_true", help="read node states from the live Slurm (sinfo)")
     publish.add_argument("--model", help="model to use when the scores hold several (the `model` column)")
     publish.add_argument("--top", type=int, default=10, help="rows of the list to print (default 10)")
     publish.set_defaults(func=run_publish)
 
+
+def _add_replay(sub: argparse._SubParsersAction) -> None:
     replay = sub.add_parser("replay", help="replay the drain policy over the backtest history")
     replay.add_argument("--scores", help="backtest scores (default: data/backtest/scores.parquet)")
     replay.add_argument("--ground-truth", help="simulator ground_truth.parquet (splits failures by precursor)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from conftest import score_rows, write_scores
 
 from pipelines.cli import main
@@ -39,3 +40,39 @@ def test_publish_command_runs_the_flow_and_prints_the_top(prefect_server, drain_
 def test_publish_without_scores_says_what_is_missing(drain_config, capsys):
     assert main(["--data-dir", str(drain_config.data_dir), "publish"]) == 1
     assert "no scores to publish" in capsys.readouterr().err
+
+
+def test_replay_command_writes_the_report(prefect_server, drain_config, capsys):
+    from datetime import timedelta
+
+    from conftest import T0
+
+    from foreshock.lake import merge_into_lake
+
+    data_dir = drain_config.data_dir
+    failing, healthy = "gpu-node001-gpu0", "gpu-node002-gpu0"
+    failed_at = T0 + timedelta(hours=40)
+    rows = [
+        {"unit_id": u, "ts": T0 + timedelta(hours=h), "model": m, "horizon": "72h",
+         "risk": 0.9 if (m == "gbm" and u == failing and 10 <= h < 40) else 0.01}
+        for m in ("gbm", "baseline") for u in (failing, healthy) for h in range(48)
+    ]
+    scores = pl.DataFrame(rows).with_columns(pl.col("ts").dt.cast_time_unit("us"))
+    (data_dir / "backtest").mkdir(parents=True)
+    scores.write_parquet(data_dir / "backtest" / "scores.parquet")
+    merge_into_lake(drain_config.lake_dir, "failures", pl.DataFrame({"unit_id": [failing], "failed_at": [failed_at], "mode": ["hbm"]}))
+
+    assert main(["--data-dir", str(data_dir), "replay", "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    rows_by_policy = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert rows_by_policy["gbm"].split("|")[3].strip() == "1"  # drained ahead
+    assert rows_by_policy["baseline"].split("|")[3].strip() == "0"
+    assert (data_dir / "reports" / "replay" / "replay.json").is_file()
+
+
+def test_command_help_is_printable(capsys):
+    for command in ("publish", "replay"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0
+        assert f"usage: foreshock {command}" in capsys.readouterr().out
