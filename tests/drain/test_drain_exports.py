@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import T0, score_rows, write_scores
+from drain_helpers import T0, score_rows, write_scores
 
 from foreshock.drain.outbox import publish
 from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import score_rows, write_scores
+from drain_helpers import score_rows, write_scores
 
 from pipelines.cli import main
 
@@ -45,7 +45,7 @@ def test_publish_without_scores_says_what_is_missing(drain_config, capsys):
 def test_replay_command_writes_the_report(prefect_server, drain_config, capsys):
     from datetime import timedelta
 
-    from conftest import T0
+    from drain_helpers import T0
 
     from foreshock.lake import merge_into_lake
 

@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import polars as pl
 import pytest
-from conftest import T0, score_rows
+from drain_helpers import T0, score_rows
 
 from foreshock.drain.costs import DrainCosts
 from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table

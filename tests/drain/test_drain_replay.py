@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-from conftest import T0
+from drain_helpers import T0
 
 from foreshock.drain.costs import DrainCosts
 from foreshock.drain.policy import PolicySettings

@@ -7,7 +7,7 @@ import subprocess
 from datetime import UTC, datetime
 
 import pytest
-from conftest import SLURM_NODES, score_rows, write_scores
+from drain_helpers import SLURM_NODES, score_rows, write_scores
 
 from foreshock.drain.outbox import publish
 

@@ -1,0 +1,54 @@
+"""Small score frames for the drain tests (imported by name: conftest modules are not)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+SLURM_NODES = [f"gpu-node{i:03d}" for i in range(1, 9)]
+
+
+def score_rows(
+    risks: dict[str, float | tuple[float, float]],
+    ts: datetime = T0,
+    *,
+    rack_of=lambda node: "r1",
+    model_name: str = "foreshock-risk",
+    model_version: str = "3",
+    signal: str = "ecc_sbe_increase_24h",
+) -> pl.DataFrame:
+    """Live scores for ``{unit_id: risk_72h}`` or ``{unit_id: (risk_24h, risk_72h)}``.
+
+    The node is the unit id up to ``-gpu``; the 24h risk defaults to half the 72h risk.
+    """
+    rows = []
+    for unit_id, risk in risks.items():
+        r24, r72 = risk if isinstance(risk, tuple) else (risk / 2, risk)
+        node = unit_id.split("-gpu")[0]
+        for horizon, value in (("24h", r24), ("72h", r72)):
+            rows.append(
+                {
+                    "unit_id": unit_id,
+                    "ts": ts,
+                    "node": node,
+                    "rack": rack_of(node),
+                    "horizon": horizon,
+                    "risk": value,
+                    "model": "gbm",
+                    "model_name": model_name,
+                    "model_version": model_version,
+                    "run_id": "0123abcd",
+                    "top_signals": [{"signal": signal, "value": 42.0, "contribution": 0.3}],
+                }
+            )
+    return pl.DataFrame(rows).with_columns(pl.col("ts").dt.cast_time_unit("us"))
+
+
+def write_scores(data_dir: Path, frame: pl.DataFrame) -> Path:
+    path = Path(data_dir) / "scores" / "latest.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(path)
+    return path
