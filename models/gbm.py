@@ -88,7 +88,11 @@ class GradientBoostedRisk:
     num_boost_round
         Maximum boosting rounds.
     early_stopping_rounds
-        Rounds without improvement of the held-out log loss before stopping.
+        Rounds without improvement of ``early_stopping_metric`` on held-out time.
+    early_stopping_metric
+        LightGBM metric watched for early stopping.  The trees only have to rank (Platt
+        scaling calibrates afterwards), so the default is ``average_precision``; the log
+        loss would also punish the deliberate over-prediction of the up-weighted class.
     holdout_fraction
         Share of the training time span held out for early stopping and calibration.
     max_pos_weight
@@ -114,6 +118,7 @@ class GradientBoostedRisk:
     params: dict = field(default_factory=dict)
     num_boost_round: int = 400
     early_stopping_rounds: int = 40
+    early_stopping_metric: str = "average_precision"
     holdout_fraction: float = 0.25
     max_pos_weight: float = 30.0
     refit_full: bool = True
@@ -171,7 +176,7 @@ class GradientBoostedRisk:
                 dtrain = lgb.Dataset(x[train], y[train], feature_name=self.feature_names_, free_raw_data=False)
                 dvalid = lgb.Dataset(x[holdout], y[holdout], reference=dtrain)
                 booster = lgb.train(
-                    {**params, "metric": "binary_logloss"},
+                    {**params, "metric": self.early_stopping_metric},
                     dtrain,
                     num_boost_round=self.num_boost_round,
                     valid_sets=[dvalid],
@@ -257,6 +262,7 @@ class GradientBoostedRisk:
             "params": self.params,
             "num_boost_round": self.num_boost_round,
             "early_stopping_rounds": self.early_stopping_rounds,
+            "early_stopping_metric": self.early_stopping_metric,
             "holdout_fraction": self.holdout_fraction,
             "max_pos_weight": self.max_pos_weight,
             "refit_full": self.refit_full,
@@ -286,6 +292,7 @@ class GradientBoostedRisk:
                 "params",
                 "num_boost_round",
                 "early_stopping_rounds",
+                "early_stopping_metric",
                 "holdout_fraction",
                 "max_pos_weight",
                 "refit_full",
