@@ -9,7 +9,7 @@ import polars as pl
 from features.store import write_features
 from foreshock.lake import merge_into_lake
 from pipelines.cli import main
-from tests.models.conftest import synthetic_fleet
+from tests.models.synthetic_fleet import synthetic_fleet
 
 
 def test_backtest_command_writes_scores_and_report(prefect_server, rng, tmp_path, capsys):

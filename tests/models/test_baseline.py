@@ -10,7 +10,7 @@ import polars as pl
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
 from models.baseline import ThresholdBaseline
-from tests.models.conftest import synthetic_fleet
+from tests.models.synthetic_fleet import synthetic_fleet
 
 
 def snapshot(**features) -> pl.DataFrame:

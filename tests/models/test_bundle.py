@@ -8,7 +8,7 @@ import pytest
 
 from foreshock.config import load_config
 from models.bundle import RiskBundle, train_bundle
-from tests.models.conftest import synthetic_fleet
+from tests.models.synthetic_fleet import synthetic_fleet
 
 
 def test_round_trip_gives_identical_scores_and_explanations(rng, tmp_path):

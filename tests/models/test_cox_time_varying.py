@@ -10,7 +10,7 @@ import pytest
 
 from foreshock.contract import UTC_TS
 from models.cox_time_varying import CoxTimeVaryingRisk
-from tests.models.conftest import T0, synthetic_fleet
+from tests.models.synthetic_fleet import T0, synthetic_fleet
 
 
 def proportional_hazards_fleet(rng: np.random.Generator, units: int = 300, hours: int = 360):

@@ -9,7 +9,7 @@ from models.base import label_column
 from models.gbm import GradientBoostedRisk
 from models.metrics import calibration_error, pr_auc
 from models.training import labelled_until
-from tests.models.conftest import synthetic_fleet
+from tests.models.synthetic_fleet import synthetic_fleet
 
 
 def split(fleet, fraction: float = 0.6):
