@@ -58,16 +58,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", help="data directory (default: FORESHOCK_DATA_DIR or ./data)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = _requested_command(argv) if argv is not None else None
-    load_all = argv is None or wanted == "demo"
-    loaded: set[str] = set()
-    for command, (module_name, help_text) in COMMANDS.items():
-        if command in sub.choices:
-            continue
-        if load_all or command == wanted:
-            if module_name not in loaded:
-                importlib.import_module(module_name).register(sub)
-                loaded.add(module_name)
-        if command not in sub.choices:
+    modules = {module for command, (module, _) in COMMANDS.items() if argv is None or wanted in (command, "demo")}
+    for module_name in dict.fromkeys(module for module, _ in COMMANDS.values()):
+        if module_name in modules:
+            importlib.import_module(module_name).register(sub)
+    for command, (_, help_text) in COMMANDS.items():
+        if command not in sub.choices:  # listed in --help; its module loads when it is asked for
             sub.add_parser(command, help=help_text)
     return parser
 

@@ -152,12 +152,8 @@ def run_replay_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    # pipelines.cli may already hold a help-only placeholder for the command not asked for;
-    # adding it again would be an argparse conflict.
-    if "publish" not in sub.choices:
-        _add_publish(sub)
-    if "replay" not in sub.choices:
-        _add_replay(sub)
+    _add_publish(sub)
+    _add_replay(sub)
 
 
 def _add_publish(sub: argparse._SubParsersAction) -> None:
