@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from foreshock.drain.policy import DRAIN_ACTIONS
-from foreshock.drain.shell import id_word, one_line, text_word
+from foreshock.drain.shell import APPLY_FLAGS, id_word, one_line, text_word
 from foreshock.drain.slurm import node_reasons
 
 CORDON_SCRIPT = "k8s_cordon.sh"
@@ -48,18 +48,7 @@ _CORDON_HEADER = r"""#!/usr/bin/env bash
 #   --at-checkpoint  also the nodes recommended for drain_at_checkpoint
 # A node already cordoned without the {taint} taint was cordoned by someone
 # else and is left alone.
-set -euo pipefail
-
-apply=0
-at_checkpoint=0
-for arg in "$@"; do
-  case "$arg" in
-    --apply) apply=1 ;;
-    --at-checkpoint) at_checkpoint=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
-  esac
-done
+{parse_args}
 
 errors=0
 
@@ -94,7 +83,7 @@ cordon_node() {
 def cordon_script(risk_list: pl.DataFrame, generated_at: datetime) -> str:
     """The ``kubectl cordon`` + ``taint`` script for a risk list (schema v1 frame)."""
     header = (
-        _CORDON_HEADER.replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        _CORDON_HEADER.replace("{parse_args}", APPLY_FLAGS).replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
         .replace("{name}", CORDON_SCRIPT)
         .replace("{taint}", TAINT_KEY)
         .replace("{annotation}", REASON_ANNOTATION)

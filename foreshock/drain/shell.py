@@ -14,6 +14,23 @@ from foreshock.contract import is_valid_id
 
 _NOT_PRINTABLE = re.compile(r"[^\x20-\x7e]")
 
+# The flags every generated action script takes: a dry run unless --apply, and
+# --at-checkpoint to include the units recommended for the next checkpoint.  The
+# script's usage text is its lines 2-9.
+APPLY_FLAGS = r"""set -euo pipefail
+
+apply=0
+at_checkpoint=0
+for arg in "$@"; do
+  case "$arg" in
+    --apply) apply=1 ;;
+    --at-checkpoint) at_checkpoint=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+"""
+
 
 def id_word(value: object, field: str, where: str = "") -> str:
     """Quote a validated id for a shell command.

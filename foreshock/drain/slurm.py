@@ -18,7 +18,7 @@ from datetime import datetime
 import polars as pl
 
 from foreshock.drain.policy import FORESHOCK_REASON_PREFIX
-from foreshock.drain.shell import id_word, one_line, text_word
+from foreshock.drain.shell import APPLY_FLAGS, id_word, one_line, text_word
 
 SCRIPT_NAME = "slurm_drain.sh"
 REASON_LIMIT = 200
@@ -73,18 +73,7 @@ _HEADER = r"""#!/usr/bin/env bash
 #                    (run it right after the job checkpoints)
 # Each node's state and reason are read with `scontrol show node` when this runs; a node
 # whose drain reason another tool set (not starting with "foreshock:") is left alone.
-set -euo pipefail
-
-apply=0
-at_checkpoint=0
-for arg in "$@"; do
-  case "$arg" in
-    --apply) apply=1 ;;
-    --at-checkpoint) at_checkpoint=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
-  esac
-done
+{parse_args}
 
 drained=0
 left_alone=0
@@ -143,7 +132,7 @@ def slurm_script(risk_list: pl.DataFrame, generated_at: datetime, schema_version
     now_nodes = node_reasons(risk_list, "drain_now")
     later = [(n, r) for n, r in node_reasons(risk_list, "drain_at_checkpoint") if n not in {x for x, _ in now_nodes}]
     header = (
-        _HEADER.replace("{schema}", str(schema_version))
+        _HEADER.replace("{parse_args}", APPLY_FLAGS).replace("{schema}", str(schema_version))
         .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
         .replace("{name}", SCRIPT_NAME)
         .replace("{prefix}", FORESHOCK_REASON_PREFIX)
