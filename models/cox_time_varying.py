@@ -188,13 +188,16 @@ class CoxTimeVaryingRisk:
         event = intervals.get_column("event").to_numpy().astype(bool)
         if not event.any():
             raise ValueError("no failure among the training intervals; cannot fit a Cox model")
-        x_rows = compress(feature_matrix(intervals, candidates), compressed)
+        # Only the screened covariates are materialised for the intervals (memory: a fleet
+        # has hundreds of feature columns and 10^5-10^6 intervals).
+        pool = {j: i for i, j in enumerate(chosen)}
+        x_pool = compress(feature_matrix(intervals, [candidates[j] for j in chosen]), compressed[chosen])
         start = intervals.get_column("start").to_numpy()
         stop = intervals.get_column("stop").to_numpy()
         ids = intervals.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
 
         for _ in range(4):
-            fitter, chosen, centers, scales, z = self._fit_lifelines(chosen, x_rows, ids, start, stop, event)
+            fitter, chosen, centers, scales, z = self._fit_lifelines(chosen, pool, x_pool, ids, start, stop, event)
             names = [candidates[j] for j in chosen]
             beta = fitter.params_.to_numpy(dtype=np.float64) if names else np.zeros(0)
             separated = [j for j, b in zip(chosen, beta) if abs(b) > self.max_log_hazard_ratio]
@@ -214,13 +217,13 @@ class CoxTimeVaryingRisk:
         }
         return self
 
-    def _fit_lifelines(self, chosen, x_rows, ids, start, stop, event):
+    def _fit_lifelines(self, chosen, pool, x_pool, ids, start, stop, event):
         """lifelines on the chosen covariates; halves them until the Newton steps converge."""
         from lifelines import CoxTimeVaryingFitter
         from lifelines.exceptions import ConvergenceError
 
         while True:
-            x = x_rows[:, chosen]
+            x = x_pool[:, [pool[j] for j in chosen]]
             centers = np.nanmean(x, axis=0) if chosen else np.zeros(0)
             scales = np.nanstd(x, axis=0) if chosen else np.zeros(0)
             scales = np.where(np.isfinite(scales) & (scales > 1e-9), scales, 1.0)

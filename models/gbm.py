@@ -173,7 +173,7 @@ class GradientBoostedRisk:
             params = self._params(pos_weight)
             enough_holdout = y[holdout].sum() >= self.min_holdout_positives and y[train].sum() > 0
             if enough_holdout:
-                dtrain = lgb.Dataset(x[train], y[train], feature_name=self.feature_names_, free_raw_data=False)
+                dtrain = lgb.Dataset(x[train], y[train], feature_name=self.feature_names_)
                 dvalid = lgb.Dataset(x[holdout], y[holdout], reference=dtrain)
                 booster = lgb.train(
                     {**params, "metric": self.early_stopping_metric},
