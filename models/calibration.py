@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 _EPS = 1e-7
+# A slope this steep on the logit scale means the held-out classes separate; steeper adds
+# nothing but overflow.
+MAX_SLOPE = 20.0
 
 
 def _transform(score: np.ndarray, link: str) -> np.ndarray:
@@ -64,6 +67,12 @@ class PlattCalibrator:
         xc = x - mean_x
         a, b = 1.0, float(np.log(rate / (1 - rate)))
         ridge = 1e-6 * y.size
+
+        def loss(a_: float, b_: float) -> float:
+            z = np.clip(a_ * xc + b_, -35, 35)
+            return float(np.sum(np.logaddexp(0, z) - target * z) + 0.5 * ridge * a_ * a_)
+
+        current = loss(a, b)
         for _ in range(100):
             z = np.clip(a * xc + b, -35, 35)
             p = 1 / (1 + np.exp(-z))
@@ -78,8 +87,21 @@ class PlattCalibrator:
                 break
             step_a = (h_bb * g_a - h_ab * g_b) / det
             step_b = (h_aa * g_b - h_ab * g_a) / det
-            a, b = a - step_a, b - step_b
-            if abs(step_a) + abs(step_b) < 1e-10:
+            # Damped Newton: halve the step until the loss falls (separable held-out
+            # classes would otherwise send the slope to infinity).
+            scale = 1.0
+            while scale > 1e-6:
+                trial_a = float(np.clip(a - scale * step_a, -MAX_SLOPE, MAX_SLOPE))
+                trial_b = b - scale * step_b
+                trial = loss(trial_a, trial_b)
+                if trial <= current:
+                    break
+                scale /= 2
+            else:
+                break
+            converged = abs(trial_a - a) + abs(trial_b - b) < 1e-10
+            a, b, current = trial_a, trial_b, trial
+            if converged:
                 break
         self.slope_ = float(a)
         self.intercept_ = float(b - a * mean_x)
