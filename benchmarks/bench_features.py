@@ -89,8 +89,6 @@ def generate(data_dir: Path, units: int, seed: int = 7) -> None:
         stamps = np.array([(start + timedelta(minutes=m + 1)).replace(tzinfo=None) for m in range(minutes)], dtype="datetime64[us]")
         for shard, members in sorted(by_shard.items()):
             n = len(members)
-            unit_col = np.repeat(np.array(members, dtype=object), minutes)
-            ts_col = np.tile(stamps, n)
             columns: dict[str, np.ndarray] = {}
             for metric in COUNTERS:
                 rate = rng.gamma(0.3, 0.05, size=(n, 1))

@@ -28,7 +28,7 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
-from models.base import SCORE_SCHEMA, RiskModel, config_horizons, require_columns
+from models.base import SCORE_SCHEMA, RiskModel, require_columns
 from models.bundle import fit_models, model_factories
 from models.metrics import AlertWindow, CostModel, lead_time_report, snapshot_metrics, threshold_for_budget, threshold_for_precision
 from models.training import snapshot_step
@@ -147,7 +147,6 @@ def walk_forward(
     folds = int(folds or section.get("folds", DEFAULT_FOLDS))
     test_fraction = float(test_fraction or section.get("test_fraction", DEFAULT_TEST_FRACTION))
     factories = factories or model_factories(config)
-    horizons = config_horizons(config)
     features = features.with_columns(pl.col("ts").cast(UTC_TS)).sort("unit_id", "ts")
     failures = failures.with_columns(pl.col("failed_at").cast(UTC_TS))
     step = snapshot_step(features)
@@ -291,7 +290,7 @@ def render_markdown(report: dict) -> str:
                     f"{_fmt(r['lead_time_p90_h'], 0)} | {_fmt(r['false_alerts_per_1000_unit_days'])} "
                     f"| {_fmt(r['gpu_hours_saved'], 0)} |"
                 )
-        lines += ["", f"By failure mode at the drain budget (recall, median lead time in h):", ""]
+        lines += ["", "By failure mode at the drain budget (recall, median lead time in h):", ""]
         modes = sorted({mode for per_h in models.values() for mode in ((per_h.get(horizon, {}).get("operating_points", {}).get("budget") or {}).get("by_mode") or {})})
         if modes:
             lines += ["| model | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]

@@ -303,7 +303,7 @@ def failures_in_scope(scores: pl.DataFrame, failures: pl.DataFrame, step: timede
     )
 
 
-def _with_precursor_flags(failures: pl.DataFrame, ground_truth: pl.DataFrame | None) -> pl.DataFrame:
+def with_precursor_flags(failures: pl.DataFrame, ground_truth: pl.DataFrame | None) -> pl.DataFrame:
     """Add ``has_precursor`` (null when unknown) from ground truth, matched by unit and time.
 
     Ground truth gives ``has_precursor`` directly or a ``precursor_onset`` (null = none).
@@ -490,7 +490,7 @@ def lead_time_report(
     judged = failures_in_scope(scores, failures, step)
     if "mode" not in judged.columns:
         judged = judged.with_columns(pl.lit(None, dtype=pl.String).alias("mode"))
-    judged = _with_precursor_flags(judged, ground_truth)
+    judged = with_precursor_flags(judged, ground_truth)
     matched = match_failures(alerts, judged, window)
     caught = int(matched.get_column("caught").sum())
     leads = matched.get_column("lead_time_h").drop_nulls().to_numpy()

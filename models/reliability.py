@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-import numpy as np
 import pandas as pd
 import polars as pl
 from lifelines import CoxPHFitter, KaplanMeierFitter, WeibullFitter

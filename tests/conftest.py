@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
-from pathlib import Path
 
 import pytest
 

@@ -39,6 +39,7 @@ from foreshock.lake import atomic_write_text
 from models.metrics import (  # the lead-time metrics' own definition
     AlertWindow,
     match_failures,
+    with_precursor_flags,
 )
 
 NO_PREDICTION = "no prediction"
@@ -259,23 +260,6 @@ def outcome_of(
     )
 
 
-def _with_precursor(failures: pl.DataFrame, ground_truth: pl.DataFrame) -> pl.DataFrame:
-    """``has_precursor`` from the simulator's truth, matched to each recorded failure.
-
-    Tickets are filed a little after the failure the simulator recorded, so the nearest
-    truth row of the same unit within a day is taken (as the backtest's metrics do).
-    """
-    truth = ground_truth.select(
-        "unit_id", pl.col("failed_at").cast(pl.Datetime("us", "UTC")).alias("_truth_at"), "has_precursor"
-    ).sort("_truth_at")
-    return (
-        failures.sort("failed_at")
-        .join_asof(truth, left_on="failed_at", right_on="_truth_at", by="unit_id", strategy="nearest",
-                   tolerance=timedelta(days=1), check_sortedness=False)
-        .drop("_truth_at")
-    )
-
-
 def replay(
     scores: pl.DataFrame,
     failures: pl.DataFrame,
@@ -316,7 +300,7 @@ def replay(
         "unit_id", "failed_at"
     )
     if ground_truth is not None and "has_precursor" in ground_truth.columns:
-        in_period = _with_precursor(in_period, ground_truth)
+        in_period = with_precursor_flags(in_period, ground_truth)
     hours = max((end - start).total_seconds() / 3600.0, 1.0)
     all_risks = {}
     fleet_parts = []

@@ -153,7 +153,7 @@ def test_a_replaced_gpu_starts_a_new_life_without_the_old_errors(tmp_path):
     every = timedelta(minutes=10)
     times = [T0 + every * i for i in range(1, 6 * 24)]  # one day
     failures = [T0 + timedelta(hours=6, minutes=5), T0 + timedelta(hours=15, minutes=30)]
-    sbe, value, rows = [], 0.0, []
+    value, rows = 0.0, []
     for t in times:
         if t <= failures[0]:
             value += 50  # the first GPU is dying

@@ -16,7 +16,6 @@ from models.metrics import (
     alerts_per_threshold,
     c_index,
     calibration_error,
-    gpu_hours_saved,
     lead_time_report,
     match_failures,
     pr_auc,
