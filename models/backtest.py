@@ -25,12 +25,13 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from foreshock.drain.costs import DrainCosts
 from foreshock.config import Config
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
 from models.base import SCORE_SCHEMA, RiskModel, require_columns
 from models.bundle import fit_models, model_factories
-from models.metrics import AlertWindow, CostModel, lead_time_report, snapshot_metrics, threshold_for_budget, threshold_for_precision
+from models.metrics import AlertWindow, lead_time_report, snapshot_metrics, threshold_for_budget, threshold_for_precision
 from models.training import snapshot_step
 
 DEFAULT_FOLDS = 4
@@ -186,7 +187,7 @@ def evaluate(
     """
     section = config.section("backtest")
     window = AlertWindow.from_config(config)
-    costs = CostModel.from_config(config)
+    costs = DrainCosts.from_policy(config.section("policy"))
     budget = float(section.get("drain_budget_per_day", 2))
     target = float(section.get("target_precision", 0.5))
     enter_risk = float(config.section("policy").get("enter_risk", 0.5))

@@ -30,8 +30,8 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
+from foreshock.drain.costs import DrainCosts
 from foreshock.contract import UTC_TS
-from foreshock.durations import parse_duration
 from models.base import horizon_hours, label_column, require_columns
 from models.training import labelled_until, snapshot_step
 
@@ -59,49 +59,15 @@ class AlertWindow:
         return cls(config.duration("backtest", "alert_window"), config.duration("backtest", "min_lead_time"))
 
 
-@dataclass(frozen=True)
-class CostModel:
-    """Cost figures of ``[policy]`` for the GPU-hours-saved estimate.
+def gpu_hours_saved(caught: int, drains: int, costs: DrainCosts) -> float:
+    """Estimated GPU-hours saved by acting on the alerts (or drains), against doing nothing.
 
-    Attributes
-    ----------
-    job_gpus
-        GPUs in the synchronous job a failing unit takes down.
-    checkpoint_interval, restart_time, drain_overhead, burn_in
-        See :func:`gpu_hours_saved`.
+    Each caught failure avoids the unplanned loss ``costs.failure_loss_gpu_hours`` (the job's
+    work since its last checkpoint, half an interval on average, plus the restart); each
+    alert acted on costs a planned drain, ``costs.drain_cost_gpu_hours``.  The policy replay
+    uses this same function, so a backtest's and a replay's GPU-hours mean the same thing.
     """
-
-    job_gpus: int = 1024
-    checkpoint_interval: timedelta = timedelta(hours=2)
-    restart_time: timedelta = timedelta(minutes=20)
-    drain_overhead: timedelta = timedelta(minutes=10)
-    burn_in: timedelta = timedelta(hours=24)
-
-    @classmethod
-    def from_config(cls, config) -> "CostModel":
-        policy = config.section("policy")
-        defaults = cls()
-        return cls(
-            job_gpus=int(policy.get("job_gpus", defaults.job_gpus)),
-            checkpoint_interval=parse_duration(policy.get("checkpoint_interval", defaults.checkpoint_interval)),
-            restart_time=parse_duration(policy.get("restart_time", defaults.restart_time)),
-            drain_overhead=parse_duration(policy.get("drain_overhead", defaults.drain_overhead)),
-            burn_in=parse_duration(policy.get("burn_in", defaults.burn_in)),
-        )
-
-
-def gpu_hours_saved(caught: int, alerts: int, false_alerts: int, costs: CostModel) -> float:
-    """Estimated GPU-hours saved by acting on the alerts.
-
-    Each caught failure avoids losing the job's work since its last checkpoint (half a
-    checkpoint interval on average) plus the restart: ``job_gpus * (checkpoint_interval / 2
-    + restart_time)``.  Each alert costs a planned drain, ``job_gpus * drain_overhead``, and
-    each false alert also keeps one healthy GPU out for ``burn_in``.
-    """
-    hours = lambda d: d.total_seconds() / 3600.0  # noqa: E731
-    saved = caught * costs.job_gpus * (hours(costs.checkpoint_interval) / 2 + hours(costs.restart_time))
-    spent = alerts * costs.job_gpus * hours(costs.drain_overhead) + false_alerts * hours(costs.burn_in)
-    return float(saved - spent)
+    return float(caught * costs.failure_loss_gpu_hours - drains * costs.drain_cost_gpu_hours)
 
 
 # -- alerts ------------------------------------------------------------------------------
@@ -430,7 +396,7 @@ def lead_time_report(
     window: AlertWindow,
     *,
     ground_truth: pl.DataFrame | None = None,
-    costs: CostModel | None = None,
+    costs: DrainCosts | None = None,
     step: timedelta | None = None,
     until: datetime | None = None,
 ) -> LeadTimeReport:
@@ -452,7 +418,7 @@ def lead_time_report(
     ground_truth
         Optional ``unit_id, failed_at`` + ``has_precursor`` or ``precursor_onset``.
     costs
-        For ``gpu_hours_saved`` (default :class:`CostModel`).
+        For ``gpu_hours_saved`` (default :class:`~foreshock.drain.costs.DrainCosts`).
     step
         Snapshot interval (default: inferred).
     until
@@ -461,7 +427,7 @@ def lead_time_report(
     step = step or snapshot_step(scores)
     start, end = _observed_span(scores, step)
     until = until or end
-    costs = costs or CostModel()
+    costs = costs or DrainCosts()
     alerts = alert_starts(scores, threshold, step)
     h_us = int(horizon_hours(horizon) * _US_PER_HOUR)
     # Outcome of each alert: the unit's next failure after the start, within H?
@@ -531,7 +497,7 @@ def lead_time_report(
         lead_time_p90_h=p90,
         unit_days=unit_days,
         false_alerts_per_1000_unit_days=1000.0 * false_alerts / unit_days if unit_days else 0.0,
-        gpu_hours_saved=gpu_hours_saved(caught, alerts.height, false_alerts, costs),
+        gpu_hours_saved=gpu_hours_saved(caught, alerts.height, costs),
         by_mode=by_mode,
     )
 

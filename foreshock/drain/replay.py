@@ -38,6 +38,7 @@ from foreshock.drain.state import PolicyState
 from foreshock.lake import atomic_write_text
 from models.metrics import (  # the lead-time metrics' own definition
     AlertWindow,
+    gpu_hours_saved,
     match_failures,
     with_precursor_flags,
 )
@@ -235,8 +236,8 @@ def outcome_of(
     ahead = int(failures.get_column("drained_ahead").sum()) if n_fail else 0
     n_drains = drains.height
     healthy = int((drains.get_column("outcome") == "healthy").sum()) if n_drains else 0
-    lost = (n_fail - ahead) * costs.failure_loss_gpu_hours + n_drains * costs.drain_cost_gpu_hours
-    saved = n_fail * costs.failure_loss_gpu_hours - lost
+    saved = gpu_hours_saved(ahead, n_drains, costs)
+    lost = n_fail * costs.failure_loss_gpu_hours - saved
     capacity = fleet_units * hours
     precursor = precursor_ahead = None
     if "has_precursor" in failures.columns:

@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 
 from foreshock.contract import UTC_TS
+from foreshock.drain.costs import DrainCosts
 from models.metrics import (
     AlertWindow,
-    CostModel,
     alert_starts,
     alerts_per_threshold,
     c_index,
@@ -86,8 +86,8 @@ def test_gap_in_snapshots_ends_an_alert():
 
 def test_lead_time_recall_precision_and_false_alerts(fleet_case):
     scores, fails, truth = fleet_case
-    costs = CostModel(job_gpus=10, checkpoint_interval=2 * HOUR, restart_time=timedelta(0),
-                      drain_overhead=timedelta(0), burn_in=timedelta(0))
+    costs = DrainCosts(job_gpus=10, checkpoint_interval=2 * HOUR, restart_time=timedelta(0),
+                       drain_overhead=timedelta(0))
     r = lead_time_report(scores, fails, 0.5, "24h", WINDOW, ground_truth=truth, costs=costs, step=HOUR)
     assert (r.alerts, r.true_alerts, r.false_alerts, r.alerts_unresolved) == (4, 2, 2, 0)
     assert r.precision == pytest.approx(0.5)
