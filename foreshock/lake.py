@@ -8,10 +8,20 @@ Layout under ``<data_dir>/lake/``::
     inventory/part.parquet
     _lake.json            # {"shards": N}: fixed for the life of the lake
 
-Every write is a merge: existing rows and new rows are deduplicated on the table's natural
-key (the row already in the lake wins, so a rerun never changes what is stored), written
-under a temporary name and renamed into place, so a crash never leaves a partial file
-visible.  An exclusive lock file serialises writers (two ingests at once are safe).
+Every write is a merge on the table's natural key, written under a temporary name and
+renamed into place, so a crash never leaves a partial file visible.  An exclusive lock file
+serialises writers (two ingests at once are safe).
+
+* Telemetry (samples, events, failures) is append-only: on a key collision the row already
+  in the lake wins, so a rerun never changes what is stored.
+* Inventory is an upsert on ``unit_id``: rows are applied in order, and a row that differs
+  from the unit's current row in any column it carries replaces it (the last ingested export
+  wins: a replaced GPU gets its new ``uuid``, lot and ``installed_at``); an identical row is
+  a duplicate and nothing is written, so re-ingest stays idempotent.  Columns the new rows
+  do not carry keep their stored values, and a new extra column is added (null for the
+  other units).  The replaced row is not kept: the lake holds the current fleet; a
+  replacement stays visible as the failure that ended the old GPU's life and the new life
+  that follows it, and the old export itself stays in the landing directory.
 """
 
 from __future__ import annotations
@@ -35,14 +45,22 @@ PART_NAME = "part.parquet"
 
 @dataclass
 class MergeResult:
+    """Row accounting of one merge: ``rows_in == rows_stored + rows_updated + duplicates_dropped``.
+
+    ``rows_stored`` counts rows with a key new to the lake, ``rows_updated`` inventory rows
+    that replaced the stored row of their unit (always 0 for telemetry).
+    """
+
     rows_in: int = 0
     rows_stored: int = 0
     duplicates_dropped: int = 0
     partitions_written: int = 0
+    rows_updated: int = 0
 
     def __iadd__(self, other: "MergeResult") -> "MergeResult":
         self.rows_in += other.rows_in
         self.rows_stored += other.rows_stored
+        self.rows_updated += other.rows_updated
         self.duplicates_dropped += other.duplicates_dropped
         self.partitions_written += other.partitions_written
         return self
@@ -131,11 +149,52 @@ def _merge_one(path: Path, new: pl.DataFrame, table: str) -> int:
     return fresh.height
 
 
+def _upsert_inventory(path: Path, new: pl.DataFrame) -> tuple[int, int]:
+    """Apply inventory rows in order to the file at ``path``; returns ``(stored, updated)``.
+
+    A row is *stored* when its unit is new, *updated* when it differs from the unit's
+    current row (the stored one, or an earlier row of ``new``) in any column ``new``
+    carries, else a duplicate.  Nothing is written when every row is a duplicate.
+    """
+    existing = pl.read_parquet(path) if path.exists() else None
+    columns = new.columns
+    sequence = new.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_seq"))
+    if existing is not None:
+        # The stored row goes first in its unit's sequence; columns it lacks compare as null.
+        before = pl.concat([existing, new.head(0)], how="diagonal_relaxed").select(columns)
+        sequence = pl.concat(
+            [before.with_columns(pl.lit(-1, dtype=pl.Int64).alias("_seq")), sequence],
+            how="vertical_relaxed",
+        )
+    sequence = sequence.sort("unit_id", "_seq", maintain_order=True)
+    changed = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1).over("unit_id")) for c in columns if c != "unit_id"])
+    status = sequence.with_columns(
+        _first=pl.col("_seq").rank("ordinal").over("unit_id") == 1,
+        _changed=changed if len(columns) > 1 else pl.lit(False),
+    ).filter(pl.col("_seq") >= 0)
+    stored = status.filter(pl.col("_first")).height
+    updated = status.filter(~pl.col("_first") & pl.col("_changed")).height
+    if stored == 0 and updated == 0:
+        return 0, 0
+    latest = new.unique(subset=["unit_id"], keep="last", maintain_order=True)
+    if existing is None:
+        merged = latest
+    else:
+        untouched = existing.join(latest.select("unit_id"), on="unit_id", how="anti")
+        # Columns this export does not carry keep the unit's stored values.
+        carried_over = [c for c in existing.columns if c not in columns]
+        replaced = latest.join(existing.select(["unit_id", *carried_over]), on="unit_id", how="left")
+        merged = pl.concat([untouched, replaced], how="diagonal_relaxed")
+    atomic_write_parquet(merged.sort("unit_id"), path)
+    return stored, updated
+
+
 def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8) -> MergeResult:
     """Merge validated rows of one canonical table into the lake.
 
-    Rows whose natural key is already stored (or repeated within ``df``) are dropped and
-    counted; ``rows_in == rows_stored + duplicates_dropped`` always holds.
+    Telemetry rows whose natural key is already stored (or repeated within ``df``) are
+    dropped and counted as duplicates; inventory rows are upserted (see the module notes).
+    ``rows_in == rows_stored + rows_updated + duplicates_dropped`` always holds.
     """
     lake_dir = Path(lake_dir)
     df = conform(df, table)
@@ -146,7 +205,12 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
         shards = lake_shards(lake_dir, shards)
         _record_shards(lake_dir, shards)
         time_col = TIME_COLUMN[table]
-        if time_col is None:
+        if table == "inventory":
+            stored, updated = _upsert_inventory(partition_path(lake_dir, table), df)
+            result.rows_stored += stored
+            result.rows_updated += updated
+            result.partitions_written += int(stored + updated > 0)
+        elif time_col is None:
             stored = _merge_one(partition_path(lake_dir, table), df, table)
             result.rows_stored += stored
             result.partitions_written += int(stored > 0)
@@ -158,7 +222,7 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
                 )
                 result.rows_stored += stored
                 result.partitions_written += int(stored > 0)
-    result.duplicates_dropped = result.rows_in - result.rows_stored
+    result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
 
 

@@ -71,3 +71,30 @@ def test_summary_counts_rows_and_units(tmp_path):
     summary = lake_summary(tmp_path)
     assert summary["samples"]["rows"] == 10 and summary["samples"]["units"] == 2
     assert summary["failures"]["rows"] == 0
+
+
+def _inventory(uuids: dict[str, str], **extra: str) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {"unit_id": u, "node": "n1", "rack": "r1", "model": "H100", "lot": "L1", "installed_at": T0, "uuid": g, **extra}
+            for u, g in uuids.items()
+        ]
+    )
+
+
+def test_inventory_is_an_upsert_where_the_last_row_wins(tmp_path):
+    first = merge_into_lake(tmp_path, "inventory", _inventory({"a": "GPU-1", "b": "GPU-2"}, pdu="pdu-a"))
+    assert (first.rows_stored, first.rows_updated) == (2, 0)
+    part = partition_files(tmp_path, "inventory")[0]
+    mtime = part.stat().st_mtime_ns
+
+    same = merge_into_lake(tmp_path, "inventory", _inventory({"a": "GPU-1", "b": "GPU-2"}, pdu="pdu-a"))
+    assert (same.rows_stored, same.rows_updated, same.duplicates_dropped) == (0, 0, 2)
+    assert part.stat().st_mtime_ns == mtime  # nothing changed, nothing written
+
+    # b's GPU was swapped twice within one export (rows apply in order); c is new; pdu absent.
+    swap = pl.concat([_inventory({"b": "GPU-8"}), _inventory({"b": "GPU-9", "c": "GPU-3"})])
+    result = merge_into_lake(tmp_path, "inventory", swap)
+    assert (result.rows_in, result.rows_stored, result.rows_updated, result.duplicates_dropped) == (3, 1, 2, 0)
+    table = read_table(tmp_path, "inventory").sort("unit_id")
+    assert table.select("unit_id", "uuid", "pdu").rows() == [("a", "GPU-1", "pdu-a"), ("b", "GPU-9", "pdu-a"), ("c", "GPU-3", None)]

@@ -2,7 +2,8 @@
 
 ``<lake>/_manifest.parquet`` holds one row per ingested file: ``path``, ``context``,
 ``sha256``, ``size``, ``mtime_ns``, ``format``, ``rows_read``, ``rows_stored``,
-``rows_quarantined``, ``duplicates_dropped``, ``ingested_at``, ``run_id``.  A file is
+``rows_quarantined``, ``duplicates_dropped``, ``ingested_at``, ``run_id``, ``rows_updated``
+(added later: null in rows of an older manifest).  A file is
 already ingested when a row has the same content hash and context (the part of the path
 a parser reads meaning from: the node directory of an nvidia-smi or rasdaemon file), so
 the same file twice is a no-op and a changed file is read again.  Rows are added under the
@@ -35,6 +36,7 @@ SCHEMA: dict[str, pl.DataType] = {
     "duplicates_dropped": pl.Int64(),
     "ingested_at": pl.Datetime("us", "UTC"),
     "run_id": pl.String(),
+    "rows_updated": pl.Int64(),
 }
 # Formats whose parser takes the node from the file's directory name.
 DIRECTORY_CONTEXT = {"nvidia-smi", "rasdaemon"}
@@ -70,6 +72,7 @@ def record_files(lake_dir: Path, entries: list[dict]) -> None:
     now = datetime.now(timezone.utc)
     new = pl.DataFrame([{**e, "ingested_at": e.get("ingested_at", now)} for e in entries], schema=SCHEMA)
     with lake_lock(lake_dir):
-        merged = pl.concat([read_manifest(lake_dir), new], how="vertical_relaxed")
+        # diagonal: a manifest written before a column was added still merges.
+        merged = pl.concat([read_manifest(lake_dir), new], how="diagonal_relaxed")
         merged = merged.unique(subset=["sha256", "context"], keep="first", maintain_order=True)
         atomic_write_parquet(merged, manifest_path(lake_dir))

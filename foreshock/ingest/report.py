@@ -1,6 +1,9 @@
 """Row accounting of an ingest run: per file and in total, always adding up.
 
-For every file ``rows_read == rows_stored + rows_quarantined + duplicates_dropped``.
+For every file ``rows_read == rows_stored + rows_updated + rows_quarantined + duplicates_dropped``:
+``rows_stored`` counts rows with a key new to the lake, ``rows_updated`` inventory rows that
+replaced the stored row of their unit (a changed export: the last ingested wins), and
+``duplicates_dropped`` rows identical to (or, for telemetry, with the key of) a stored row.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from pathlib import Path
 
 from foreshock.lake import atomic_write_text
 
-COUNTS = ("rows_read", "rows_stored", "rows_quarantined", "duplicates_dropped")
+COUNTS = ("rows_read", "rows_stored", "rows_updated", "rows_quarantined", "duplicates_dropped")
 
 
 @dataclass
@@ -30,10 +33,11 @@ class FileReport:
     rows_quarantined: int = 0
     duplicates_dropped: int = 0
     reason: str | None = None
+    rows_updated: int = 0
 
     @property
     def adds_up(self) -> bool:
-        return self.rows_read == self.rows_stored + self.rows_quarantined + self.duplicates_dropped
+        return self.rows_read == self.rows_stored + self.rows_updated + self.rows_quarantined + self.duplicates_dropped
 
 
 @dataclass
@@ -58,7 +62,7 @@ class IngestReport:
     @property
     def adds_up(self) -> bool:
         t = self.totals
-        return all(f.adds_up for f in self.files) and t["rows_read"] == t["rows_stored"] + t["rows_quarantined"] + t["duplicates_dropped"]
+        return all(f.adds_up for f in self.files) and t["rows_read"] == t["rows_stored"] + t["rows_updated"] + t["rows_quarantined"] + t["duplicates_dropped"]
 
     def by_status(self, status: str) -> list[FileReport]:
         return [f for f in self.files if f.status == status]
@@ -85,7 +89,7 @@ class IngestReport:
     def render(self, max_files: int = 40) -> str:
         """Human summary: every file when few, else per format plus the files with problems."""
         lines = [f"ingest run {self.run_id}: {len(self.files)} file(s) under {self.path} in {self.seconds:.1f}s"]
-        header = f"  {'read':>11} {'stored':>11} {'quarantined':>11} {'duplicates':>11}  file"
+        header = "  " + " ".join(f"{name:>11}" for name in ("read", "stored", "updated", "quarantined", "duplicates")) + "  file"
         shown = self.files if len(self.files) <= max_files else [
             f for f in self.files if f.status == "rejected" or f.rows_quarantined
         ]
@@ -96,19 +100,18 @@ class IngestReport:
             for fmt in formats:
                 group = [f for f in self.files if (f.format or "?") == fmt]
                 sums = [sum(getattr(f, n) for f in group) for n in COUNTS]
-                lines.append(f"  {sums[0]:>11,} {sums[1]:>11,} {sums[2]:>11,} {sums[3]:>11,}  {fmt} ({len(group)} files)")
+                lines.append("  " + " ".join(f"{n:>11,}" for n in sums) + f"  {fmt} ({len(group)} files)")
             if shown:
                 lines.append("  files with quarantined rows or rejected:")
         if shown:
             lines.append(header)
         for f in shown:
             tail = f"  [{f.status}{': ' + f.reason if f.reason else ''}]" if f.status != "ingested" or f.reason else ""
-            lines.append(
-                f"  {f.rows_read:>11,} {f.rows_stored:>11,} {f.rows_quarantined:>11,} {f.duplicates_dropped:>11,}  {f.path}{tail}"
-            )
+            lines.append("  " + " ".join(f"{getattr(f, n):>11,}" for n in COUNTS) + f"  {f.path}{tail}")
         t = self.totals
         lines.append(
-            f"  total: read {t['rows_read']:,} = stored {t['rows_stored']:,} + quarantined {t['rows_quarantined']:,}"
+            f"  total: read {t['rows_read']:,} = stored {t['rows_stored']:,} + updated {t['rows_updated']:,}"
+            f" + quarantined {t['rows_quarantined']:,}"
             f" + duplicates {t['duplicates_dropped']:,}" + ("" if self.adds_up else "  (DOES NOT ADD UP)")
         )
         counts = {s: len(self.by_status(s)) for s in ("ingested", "already ingested", "skipped", "rejected")}

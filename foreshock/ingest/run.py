@@ -7,6 +7,12 @@ Batches: inventory files first (units are resolved and checked against the inven
 then files grouped by the day in their path (``nvidia-smi/<node>/2026-11-01.csv``,
 ``dcgm/2026-11-01/...``) so each merge rewrites only that day's partitions, then the files
 without a day (scrapes, kernel logs, tickets).  A batch is capped in bytes to bound memory.
+
+Accounting, per file: ``rows_read = rows_stored + rows_updated + rows_quarantined +
+duplicates_dropped``.  Telemetry is append-only: a row whose key is stored with other values
+is quarantined as a conflict.  Inventory is an upsert: each file is merged in turn (path
+order), and a row that changes its unit (a replaced GPU's new uuid) replaces the stored row
+and counts as updated; an identical row is a duplicate.
 """
 
 from __future__ import annotations
@@ -269,27 +275,18 @@ def ingest_batch(
             continue
         staged = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
         good, bad = validate(table, staged, ctx)
-        unique, duplicates, conflicts = _deduplicate(table, good, ctx)
-        bad = pl.concat([bad, conflicts], how="diagonal_relaxed")
-        for i, count in _count_by_file(duplicates).items():
-            reports[i].duplicates_dropped += count
-        result = merge_into_lake(config.lake_dir, table, unique.select(_lake_columns(table, unique)), shards=config.shards)
-        # Rows another ingest stored between our check and our merge are duplicates too.
-        raced = unique.height - result.rows_stored
-        if raced > 0:
-            for i, count in sorted(_count_by_file(unique).items(), reverse=True):
-                moved = min(raced, count)
-                reports[i].duplicates_dropped += moved
-                raced -= moved
-                if raced == 0:
-                    break
+        if table == "inventory":
+            _upsert_inventory(good, parsed, reports, config)
+        else:
+            conflicts = _merge_telemetry(table, good, reports, config, ctx)
+            bad = pl.concat([bad, conflicts], how="diagonal_relaxed")
         if bad.height:
             for i, count in _count_by_file(bad).items():
                 reports[i].rows_quarantined += count
             quarantined += [_quarantine_rows(parsed[i], part, table, run_id) for (i,), part in bad.group_by("_file")]
     for report in reports:
         if report.status == "ingested":
-            report.rows_stored = report.rows_read - report.rows_quarantined - report.duplicates_dropped
+            report.rows_stored = report.rows_read - report.rows_quarantined - report.duplicates_dropped - report.rows_updated
 
     quarantine_file = None
     if quarantined:
@@ -302,13 +299,51 @@ def ingest_batch(
             {
                 "path": f.path, "context": f.context, "sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns,
                 "format": f.format, "rows_read": r.rows_read, "rows_stored": r.rows_stored,
-                "rows_quarantined": r.rows_quarantined, "duplicates_dropped": r.duplicates_dropped, "run_id": run_id,
+                "rows_quarantined": r.rows_quarantined, "duplicates_dropped": r.duplicates_dropped,
+                "rows_updated": r.rows_updated, "run_id": run_id,
             }
             for f, r in zip(files, reports)
             if r.status == "ingested"
         ],
     )
     return reports, quarantine_file
+
+
+def _upsert_inventory(good: pl.DataFrame, parsed: dict[int, ParsedFile], reports: list[FileReport], config: Config) -> None:
+    """Merge each file's checked inventory rows in turn (the batch's files are in path order).
+
+    One merge per file, so a later export replaces what an earlier one said (exactly as if
+    they had come in separate runs) and only the columns a file carries are written.  The
+    counts come from the merge itself, taken under the lake lock.
+    """
+    for i in sorted(parsed):
+        if "inventory" not in parsed[i].tables:
+            continue
+        rows = good.filter(pl.col("_file") == i)
+        if rows.height == 0:
+            continue
+        columns = _lake_columns("inventory", parsed[i].tables["inventory"])
+        result = merge_into_lake(config.lake_dir, "inventory", rows.select(columns), shards=config.shards)
+        reports[i].rows_updated += result.rows_updated
+        reports[i].duplicates_dropped += result.duplicates_dropped
+
+
+def _merge_telemetry(table: str, good: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext) -> pl.DataFrame:
+    """Merge checked telemetry rows (the stored row wins); returns the conflicts to quarantine."""
+    unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+    for i, count in _count_by_file(duplicates).items():
+        reports[i].duplicates_dropped += count
+    result = merge_into_lake(config.lake_dir, table, unique.select(_lake_columns(table, unique)), shards=config.shards)
+    # Rows another ingest stored between our check and our merge are duplicates too.
+    raced = unique.height - result.rows_stored
+    if raced > 0:
+        for i, count in sorted(_count_by_file(unique).items(), reverse=True):
+            moved = min(raced, count)
+            reports[i].duplicates_dropped += moved
+            raced -= moved
+            if raced == 0:
+                break
+    return conflicts
 
 
 def _lake_columns(table: str, frame: pl.DataFrame) -> list[str]:
@@ -343,7 +378,7 @@ def _differs(table: str, left: str, right: str) -> pl.Expr:
 
 
 def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Split checked rows into ``(unique new rows, duplicates, conflicts)``.
+    """Split checked telemetry rows into ``(unique new rows, duplicates, conflicts)``.
 
     A duplicate has the key of an earlier row of the batch or of a stored row and the
     same values; a *conflict* has the key but other values: the first row (the stored

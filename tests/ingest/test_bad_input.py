@@ -125,7 +125,7 @@ def test_exact_duplicates_are_dropped_and_counted_not_quarantined(tmp_path, conf
     path = tmp_path / "samples.csv"
     path.write_bytes(canonical(GOOD[0], GOOD[1]))
     report = ingest_path(path, config)
-    assert report.totals == {"rows_read": 5, "rows_stored": 3, "rows_quarantined": 0, "duplicates_dropped": 2}
+    assert report.totals == {"rows_read": 5, "rows_stored": 3, "rows_updated": 0, "rows_quarantined": 0, "duplicates_dropped": 2}
 
 
 def test_counter_decrease_is_a_reset_and_is_stored_raw(tmp_path, config):

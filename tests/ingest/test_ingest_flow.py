@@ -41,7 +41,7 @@ def test_cli_runs_the_ingest_flow_and_prints_the_accounting(tmp_path, prefect_se
     assert read_table(data_dir / "lake", "samples").height == landing.smi_samples + landing.dcgm_samples
     (record,) = (data_dir / "ingest_runs").glob("*.json")
     totals = json.loads(record.read_text())["totals"]
-    assert totals["rows_stored"] + totals["duplicates_dropped"] == totals["rows_read"]
+    assert totals["rows_stored"] + totals["rows_updated"] + totals["duplicates_dropped"] == totals["rows_read"]
 
     async def flow_runs():
         async with get_client() as client:

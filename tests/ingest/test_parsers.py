@@ -219,7 +219,7 @@ class TestTicketsAndCanonical:
         (root / "failures.csv").write_text("unit_id,failed_at,mode\nn1-dimm0,2026-11-02T00:00:00Z,memory\n")
         (root / "catalog.yaml").write_text("metrics:\n  dimm_ce_total: {kind: counter, family: error, unit: count, min: 0}\n")
         report = ingest_path(root, config)
-        assert report.totals == {"rows_read": 5, "rows_stored": 5, "rows_quarantined": 0, "duplicates_dropped": 0}
+        assert report.totals == {"rows_read": 5, "rows_stored": 5, "rows_updated": 0, "rows_quarantined": 0, "duplicates_dropped": 0}
         assert read_table(config.lake_dir, "samples")["value"].to_list() == [0.0, 2.0, 5.0]
         assert read_table(config.lake_dir, "inventory")["pdu"].to_list() == ["pdu-a"]
         assert any("catalog.yaml" in note for note in report.notes)
