@@ -18,10 +18,10 @@ serialises writers (two ingests at once are safe).
   from the unit's current row in any column it carries replaces it (the last ingested export
   wins: a replaced GPU gets its new ``uuid``, lot and ``installed_at``); an identical row is
   a duplicate and nothing is written, so re-ingest stays idempotent.  Columns the new rows
-  do not carry keep their stored values, and a new extra column is added (null for the
-  other units).  The replaced row is not kept: the lake holds the current fleet; a
-  replacement stays visible as the failure that ended the old GPU's life and the new life
-  that follows it, and the old export itself stays in the landing directory.
+  do not carry (even ``lot``) keep their stored values, and a new extra column is added
+  (null for the other units).  The replaced row is not kept: the lake holds the current
+  fleet; a replacement stays visible as the failure that ended the old GPU's life and the
+  new life that follows it, and the old export itself stays in the landing directory.
 """
 
 from __future__ import annotations
@@ -149,14 +149,17 @@ def _merge_one(path: Path, new: pl.DataFrame, table: str) -> int:
     return fresh.height
 
 
-def _upsert_inventory(path: Path, new: pl.DataFrame) -> tuple[int, int]:
+def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str]) -> tuple[int, int]:
     """Apply inventory rows in order to the file at ``path``; returns ``(stored, updated)``.
 
     A row is *stored* when its unit is new, *updated* when it differs from the unit's
-    current row (the stored one, or an earlier row of ``new``) in any column ``new``
-    carries, else a duplicate.  Nothing is written when every row is a duplicate.
+    current row (the stored one, or an earlier row of ``new``) in any of the ``carried``
+    columns (those the caller gave), else a duplicate.  Nothing is written when every row
+    is a duplicate.
     """
     existing = pl.read_parquet(path) if path.exists() else None
+    if existing is not None:
+        new = new.select(carried)
     columns = new.columns
     sequence = new.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_seq"))
     if existing is not None:
@@ -197,6 +200,7 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
     ``rows_in == rows_stored + rows_updated + duplicates_dropped`` always holds.
     """
     lake_dir = Path(lake_dir)
+    carried = list(df.columns)  # before conform adds a missing optional column as nulls
     df = conform(df, table)
     result = MergeResult(rows_in=df.height)
     if df.height == 0:
@@ -206,7 +210,7 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
         _record_shards(lake_dir, shards)
         time_col = TIME_COLUMN[table]
         if table == "inventory":
-            stored, updated = _upsert_inventory(partition_path(lake_dir, table), df)
+            stored, updated = _upsert_inventory(partition_path(lake_dir, table), df, carried)
             result.rows_stored += stored
             result.rows_updated += updated
             result.partitions_written += int(stored + updated > 0)

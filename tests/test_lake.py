@@ -92,9 +92,12 @@ def test_inventory_is_an_upsert_where_the_last_row_wins(tmp_path):
     assert (same.rows_stored, same.rows_updated, same.duplicates_dropped) == (0, 0, 2)
     assert part.stat().st_mtime_ns == mtime  # nothing changed, nothing written
 
-    # b's GPU was swapped twice within one export (rows apply in order); c is new; pdu absent.
-    swap = pl.concat([_inventory({"b": "GPU-8"}), _inventory({"b": "GPU-9", "c": "GPU-3"})])
+    # b's GPU was swapped twice within one export (rows apply in order); c is new; the
+    # export has no pdu and no lot column, so b keeps its stored ones.
+    swap = pl.concat([_inventory({"b": "GPU-8"}), _inventory({"b": "GPU-9", "c": "GPU-3"})]).drop("lot")
     result = merge_into_lake(tmp_path, "inventory", swap)
     assert (result.rows_in, result.rows_stored, result.rows_updated, result.duplicates_dropped) == (3, 1, 2, 0)
     table = read_table(tmp_path, "inventory").sort("unit_id")
-    assert table.select("unit_id", "uuid", "pdu").rows() == [("a", "GPU-1", "pdu-a"), ("b", "GPU-9", "pdu-a"), ("c", "GPU-3", None)]
+    assert table.select("unit_id", "uuid", "pdu", "lot").rows() == [
+        ("a", "GPU-1", "pdu-a", "L1"), ("b", "GPU-9", "pdu-a", "L1"), ("c", "GPU-3", None, None),
+    ]
