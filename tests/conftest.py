@@ -37,9 +37,17 @@ def mlflow_uri(tmp_path_factory):
         os.environ["MLFLOW_TRACKING_URI"] = old
 
 
+DEFAULT_SEED = 20261202
+
+
 @pytest.fixture
 def seed(request) -> int:
-    """A seeded random state, printed so a failure reproduces."""
-    value = int(os.environ.get("FORESHOCK_TEST_SEED", random.randrange(2**31)))
+    """A seeded random state, printed so a failure reproduces.
+
+    Fixed by default so CI is repeatable; ``FORESHOCK_TEST_SEED=N`` picks another and
+    ``FORESHOCK_TEST_SEED=random`` draws one (to hunt for seed-dependent failures).
+    """
+    chosen = os.environ.get("FORESHOCK_TEST_SEED", str(DEFAULT_SEED))
+    value = random.randrange(2**31) if chosen == "random" else int(chosen)
     print(f"seed={value}")
     return value

@@ -78,5 +78,6 @@ class TestCoxTimeVaryingRisk:
         again = CoxTimeVaryingRisk.load(tmp_path / "cox")
         assert again.predict_risk(fleet.features).equals(model.predict_risk(fleet.features))
         why = model.explain(fleet.features.head(5), top=2)
-        assert why.height == 10
+        # the fit may keep a single covariate (screening drops weak and duplicate ones)
+        assert why.height == 5 * min(2, len(model.feature_names_))
         assert set(why.get_column("signal")) <= set(model.feature_names_)
