@@ -109,6 +109,20 @@ class Config:
     def mlflow_dir(self) -> Path:
         return self.data_dir / "mlflow"
 
+    def to_settings(self, config_file: str | None = None) -> dict[str, Any]:
+        """Plain, JSON-ready settings a Prefect task rebuilds this configuration from
+        (:meth:`from_settings`): tasks take values, not objects.  Every section travels,
+        so overrides made in code (tests, notebooks) reach the tasks too."""
+        overrides = {name: value for name, value in self.settings.items() if name != "paths"}
+        if self.catalog.source and not self.catalog.source.endswith("(built-in)"):
+            overrides["paths"] = {"catalog": self.catalog.source}
+        return {"config_file": config_file, "data_dir": str(self.data_dir), "overrides": overrides}
+
+    @staticmethod
+    def from_settings(settings: dict[str, Any]) -> "Config":
+        config = load_config(settings.get("config_file"), data_dir=settings["data_dir"])
+        return config.with_overrides(settings["overrides"]) if settings.get("overrides") else config
+
     def with_overrides(self, overrides: dict[str, Any]) -> "Config":
         """A copy with some settings replaced (``{"features": {"snapshot_every": "1d"}}``)."""
         settings = _merge(self.settings, overrides)

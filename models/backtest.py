@@ -19,9 +19,11 @@ lowest threshold meeting ``[backtest] target_precision``, and the policy's fixed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 
@@ -29,6 +31,7 @@ from foreshock.drain.costs import DrainCosts
 from foreshock.config import Config
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
+from foreshock.lake import atomic_write_parquet, atomic_write_text
 from models.base import SCORE_SCHEMA, RiskModel, require_columns
 from models.bundle import fit_models, model_factories
 from models.metrics import AlertWindow, lead_time_report, snapshot_metrics, threshold_for_budget, threshold_for_precision
@@ -69,6 +72,51 @@ class BacktestResult:
     report: dict
     markdown: str
     folds: list[Fold] = field(default_factory=list)
+
+    FILES = ("scores.parquet", "report.json", "report.md")
+
+    def save(self, out_dir: Path) -> Path:
+        """Write ``scores.parquet``, ``report.json`` and ``report.md`` (atomically) to ``out_dir``."""
+        out_dir = Path(out_dir)
+        atomic_write_parquet(self.scores, out_dir / "scores.parquet")
+        atomic_write_text(out_dir / "report.json", json.dumps(self.report, indent=2, default=str) + "\n")
+        atomic_write_text(out_dir / "report.md", self.markdown)
+        return out_dir
+
+    @classmethod
+    def load(cls, out_dir: Path) -> "BacktestResult":
+        """Read a result written by :meth:`save` (raises naming the files that are missing)."""
+        out_dir = Path(out_dir)
+        missing = [name for name in cls.FILES if not (out_dir / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{out_dir}: not a backtest result, missing {', '.join(missing)}")
+        return cls(
+            scores=pl.read_parquet(out_dir / "scores.parquet"),
+            report=json.loads((out_dir / "report.json").read_text()),
+            markdown=(out_dir / "report.md").read_text(),
+        )
+
+
+def read_ground_truth(path: str | Path | None) -> pl.DataFrame | None:
+    """The simulator's ``ground_truth.parquet`` (or a CSV of the same columns); None for no path."""
+    if not path:
+        return None
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"ground truth file not found: {file}")
+    try:
+        truth = pl.read_csv(file, try_parse_dates=True) if file.suffix == ".csv" else pl.read_parquet(file)
+    except Exception as exc:  # polars raises several error types for unreadable files
+        raise ValueError(f"{file}: cannot read ground truth: {exc}") from None
+    if "failed_at" not in truth.columns:
+        for alias in ("failure_time", "failure_at", "failed"):
+            if alias in truth.columns:
+                truth = truth.rename({alias: "failed_at"})
+                break
+    missing = {"unit_id", "failed_at"} - set(truth.columns)
+    if missing:
+        raise ValueError(f"{file}: ground truth lacks column(s) {sorted(missing)}; has {truth.columns}")
+    return truth
 
 
 def plan_folds(

@@ -23,36 +23,23 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from features.build import finalize_day, plan_update, stage_shard
-from foreshock.config import Config, load_config
-
-
-def _config(settings: dict) -> Config:
-    config = load_config(settings.get("config_file"), data_dir=settings["data_dir"])
-    return config.with_overrides(settings["overrides"]) if settings.get("overrides") else config
-
-
-def settings_of(config: Config, config_file: str | None = None) -> dict:
-    """Plain, serialisable settings a task rebuilds the configuration from."""
-    overrides = {"features": config.section("features"), "lake": config.section("lake")}
-    if config.catalog.source and not config.catalog.source.endswith("(built-in)"):
-        overrides["paths"] = {"catalog": config.catalog.source}
-    return {"config_file": config_file, "data_dir": str(config.data_dir), "overrides": overrides}
+from foreshock.config import Config
 
 
 @task(name="features-shard", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def stage_shard_task(settings: dict, shard: int, first: str, last: str) -> list[str]:
-    return stage_shard(_config(settings), shard, datetime.fromisoformat(first), datetime.fromisoformat(last))
+    return stage_shard(Config.from_settings(settings), shard, datetime.fromisoformat(first), datetime.fromisoformat(last))
 
 
 @task(name="features-date", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def finalize_day_task(settings: dict, day: str, staged: list[list[str]]) -> int:
-    return finalize_day(_config(settings), date.fromisoformat(day))
+    return finalize_day(Config.from_settings(settings), date.fromisoformat(day))
 
 
 @flow(name="features", validate_parameters=False, task_runner=ThreadPoolTaskRunner(max_workers=2))
 def features_flow(settings: dict, start: str | None = None, end: str | None = None, full: bool = False) -> dict:
     """Compute and store missing feature snapshots; returns what was done."""
-    config = _config(settings)
+    config = Config.from_settings(settings)
     plan = plan_update(
         config,
         date.fromisoformat(start) if start else None,
@@ -81,7 +68,7 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
 def run(args: argparse.Namespace, config: Config) -> int:
     try:
         result = features_flow(
-            settings_of(config, args.config), start=args.start, end=args.end, full=args.full
+            config.to_settings(args.config), start=args.start, end=args.end, full=args.full
         )
     except (FileNotFoundError, ValueError) as exc:
         print(f"foreshock features: {exc}", file=sys.stderr)

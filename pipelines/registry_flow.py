@@ -13,7 +13,6 @@ Tasks hand each other paths, not frames (Prefect hashes task inputs).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from datetime import datetime, timezone
@@ -24,7 +23,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
-from foreshock.lake import atomic_write_parquet, atomic_write_text
+from foreshock.lake import atomic_write_parquet
 from pipelines.runtime import configure_mlflow
 
 
@@ -68,16 +67,10 @@ def fit_bundle(config: Config, run_dir: Path) -> Path:
 @task(cache_policy=NO_CACHE)
 def backtest_for_metrics(config: Config, run_dir: Path, ground_truth: Path | None) -> Path:
     """Walk-forward backtest of the same configuration: scores and report under ``run_dir``."""
-    from models.backtest import walk_forward
-    from pipelines.models_flow import read_ground_truth
+    from models.backtest import read_ground_truth, walk_forward
 
-    truth = read_ground_truth(str(ground_truth) if ground_truth else None)
-    result = walk_forward(_features(config), _failures(config), config, ground_truth=truth)
-    out = run_dir / "backtest"
-    atomic_write_parquet(result.scores, out / "scores.parquet")
-    atomic_write_text(out / "report.json", json.dumps(result.report, indent=2, default=str))
-    atomic_write_text(out / "report.md", result.markdown)
-    return out
+    result = walk_forward(_features(config), _failures(config), config, ground_truth=read_ground_truth(ground_truth))
+    return result.save(run_dir / "backtest")
 
 
 @task(cache_policy=NO_CACHE)
@@ -88,26 +81,11 @@ def log_to_registry(config: Config, bundle_dir: Path, backtest_dir: Path) -> dic
     from models.registry import log_training, training_inputs
 
     bundle = RiskBundle.load(bundle_dir)
-    backtest = BacktestResult(
-        scores=pl.read_parquet(backtest_dir / "scores.parquet"),
-        report=json.loads((backtest_dir / "report.json").read_text()),
-        markdown=(backtest_dir / "report.md").read_text(),
-    )
+    backtest = BacktestResult.load(backtest_dir)
     features, failures = _features(config), _failures(config)
     inputs = training_inputs(bundle, backtest, features, failures, config)
     record = log_training(bundle, backtest, config, **inputs)
     return {"run_id": record.run_id, "version": record.version, "model_name": record.model_name}
-
-
-BACKTEST_FILES = ("scores.parquet", "report.json", "report.md")
-
-
-def check_backtest_dir(path: Path) -> Path:
-    """A directory written by ``foreshock backtest`` (or raise naming what is missing)."""
-    missing = [name for name in BACKTEST_FILES if not (path / name).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{path}: not a backtest result, missing {', '.join(missing)}")
-    return path
 
 
 @flow(name="train", log_prints=True)
@@ -124,7 +102,12 @@ def run_train(args: argparse.Namespace, config: Config) -> int:
     _quiet_mlflow()
     ground_truth = Path(args.ground_truth) if args.ground_truth else None
     try:
-        backtest_dir = check_backtest_dir(Path(args.backtest)) if args.backtest else None
+        backtest_dir = None
+        if args.backtest:
+            from models.backtest import BacktestResult
+
+            backtest_dir = Path(args.backtest)
+            BacktestResult.load(backtest_dir)  # fail early, naming what is missing
         record = train_flow(config, ground_truth, backtest_dir)
     except (FileNotFoundError, ValueError) as exc:
         print(f"foreshock train: {exc}", file=sys.stderr)

@@ -11,7 +11,7 @@ from conftest import T0, make_fleet
 from features.build import build_features
 from features.store import feature_files, scan_features
 from foreshock.config import load_config
-from pipelines.features_flow import features_flow, settings_of
+from pipelines.features_flow import features_flow
 
 SEED = 3
 
@@ -33,7 +33,7 @@ def test_flow_writes_partitions_and_only_computes_new_snapshots(prefect_server, 
     first_cut = T0 + timedelta(hours=30, minutes=5)
     fleet.write(config.lake_dir, until=first_cut)
 
-    first = features_flow(settings_of(config))
+    first = features_flow(config.to_settings())
     files = feature_files(config.features_dir)
     assert first["rows"] > 0
     assert {p.parent.parent.name for p in files} == {"date=2026-11-01", "date=2026-11-02"}
@@ -53,7 +53,7 @@ def test_flow_writes_partitions_and_only_computes_new_snapshots(prefect_server, 
 
     # More telemetry arrives: only the snapshots after the last stored one are computed ...
     fleet.write(config.lake_dir)
-    later = features_flow(settings_of(config))
+    later = features_flow(config.to_settings())
     assert later["snapshots_from"] == (T0 + timedelta(hours=31)).isoformat()
     new_rows = scan_features(config).filter(pl.col("ts") > T0 + timedelta(hours=30)).collect().height
     assert later["rows"] == new_rows > 0
