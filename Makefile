@@ -3,7 +3,7 @@
 UV := ./scripts/uv.sh
 DATA ?= data
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-fast lint format bench clean
 
 setup:
 	$(UV) sync --frozen
@@ -13,6 +13,18 @@ demo: setup
 
 test: setup
 	$(UV) run --frozen pytest -q
+
+# The suite without the slow end-to-end runs (seconds to a minute or two).
+test-fast: setup
+	$(UV) run --frozen pytest -q -m "not slow"
+
+lint: setup
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen ruff format --check .
+
+format: setup
+	$(UV) run --frozen ruff check --fix .
+	$(UV) run --frozen ruff format .
 
 bench: setup
 	$(UV) run --frozen python benchmarks/bench_ingest.py

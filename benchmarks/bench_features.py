@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +50,7 @@ from foreshock.config import load_config  # noqa: E402
 from foreshock.contract import UTC_TS  # noqa: E402
 from foreshock.lake import atomic_write_parquet, merge_into_lake, partition_files, partition_path, shard_of  # noqa: E402
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 7
 SHARDS = 8
 COUNTERS = ("ecc_sbe_volatile_total", "ecc_dbe_volatile_total", "pcie_replay_total")
@@ -86,7 +86,9 @@ def generate(data_dir: Path, units: int, seed: int = 7) -> None:
     carried: dict[tuple[int, str], np.ndarray] = {}  # counters continue across days
     for day in range(DAYS):
         start = T0 + timedelta(days=day)
-        stamps = np.array([(start + timedelta(minutes=m + 1)).replace(tzinfo=None) for m in range(minutes)], dtype="datetime64[us]")
+        stamps = np.array(
+            [(start + timedelta(minutes=m + 1)).replace(tzinfo=None) for m in range(minutes)], dtype="datetime64[us]"
+        )
         for shard, members in sorted(by_shard.items()):
             n = len(members)
             columns: dict[str, np.ndarray] = {}
@@ -114,8 +116,11 @@ def generate(data_dir: Path, units: int, seed: int = 7) -> None:
                     "metric": np.tile(np.array(names, dtype=object), n * minutes),
                     "value": cube.ravel(),
                 }
-            ).with_columns(pl.col("ts").dt.replace_time_zone("UTC").cast(UTC_TS), pl.col("unit_id").cast(pl.String),
-                           pl.col("metric").cast(pl.String))
+            ).with_columns(
+                pl.col("ts").dt.replace_time_zone("UTC").cast(UTC_TS),
+                pl.col("unit_id").cast(pl.String),
+                pl.col("metric").cast(pl.String),
+            )
             # Rows are generated in the lake's order and unique: write the partition as is.
             atomic_write_parquet(frame, partition_path(lake, "samples", start.date(), shard))
         n_events = max(1, units // 2)
@@ -145,7 +150,7 @@ def _peak_rss_mb() -> float:
 
 
 def worker_features(data_dir: Path) -> dict:
-    from features.build import update_features
+    from foreshock.features.build import update_features
 
     config = _config(data_dir)
     started = time.perf_counter()
@@ -182,9 +187,11 @@ def worker_pandas(data_dir: Path) -> dict:
     raw = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     raw = raw.sort_values(["unit_id", "metric", "ts"])
     snapshots = []
-    for metric, spec in (("gpu_temp_c", [("1h", "mean"), ("1h", "max"), ("1D", "mean"), ("1D", "max")]),
-                         ("power_w", [("1D", "std")]),
-                         ("ecc_sbe_volatile_total", [("1D", "increase")])):
+    for metric, spec in (
+        ("gpu_temp_c", [("1h", "mean"), ("1h", "max"), ("1D", "mean"), ("1D", "max")]),
+        ("power_w", [("1D", "std")]),
+        ("ecc_sbe_volatile_total", [("1D", "increase")]),
+    ):
         series = raw[raw["metric"] == metric].set_index("ts")
         if metric == "ecc_sbe_volatile_total":
             step = series.groupby("unit_id")["value"].diff()
@@ -202,13 +209,21 @@ def worker_pandas(data_dir: Path) -> dict:
     return {"seconds": time.perf_counter() - started, "rows": len(result), "peak_rss_mb": _peak_rss_mb()}
 
 
-WORKERS = {"features": worker_features, "floor": worker_floor, "floor-hourly": worker_floor_hourly, "pandas": worker_pandas}
+WORKERS = {
+    "features": worker_features,
+    "floor": worker_floor,
+    "floor-hourly": worker_floor_hourly,
+    "pandas": worker_pandas,
+}
 
 
 def _run_worker(kind: str, data_dir: Path) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--worker", kind, "--data-dir", str(data_dir)],
-        check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -223,12 +238,18 @@ def main() -> None:
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args.data_dir)))
         return
-    print(f"features benchmark: {DAYS} days, 1-minute samples, hourly snapshots, {len(COUNTERS) + len(GAUGES)} metrics, "
-          f"{SHARDS} shards, {os.cpu_count()} cores")
-    print("floor = one Polars scan + group_by(unit, metric) mean/max/count; floor-h = the same grouped "
-          "per hour too (the snapshot grain)")
-    print(f"{'GPUs':>6} {'samples':>12} {'gen s':>7} {'floor s':>8} {'floor-h s':>10} {'features s':>11} "
-          f"{'x floor':>8} {'x floor-h':>10} {'s/1k GPU':>9} {'peak RSS MB':>12} {'rows':>9} {'load':>5}")
+    print(
+        f"features benchmark: {DAYS} days, 1-minute samples, hourly snapshots, {len(COUNTERS) + len(GAUGES)} metrics, "
+        f"{SHARDS} shards, {os.cpu_count()} cores"
+    )
+    print(
+        "floor = one Polars scan + group_by(unit, metric) mean/max/count; floor-h = the same grouped "
+        "per hour too (the snapshot grain)"
+    )
+    print(
+        f"{'GPUs':>6} {'samples':>12} {'gen s':>7} {'floor s':>8} {'floor-h s':>10} {'features s':>11} "
+        f"{'x floor':>8} {'x floor-h':>10} {'s/1k GPU':>9} {'peak RSS MB':>12} {'rows':>9} {'load':>5}"
+    )
     for units in args.sizes:
         data_dir = Path(tempfile.mkdtemp(prefix=f"bench-features-{units}-"))
         try:

@@ -21,22 +21,29 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 METRIC_FIELDS = [
-    ("temperature.gpu", ""), ("ecc.errors.corrected.volatile.total", ""), ("power.draw", "W"),
-    ("utilization.gpu", "%"), ("temperature.memory", ""), ("clocks.sm", "MHz"),
-    ("ecc.errors.uncorrected.volatile.total", ""), ("remapped_rows.correctable", ""),
-    ("remapped_rows.uncorrectable", ""), ("remapped_rows.pending", ""),
-    ("clocks_event_reasons.hw_thermal_slowdown", ""), ("ecc.errors.corrected.aggregate.total", ""),
+    ("temperature.gpu", ""),
+    ("ecc.errors.corrected.volatile.total", ""),
+    ("power.draw", "W"),
+    ("utilization.gpu", "%"),
+    ("temperature.memory", ""),
+    ("clocks.sm", "MHz"),
+    ("ecc.errors.uncorrected.volatile.total", ""),
+    ("remapped_rows.correctable", ""),
+    ("remapped_rows.uncorrectable", ""),
+    ("remapped_rows.pending", ""),
+    ("clocks_event_reasons.hw_thermal_slowdown", ""),
+    ("ecc.errors.corrected.aggregate.total", ""),
     ("ecc.errors.uncorrected.aggregate.total", ""),
 ]
 GPUS_PER_NODE = 8
-START = datetime(2026, 11, 1, tzinfo=timezone.utc)
+START = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def generate(work: Path, gpus: int, days: int, every_s: int, metrics: int, seed: int) -> int:
@@ -47,33 +54,47 @@ def generate(work: Path, gpus: int, days: int, every_s: int, metrics: int, seed:
     nodes = gpus // GPUS_PER_NODE
     steps = 86400 // every_s
     raw = work / "raw"
-    inventory = pl.DataFrame({
-        "unit_id": [f"node{n:04d}-gpu{g}" for n in range(nodes) for g in range(GPUS_PER_NODE)],
-        "node": [f"node{n:04d}" for n in range(nodes) for _ in range(GPUS_PER_NODE)],
-        "rack": [f"rack{n // 32:02d}" for n in range(nodes) for _ in range(GPUS_PER_NODE)],
-        "model": "NVIDIA H100 80GB HBM3",
-        "lot": "LOT-2025-07A",
-        "installed_at": "2026-01-01T00:00:00Z",
-        "uuid": [f"GPU-{n:08x}-0000-0000-0000-{g:012x}" for n in range(nodes) for g in range(GPUS_PER_NODE)],
-        "pci_bus_id": [f"00000000:{0x18 + 0x10 * g:02X}:00.0" for n in range(nodes) for g in range(GPUS_PER_NODE)],
-        "gpu_index": [str(g) for _ in range(nodes) for g in range(GPUS_PER_NODE)],
-    })
+    inventory = pl.DataFrame(
+        {
+            "unit_id": [f"node{n:04d}-gpu{g}" for n in range(nodes) for g in range(GPUS_PER_NODE)],
+            "node": [f"node{n:04d}" for n in range(nodes) for _ in range(GPUS_PER_NODE)],
+            "rack": [f"rack{n // 32:02d}" for n in range(nodes) for _ in range(GPUS_PER_NODE)],
+            "model": "NVIDIA H100 80GB HBM3",
+            "lot": "LOT-2025-07A",
+            "installed_at": "2026-01-01T00:00:00Z",
+            "uuid": [f"GPU-{n:08x}-0000-0000-0000-{g:012x}" for n in range(nodes) for g in range(GPUS_PER_NODE)],
+            "pci_bus_id": [f"00000000:{0x18 + 0x10 * g:02X}:00.0" for n in range(nodes) for g in range(GPUS_PER_NODE)],
+            "gpu_index": [str(g) for _ in range(nodes) for g in range(GPUS_PER_NODE)],
+        }
+    )
     raw.mkdir(parents=True, exist_ok=True)
     inventory.write_csv(raw / "inventory.csv")
     lines = 0
     for day in range(days):
         base = START + timedelta(days=day)
-        stamps = pl.Series([(base + timedelta(seconds=s * every_s)).strftime("%Y/%m/%d %H:%M:%S.000") for s in range(steps)])
-        frame = pl.DataFrame({"timestamp": stamps.repeat_by(GPUS_PER_NODE).explode(), "index": np.tile(np.arange(GPUS_PER_NODE), steps)})
+        stamps = pl.Series(
+            [(base + timedelta(seconds=s * every_s)).strftime("%Y/%m/%d %H:%M:%S.000") for s in range(steps)]
+        )
+        frame = pl.DataFrame(
+            {"timestamp": stamps.repeat_by(GPUS_PER_NODE).explode(), "index": np.tile(np.arange(GPUS_PER_NODE), steps)}
+        )
         for node in range(nodes):
             temp = 35 + rng.integers(0, 40, frame.height)
             sbe = np.cumsum(rng.poisson(0.01, frame.height).reshape(steps, GPUS_PER_NODE), axis=0).ravel()
             values = {
-                "temperature.gpu": temp, "ecc.errors.corrected.volatile.total": sbe,
-                "power.draw": (rng.uniform(80, 700, frame.height)).round(2), "utilization.gpu": rng.integers(0, 101, frame.height),
-                "temperature.memory": temp + 7, "clocks.sm": rng.integers(345, 1981, frame.height),
+                "temperature.gpu": temp,
+                "ecc.errors.corrected.volatile.total": sbe,
+                "power.draw": (rng.uniform(80, 700, frame.height)).round(2),
+                "utilization.gpu": rng.integers(0, 101, frame.height),
+                "temperature.memory": temp + 7,
+                "clocks.sm": rng.integers(345, 1981, frame.height),
             }
-            columns = [pl.col("timestamp"), pl.col("index").cast(pl.String), pl.lit("00000000:18:00.0"), pl.lit(f"GPU-{node:08x}")]
+            columns = [
+                pl.col("timestamp"),
+                pl.col("index").cast(pl.String),
+                pl.lit("00000000:18:00.0"),
+                pl.lit(f"GPU-{node:08x}"),
+            ]
             for name, unit in fields:
                 column = pl.Series(values.get(name, np.zeros(frame.height, dtype=np.int64))).cast(pl.String)
                 columns.append(column + (f" {unit}" if unit else ""))
@@ -93,8 +114,16 @@ def ingest_child(work: Path) -> None:
     started = time.perf_counter()
     report = ingest_path(work / "raw", config)
     seconds = time.perf_counter() - started
-    print(json.dumps({"seconds": seconds, "totals": report.totals, "adds_up": report.adds_up,
-                      "rejected": len(report.by_status("rejected"))}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "totals": report.totals,
+                "adds_up": report.adds_up,
+                "rejected": len(report.by_status("rejected")),
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -102,7 +131,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=4096)
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--every", type=int, default=60, help="sample interval in seconds (default 60)")
-    parser.add_argument("--metrics", type=int, default=2, choices=range(1, len(METRIC_FIELDS) + 1), metavar=f"1..{len(METRIC_FIELDS)}")
+    parser.add_argument(
+        "--metrics", type=int, default=2, choices=range(1, len(METRIC_FIELDS) + 1), metavar=f"1..{len(METRIC_FIELDS)}"
+    )
     parser.add_argument("--work", type=Path, default=Path("data/bench_ingest"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the generated files and lake")
@@ -116,10 +147,15 @@ def main() -> None:
     lines = generate(args.work, args.gpus, args.days, args.every, args.metrics, args.seed)
     generated = time.perf_counter() - started
     size = sum(p.stat().st_size for p in (args.work / "raw").rglob("*.csv"))
-    print(f"input: {args.gpus:,} GPUs x {args.days} d at {args.every}s, {args.metrics} metric column(s): "
-          f"{lines:,} nvidia-smi lines, {size / 1e9:.2f} GB of CSV (generated in {generated:.0f}s, seed {args.seed})")
+    print(
+        f"input: {args.gpus:,} GPUs x {args.days} d at {args.every}s, {args.metrics} metric column(s): "
+        f"{lines:,} nvidia-smi lines, {size / 1e9:.2f} GB of CSV (generated in {generated:.0f}s, seed {args.seed})"
+    )
     child = subprocess.run(
-        [sys.executable, __file__, "--child", "--work", str(args.work)], capture_output=True, text=True, check=False,
+        [sys.executable, __file__, "--child", "--work", str(args.work)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if child.returncode != 0:
         sys.exit(f"ingest failed:\n{child.stderr[-3000:]}")
@@ -129,13 +165,19 @@ def main() -> None:
     cpu = usage.ru_utime + usage.ru_stime  # wall time depends on what else the machine runs
     totals = result["totals"]
     seconds = result["seconds"]
-    print(f"ingest: {totals['rows_read']:,} rows read (samples + inventory), {totals['rows_stored']:,} stored, "
-          f"{totals['rows_quarantined']:,} quarantined, {totals['duplicates_dropped']:,} duplicates "
-          f"(adds up: {result['adds_up']}, files rejected: {result['rejected']})")
-    print(f"time {seconds:.1f}s  throughput {totals['rows_read'] / seconds:,.0f} rows/s "
-          f"({lines / seconds:,.0f} CSV lines/s, {size / 1e6 / seconds:.1f} MB/s)  peak RSS {peak_mb:,.0f} MB")
-    print(f"cpu {cpu:.1f}s (user+sys of the ingest process; {totals['rows_read'] / cpu:,.0f} rows per CPU-second), "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"ingest: {totals['rows_read']:,} rows read (samples + inventory), {totals['rows_stored']:,} stored, "
+        f"{totals['rows_quarantined']:,} quarantined, {totals['duplicates_dropped']:,} duplicates "
+        f"(adds up: {result['adds_up']}, files rejected: {result['rejected']})"
+    )
+    print(
+        f"time {seconds:.1f}s  throughput {totals['rows_read'] / seconds:,.0f} rows/s "
+        f"({lines / seconds:,.0f} CSV lines/s, {size / 1e6 / seconds:.1f} MB/s)  peak RSS {peak_mb:,.0f} MB"
+    )
+    print(
+        f"cpu {cpu:.1f}s (user+sys of the ingest process; {totals['rows_read'] / cpu:,.0f} rows per CPU-second), "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     if not args.keep:
         shutil.rmtree(args.work, ignore_errors=True)
 

@@ -119,11 +119,11 @@ class Config:
         return {"config_file": config_file, "data_dir": str(self.data_dir), "overrides": overrides}
 
     @staticmethod
-    def from_settings(settings: dict[str, Any]) -> "Config":
+    def from_settings(settings: dict[str, Any]) -> Config:
         config = load_config(settings.get("config_file"), data_dir=settings["data_dir"])
         return config.with_overrides(settings["overrides"]) if settings.get("overrides") else config
 
-    def with_overrides(self, overrides: dict[str, Any]) -> "Config":
+    def with_overrides(self, overrides: dict[str, Any]) -> Config:
         """A copy with some settings replaced (``{"features": {"snapshot_every": "1d"}}``)."""
         settings = _merge(self.settings, overrides)
         catalog = self.catalog

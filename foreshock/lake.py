@@ -57,7 +57,7 @@ class MergeResult:
     partitions_written: int = 0
     rows_updated: int = 0
 
-    def __iadd__(self, other: "MergeResult") -> "MergeResult":
+    def __iadd__(self, other: MergeResult) -> MergeResult:
         self.rows_in += other.rows_in
         self.rows_stored += other.rows_stored
         self.rows_updated += other.rows_updated
@@ -170,7 +170,9 @@ def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str]) -> tupl
             how="vertical_relaxed",
         )
     sequence = sequence.sort("unit_id", "_seq", maintain_order=True)
-    changed = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1).over("unit_id")) for c in columns if c != "unit_id"])
+    changed = pl.any_horizontal(
+        [pl.col(c).ne_missing(pl.col(c).shift(1).over("unit_id")) for c in columns if c != "unit_id"]
+    )
     status = sequence.with_columns(
         _first=pl.col("_seq").rank("ordinal").over("unit_id") == 1,
         _changed=changed if len(columns) > 1 else pl.lit(False),
@@ -221,9 +223,7 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
         else:
             keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
             for (day, shard), part in keyed.group_by(["_date", "shard"], maintain_order=True):
-                stored = _merge_one(
-                    partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table
-                )
+                stored = _merge_one(partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table)
                 result.rows_stored += stored
                 result.partitions_written += int(stored > 0)
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated

@@ -35,10 +35,14 @@ def convert(src: Path, out: Path) -> tuple[int, int]:
         pl.col("remove").max().alias("removed_at"),
         pl.col("event").drop_nulls().first().alias("mode"),
     )
-    units = summary.join(spans, on="SN").with_columns(
-        (pl.format("c{}-{}c{}s{}n{}", "col", "row", "cage", "slot", "node")).alias("node"),
-        pl.format("c{}-{}", "col", "row").alias("rack"),
-    ).filter(~pl.col("node").is_in(list(service)))
+    units = (
+        summary.join(spans, on="SN")
+        .with_columns(
+            (pl.format("c{}-{}c{}s{}n{}", "col", "row", "cage", "slot", "node")).alias("node"),
+            pl.format("c{}-{}", "col", "row").alias("rack"),
+        )
+        .filter(~pl.col("node").is_in(list(service)))
+    )
     study_end = full["remove"].max()
     fmt = "%Y-%m-%dT%H:%M:%SZ"
     inventory = units.select(

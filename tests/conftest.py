@@ -8,7 +8,7 @@ import random
 import pytest
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-import pipelines.runtime  # noqa: E402,F401  (Prefect environment defaults)
+import foreshock.pipelines.runtime  # noqa: E402,F401  (Prefect environment defaults)
 
 
 @pytest.fixture(scope="session")

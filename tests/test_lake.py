@@ -1,13 +1,13 @@
 """The lake never loses or duplicates a row, and writes are atomic and serialised."""
 
 import multiprocessing as mp
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
 from foreshock.lake import lake_summary, merge_into_lake, partition_files, read_table, shard_of
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def _samples(units, hours, metric="gpu_temp_c", offset=0.0):
@@ -76,7 +76,16 @@ def test_summary_counts_rows_and_units(tmp_path):
 def _inventory(uuids: dict[str, str], **extra: str) -> pl.DataFrame:
     return pl.DataFrame(
         [
-            {"unit_id": u, "node": "n1", "rack": "r1", "model": "H100", "lot": "L1", "installed_at": T0, "uuid": g, **extra}
+            {
+                "unit_id": u,
+                "node": "n1",
+                "rack": "r1",
+                "model": "H100",
+                "lot": "L1",
+                "installed_at": T0,
+                "uuid": g,
+                **extra,
+            }
             for u, g in uuids.items()
         ]
     )
@@ -99,5 +108,7 @@ def test_inventory_is_an_upsert_where_the_last_row_wins(tmp_path):
     assert (result.rows_in, result.rows_stored, result.rows_updated, result.duplicates_dropped) == (3, 1, 2, 0)
     table = read_table(tmp_path, "inventory").sort("unit_id")
     assert table.select("unit_id", "uuid", "pdu", "lot").rows() == [
-        ("a", "GPU-1", "pdu-a", "L1"), ("b", "GPU-9", "pdu-a", "L1"), ("c", "GPU-3", None, None),
+        ("a", "GPU-1", "pdu-a", "L1"),
+        ("b", "GPU-9", "pdu-a", "L1"),
+        ("c", "GPU-3", None, None),
     ]

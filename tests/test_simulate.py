@@ -11,9 +11,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from foreshock.pipelines.cli import main as cli_main
 from foreshock.simulate import SimulationParams, simulate_fleet
 from foreshock.simulate.fleet import build_fleet, schedule_lives
-from pipelines.cli import main as cli_main
 
 HEADER = (
     "timestamp, index, pci.bus_id, uuid, temperature.gpu, temperature.memory, power.draw [W], "
@@ -74,11 +74,13 @@ def read_xids(out: Path) -> pl.DataFrame:
             if "NVRM: Xid" in line:
                 m = XID_LINE.match(line)
                 assert m, line
-                rows.append({
-                    "unit_id": by_pci[(m["host"], m["pci"])],
-                    "ts": datetime.fromisoformat(m["ts"]),
-                    "code": int(m["code"]),
-                })
+                rows.append(
+                    {
+                        "unit_id": by_pci[(m["host"], m["pci"])],
+                        "ts": datetime.fromisoformat(m["ts"]),
+                        "code": int(m["code"]),
+                    }
+                )
     return pl.DataFrame(rows, schema={"unit_id": pl.String, "ts": pl.Datetime("us", "UTC"), "code": pl.Int64})
 
 
@@ -86,8 +88,9 @@ def read_xids(out: Path) -> pl.DataFrame:
 def small_fleet(tmp_path_factory) -> tuple[Path, dict]:
     """16 GPUs for 3 days with failures made frequent enough to appear."""
     out = tmp_path_factory.mktemp("sim")
-    summary = simulate_fleet(out, units=16, days=3, seed=3, failures_per_1000_unit_days=150.0,
-                             reboots_per_node_day=1.0, messy_file_share=0.5)
+    summary = simulate_fleet(
+        out, units=16, days=3, seed=3, failures_per_1000_unit_days=150.0, reboots_per_node_day=1.0, messy_file_share=0.5
+    )
     return out, summary
 
 
@@ -144,7 +147,17 @@ class TestFormats:
     def test_inventory_columns_and_ids(self, small_fleet):
         out, _ = small_fleet
         inventory = pl.read_csv(out / "inventory.csv", infer_schema=False)
-        assert inventory.columns == ["unit_id", "node", "rack", "model", "lot", "installed_at", "uuid", "pci_bus_id", "gpu_index"]
+        assert inventory.columns == [
+            "unit_id",
+            "node",
+            "rack",
+            "model",
+            "lot",
+            "installed_at",
+            "uuid",
+            "pci_bus_id",
+            "gpu_index",
+        ]
         assert inventory["unit_id"].to_list() == [f"gpu-node00{n}-gpu{g}" for n in (1, 2) for g in range(8)]
         assert inventory["installed_at"].str.contains(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$").all()
         assert inventory["lot"].str.contains(r"^LOT-\d{4}-\d{2}[A-Z]$").all()
@@ -156,8 +169,11 @@ class TestFormats:
         inventory = pl.read_csv(out / "inventory.csv")
         files = sorted(out.glob("dcgm/*/*.json"))
         assert {p.stem for p in files} == {
-            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_POWER_VIOLATION",
-            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+            "DCGM_FI_DEV_THERMAL_VIOLATION",
+            "DCGM_FI_DEV_POWER_VIOLATION",
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_XID_ERRORS",
         }
         for path in files:
             doc = json.loads(path.read_text())
@@ -224,8 +240,12 @@ class TestFailures:
         )
         joined = truth.join(from_tickets, on=["unit_id", "failed_at"], how="full", coalesce=True)
         assert joined.height == truth.height and joined["mode"].null_count() == 0
-        expected = {"memory": {"HBM/ECC"}, "thermal": {"thermal"}, "power": {"fell off bus"},
-                    "sudden": {"fell off bus", "unknown"}}
+        expected = {
+            "memory": {"HBM/ECC"},
+            "thermal": {"thermal"},
+            "power": {"fell off bus"},
+            "sudden": {"fell off bus", "unknown"},
+        }
         for mode, category in joined.select("mode", "category").iter_rows():
             assert category in expected[mode]
         assert (truth["has_precursor"] == (truth["mode"] != "sudden")).all()
@@ -234,7 +254,10 @@ class TestFailures:
         assert json.loads((out / "simulation.json").read_text())["failures"] == summary["failures"]
         with_onset = truth.filter(pl.col("has_precursor"))
         assert (with_onset["precursor_onset"] < with_onset["failed_at"]).all()
-        assert truth.filter(~pl.col("has_precursor"))["precursor_onset"].null_count() == truth.filter(~pl.col("has_precursor")).height
+        assert (
+            truth.filter(~pl.col("has_precursor"))["precursor_onset"].null_count()
+            == truth.filter(~pl.col("has_precursor")).height
+        )
 
     def test_failure_xids_are_logged_at_the_failure(self, week_fleet):
         out, _ = week_fleet
@@ -259,7 +282,9 @@ class TestFailures:
             failed_at=pl.col("opened_at").str.to_datetime(time_zone="UTC", time_unit="us"),
         )
         checked = 0
-        for unit, failed_at, uuid, category in tickets.select("unit_id", "failed_at", "gpu_uuid", "category").iter_rows():
+        for unit, failed_at, uuid, category in tickets.select(
+            "unit_id", "failed_at", "gpu_uuid", "category"
+        ).iter_rows():
             rows = smi.filter(pl.col("unit_id") == unit).sort("ts")
             failed_gpu = rows.filter(pl.col("uuid") == uuid)
             replacement = rows.filter((pl.col("ts") > failed_at) & (pl.col("uuid") != uuid))
@@ -299,7 +324,9 @@ class TestFailures:
         for unit, failed_at in memory.select("unit_id", "failed_at").iter_rows():
             rows = smi.filter((pl.col("unit_id") == unit) & (pl.col("ts") <= failed_at))
             last = increase(rows.filter(pl.col("ts") > failed_at - day))
-            earlier = increase(rows.filter((pl.col("ts") > failed_at - 3 * day) & (pl.col("ts") <= failed_at - 2 * day)))
+            earlier = increase(
+                rows.filter((pl.col("ts") > failed_at - 3 * day) & (pl.col("ts") <= failed_at - 2 * day))
+            )
             assert last > 100 and last > 2 * earlier, (unit, last, earlier)
         # Healthy GPUs have bursts (at most two, hours long) but never days of growth,
         # except the ones degrading towards a failure after the end of the simulation.
@@ -329,7 +356,9 @@ class TestFailures:
             last = rows.filter(pl.col("ts").is_between(failed_at - pl.duration(hours=12), failed_at))
             if last.is_empty():
                 continue
-            peers = smi.filter(pl.col("ts").is_between(failed_at - pl.duration(hours=12), failed_at) & (pl.col("unit_id") != unit))
+            peers = smi.filter(
+                pl.col("ts").is_between(failed_at - pl.duration(hours=12), failed_at) & (pl.col("unit_id") != unit)
+            )
             assert last["temp"].mean() > peers["temp"].mean() + 8
 
 
@@ -346,7 +375,11 @@ class TestNuisances:
         resets = steps.filter("vol_drop")
         assert resets.height >= 1
         boots = {
-            path.stem: [datetime.fromisoformat(line.split(" ", 1)[0]) for line in path.read_text().splitlines() if "Linux version" in line]
+            path.stem: [
+                datetime.fromisoformat(line.split(" ", 1)[0])
+                for line in path.read_text().splitlines()
+                if "Linux version" in line
+            ]
             for path in out.glob("kernel/*.log")
         }
         for node, prev_ts, ts in resets.select("node", "prev_ts", "ts").iter_rows():
@@ -415,8 +448,21 @@ class TestSchedule:
 
 class TestCommandLine:
     def test_simulate_writes_under_the_data_dir_and_prints_a_summary(self, tmp_path, capsys):
-        rc = cli_main(["--data-dir", str(tmp_path), "simulate", "--units", "16", "--days", "1", "--seed", "4",
-                       "--start", "2026-10-01"])
+        rc = cli_main(
+            [
+                "--data-dir",
+                str(tmp_path),
+                "simulate",
+                "--units",
+                "16",
+                "--days",
+                "1",
+                "--seed",
+                "4",
+                "--start",
+                "2026-10-01",
+            ]
+        )
         assert rc == 0
         printed = capsys.readouterr().out
         assert "simulated 16 GPUs on 2 nodes" in printed and "failures:" in printed and "took" in printed
@@ -426,9 +472,14 @@ class TestCommandLine:
 
     @pytest.mark.parametrize(
         "argv, message",
-        [(["--units", "0"], "units must be at least 1"), (["--sample-every", "7m"], "must divide a day"),
-         (["--sample-every", "soon"], "invalid duration"), (["--start", "yesterday"], "not an ISO 8601"),
-         (["--seed", "-1"], "seed must be a non-negative integer"), (["--days", "0"], "days must be positive")],
+        [
+            (["--units", "0"], "units must be at least 1"),
+            (["--sample-every", "7m"], "must divide a day"),
+            (["--sample-every", "soon"], "invalid duration"),
+            (["--start", "yesterday"], "not an ISO 8601"),
+            (["--seed", "-1"], "seed must be a non-negative integer"),
+            (["--days", "0"], "days must be positive"),
+        ],
     )
     def test_bad_arguments_are_rejected_clearly(self, tmp_path, capsys, argv, message):
         rc = cli_main(["--data-dir", str(tmp_path), "simulate", "--out", str(tmp_path / "x"), *argv])

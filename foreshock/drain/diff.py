@@ -33,8 +33,13 @@ DIFF_SCHEMA: dict[str, pl.DataType] = {
 def _side(frame: pl.DataFrame | None, suffix: str) -> pl.DataFrame:
     if frame is None or frame.height == 0:
         return pl.DataFrame(
-            schema={"unit_id": pl.String, f"node{suffix}": pl.String, f"action{suffix}": pl.String,
-                    f"risk{suffix}": pl.Float64, f"reason{suffix}": pl.String}
+            schema={
+                "unit_id": pl.String,
+                f"node{suffix}": pl.String,
+                f"action{suffix}": pl.String,
+                f"risk{suffix}": pl.Float64,
+                f"reason{suffix}": pl.String,
+            }
         )
     cols = {c: pl.col(c) for c in ("unit_id", "node", "action", "risk", "reason") if c in frame.columns}
     out = frame.select(list(cols.values()))

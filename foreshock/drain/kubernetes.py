@@ -83,7 +83,8 @@ cordon_node() {
 def cordon_script(risk_list: pl.DataFrame, generated_at: datetime) -> str:
     """The ``kubectl cordon`` + ``taint`` script for a risk list (schema v1 frame)."""
     header = (
-        _CORDON_HEADER.replace("{parse_args}", APPLY_FLAGS).replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        _CORDON_HEADER.replace("{parse_args}", APPLY_FLAGS)
+        .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
         .replace("{name}", CORDON_SCRIPT)
         .replace("{taint}", TAINT_KEY)
         .replace("{annotation}", REASON_ANNOTATION)

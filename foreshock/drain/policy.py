@@ -19,7 +19,7 @@ How a unit's action is chosen (``DrainPolicy.decide``):
 4. **Expected cost.** A drain is recommended only when the expected loss of not draining,
    ``p * job_gpus * (checkpoint_interval/2 + restart_time)``, exceeds the expected drain
    cost, ``job_gpus * drain_overhead + (1 - p) * repair_turnaround`` (see
-   :class:`~foreshock.drain.costs.DrainCosts`); otherwise the unit gets diagnostics.
+   :class:`~foreshock.costs.DrainCosts`); otherwise the unit gets diagnostics.
 5. **Now or at the next checkpoint.** The expected lead time (expected time to failure,
    from the hazard implied by the risks at every horizon) decides: shorter than one
    checkpoint interval means the failure is expected before the next checkpoint, so
@@ -45,7 +45,7 @@ from typing import Any
 import polars as pl
 
 from foreshock.contract import UTC_TS
-from foreshock.drain.costs import DrainCosts
+from foreshock.costs import DrainCosts
 from foreshock.drain.state import PolicyState, UnitState
 from foreshock.durations import format_duration, parse_duration
 
@@ -108,9 +108,7 @@ class PolicySettings:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"[policy] {name} must be in (0, 1], got {value}")
         if self.exit_risk > self.enter_risk:
-            raise ValueError(
-                f"[policy] exit_risk ({self.exit_risk}) must not exceed enter_risk ({self.enter_risk})"
-            )
+            raise ValueError(f"[policy] exit_risk ({self.exit_risk}) must not exceed enter_risk ({self.enter_risk})")
         if not self.watch_risk <= self.diagnostics_risk <= self.enter_risk:
             raise ValueError("[policy] thresholds must satisfy watch_risk <= diagnostics_risk <= enter_risk")
         for name in ("max_drained_share_cluster", "max_drained_share_per_domain"):
@@ -139,9 +137,7 @@ class PolicySettings:
             watch_risk=number("watch_risk", defaults.watch_risk),
             diagnostics_risk=number("diagnostics_risk", defaults.diagnostics_risk),
             max_drained_share_cluster=number("max_drained_share_cluster", defaults.max_drained_share_cluster),
-            max_drained_share_per_domain=number(
-                "max_drained_share_per_domain", defaults.max_drained_share_per_domain
-            ),
+            max_drained_share_per_domain=number("max_drained_share_per_domain", defaults.max_drained_share_per_domain),
             max_new_drains_per_run=int(number("max_new_drains_per_run", defaults.max_new_drains_per_run)),
             burn_in=parse_duration(policy.get("burn_in", "24h")),
             horizon=str(config.section("models").get("horizon", defaults.horizon)),

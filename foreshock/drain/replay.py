@@ -14,7 +14,7 @@ and state exactly as in production.  Drains and failures are then matched:
 - a failed unit is out of service for ``repair_turnaround`` after the failure.
 
 GPU-hours (``F`` = failure loss, ``D`` = drain cost, see
-:class:`~foreshock.drain.costs.DrainCosts`)::
+:class:`~foreshock.costs.DrainCosts`)::
 
     lost     = (failures - drained_ahead) * F + drains * D
     saved    = lost(no prediction) - lost = drained_ahead * F - drains * D
@@ -25,18 +25,15 @@ GPU-hours (``F`` = failure loss, ``D`` = drain cost, see
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table
 from foreshock.drain.state import PolicyState
-from foreshock.lake import atomic_write_text
-from models.metrics import (  # the lead-time metrics' own definition
+from foreshock.models.metrics import (  # the lead-time metrics' own definition
     AlertWindow,
     gpu_hours_saved,
     match_failures,
@@ -175,10 +172,19 @@ def simulate_policy(
             for row in granted.select("unit_id", "action", "risk").iter_rows(named=True):
                 delay = costs.checkpoint_interval / 2 if row["action"] == "drain_at_checkpoint" else timedelta(0)
                 effective = ts + delay
-                drains.append({"unit_id": row["unit_id"], "decided_at": ts, "action": row["action"],
-                               "effective_at": effective, "risk": row["risk"]})
+                drains.append(
+                    {
+                        "unit_id": row["unit_id"],
+                        "decided_at": ts,
+                        "action": row["action"],
+                        "effective_at": effective,
+                        "risk": row["risk"],
+                    }
+                )
                 out_until[row["unit_id"]] = effective + costs.repair_turnaround
-    schema = {k: v for k, v in _drain_log_schema().items() if k in ("unit_id", "decided_at", "action", "effective_at", "risk")}
+    schema = {
+        k: v for k, v in _drain_log_schema().items() if k in ("unit_id", "decided_at", "action", "effective_at", "risk")
+    }
     return pl.DataFrame(drains, schema=schema)
 
 
@@ -208,8 +214,10 @@ def match_drains(
     pairs = pairs.with_columns(
         ((pl.col("failed_at") - pl.col("effective_at")).dt.total_seconds() / 3600.0).alias("lead_time_h")
     )
-    first_failure = pairs.sort("failed_at").group_by("unit_id", "decided_at").agg(
-        pl.col("failed_at").first(), pl.col("lead_time_h").first()
+    first_failure = (
+        pairs.sort("failed_at")
+        .group_by("unit_id", "decided_at")
+        .agg(pl.col("failed_at").first(), pl.col("lead_time_h").first())
     )
     drains_out = drains.join(first_failure, on=["unit_id", "decided_at"], how="left").with_columns(
         pl.when(pl.col("failed_at").is_null())
@@ -351,100 +359,3 @@ def replay(
             "min_lead_time_h": min_lead_time.total_seconds() / 3600,
         },
     )
-
-
-# --- report ---------------------------------------------------------------------------
-
-_COLUMNS = (
-    ("variant", "policy", "{}"),
-    ("failures", "failures", "{}"),
-    ("drained_ahead", "drained ahead", "{}"),
-    ("healthy_drains", "healthy drains", "{}"),
-    ("drains", "drains", "{}"),
-    ("drains_per_day", "drains/day", "{:.2f}"),
-    ("gpu_hours_lost", "GPU-h lost", "{:,.0f}"),
-    ("gpu_hours_saved", "GPU-h saved", "{:,.0f}"),
-    ("effective_training_time", "effective training time", "{:.2%}"),
-    ("median_lead_time_h", "median lead (h)", "{:.1f}"),
-)
-
-
-def markdown_table(report: ReplayReport) -> str:
-    """The replay table in Markdown (one row per variant)."""
-    head = "| " + " | ".join(title for _, title, _ in _COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in _COLUMNS) + "|"
-    lines = [head, rule]
-    for outcome in report.outcomes:
-        cells = []
-        for name, _, fmt in _COLUMNS:
-            value = getattr(outcome, name)
-            cells.append("-" if value is None else fmt.format(value))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -> dict[str, Path]:
-    """Write ``replay.md``, ``replay.json``, ``replay_drains.csv`` and the plots."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    files: dict[str, Path] = {}
-    figures = {}
-    if plots:
-        from foreshock.drain.replay_plots import plot_replay
-
-        figures = plot_replay(report, directory)
-        files.update(figures)
-    s = report.settings
-    md = [
-        "# Drain policy replay",
-        "",
-        (
-            f"Backtest period {report.start:%Y-%m-%d %H:%M} to {report.end:%Y-%m-%d %H:%M} UTC "
-            f"({report.days:.1f} days), {report.fleet_units} units."
-        ),
-        (
-            f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}; "
-            f"at most {s['max_drained_share_cluster']:.0%} of the cluster and "
-            f"{s['max_drained_share_per_domain']:.0%} of a fault domain out; "
-            f"{s['max_new_drains_per_run']} new drains per run."
-        ),
-        (
-            f"An unplanned failure costs {s['failure_loss_gpu_h']:,.0f} GPU-h (job of {s['job_gpus']} GPUs: "
-            f"half a checkpoint interval plus restart); a drain costs {s['drain_cost_gpu_h']:,.0f} GPU-h. "
-            f"Drained ahead = drain effective within {s['alert_window_h']:.0f}h before the failure and at "
-            f"least {s['min_lead_time_h']:.0f}h before it."
-        ),
-        "",
-        markdown_table(report),
-        "",
-    ]
-    if report.fleet_units < s["job_gpus"]:
-        md += [
-            f"Note: the fleet ({report.fleet_units} units) is smaller than one job ({s['job_gpus']} GPUs), so "
-            "each failure costs a larger share of the fleet's GPU-hours than it would on a fleet filled with "
-            "such jobs; effective training time is pessimistic here (set `[policy] job_gpus`).",
-            "",
-        ]
-    if any(o.precursor_failures is not None for o in report.outcomes):
-        md += ["Failures with a precursor (simulator ground truth) drained ahead:", ""]
-        for o in report.outcomes:
-            if o.precursor_failures is not None:
-                md.append(f"- {o.variant}: {o.precursor_drained_ahead} of {o.precursor_failures}")
-        md.append("")
-    md += [f"![{name}]({path.name})" for name, path in figures.items()]
-    files["replay.md"] = directory / "replay.md"
-    atomic_write_text(files["replay.md"], "\n".join(md) + "\n")
-    payload = {
-        "start": report.start.isoformat(),
-        "end": report.end.isoformat(),
-        "days": report.days,
-        "fleet_units": report.fleet_units,
-        "settings": report.settings,
-        "outcomes": report.table().to_dicts(),
-    }
-    files["replay.json"] = directory / "replay.json"
-    atomic_write_text(files["replay.json"], json.dumps(payload, indent=2, default=str) + "\n")
-    files["replay_drains.csv"] = directory / "replay_drains.csv"
-    atomic_write_text(files["replay_drains.csv"], report.drains.write_csv())
-    return files
-

@@ -137,4 +137,3 @@ def read_risk_list(path: Path) -> pl.DataFrame:
     if frame.height and versions != [SCHEMA_VERSION]:
         raise ValueError(f"{path}: risk list schema_version {versions}, expected {SCHEMA_VERSION}")
     return frame
-

@@ -132,7 +132,8 @@ def slurm_script(risk_list: pl.DataFrame, generated_at: datetime, schema_version
     now_nodes = node_reasons(risk_list, "drain_now")
     later = [(n, r) for n, r in node_reasons(risk_list, "drain_at_checkpoint") if n not in {x for x, _ in now_nodes}]
     header = (
-        _HEADER.replace("{parse_args}", APPLY_FLAGS).replace("{schema}", str(schema_version))
+        _HEADER.replace("{parse_args}", APPLY_FLAGS)
+        .replace("{schema}", str(schema_version))
         .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
         .replace("{name}", SCRIPT_NAME)
         .replace("{prefix}", FORESHOCK_REASON_PREFIX)

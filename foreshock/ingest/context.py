@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -60,7 +60,7 @@ class IngestContext:
     inventory: pl.DataFrame
     lake_dir: Path
     timezone: str | None = None
-    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
     max_future: timedelta = timedelta(hours=1)
     scrape_time: datetime | None = None
     violation_unit: str = "us"
@@ -76,7 +76,7 @@ class IngestContext:
         timezone_name: str | None = None,
         scrape_time: datetime | None = None,
         now: datetime | None = None,
-    ) -> "IngestContext":
+    ) -> IngestContext:
         section = config.section("ingest")
         tz = check_timezone(timezone_name or section.get("timezone") or None)
         unit = str(section.get("violation_unit", "us"))
@@ -87,7 +87,7 @@ class IngestContext:
             inventory=read_table(config.lake_dir, "inventory"),
             lake_dir=config.lake_dir,
             timezone=tz,
-            now=now or datetime.now(timezone.utc),
+            now=now or datetime.now(UTC),
             max_future=config.duration("ingest", "max_future"),
             scrape_time=scrape_time,
             violation_unit=unit,

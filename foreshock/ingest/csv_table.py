@@ -41,9 +41,12 @@ def read_csv_table(path: Path) -> tuple[pl.DataFrame, pl.Series]:
     table = table.with_columns(
         [pl.when(ok).then(pl.col("_parts").list.get(i, null_on_oob=True)).alias(name) for i, name in enumerate(names)]
         + [
-            pl.when(ok).then(pl.lit(None, dtype=pl.String)).otherwise(
+            pl.when(ok)
+            .then(pl.lit(None, dtype=pl.String))
+            .otherwise(
                 pl.format("malformed line: expected {} fields, got {}", pl.lit(width), pl.col("_parts").list.len())
-            ).alias("_reason"),
+            )
+            .alias("_reason"),
             pl.when(ok).then(pl.lit(None, dtype=pl.String)).otherwise(pl.lit("line")).alias("_field"),
         ]
     ).drop("_parts")

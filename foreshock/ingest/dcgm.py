@@ -34,7 +34,9 @@ def _none() -> pl.Expr:
     return pl.lit(None, dtype=pl.String)
 
 
-def stage_series(frame: pl.DataFrame, ctx: IngestContext, declared_units: dict[str, str] | None = None) -> dict[str, pl.DataFrame]:
+def stage_series(
+    frame: pl.DataFrame, ctx: IngestContext, declared_units: dict[str, str] | None = None
+) -> dict[str, pl.DataFrame]:
     """Samples and XID events from long series rows.
 
     ``frame`` columns: ``name, gpu, Hostname, UUID, ts, ts_reason, value_text, _line``
@@ -71,13 +73,18 @@ def stage_series(frame: pl.DataFrame, ctx: IngestContext, declared_units: dict[s
         .otherwise(_none())
     )
     common_reason = pl.coalesce(pl.col("ts_reason"), unit_reason)
-    common_field = pl.when(pl.col("ts_reason").is_not_null()).then(pl.lit("timestamp")).when(
-        pl.col("unit_id").is_null()
-    ).then(pl.lit("labels"))
+    common_field = (
+        pl.when(pl.col("ts_reason").is_not_null())
+        .then(pl.lit("timestamp"))
+        .when(pl.col("unit_id").is_null())
+        .then(pl.lit("labels"))
+    )
 
     series = frame.filter(pl.col("name") != XID_GAUGE)
     metric_map = {n: m for n, m in resolved.items() if m is not None}
-    factor_expr = pl.col("name").replace_strict(factors, default=1.0, return_dtype=pl.Float64) if factors else pl.lit(1.0)
+    factor_expr = (
+        pl.col("name").replace_strict(factors, default=1.0, return_dtype=pl.Float64) if factors else pl.lit(1.0)
+    )
     samples = series.with_columns(
         metric=pl.col("name").replace_strict(metric_map, default=None, return_dtype=pl.String),
     ).with_columns(
@@ -85,7 +92,9 @@ def stage_series(frame: pl.DataFrame, ctx: IngestContext, declared_units: dict[s
         _reason=pl.coalesce(
             common_reason,
             pl.when(pl.col("metric").is_null()).then(
-                pl.format("unknown metric '{}' (not in the metric catalog {})", pl.col("name"), pl.lit(ctx.catalog.source))
+                pl.format(
+                    "unknown metric '{}' (not in the metric catalog {})", pl.col("name"), pl.lit(ctx.catalog.source)
+                )
             ),
             value_reason,
         ),
@@ -96,7 +105,18 @@ def stage_series(frame: pl.DataFrame, ctx: IngestContext, declared_units: dict[s
         ),
         metric=pl.coalesce(pl.col("metric"), pl.col("name")),
     )
-    out = {"samples": samples.select("unit_id", "ts", "metric", "value", "_line", "_field", "_reason", *(["_raw"] if "_raw" in samples.columns else []))}
+    out = {
+        "samples": samples.select(
+            "unit_id",
+            "ts",
+            "metric",
+            "value",
+            "_line",
+            "_field",
+            "_reason",
+            *(["_raw"] if "_raw" in samples.columns else []),
+        )
+    }
     xid = frame.filter(pl.col("name") == XID_GAUGE)
     if xid.height:
         out["events"] = xid_events(xid, ctx, common_reason, common_field)
@@ -110,7 +130,9 @@ def xid_events(xid: pl.DataFrame, ctx: IngestContext, common_reason: pl.Expr, co
         _reason=pl.coalesce(
             common_reason,
             pl.when(
-                pl.col("value").is_null() | ~pl.col("value").is_finite() | (pl.col("value") != pl.col("value").round())
+                pl.col("value").is_null()
+                | ~pl.col("value").is_finite()
+                | (pl.col("value") != pl.col("value").round())
                 | (pl.col("value") < 0)
             ).then(pl.format("XID code is not a non-negative integer: '{}'", pl.col("value_text").str.slice(0, 40))),
         ),
@@ -151,4 +173,3 @@ def _prior_codes(ctx: IngestContext, good: pl.DataFrame) -> pl.DataFrame:
         .agg(prior_code=pl.col("code").last())
         .with_columns(pl.col("unit_id").cast(pl.String))
     )
-

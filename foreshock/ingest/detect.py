@@ -54,7 +54,11 @@ def detect_format(path: Path) -> str | None:
     if not lines:
         return _by_name(path)
     first = lines[0]
-    if suffix == ".prom" or first.startswith(("# HELP", "# TYPE")) or (PROM_SAMPLE.match(first) and "," not in first.split("{")[0]):
+    if (
+        suffix == ".prom"
+        or first.startswith(("# HELP", "# TYPE"))
+        or (PROM_SAMPLE.match(first) and "," not in first.split("{")[0])
+    ):
         return "prometheus-text"
     if "NVRM: Xid" in text or suffix == ".log" or SYSLOG_LINE.match(first):
         return "xid-log"

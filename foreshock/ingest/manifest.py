@@ -15,7 +15,7 @@ deduplication makes that exact).
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -69,7 +69,7 @@ def record_files(lake_dir: Path, entries: list[dict]) -> None:
     """Add ingested files (dicts with the manifest's columns) under the lake lock."""
     if not entries:
         return
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     new = pl.DataFrame([{**e, "ingested_at": e.get("ingested_at", now)} for e in entries], schema=SCHEMA)
     with lake_lock(lake_dir):
         # diagonal: a manifest written before a column was added still merges.

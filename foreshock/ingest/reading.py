@@ -26,7 +26,9 @@ def read_text(path: Path) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise UnreadableFile(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
+        raise UnreadableFile(
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})"
+        ) from None
     return text.removeprefix("\ufeff")
 
 
@@ -35,6 +37,8 @@ def text_lines(text: str) -> pl.DataFrame:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return pl.DataFrame({"_text": lines}, schema={"_text": pl.String}).with_row_index("_line", offset=1).with_columns(
-        pl.col("_line").cast(pl.Int64), pl.col("_text").str.strip_chars_end("\r")
+    return (
+        pl.DataFrame({"_text": lines}, schema={"_text": pl.String})
+        .with_row_index("_line", offset=1)
+        .with_columns(pl.col("_line").cast(pl.Int64), pl.col("_text").str.strip_chars_end("\r"))
     )

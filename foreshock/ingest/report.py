@@ -62,7 +62,10 @@ class IngestReport:
     @property
     def adds_up(self) -> bool:
         t = self.totals
-        return all(f.adds_up for f in self.files) and t["rows_read"] == t["rows_stored"] + t["rows_updated"] + t["rows_quarantined"] + t["duplicates_dropped"]
+        return (
+            all(f.adds_up for f in self.files)
+            and t["rows_read"] == t["rows_stored"] + t["rows_updated"] + t["rows_quarantined"] + t["duplicates_dropped"]
+        )
 
     def by_status(self, status: str) -> list[FileReport]:
         return [f for f in self.files if f.status == status]
@@ -89,10 +92,16 @@ class IngestReport:
     def render(self, max_files: int = 40) -> str:
         """Human summary: every file when few, else per format plus the files with problems."""
         lines = [f"ingest run {self.run_id}: {len(self.files)} file(s) under {self.path} in {self.seconds:.1f}s"]
-        header = "  " + " ".join(f"{name:>11}" for name in ("read", "stored", "updated", "quarantined", "duplicates")) + "  file"
-        shown = self.files if len(self.files) <= max_files else [
-            f for f in self.files if f.status == "rejected" or f.rows_quarantined
-        ]
+        header = (
+            "  "
+            + " ".join(f"{name:>11}" for name in ("read", "stored", "updated", "quarantined", "duplicates"))
+            + "  file"
+        )
+        shown = (
+            self.files
+            if len(self.files) <= max_files
+            else [f for f in self.files if f.status == "rejected" or f.rows_quarantined]
+        )
         if len(self.files) > max_files:
             lines.append("  by format:")
             lines.append(header)
@@ -118,5 +127,7 @@ class IngestReport:
         lines.append("  files: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
         lines += [f"  note: {n}" for n in self.notes]
         if self.quarantine_files:
-            lines.append(f"  quarantine: {', '.join(self.quarantine_files[:3])}{' ...' if len(self.quarantine_files) > 3 else ''}")
+            lines.append(
+                f"  quarantine: {', '.join(self.quarantine_files[:3])}{' ...' if len(self.quarantine_files) > 3 else ''}"
+            )
         return "\n".join(lines)

@@ -21,7 +21,7 @@ import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -31,10 +31,10 @@ from foreshock.config import Config
 from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN
 from foreshock.ingest import manifest
 from foreshock.ingest.context import IngestContext
+from foreshock.ingest.csv_table import read_csv_header
 from foreshock.ingest.detect import detect_format, skip_reason
 from foreshock.ingest.parsers import FORMATS, PARSERS
 from foreshock.ingest.parsers.canonical import table_of
-from foreshock.ingest.csv_table import read_csv_header
 from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.validate import validate
@@ -84,7 +84,7 @@ class IngestPlan:
 
 
 def new_run_id() -> str:
-    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
 
 
 def parse_scrape_time(text: str | None) -> datetime | None:
@@ -97,7 +97,7 @@ def parse_scrape_time(text: str | None) -> datetime | None:
         raise ValueError(f"--scrape-time {text!r}: not an ISO 8601 time (e.g. 2026-11-30T23:50:00Z)") from None
     if value.tzinfo is None:
         raise ValueError(f"--scrape-time {text!r}: give a UTC offset or Z")
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 def load_run_catalog(config: Config, catalog_path: str | None) -> Catalog:
@@ -105,7 +105,9 @@ def load_run_catalog(config: Config, catalog_path: str | None) -> Catalog:
     if not catalog_path:
         return config.catalog
     extra = load_catalog(catalog_path)
-    return Catalog(metrics={**config.catalog.metrics, **extra.metrics}, source=f"{config.catalog.source} + {catalog_path}")
+    return Catalog(
+        metrics={**config.catalog.metrics, **extra.metrics}, source=f"{config.catalog.source} + {catalog_path}"
+    )
 
 
 def _unreadable_reason(path: Path) -> str:
@@ -171,7 +173,13 @@ def plan_ingest(
     recorded = manifest.read_manifest(config.lake_dir) if not force else pl.DataFrame(schema=manifest.SCHEMA)
     seen = set(zip(recorded.get_column("sha256").to_list(), recorded.get_column("context").to_list()))
     # Same path, size and mtime as an ingested file: unchanged, no need to read it to hash it.
-    unchanged = set(zip(recorded.get_column("path").to_list(), recorded.get_column("size").to_list(), recorded.get_column("mtime_ns").to_list()))
+    unchanged = set(
+        zip(
+            recorded.get_column("path").to_list(),
+            recorded.get_column("size").to_list(),
+            recorded.get_column("mtime_ns").to_list(),
+        )
+    )
     in_run: dict[tuple[str, str], str] = {}
     planned: list[PlannedFile] = []
     for file in candidates:
@@ -202,8 +210,14 @@ def plan_ingest(
         day = DAY_IN_PATH.search(str(relative))
         planned.append(
             PlannedFile(
-                path=shown, format=fmt, sha256=digest, size=stat.st_size, mtime_ns=stat.st_mtime_ns, context=context,
-                day=day.group(1) if day else None, inventory=_is_inventory(file, fmt),
+                path=shown,
+                format=fmt,
+                sha256=digest,
+                size=stat.st_size,
+                mtime_ns=stat.st_mtime_ns,
+                context=context,
+                day=day.group(1) if day else None,
+                inventory=_is_inventory(file, fmt),
             )
         )
     plan.batches = _batches(planned, max_batch_bytes)
@@ -270,7 +284,11 @@ def ingest_batch(
 
     quarantined: list[pl.DataFrame] = []
     for table in ("inventory", "samples", "events", "failures"):
-        frames = [p.tables[table].with_columns(_file=pl.lit(i, dtype=pl.Int32)) for i, p in parsed.items() if table in p.tables]
+        frames = [
+            p.tables[table].with_columns(_file=pl.lit(i, dtype=pl.Int32))
+            for i, p in parsed.items()
+            if table in p.tables
+        ]
         if not frames:
             continue
         staged = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
@@ -286,7 +304,9 @@ def ingest_batch(
             quarantined += [_quarantine_rows(parsed[i], part, table, run_id) for (i,), part in bad.group_by("_file")]
     for report in reports:
         if report.status == "ingested":
-            report.rows_stored = report.rows_read - report.rows_quarantined - report.duplicates_dropped - report.rows_updated
+            report.rows_stored = (
+                report.rows_read - report.rows_quarantined - report.duplicates_dropped - report.rows_updated
+            )
 
     quarantine_file = None
     if quarantined:
@@ -297,10 +317,18 @@ def ingest_batch(
         config.lake_dir,
         [
             {
-                "path": f.path, "context": f.context, "sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns,
-                "format": f.format, "rows_read": r.rows_read, "rows_stored": r.rows_stored,
-                "rows_quarantined": r.rows_quarantined, "duplicates_dropped": r.duplicates_dropped,
-                "rows_updated": r.rows_updated, "run_id": run_id,
+                "path": f.path,
+                "context": f.context,
+                "sha256": f.sha256,
+                "size": f.size,
+                "mtime_ns": f.mtime_ns,
+                "format": f.format,
+                "rows_read": r.rows_read,
+                "rows_stored": r.rows_stored,
+                "rows_quarantined": r.rows_quarantined,
+                "duplicates_dropped": r.duplicates_dropped,
+                "rows_updated": r.rows_updated,
+                "run_id": run_id,
             }
             for f, r in zip(files, reports)
             if r.status == "ingested"
@@ -309,7 +337,9 @@ def ingest_batch(
     return reports, quarantine_file
 
 
-def _upsert_inventory(good: pl.DataFrame, parsed: dict[int, ParsedFile], reports: list[FileReport], config: Config) -> None:
+def _upsert_inventory(
+    good: pl.DataFrame, parsed: dict[int, ParsedFile], reports: list[FileReport], config: Config
+) -> None:
     """Merge each file's checked inventory rows in turn (the batch's files are in path order).
 
     One merge per file, so a later export replaces what an earlier one said (exactly as if
@@ -328,7 +358,9 @@ def _upsert_inventory(good: pl.DataFrame, parsed: dict[int, ParsedFile], reports
         reports[i].duplicates_dropped += result.duplicates_dropped
 
 
-def _merge_telemetry(table: str, good: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext) -> pl.DataFrame:
+def _merge_telemetry(
+    table: str, good: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext
+) -> pl.DataFrame:
     """Merge checked telemetry rows (the stored row wins); returns the conflicts to quarantine."""
     unique, duplicates, conflicts = _deduplicate(table, good, ctx)
     for i, count in _count_by_file(duplicates).items():
@@ -407,9 +439,15 @@ def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl
         joined = later.join(kept.select(key + values), on=key, how="left", suffix="_kept", nulls_equal=True)
         clash = _differs(table, "", "_kept")
         duplicates = joined.filter(~clash).select(later.columns)
-        conflicts = joined.filter(clash).select(later.columns).with_columns(
-            _reason=pl.lit("duplicate key with a different value than an earlier row of this ingest (the earlier row is kept)"),
-            _field=pl.lit(",".join(values)),
+        conflicts = (
+            joined.filter(clash)
+            .select(later.columns)
+            .with_columns(
+                _reason=pl.lit(
+                    "duplicate key with a different value than an earlier row of this ingest (the earlier row is kept)"
+                ),
+                _field=pl.lit(",".join(values)),
+            )
         )
     stored = _stored_rows(table, firsts, ctx)
     if stored is not None and stored.height:
@@ -417,9 +455,13 @@ def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl
         present = pl.col("_present").is_not_null()
         clash = present & _differs(table, "", "_stored")
         dup_lake = joined.filter(present & ~clash).select(firsts.columns)
-        conflict_lake = joined.filter(clash).select(firsts.columns).with_columns(
-            _reason=pl.lit("key already stored in the lake with a different value (the stored row is kept)"),
-            _field=pl.lit(",".join(values)),
+        conflict_lake = (
+            joined.filter(clash)
+            .select(firsts.columns)
+            .with_columns(
+                _reason=pl.lit("key already stored in the lake with a different value (the stored row is kept)"),
+                _field=pl.lit(",".join(values)),
+            )
         )
         firsts = joined.filter(~present).select(firsts.columns)
         duplicates = pl.concat([duplicates, dup_lake], how="vertical_relaxed")
@@ -447,7 +489,12 @@ def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataF
     paths = [p for p in paths if p.exists()]
     if not paths:
         return None
-    stored = pl.scan_parquet(paths).select(wanted).join(rows.lazy().select(key).unique(), on=key, how="semi", nulls_equal=True).collect()
+    stored = (
+        pl.scan_parquet(paths)
+        .select(wanted)
+        .join(rows.lazy().select(key).unique(), on=key, how="semi", nulls_equal=True)
+        .collect()
+    )
     return stored.with_columns(_present=pl.lit(True))
 
 
@@ -471,7 +518,9 @@ def runs_dir(config: Config) -> Path:
     return config.data_dir / "ingest_runs"
 
 
-def finish_report(plan: IngestPlan, batch_reports: list[FileReport], quarantine_files: list[str], started: float, config: Config) -> IngestReport:
+def finish_report(
+    plan: IngestPlan, batch_reports: list[FileReport], quarantine_files: list[str], started: float, config: Config
+) -> IngestReport:
     """Assemble the run's report and record it under ``<data>/ingest_runs/<run_id>.json``."""
     report = IngestReport(run_id=plan.run_id, source=plan.source, path=plan.root)
     order = {r.path: r for r in [*plan.reports, *batch_reports]}
@@ -522,8 +571,13 @@ def ingest_path(
     quarantine_files: list[str] = []
     for number, batch in enumerate(plan.batches):
         batch_reports, quarantine_file = ingest_batch(
-            batch, config, run_id=plan.run_id, batch_number=number, catalog_path=plan.catalog_path,
-            timezone_name=timezone, scrape_time=scrape_time,
+            batch,
+            config,
+            run_id=plan.run_id,
+            batch_number=number,
+            catalog_path=plan.catalog_path,
+            timezone_name=timezone,
+            scrape_time=scrape_time,
         )
         reports += batch_reports
         if quarantine_file:

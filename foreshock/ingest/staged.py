@@ -96,7 +96,11 @@ class ParsedFile:
             index = (rows.get_column("_line") - 1).fill_null(-1)
             valid = (index >= 0) & (index < self.raw_lines.len())
             safe = index.zip_with(valid, pl.Series([0] * rows.height, dtype=pl.Int64))
-            looked_up = self.raw_lines.gather(safe) if self.raw_lines.len() else pl.Series([None] * rows.height, dtype=pl.String)
+            looked_up = (
+                self.raw_lines.gather(safe)
+                if self.raw_lines.len()
+                else pl.Series([None] * rows.height, dtype=pl.String)
+            )
             looked_up = looked_up.zip_with(valid, pl.Series([None] * rows.height, dtype=pl.String))
             return rows.get_column("_raw").fill_null(looked_up) if "_raw" in rows.columns else looked_up
         return rows.get_column("_raw")

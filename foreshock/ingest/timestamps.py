@@ -32,7 +32,11 @@ def parse_local(text: pl.Expr, timezone: str, naive_format: str) -> tuple[pl.Exp
     text (the raw line in the quarantine shows the value).
     """
     naive = text.str.to_datetime(naive_format, strict=False, time_unit="us")
-    ts = naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC").cast(UTC_TS)
+    ts = (
+        naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null")
+        .dt.convert_time_zone("UTC")
+        .cast(UTC_TS)
+    )
     reason = (
         pl.when(naive.is_null())
         .then(pl.lit(f"bad timestamp (expected {naive_format.replace('%.f', '.fff')})"))
@@ -55,7 +59,9 @@ def parse_utc(text: pl.Expr, timezone: str | None, naive_format: str = ISO_NAIVE
     naive_text = t if naive_format == ISO_NAIVE else text.str.strip_chars()
     naive = naive_text.str.to_datetime(naive_format, strict=False, time_unit="us")
     if timezone:
-        localised = naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
+        localised = naive.dt.replace_time_zone(
+            timezone, ambiguous="earliest", non_existent="null"
+        ).dt.convert_time_zone("UTC")
     else:
         localised = pl.lit(None, dtype=UTC_TS)
     ts = pl.when(has_offset).then(aware).otherwise(localised).cast(UTC_TS)
@@ -84,9 +90,16 @@ def datetime_to_utc(column: pl.Expr, dtype: pl.DataType, timezone: str | None) -
         ts = column.dt.convert_time_zone("UTC").cast(UTC_TS)
         return ts, pl.when(column.is_null()).then(pl.lit("missing timestamp")).otherwise(pl.lit(None, dtype=pl.String))
     if timezone:
-        ts = column.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC").cast(UTC_TS)
-        reason = pl.when(column.is_null()).then(pl.lit("missing timestamp")).when(ts.is_null()).then(
-            pl.lit(f"timestamp does not exist in {timezone}")
+        ts = (
+            column.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null")
+            .dt.convert_time_zone("UTC")
+            .cast(UTC_TS)
+        )
+        reason = (
+            pl.when(column.is_null())
+            .then(pl.lit("missing timestamp"))
+            .when(ts.is_null())
+            .then(pl.lit(f"timestamp does not exist in {timezone}"))
         )
         return ts, reason.otherwise(pl.lit(None, dtype=pl.String))
     return pl.lit(None, dtype=UTC_TS), pl.lit(NAIVE_HINT)
@@ -94,4 +107,6 @@ def datetime_to_utc(column: pl.Expr, dtype: pl.DataType, timezone: str | None) -
 
 def unix_seconds_to_utc(seconds: pl.Expr) -> pl.Expr:
     """Unix seconds (float allowed) -> ``Datetime("us", "UTC")``."""
-    return (seconds * 1_000_000).round().cast(pl.Int64, strict=False).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    return (
+        (seconds * 1_000_000).round().cast(pl.Int64, strict=False).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    )

@@ -17,7 +17,7 @@ raw values are stored and features take increases.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 
@@ -25,7 +25,7 @@ from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
 
-EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 ID_RULE = "letters, digits and . _ : - only: no spaces, shell metacharacters or path separators"
 
 
@@ -57,31 +57,57 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
         ts = pl.col(time_col)
         checks += [
             (ts.is_null(), pl.lit(f"missing {time_col}"), time_col),
-            (ts < pl.lit(EARLIEST), pl.format("timestamp {} is before 2000 (clock not set?)", ts.cast(pl.String)), time_col),
+            (
+                ts < pl.lit(EARLIEST),
+                pl.format("timestamp {} is before 2000 (clock not set?)", ts.cast(pl.String)),
+                time_col,
+            ),
             (
                 ts > pl.lit(limit),
-                pl.format("timestamp {} is in the future (later than now + {})", ts.cast(pl.String), pl.lit(format_duration(ctx.max_future))),
+                pl.format(
+                    "timestamp {} is in the future (later than now + {})",
+                    ts.cast(pl.String),
+                    pl.lit(format_duration(ctx.max_future)),
+                ),
                 time_col,
             ),
         ]
     if table != "inventory" and ctx.has_inventory:
         known = set(ctx.known_units().to_list())
         strangers = [u for u in frame.get_column("unit_id").unique().drop_nulls().to_list() if u not in known]
-        unknown = pl.col("unit_id").is_in(pl.Series(strangers, dtype=pl.String).implode()) if strangers else pl.lit(False)
+        unknown = (
+            pl.col("unit_id").is_in(pl.Series(strangers, dtype=pl.String).implode()) if strangers else pl.lit(False)
+        )
         if "_node" in frame.columns:
             host_level = pl.col("_node").is_not_null()
             nodes = set(ctx.known_nodes().to_list())
             strange_hosts = [n for n in frame.get_column("_node").unique().drop_nulls().to_list() if n not in nodes]
-            host_unknown = pl.col("_node").is_in(pl.Series(strange_hosts, dtype=pl.String).implode()) if strange_hosts else pl.lit(False)
+            host_unknown = (
+                pl.col("_node").is_in(pl.Series(strange_hosts, dtype=pl.String).implode())
+                if strange_hosts
+                else pl.lit(False)
+            )
             unknown = pl.when(host_level).then(host_unknown).otherwise(unknown)
         checks.append((unknown, pl.format("unknown unit '{}' (not in the inventory)", pl.col("unit_id")), "unit_id"))
     if table == "samples":
         checks += _sample_checks(frame, ctx)
     if table == "events":
         checks += [
-            (pl.col("source").is_null() | ~pl.col("source").str.contains(ID_PATTERN.pattern), pl.lit("missing or invalid event source"), "source"),
-            (pl.col("code").is_null() | (pl.col("code") < 0), pl.lit("event code must be a non-negative integer"), "code"),
-            (pl.col("count").is_null() | (pl.col("count") < 0), pl.lit("event count must be a non-negative integer"), "count"),
+            (
+                pl.col("source").is_null() | ~pl.col("source").str.contains(ID_PATTERN.pattern),
+                pl.lit("missing or invalid event source"),
+                "source",
+            ),
+            (
+                pl.col("code").is_null() | (pl.col("code") < 0),
+                pl.lit("event code must be a non-negative integer"),
+                "code",
+            ),
+            (
+                pl.col("count").is_null() | (pl.col("count") < 0),
+                pl.lit("event count must be a non-negative integer"),
+                "count",
+            ),
         ]
     if table == "inventory":
         for name in ("node", "rack", "model"):
@@ -121,7 +147,11 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
     high = _lookup(metric, {m.name: m.max for m in catalog if m.max is not None})
     return [
         (metric.is_null(), pl.lit("missing metric"), "metric"),
-        (metric.is_in(pl.Series(unknown, dtype=pl.String).implode()) if unknown else pl.lit(False), pl.format("unknown metric '{}' (not in the metric catalog {})", metric, pl.lit(catalog.source)), "metric"),
+        (
+            metric.is_in(pl.Series(unknown, dtype=pl.String).implode()) if unknown else pl.lit(False),
+            pl.format("unknown metric '{}' (not in the metric catalog {})", metric, pl.lit(catalog.source)),
+            "metric",
+        ),
         (value.is_null(), pl.lit("missing value"), "value"),
         (value.is_nan(), pl.lit("value is NaN"), "value"),
         (value.is_infinite(), pl.lit("value is infinite"), "value"),

@@ -173,15 +173,18 @@ def mode_hazards(fleet: Fleet, params: SimulationParams) -> np.ndarray:
     sudden_w = np.full(fleet.units, share / (1.0 - share) * precursor_w.mean()) if share < 1 else None
     if sudden_w is None:
         raise ValueError("sudden_share must be below 1")
-    weights = np.stack(
-        [
-            np.full(fleet.units, MODE_WEIGHTS["memory"]),
-            thermal_w,
-            np.full(fleet.units, MODE_WEIGHTS["power"]),
-            sudden_w,
-        ],
-        axis=1,
-    ) * fleet.lot_multiplier[:, None]
+    weights = (
+        np.stack(
+            [
+                np.full(fleet.units, MODE_WEIGHTS["memory"]),
+                thermal_w,
+                np.full(fleet.units, MODE_WEIGHTS["power"]),
+                sudden_w,
+            ],
+            axis=1,
+        )
+        * fleet.lot_multiplier[:, None]
+    )
     base = params.failures_per_1000_unit_days / 1000.0 / weights.sum(axis=1).mean()
     return weights * base
 
@@ -208,8 +211,7 @@ def _healthy_traits(life: Life, rng: np.random.Generator, params: SimulationPara
     if rng.random() < params.benign_burst_share:
         for _ in range(int(rng.integers(1, 3))):
             life.sbe_bursts.append(
-                (float(rng.uniform(params.start_s, params.end_s)), float(rng.uniform(1, 8)),
-                 float(rng.uniform(5, 60)))
+                (float(rng.uniform(params.start_s, params.end_s)), float(rng.uniform(1, 8)), float(rng.uniform(5, 60)))
             )
 
 

@@ -19,12 +19,25 @@ from foreshock.simulate.params import SimulationParams
 from foreshock.simulate.telemetry import NodeTelemetry
 
 NVIDIA_SMI_FIELDS = (
-    "timestamp", "index", "pci.bus_id", "uuid", "temperature.gpu", "temperature.memory",
-    "power.draw", "utilization.gpu", "clocks.sm",
-    "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
-    "ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total",
-    "retired_pages.sbe", "retired_pages.dbe", "retired_pages.pending",
-    "remapped_rows.correctable", "remapped_rows.uncorrectable", "remapped_rows.pending",
+    "timestamp",
+    "index",
+    "pci.bus_id",
+    "uuid",
+    "temperature.gpu",
+    "temperature.memory",
+    "power.draw",
+    "utilization.gpu",
+    "clocks.sm",
+    "ecc.errors.corrected.volatile.total",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.corrected.aggregate.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.sbe",
+    "retired_pages.dbe",
+    "retired_pages.pending",
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.pending",
     "clocks_event_reasons.hw_thermal_slowdown",
 )
 _UNITS = {"power.draw": "W", "utilization.gpu": "%", "clocks.sm": "MHz"}
@@ -105,16 +118,33 @@ def nvidia_smi_frame(tel: NodeTelemetry, fleet: Fleet, lives: list[Life]) -> pl.
             "index": fleet.gpu_index[tel.slots][ii],
             "bus": pl.Series([fleet.pci_bus_id[s] for s in tel.slots]).gather(ii),
             "uuid": uuids.gather(tel.life_of[ii, kk]),
-            **{name: v[name][ii, kk] for name in (
-                "temperature.gpu", "temperature.memory", "power_cw", "utilization.gpu", "clocks.sm",
-                "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
-                "ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total",
-                "remap.correctable", "remap.uncorrectable", "remap.pending", "hw_thermal_slowdown")},
+            **{
+                name: v[name][ii, kk]
+                for name in (
+                    "temperature.gpu",
+                    "temperature.memory",
+                    "power_cw",
+                    "utilization.gpu",
+                    "clocks.sm",
+                    "ecc.errors.corrected.volatile.total",
+                    "ecc.errors.uncorrected.volatile.total",
+                    "ecc.errors.corrected.aggregate.total",
+                    "ecc.errors.uncorrected.aggregate.total",
+                    "remap.correctable",
+                    "remap.uncorrectable",
+                    "remap.pending",
+                    "hw_thermal_slowdown",
+                )
+            },
         }
     )
     na = pl.lit(NOT_SUPPORTED)
-    remap = [pl.col("remap.correctable").cast(pl.String), pl.col("remap.uncorrectable").cast(pl.String), _yes_no("remap.pending")]
-    pages, rows = (([na, na, na], remap) if model.row_remapping else (remap, [na, na, na]))
+    remap = [
+        pl.col("remap.correctable").cast(pl.String),
+        pl.col("remap.uncorrectable").cast(pl.String),
+        _yes_no("remap.pending"),
+    ]
+    pages, rows = ([na, na, na], remap) if model.row_remapping else (remap, [na, na, na])
     ts = pl.from_epoch(pl.col("ms"), time_unit="ms").dt.strftime("%Y/%m/%d %H:%M:%S%.3f")
     line = pl.concat_str(
         [
@@ -127,9 +157,15 @@ def nvidia_smi_frame(tel: NodeTelemetry, fleet: Fleet, lives: list[Life]) -> pl.
             pl.format("{}.{} W", pl.col("power_cw") // 100, (pl.col("power_cw") % 100).cast(pl.String).str.zfill(2)),
             pl.format("{} %", pl.col("utilization.gpu")),
             pl.format("{} MHz", pl.col("clocks.sm")),
-            *(pl.col(c).cast(pl.String) for c in (
-                "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
-                "ecc.errors.corrected.aggregate.total", "ecc.errors.uncorrected.aggregate.total")),
+            *(
+                pl.col(c).cast(pl.String)
+                for c in (
+                    "ecc.errors.corrected.volatile.total",
+                    "ecc.errors.uncorrected.volatile.total",
+                    "ecc.errors.corrected.aggregate.total",
+                    "ecc.errors.uncorrected.aggregate.total",
+                )
+            ),
             *pages,
             *rows,
             pl.when(pl.col("hw_thermal_slowdown") > 0).then(pl.lit("Active")).otherwise(pl.lit("Not Active")),
@@ -155,7 +191,9 @@ def _mess_up(lines: list[str], rng: np.random.Generator) -> list[str]:
     return rest[:at] + block + rest[at:]
 
 
-def write_nvidia_smi(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams) -> tuple[int, int, int]:
+def write_nvidia_smi(
+    out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams
+) -> tuple[int, int, int]:
     """Write ``nvidia-smi/<node>/<day>.csv``; returns (files, rows, bytes)."""
     rng = np.random.default_rng([params.seed, 4, tel.node_index])
     frame = nvidia_smi_frame(tel, fleet, lives)
@@ -206,7 +244,9 @@ def _series_labels(metric: str, fleet: Fleet, node_index: int, slot: int, uuid: 
     }
 
 
-def dcgm_series(tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams) -> dict[tuple[str, str], list[str]]:
+def dcgm_series(
+    tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams
+) -> dict[tuple[str, str], list[str]]:
     """Prometheus matrix series (JSON text) per (day, metric) for this node's GPUs."""
     ratio = params.dcgm_step_s // params.sample_every_s
     on_grid = tel.present.copy()
@@ -251,24 +291,79 @@ _SCRAPE_METRICS = (
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_cw"),
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "utilization.gpu"),
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "clocks.sm"),
-    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors.", "ecc.errors.corrected.volatile.total"),
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.", "ecc.errors.uncorrected.volatile.total"),
-    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "counter", "Total number of single-bit persistent ECC errors.", "ecc.errors.corrected.aggregate.total"),
-    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter", "Total number of double-bit persistent ECC errors.", "ecc.errors.uncorrected.aggregate.total"),
+    (
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "counter",
+        "Total number of single-bit volatile ECC errors.",
+        "ecc.errors.corrected.volatile.total",
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "counter",
+        "Total number of double-bit volatile ECC errors.",
+        "ecc.errors.uncorrected.volatile.total",
+    ),
+    (
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        "counter",
+        "Total number of single-bit persistent ECC errors.",
+        "ecc.errors.corrected.aggregate.total",
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "counter",
+        "Total number of double-bit persistent ECC errors.",
+        "ecc.errors.uncorrected.aggregate.total",
+    ),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
-    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in us).", "DCGM_FI_DEV_THERMAL_VIOLATION"),
-    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in us).", "DCGM_FI_DEV_POWER_VIOLATION"),
-    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink flow-control CRC errors.", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+    (
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        "counter",
+        "Throttling duration due to thermal constraints (in us).",
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+    ),
+    (
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "counter",
+        "Throttling duration due to power constraints (in us).",
+        "DCGM_FI_DEV_POWER_VIOLATION",
+    ),
+    (
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "counter",
+        "Total number of NVLink flow-control CRC errors.",
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    ),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid"),
 )
 _SCRAPE_REMAP = (
-    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors.", "remap.correctable"),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors.", "remap.uncorrectable"),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for correctable errors.",
+        "remap.correctable",
+    ),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for uncorrectable errors.",
+        "remap.uncorrectable",
+    ),
     ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether a row remap is pending.", "remap.pending"),
 )
 _SCRAPE_RETIRED = (
-    ("DCGM_FI_DEV_RETIRED_SBE", "counter", "Total number of retired pages due to single-bit errors.", "remap.correctable"),
-    ("DCGM_FI_DEV_RETIRED_DBE", "counter", "Total number of retired pages due to double-bit errors.", "remap.uncorrectable"),
+    (
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "counter",
+        "Total number of retired pages due to single-bit errors.",
+        "remap.correctable",
+    ),
+    (
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "counter",
+        "Total number of retired pages due to double-bit errors.",
+        "remap.uncorrectable",
+    ),
     ("DCGM_FI_DEV_RETIRED_PENDING", "gauge", "Total number of pages pending retirement.", "remap.pending"),
 )
 
@@ -303,7 +398,9 @@ def write_scrape(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: list[Li
     return _write_text(out_dir / "scrape" / f"{fleet.node[tel.node_index]}.prom", "\n".join(out) + "\n")
 
 
-def write_kernel_log(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams) -> tuple[int, int]:
+def write_kernel_log(
+    out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: list[Life], params: SimulationParams
+) -> tuple[int, int]:
     """``kernel/<node>.log``: rsyslog lines, mostly noise, boots, and NVRM Xid lines."""
     rng = np.random.default_rng([params.seed, 5, tel.node_index])
     host = fleet.node[tel.node_index]
@@ -316,9 +413,19 @@ def write_kernel_log(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: lis
         return f"{when - boot:12.6f}"
 
     for boot in tel.boots_s[tel.boots_s >= params.start_s]:
-        entries.append((boot, f"{host} kernel: [{0.0:12.6f}] Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP PREEMPT_DYNAMIC"))
+        entries.append(
+            (
+                boot,
+                f"{host} kernel: [{0.0:12.6f}] Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP PREEMPT_DYNAMIC",
+            )
+        )
         entries.append((boot + 4.118, f"{host} kernel: [{4.118:12.6f}] nvidia: module license 'NVIDIA' taints kernel."))
-        entries.append((boot + 4.532, f"{host} kernel: [{4.532:12.6f}] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024"))
+        entries.append(
+            (
+                boot + 4.532,
+                f"{host} kernel: [{4.532:12.6f}] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024",
+            )
+        )
     n_noise = rng.poisson(1.5 * 24 * params.days)
     outages = [(a, b) for a, b, why in tel.down if why != "scrape gap"]  # nothing logs while down
     for when in np.sort(rng.uniform(params.start_s, params.end_s, n_noise)):
@@ -326,15 +433,36 @@ def write_kernel_log(out_dir: Path, tel: NodeTelemetry, fleet: Fleet, lives: lis
             continue
         template = _NOISE[int(rng.integers(len(_NOISE)))]
         bus = buses[int(tel.slots[int(rng.integers(len(tel.slots)))])].split(":")[1]
-        entries.append((float(when), template.format(host=host, n=int(rng.integers(1, 99999)), pid=int(rng.integers(1000, 4_000_000)), up=uptime(when), bus=bus)))
+        entries.append(
+            (
+                float(when),
+                template.format(
+                    host=host,
+                    n=int(rng.integers(1, 99999)),
+                    pid=int(rng.integers(1000, 4_000_000)),
+                    up=uptime(when),
+                    bus=bus,
+                ),
+            )
+        )
     for slot, when, code in tel.xids:
         texts = _XID_TEXT_PAGE_RETIREMENT if code in (63, 64) and not model.row_remapping else _XID_TEXT
         message = texts[code].format(addr=int(rng.integers(0, 2**28)))
         pid = int(rng.integers(1000, 4_000_000))
         name = "python3" if rng.random() < 0.8 else "pt_main_thread"
-        entries.append((when, f"{host} kernel: [{uptime(when)}] NVRM: Xid (PCI:{buses[slot]}): {code}, pid={pid}, name={name}, {message}"))
+        entries.append(
+            (
+                when,
+                f"{host} kernel: [{uptime(when)}] NVRM: Xid (PCI:{buses[slot]}): {code}, pid={pid}, name={name}, {message}",
+            )
+        )
         if code == 79:
-            entries.append((when + 0.000412, f"{host} kernel: [{uptime(when + 0.000412)}] NVRM: GPU {buses[slot]}.0: GPU has fallen off the bus."))
+            entries.append(
+                (
+                    when + 0.000412,
+                    f"{host} kernel: [{uptime(when + 0.000412)}] NVRM: GPU {buses[slot]}.0: GPU has fallen off the bus.",
+                )
+            )
     entries.sort(key=lambda e: e[0])
     text = "\n".join(f"{_rfc3339_us(when)} {line}" for when, line in entries) + "\n"
     return _write_text(out_dir / "kernel" / f"{host}.log", text), len(entries)
@@ -404,6 +532,7 @@ def write_inventory(out_dir: Path, fleet: Fleet, lives: list[Life], params: Simu
 
 def ground_truth_frame(fleet: Fleet, failed: list[Life]) -> pl.DataFrame:
     """The simulator's truth per failure (not telemetry)."""
+
     def ts(values: list[float | None]) -> pl.Series:
         us = [None if v is None else round(v * 1_000_000) for v in values]
         return pl.Series(us, dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC")

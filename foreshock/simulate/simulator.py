@@ -17,8 +17,16 @@ from foreshock.simulate.telemetry import simulate_node
 
 # What the simulator owns inside its output directory (cleared before a new run so a
 # smaller rerun leaves no stale files for ingest to pick up).
-OUTPUTS = ("inventory.csv", "tickets.csv", "ground_truth.parquet", "simulation.json",
-           "nvidia-smi", "dcgm", "scrape", "kernel")
+OUTPUTS = (
+    "inventory.csv",
+    "tickets.csv",
+    "ground_truth.parquet",
+    "simulation.json",
+    "nvidia-smi",
+    "dcgm",
+    "scrape",
+    "kernel",
+)
 
 
 def simulate_fleet(
@@ -93,9 +101,17 @@ def simulate_fleet(
     """
     started = time.perf_counter()
     params = SimulationParams.build(
-        sample_every=sample_every, dcgm_step=dcgm_step, units=units, days=float(days), seed=seed,
-        start=start, gpus_per_node=gpus_per_node, racks=racks, sudden_share=sudden_share,
-        failures_per_1000_unit_days=failures_per_1000_unit_days, **options,
+        sample_every=sample_every,
+        dcgm_step=dcgm_step,
+        units=units,
+        days=float(days),
+        seed=seed,
+        start=start,
+        gpus_per_node=gpus_per_node,
+        racks=racks,
+        sudden_share=sudden_share,
+        failures_per_1000_unit_days=failures_per_1000_unit_days,
+        **options,
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -165,8 +181,7 @@ def simulate_fleet(
             "hot_rack": sum(1 for x in failed if fleet.slot_rack(x.slot) == fleet.hot_rack),
             # Degrading at the end, failing after it: precursors with no failure in view.
             "censored_degrading": sum(
-                1 for x in lives
-                if x.onset_s is not None and x.onset_s < params.end_s <= (x.failed_at_s or 0)
+                1 for x in lives if x.onset_s is not None and x.onset_s < params.end_s <= (x.failed_at_s or 0)
             ),
         },
         "files": dict(sorted(files.items())),

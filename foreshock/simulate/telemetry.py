@@ -87,8 +87,9 @@ class _Occupancy:
         return np.append(np.asarray(values, dtype=np.float64), empty)[self.idx]
 
 
-def _occupancy(slots: np.ndarray, lives: list[Life], lives_by_slot: dict[int, list[int]],
-               params: SimulationParams) -> _Occupancy:
+def _occupancy(
+    slots: np.ndarray, lives: list[Life], lives_by_slot: dict[int, list[int]], params: SimulationParams
+) -> _Occupancy:
     step, n_t = params.sample_every_s, params.samples
     local: list[Life] = []
     life_global: list[int] = []
@@ -115,7 +116,9 @@ def _occupancy(slots: np.ndarray, lives: list[Life], lives_by_slot: dict[int, li
     return _Occupancy(local, np.asarray(life_global, dtype=np.int64), idx, spans, life_start)
 
 
-def _node_events(rng: np.random.Generator, occ: _Occupancy, params: SimulationParams) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
+def _node_events(
+    rng: np.random.Generator, occ: _Occupancy, params: SimulationParams
+) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
     """Boot times (the first before the simulation) and intervals with no telemetry."""
     boots = [params.start_s - rng.uniform(2, 40) * DAY_S]
     down: list[tuple[float, float, str]] = []
@@ -146,8 +149,15 @@ def _degradation(occ: _Occupancy, t: np.ndarray, step: int) -> tuple[dict[str, n
     return progress, active
 
 
-def _xid_events(rng: np.random.Generator, occ: _Occupancy, slots: np.ndarray, t: np.ndarray,
-                rows_c_inc: np.ndarray, memory_active: np.ndarray, params: SimulationParams) -> list[tuple[int, float, int]]:
+def _xid_events(
+    rng: np.random.Generator,
+    occ: _Occupancy,
+    slots: np.ndarray,
+    t: np.ndarray,
+    rows_c_inc: np.ndarray,
+    memory_active: np.ndarray,
+    params: SimulationParams,
+) -> list[tuple[int, float, int]]:
     """Row remaps / page retirements (63, sometimes 64 when recording fails), each
     failure's own code, and application-caused codes that say nothing about hardware."""
     step = params.sample_every_s
@@ -232,7 +242,9 @@ def simulate_node(
 
     # ECC: healthy background, benign bursts, HBM degradation; then the double-bit error.
     peak = np.maximum(per_life("sbe_peak_per_h"), SBE_ONSET_PER_H)
-    sbe_rate = per_life("base_sbe_per_h") + active["memory"] * SBE_ONSET_PER_H * (peak / SBE_ONSET_PER_H) ** progress["memory"]
+    sbe_rate = (
+        per_life("base_sbe_per_h") + active["memory"] * SBE_ONSET_PER_H * (peak / SBE_ONSET_PER_H) ** progress["memory"]
+    )
     dbe_inc = np.zeros(shape, dtype=np.int64)
     for life, (i, k0, k1) in zip(occ.local, occ.spans):
         for b0, hours, rate in life.sbe_bursts:
@@ -255,7 +267,10 @@ def simulate_node(
     crc_inc = rng.poisson(per_life("nvlink_crc_per_h") * step_h) * alive
     step_us = step * 1_000_000
     near_limit = temp_gpu >= model.slowdown_c - 2
-    thermal_inc = np.rint(slowdown * step_us * rng.uniform(0.4, 1.0, shape) + near_limit * step_us * 0.03).astype(np.int64) * alive
+    thermal_inc = (
+        np.rint(slowdown * step_us * rng.uniform(0.4, 1.0, shape) + near_limit * step_us * 0.03).astype(np.int64)
+        * alive
+    )
     power_inc = np.rint((power > 0.95 * tdp) * step_us * rng.uniform(0.1, 0.6, shape)).astype(np.int64) * alive
 
     values = {

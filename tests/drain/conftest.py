@@ -101,11 +101,17 @@ def slurm_controller(tmp_path_factory):
     socket_path = directory / "munge.socket"
     subprocess.run(
         [
-            "munged", "--force", f"--key-file={key}", f"--socket={socket_path}",
-            f"--pid-file={directory / 'munged.pid'}", f"--log-file={directory / 'munged.log'}",
+            "munged",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={socket_path}",
+            f"--pid-file={directory / 'munged.pid'}",
+            f"--log-file={directory / 'munged.log'}",
             f"--seed-file={directory / 'munged.seed'}",
         ],
-        check=True, capture_output=True, timeout=30,
+        check=True,
+        capture_output=True,
+        timeout=30,
     )
     (directory / "state").mkdir()
     conf = directory / "slurm.conf"
@@ -148,4 +154,3 @@ def slurm_controller(tmp_path_factory):
     finally:
         _stop(directory / "slurmctld.pid")
         _stop(directory / "munged.pid")
-

@@ -44,7 +44,9 @@ def stub(bin_dir: Path, name: str, log: Path, show_output: str = "") -> None:
 
 def run_script(path: Path, *args: str, bin_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    return subprocess.run(["bash", str(path), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
+    return subprocess.run(
+        ["bash", str(path), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=30, check=False
+    )
 
 
 def calls(log: Path) -> list[list[str]]:
@@ -90,7 +92,9 @@ class TestRiskList:
 
     def test_generated_scripts_pass_bash_syntax_check(self, published):
         for name in SCRIPTS:
-            result = subprocess.run(["bash", "-n", str(published.files[name])], capture_output=True, text=True, check=False)
+            result = subprocess.run(
+                ["bash", "-n", str(published.files[name])], capture_output=True, text=True, check=False
+            )
             assert result.returncode == 0, f"{name}: {result.stderr}"
 
 
@@ -163,8 +167,16 @@ class TestShellSafety:
         run = run_script(script, "--apply", "--at-checkpoint", bin_dir=tmp_path / "bin", cwd=tmp_path)
         assert run.returncode == 0, run.stderr
         updates = [c for c in calls(log) if c[0] == "update"]
-        expected = {node: reason for action in ("drain_now", "drain_at_checkpoint") for node, reason in node_reasons(frame, action)}
-        assert {u[1] for u in updates} == {f"NodeName={n}" for n in expected} == {"NodeName=gpu-node001", "NodeName=gpu-node002"}
+        expected = {
+            node: reason
+            for action in ("drain_now", "drain_at_checkpoint")
+            for node, reason in node_reasons(frame, action)
+        }
+        assert (
+            {u[1] for u in updates}
+            == {f"NodeName={n}" for n in expected}
+            == {"NodeName=gpu-node001", "NodeName=gpu-node002"}
+        )
         for update in updates:
             node = update[1].split("=", 1)[1]
             assert update[2:] == ["State=DRAIN", f"Reason={expected[node]}"]
@@ -181,7 +193,13 @@ class TestShellSafety:
         run_script(script, "--apply", bin_dir=tmp_path / "bin", cwd=tmp_path)
         applied = [c for c in calls(log) if c[0] != "get"]
         assert ["cordon", "gpu-node001"] in applied
-        assert ["taint", "nodes", "gpu-node001", "foreshock.io/failure-risk=drain_now:NoSchedule", "--overwrite"] in applied
+        assert [
+            "taint",
+            "nodes",
+            "gpu-node001",
+            "foreshock.io/failure-risk=drain_now:NoSchedule",
+            "--overwrite",
+        ] in applied
         assert not any("gpu-node002" in c for c in applied)  # drain_at_checkpoint needs the flag
         log.unlink()
         stub(tmp_path / "bin", "kubectl", log, "true|")  # cordoned by someone else
@@ -197,7 +215,10 @@ class TestNodeProblemDetector:
 
         def check(*args, extra_env=None):
             return subprocess.run(
-                ["bash", str(script), *args], env={**env, **(extra_env or {})}, capture_output=True, text=True,
+                ["bash", str(script), *args],
+                env={**env, **(extra_env or {})},
+                capture_output=True,
+                text=True,
                 check=False,
             )
 
@@ -210,7 +231,11 @@ class TestNodeProblemDetector:
         assert ok.returncode == 0 and "no drain recommended" in ok.stdout
         assert check(extra_env={"NODE_NAME": "gpu-node001"}).returncode == 1
         stale = publish(drain_config, generated_at=datetime.now(UTC) - timedelta(hours=7))
-        result = subprocess.run(["bash", str(stale.files["npd_foreshock_check.sh"]), "gpu-node001"], capture_output=True, text=True, check=False
+        result = subprocess.run(
+            ["bash", str(stale.files["npd_foreshock_check.sh"]), "gpu-node001"],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert result.returncode == 2 and "stale" in result.stdout
 
@@ -229,9 +254,7 @@ def test_one_line_strips_control_characters():
 
 
 def test_build_risk_list_keeps_schema_with_no_rows():
-    empty = build_risk_list(
-        pl.DataFrame(schema={"unit_id": pl.String, "action": pl.String, "risk": pl.Float64}), T0
-    )
+    empty = build_risk_list(pl.DataFrame(schema={"unit_id": pl.String, "action": pl.String, "risk": pl.Float64}), T0)
     assert empty.height == 0 and "schema_version" in empty.columns and "top_signals" in empty.columns
 
 

@@ -6,12 +6,14 @@ import polars as pl
 import pytest
 from drain_helpers import score_rows, write_scores
 
-from pipelines.cli import main
+from foreshock.pipelines.cli import main
 
 
 def test_publish_command_runs_the_flow_and_prints_the_top(prefect_server, drain_config, capsys):
     data_dir = drain_config.data_dir
-    write_scores(data_dir, score_rows({"gpu-node001-gpu0": (1.0, 1.0), "gpu-node002-gpu0": 0.15, "gpu-node003-gpu0": 0.01}))
+    write_scores(
+        data_dir, score_rows({"gpu-node001-gpu0": (1.0, 1.0), "gpu-node002-gpu0": 0.15, "gpu-node003-gpu0": 0.01})
+    )
     assert main(["--data-dir", str(data_dir), "publish", "--top", "5"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
@@ -53,14 +55,25 @@ def test_replay_command_writes_the_report(prefect_server, drain_config, capsys):
     failing, healthy = "gpu-node001-gpu0", "gpu-node002-gpu0"
     failed_at = T0 + timedelta(hours=40)
     rows = [
-        {"unit_id": u, "ts": T0 + timedelta(hours=h), "model": m, "horizon": "72h",
-         "risk": 0.9 if (m == "gbm" and u == failing and 10 <= h < 40) else 0.01}
-        for m in ("gbm", "baseline") for u in (failing, healthy) for h in range(48)
+        {
+            "unit_id": u,
+            "ts": T0 + timedelta(hours=h),
+            "model": m,
+            "horizon": "72h",
+            "risk": 0.9 if (m == "gbm" and u == failing and 10 <= h < 40) else 0.01,
+        }
+        for m in ("gbm", "baseline")
+        for u in (failing, healthy)
+        for h in range(48)
     ]
     scores = pl.DataFrame(rows).with_columns(pl.col("ts").dt.cast_time_unit("us"))
     (data_dir / "backtest").mkdir(parents=True)
     scores.write_parquet(data_dir / "backtest" / "scores.parquet")
-    merge_into_lake(drain_config.lake_dir, "failures", pl.DataFrame({"unit_id": [failing], "failed_at": [failed_at], "mode": ["hbm"]}))
+    merge_into_lake(
+        drain_config.lake_dir,
+        "failures",
+        pl.DataFrame({"unit_id": [failing], "failed_at": [failed_at], "mode": ["hbm"]}),
+    )
 
     assert main(["--data-dir", str(data_dir), "replay", "--no-plots"]) == 0
     out = capsys.readouterr().out

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from drain_helpers import T0, score_rows
 
-from foreshock.drain.costs import DrainCosts
+from foreshock.costs import DrainCosts
 from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table
 from foreshock.drain.state import PolicyState
 
@@ -44,7 +44,9 @@ class TestGuards:
     def test_whole_rack_at_high_risk_drains_only_its_quota(self):
         inventory = fleet()
         settings = PolicySettings(
-            max_drained_share_cluster=0.5, max_drained_share_per_domain=0.25, max_new_drains_per_run=100,
+            max_drained_share_cluster=0.5,
+            max_drained_share_per_domain=0.25,
+            max_new_drains_per_run=100,
             fault_domains=("node", "rack"),
         )
         rack1 = inventory.filter(pl.col("rack") == "r1").get_column("unit_id").to_list()
@@ -62,7 +64,9 @@ class TestGuards:
     def test_units_already_out_count_against_the_quota(self):
         inventory = fleet()
         settings = PolicySettings(
-            max_drained_share_cluster=0.5, max_drained_share_per_domain=0.25, max_new_drains_per_run=100,
+            max_drained_share_cluster=0.5,
+            max_drained_share_per_domain=0.25,
+            max_new_drains_per_run=100,
             fault_domains=("rack",),
         )
         rack1 = inventory.filter(pl.col("rack") == "r1").get_column("unit_id").to_list()
@@ -76,7 +80,9 @@ class TestGuards:
     def test_cluster_quota_counts_nodes_another_tool_drained(self):
         inventory = fleet()
         settings = PolicySettings(
-            max_drained_share_cluster=0.1, max_drained_share_per_domain=1.0, max_new_drains_per_run=100,
+            max_drained_share_cluster=0.1,
+            max_drained_share_per_domain=1.0,
+            max_new_drains_per_run=100,
             fault_domains=("rack",),
         )
         units = inventory.get_column("unit_id").to_list()
@@ -141,7 +147,11 @@ class TestLeftAloneAndAdmission:
     def test_node_drained_by_another_tool_is_left_alone(self):
         inventory = fleet(racks=1, nodes_per_rack=2, gpus=2)
         node_states = pl.DataFrame(
-            {"node": ["gpu-node001", "gpu-node002"], "state": ["drained", "idle"], "reason": ["NHC: check_hw failed", None]}
+            {
+                "node": ["gpu-node001", "gpu-node002"],
+                "state": ["drained", "idle"],
+                "reason": ["NHC: check_hw failed", None],
+            }
         )
         policy = DrainPolicy(PolicySettings(max_drained_share_cluster=1.0, max_drained_share_per_domain=1.0))
         d = decide(policy, {"gpu-node001-gpu0": 0.95, "gpu-node002-gpu0": 0.95}, inventory, node_states=node_states)
@@ -152,7 +162,9 @@ class TestLeftAloneAndAdmission:
 
     def test_node_drained_by_foreshock_is_not_treated_as_another_tool(self):
         inventory = fleet(racks=1, nodes_per_rack=1, gpus=2)
-        node_states = pl.DataFrame({"node": ["gpu-node001"], "state": ["drained"], "reason": ["foreshock: drain_now gpu0"]})
+        node_states = pl.DataFrame(
+            {"node": ["gpu-node001"], "state": ["drained"], "reason": ["foreshock: drain_now gpu0"]}
+        )
         policy = DrainPolicy(PolicySettings(max_drained_share_cluster=1.0, max_drained_share_per_domain=1.0))
         d = decide(policy, {"gpu-node001-gpu0": 0.95}, inventory, node_states=node_states)
         assert d.recommendations["action"][0] in DRAINS
@@ -161,9 +173,9 @@ class TestLeftAloneAndAdmission:
         inventory = fleet(racks=1, nodes_per_rack=1, gpus=2)
         settings = PolicySettings(burn_in=timedelta(hours=24))
         policy = DrainPolicy(settings)
-        failures = pl.DataFrame(
-            {"unit_id": ["gpu-node001-gpu0"], "failed_at": [T0 + timedelta(hours=2)]}
-        ).with_columns(pl.col("failed_at").dt.cast_time_unit("us"))
+        failures = pl.DataFrame({"unit_id": ["gpu-node001-gpu0"], "failed_at": [T0 + timedelta(hours=2)]}).with_columns(
+            pl.col("failed_at").dt.cast_time_unit("us")
+        )
         # Last score before the failure: down.
         scores = unit_risk_table(score_rows({"gpu-node001-gpu0": 0.01}, T0), "72h")
         down = policy.decide(scores, T0 + timedelta(hours=3), None, inventory=inventory, failures=failures)

@@ -9,9 +9,10 @@ import polars as pl
 import pytest
 from drain_helpers import T0
 
-from foreshock.drain.costs import DrainCosts
+from foreshock.costs import DrainCosts
 from foreshock.drain.policy import PolicySettings
-from foreshock.drain.replay import NO_PREDICTION, replay, write_report
+from foreshock.drain.replay import NO_PREDICTION, replay
+from foreshock.drain.replay_report import write_report
 
 HOURS = 120  # snapshots t0 .. t0 + 119h
 A, B, C, D = (f"gpu-node00{i}-gpu0" for i in range(1, 5))
@@ -56,9 +57,7 @@ def small_case():
 
 def test_gpu_hours_match_a_hand_computation(small_case, tmp_path):
     scores, failures, settings = small_case
-    report = replay(
-        scores, failures, settings, alert_window=timedelta(days=7), min_lead_time=timedelta(hours=1)
-    )
+    report = replay(scores, failures, settings, alert_window=timedelta(days=7), min_lead_time=timedelta(hours=1))
     by = {o.variant: o for o in report.outcomes}
     # By hand: an unplanned failure costs 100 GPUs x (2h/2 + 0.5h) = 150 GPU-h; a drain
     # costs 100 x 0.1h = 10 GPU-h.  gbm drains A (fails 47h later: drained ahead) and B
@@ -98,7 +97,11 @@ def test_a_drained_unit_returns_through_burn_in_not_a_second_drain(small_case):
 def test_drain_too_close_to_the_failure_does_not_count(small_case):
     scores, failures, settings = small_case
     report = replay(
-        scores, failures, settings, alert_window=timedelta(days=7), min_lead_time=timedelta(hours=48),
+        scores,
+        failures,
+        settings,
+        alert_window=timedelta(days=7),
+        min_lead_time=timedelta(hours=48),
         models=["gbm"],
     )
     gbm = next(o for o in report.outcomes if o.variant == "gbm")

@@ -66,7 +66,10 @@ def test_publish_reads_live_node_states_and_leaves_foreign_drains_alone(slurm_co
     slurm.run("scontrol", "update", "NodeName=gpu-node007", "State=DRAIN", "Reason=NHC: GPU fell off the bus")
     out = subprocess.run(
         ["sinfo", "--noheader", "--Node", "--format=%N|%T|%E"],
-        env={**os.environ, **slurm.env}, capture_output=True, text=True, check=True,
+        env={**os.environ, **slurm.env},
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     states = read_sinfo(out)
     write_scores(drain_config.data_dir, score_rows({"gpu-node007-gpu0": (1.0, 1.0), "gpu-node008-gpu0": 0.01}))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,7 @@ from foreshock.config import load_config
 from foreshock.contract import UTC_TS
 from foreshock.lake import merge_into_lake
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -22,7 +22,9 @@ class Fleet:
     inventory: pl.DataFrame
     samples: pl.DataFrame
     events: pl.DataFrame
-    failures: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String}))
+    failures: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String})
+    )
 
     def write(self, lake_dir: Path, shards: int = 2, until: datetime | None = None) -> None:
         """Write the fleet into a lake, optionally only what was known at ``until``."""
@@ -80,7 +82,11 @@ def make_fleet(seed: int, units: int = 8, days: float = 3, every_min: int = 10, 
         }
     ).with_columns(pl.col("ts").cast(UTC_TS))
     fail_rows = [
-        {"unit_id": ids[(3 * k + 1) % units], "failed_at": T0 + timedelta(hours=float(rng.uniform(12, days * 24 - 6))), "mode": "hbm"}
+        {
+            "unit_id": ids[(3 * k + 1) % units],
+            "failed_at": T0 + timedelta(hours=float(rng.uniform(12, days * 24 - 6))),
+            "mode": "hbm",
+        }
         for k in range(failures)
     ]
     fails = pl.DataFrame(fail_rows, schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String})

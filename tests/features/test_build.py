@@ -6,27 +6,42 @@ from datetime import datetime, timedelta
 
 import polars as pl
 import pytest
+from conftest import T0, Fleet, make_fleet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from conftest import T0, Fleet, make_fleet
-from features.build import build_features, feature_columns
-from features.spec import feature_spec
 from foreshock.contract import UTC_TS
+from foreshock.features.build import build_features, feature_columns
+from foreshock.features.spec import feature_spec
 
 SEED = 20261101
 
 
-def _one_unit(samples: list[tuple[datetime, str, float]], unit: str = "gpu-node001-gpu0", installed: datetime | None = None) -> Fleet:
+def _one_unit(
+    samples: list[tuple[datetime, str, float]], unit: str = "gpu-node001-gpu0", installed: datetime | None = None
+) -> Fleet:
     inventory = pl.DataFrame(
-        {"unit_id": [unit], "node": ["gpu-node001"], "rack": ["rack0"], "model": ["H100"], "lot": ["lot0"],
-         "installed_at": [installed or T0 - timedelta(days=10)]}
+        {
+            "unit_id": [unit],
+            "node": ["gpu-node001"],
+            "rack": ["rack0"],
+            "model": ["H100"],
+            "lot": ["lot0"],
+            "installed_at": [installed or T0 - timedelta(days=10)],
+        }
     )
     frame = pl.DataFrame(
-        {"unit_id": unit, "ts": [s[0] for s in samples], "metric": [s[1] for s in samples], "value": [s[2] for s in samples]}
+        {
+            "unit_id": unit,
+            "ts": [s[0] for s in samples],
+            "metric": [s[1] for s in samples],
+            "value": [s[2] for s in samples],
+        }
     ).with_columns(pl.col("ts").cast(UTC_TS))
-    events = pl.DataFrame(schema={"unit_id": pl.String, "ts": UTC_TS, "source": pl.String, "code": pl.Int64, "count": pl.Int64})
+    events = pl.DataFrame(
+        schema={"unit_id": pl.String, "ts": UTC_TS, "source": pl.String, "code": pl.Int64, "count": pl.Int64}
+    )
     return Fleet(inventory, frame, events)
 
 
@@ -83,10 +98,20 @@ def test_every_feature_is_named_after_its_window_and_is_float(full_features):
     features = feature_columns(spec)
     assert set(features) <= set(full.columns)
     assert all(full.schema[c] == pl.Float64 for c in features)
-    for name in ("ecc_sbe_volatile_total_increase_1d", "ecc_sbe_volatile_total_accel_1h_1d",
-                 "gpu_temp_c_drift_c_6h", "temp_residual_c_6h", "xid_class_memory_count_1d",
-                 "xid_48_count_6h", "telemetry_missing_frac_1h", "rack_error_rate_1d",
-                 "lot_failure_rate_1d", "cohort_cum_hazard", "age_days", "power_w_excursion_6h"):
+    for name in (
+        "ecc_sbe_volatile_total_increase_1d",
+        "ecc_sbe_volatile_total_accel_1h_1d",
+        "gpu_temp_c_drift_c_6h",
+        "temp_residual_c_6h",
+        "xid_class_memory_count_1d",
+        "xid_48_count_6h",
+        "telemetry_missing_frac_1h",
+        "rack_error_rate_1d",
+        "lot_failure_rate_1d",
+        "cohort_cum_hazard",
+        "age_days",
+        "power_w_excursion_6h",
+    ):
         assert name in features
     assert full.select("unit_id", "ts").is_duplicated().sum() == 0
     # Snapshots sit on the snapshot grid.
@@ -137,7 +162,9 @@ def test_gap_grows_then_the_silent_unit_leaves_service(tmp_path):
     # The step across the 3-hour silence is booked when the unit comes back.
     assert _row(out, T0 + timedelta(hours=6))["ecc_sbe_volatile_total_increase_1h"] == 7
     # Silent for more than the longest window (1 day): out of service, no snapshots.
-    silent = out.filter((pl.col("ts") > T0 + timedelta(hours=29, minutes=10)) & (pl.col("ts") <= T0 + timedelta(hours=40)))
+    silent = out.filter(
+        (pl.col("ts") > T0 + timedelta(hours=29, minutes=10)) & (pl.col("ts") <= T0 + timedelta(hours=40))
+    )
     assert silent.height == 0
     back = _row(out, T0 + timedelta(hours=41))
     assert back["telemetry_gap_hours"] == 0
@@ -165,9 +192,9 @@ def test_a_replaced_gpu_starts_a_new_life_without_the_old_errors(tmp_path):
             value += 1  # ... and logs a few errors
         rows.append((t, "ecc_sbe_volatile_total", value))
     fleet = _one_unit(rows, installed=T0 - timedelta(days=3))
-    fleet.failures = pl.DataFrame({"unit_id": [unit, unit], "failed_at": failures, "mode": ["hbm", "hbm"]}).with_columns(
-        pl.col("failed_at").cast(UTC_TS)
-    )
+    fleet.failures = pl.DataFrame(
+        {"unit_id": [unit, unit], "failed_at": failures, "mode": ["hbm", "hbm"]}
+    ).with_columns(pl.col("failed_at").cast(UTC_TS))
     fleet.write(config.lake_dir)
     out = build_features(config.lake_dir, config)
 

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-
 from conftest import T0
-from features.context import cohort_hazard_increments, life_table
+
 from foreshock.contract import UTC_TS
+from foreshock.features.context import cohort_hazard_increments, life_table
 
 
 def test_cohort_hazard_matches_lifelines_nelson_aalen():
@@ -17,8 +17,7 @@ def test_cohort_hazard_matches_lifelines_nelson_aalen():
 
     units = [f"gpu-node001-gpu{i}" for i in range(6)]
     inventory = pl.DataFrame(
-        {"unit_id": units, "node": "gpu-node001", "rack": "r1", "model": "H100", "lot": "L7",
-         "installed_at": [T0] * 6}
+        {"unit_id": units, "node": "gpu-node001", "rack": "r1", "model": "H100", "lot": "L7", "installed_at": [T0] * 6}
     ).with_columns(pl.col("installed_at").cast(UTC_TS))
     failed = {units[0]: 10, units[1]: 20, units[2]: 35}
     failures = pl.DataFrame(
@@ -26,7 +25,14 @@ def test_cohort_hazard_matches_lifelines_nelson_aalen():
     ).with_columns(pl.col("failed_at").cast(UTC_TS))
     as_of = T0 + timedelta(hours=40)
     # A failure after as_of is not known yet and must not count.
-    late = pl.concat([failures, pl.DataFrame({"unit_id": [units[3]], "failed_at": [as_of + timedelta(hours=1)]}).with_columns(pl.col("failed_at").cast(UTC_TS))])
+    late = pl.concat(
+        [
+            failures,
+            pl.DataFrame({"unit_id": [units[3]], "failed_at": [as_of + timedelta(hours=1)]}).with_columns(
+                pl.col("failed_at").cast(UTC_TS)
+            ),
+        ]
+    )
 
     curve = cohort_hazard_increments(life_table(inventory, late), inventory, as_of)
 

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-
 from conftest import T0
-from features.build import build_features
+
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
+from foreshock.features.build import build_features
 from foreshock.lake import merge_into_lake
 
 DISK_CATALOG = """
@@ -31,8 +31,12 @@ def disk_config(tmp_path):
     return load_config(None, data_dir=tmp_path / "data").with_overrides(
         {
             "paths": {"catalog": str(catalog)},
-            "features": {"snapshot_every": "1d", "windows": ["1d", "3d", "7d"], "baseline_window": "7d",
-                         "expected_sample_every": "1d"},
+            "features": {
+                "snapshot_every": "1d",
+                "windows": ["1d", "3d", "7d"],
+                "baseline_window": "7d",
+                "expected_sample_every": "1d",
+            },
         }
     )
 
@@ -44,8 +48,14 @@ def _reallocated(day: int) -> float:
 
 def _write_disks(config) -> None:
     inventory = pl.DataFrame(
-        {"unit_id": DISKS, "node": [d.split("-")[0] for d in DISKS], "rack": "r1", "model": "HDD-16T",
-         "lot": ["L1", "L1", "L2", "L2", "L2", "L1"], "installed_at": [T0 - timedelta(days=400)] * len(DISKS)}
+        {
+            "unit_id": DISKS,
+            "node": [d.split("-")[0] for d in DISKS],
+            "rack": "r1",
+            "model": "HDD-16T",
+            "lot": ["L1", "L1", "L2", "L2", "L2", "L1"],
+            "installed_at": [T0 - timedelta(days=400)] * len(DISKS),
+        }
     ).with_columns(pl.col("installed_at").cast(UTC_TS))
     rows = []
     for i, disk in enumerate(DISKS):
@@ -72,9 +82,15 @@ def test_daily_disk_counters_get_daily_snapshots_and_windows(disk_config):
     assert out["ts"].min() == T0 + timedelta(days=1)
     assert out["ts"].max() == T0 + timedelta(days=DAYS - 1)  # the last poll (day 19, 06:00) is after it
     assert not any(c.startswith(("gpu_temp_c", "ecc_")) for c in out.columns)
-    for name in ("reallocated_sectors_increase_3d", "reallocated_sectors_accel_1d_7d",
-                 "reallocated_sectors_hours_since_first_increase", "pending_sectors_max_7d",
-                 "disk_temp_c_drift_c_1d", "disk_temp_c_drift_c_3d", "power_on_hours_increase_7d"):
+    for name in (
+        "reallocated_sectors_increase_3d",
+        "reallocated_sectors_accel_1d_7d",
+        "reallocated_sectors_hours_since_first_increase",
+        "pending_sectors_max_7d",
+        "disk_temp_c_drift_c_1d",
+        "disk_temp_c_drift_c_3d",
+        "power_on_hours_increase_7d",
+    ):
         assert name in out.columns
 
     sick = out.filter(pl.col("unit_id") == DISKS[0]).sort("ts")
@@ -100,7 +116,7 @@ def test_daily_disk_counters_get_daily_snapshots_and_windows(disk_config):
 
 
 def test_windows_that_do_not_fit_the_snapshot_grid_are_refused(disk_config):
-    from features.spec import feature_spec
+    from foreshock.features.spec import feature_spec
 
     bad = disk_config.with_overrides({"features": {"windows": ["12h", "3d"]}})
     with pytest.raises(ValueError, match="12h is not a whole multiple of snapshot_every = 1d"):

@@ -5,21 +5,23 @@ from __future__ import annotations
 from datetime import timedelta
 
 import polars as pl
+from conftest import T0, make_fleet
 from polars.testing import assert_frame_equal
 
-from conftest import T0, make_fleet
-from features.build import build_features
-from features.store import feature_files, scan_features
 from foreshock.config import load_config
-from pipelines.features_flow import features_flow
+from foreshock.features.build import build_features
+from foreshock.features.store import feature_files, scan_features
+from foreshock.pipelines.features_flow import features_flow
 
 SEED = 3
 
 
 def _config(tmp_path):
     return load_config(None, data_dir=tmp_path / "data").with_overrides(
-        {"features": {"windows": ["1h", "6h", "1d"], "baseline_window": "1d", "expected_sample_every": "10m"},
-         "lake": {"shards": 2}}
+        {
+            "features": {"windows": ["1h", "6h", "1d"], "baseline_window": "1d", "expected_sample_every": "10m"},
+            "lake": {"shards": 2},
+        }
     )
 
 
@@ -44,7 +46,7 @@ def test_flow_writes_partitions_and_only_computes_new_snapshots(prefect_server, 
 
     # Nothing new in the lake: a second run (here through the CLI, which runs the same
     # flow) computes nothing and rewrites nothing.
-    from pipelines.cli import main
+    from foreshock.pipelines.cli import main
 
     before = _stamps(config)
     assert main(["--data-dir", str(config.data_dir), "features"]) == 0
@@ -65,17 +67,21 @@ def test_flow_writes_partitions_and_only_computes_new_snapshots(prefect_server, 
 
 
 def test_scan_features_aligns_columns_across_partitions(tmp_path):
-    from features.store import write_features
+    from foreshock.features.store import write_features
 
     features_dir = tmp_path / "features"
     day1 = pl.DataFrame({"unit_id": ["a"], "ts": [T0 + timedelta(hours=1)], "x_mean_1h": [1.0]})
-    day2 = pl.DataFrame({"unit_id": ["a", "b"], "ts": [T0 + timedelta(days=1)] * 2, "x_mean_1h": [2.0, 3.0], "y_last": [5.0, 6.0]})
+    day2 = pl.DataFrame(
+        {"unit_id": ["a", "b"], "ts": [T0 + timedelta(days=1)] * 2, "x_mean_1h": [2.0, 3.0], "y_last": [5.0, 6.0]}
+    )
     write_features(day1.with_columns(pl.col("ts").dt.cast_time_unit("us")), features_dir, 2)
     write_features(day2.with_columns(pl.col("ts").dt.cast_time_unit("us")), features_dir, 2)
     out = scan_features(features_dir).collect().sort("ts", "unit_id")
     assert out.columns == ["unit_id", "ts", "x_mean_1h", "y_last"]
     assert out["y_last"].to_list() == [None, 5.0, 6.0]
     # Writing a snapshot again replaces its row instead of duplicating it.
-    write_features(day1.with_columns(pl.col("ts").dt.cast_time_unit("us"), pl.lit(9.0).alias("x_mean_1h")), features_dir, 2)
+    write_features(
+        day1.with_columns(pl.col("ts").dt.cast_time_unit("us"), pl.lit(9.0).alias("x_mean_1h")), features_dir, 2
+    )
     again = scan_features(features_dir).collect()
     assert again.height == 3 and again.filter(pl.col("unit_id") == "a").sort("ts")["x_mean_1h"].to_list() == [9.0, 2.0]

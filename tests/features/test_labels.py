@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
 
-from features.labels import add_labels, survival_intervals
 from foreshock.contract import UTC_TS
+from foreshock.features.labels import add_labels, survival_intervals
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def _snapshots(units: list[str], hours: int, feature: float = 1.0) -> pl.DataFrame:
@@ -105,8 +105,20 @@ def test_survival_intervals_feed_lifelines():
         pl.when(pl.col("unit_id").is_in(["u0", "u1", "u2"])).then(5.0).otherwise(0.0).alias("sbe_increase_1h")
         + pl.col("ts").dt.hour().cast(pl.Float64) / 100
     )
-    fails = _failures([("u0", T0 + timedelta(hours=20)), ("u1", T0 + timedelta(hours=12, minutes=5)), ("u4", T0 + timedelta(hours=25))])
+    fails = _failures(
+        [
+            ("u0", T0 + timedelta(hours=20)),
+            ("u1", T0 + timedelta(hours=12, minutes=5)),
+            ("u4", T0 + timedelta(hours=25)),
+        ]
+    )
     intervals = survival_intervals(frame, fails, "1h").with_columns(pl.format("{}-{}", "unit_id", "life").alias("id"))
     fitter = CoxTimeVaryingFitter()
-    fitter.fit(intervals.drop("unit_id", "life").to_pandas(), id_col="id", event_col="event", start_col="start", stop_col="stop")
+    fitter.fit(
+        intervals.drop("unit_id", "life").to_pandas(),
+        id_col="id",
+        event_col="event",
+        start_col="start",
+        stop_col="stop",
+    )
     assert fitter.params_["sbe_increase_1h"] > 0

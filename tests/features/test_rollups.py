@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import polars as pl
+from conftest import make_fleet
 from polars.testing import assert_frame_equal
 
-from conftest import make_fleet
-from features.rollups import rollup_samples
 from foreshock.catalog import load_catalog
+from foreshock.features.rollups import rollup_samples
 
 
 def test_rollup_of_a_shuffled_partition_equals_the_sorted_one(seed):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from landing_files import Landing, write_landing
 
 from foreshock.config import load_config
-from landing_files import Landing, write_landing
 
 
 @pytest.fixture

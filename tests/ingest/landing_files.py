@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-START = datetime(2026, 11, 1, tzinfo=timezone.utc)
+START = datetime(2026, 11, 1, tzinfo=UTC)
 SMI_FIELDS = (
     "timestamp, index, pci.bus_id, uuid, temperature.gpu, temperature.memory, power.draw [W], utilization.gpu [%], "
     "clocks.sm [MHz], ecc.errors.corrected.volatile.total, ecc.errors.uncorrected.volatile.total, "
@@ -66,15 +66,33 @@ def smi_line(ts: datetime, gpu: int, node: int, k: int) -> str:
     sbe = k // 3
     return ", ".join(
         [
-            ts.strftime("%Y/%m/%d %H:%M:%S.000"), str(gpu), PCI[gpu], uuid_of(node, gpu), str(temp), str(temp + 7),
-            f"{250 + k % 50:.2f} W", f"{k % 100} %", "1410 MHz", str(sbe), "0", str(1000 + sbe), "0",
-            "[N/A]", "[N/A]", "[N/A]", str(k // 50), "0", "Yes" if k % 97 == 0 else "No",
+            ts.strftime("%Y/%m/%d %H:%M:%S.000"),
+            str(gpu),
+            PCI[gpu],
+            uuid_of(node, gpu),
+            str(temp),
+            str(temp + 7),
+            f"{250 + k % 50:.2f} W",
+            f"{k % 100} %",
+            "1410 MHz",
+            str(sbe),
+            "0",
+            str(1000 + sbe),
+            "0",
+            "[N/A]",
+            "[N/A]",
+            "[N/A]",
+            str(k // 50),
+            "0",
+            "Yes" if k % 97 == 0 else "No",
             "Active" if temp > 58 else "Not Active",
         ]
     )
 
 
-def write_landing(root: Path, nodes: int = 2, gpus: int = 2, days: int = 2, steps_per_day: int = 6, xid_code: int = 79) -> Landing:
+def write_landing(
+    root: Path, nodes: int = 2, gpus: int = 2, days: int = 2, steps_per_day: int = 6, xid_code: int = 79
+) -> Landing:
     """Inventory, nvidia-smi day files, DCGM query_range JSON, scrapes, kernel logs, tickets."""
     step = timedelta(days=1) / steps_per_day
     landing = Landing(root, nodes, gpus, days, steps_per_day, step)
@@ -113,8 +131,15 @@ def write_landing(root: Path, nodes: int = 2, gpus: int = 2, days: int = 2, step
                         values.append([ts, str(value)])
                     result.append(
                         {
-                            "metric": {"__name__": metric, "gpu": str(g), "UUID": uuid_of(n, g), "device": f"nvidia{g}",
-                                       "modelName": "NVIDIA H100 80GB HBM3", "Hostname": node_name(n), "pci_bus_id": PCI[g]},
+                            "metric": {
+                                "__name__": metric,
+                                "gpu": str(g),
+                                "UUID": uuid_of(n, g),
+                                "device": f"nvidia{g}",
+                                "modelName": "NVIDIA H100 80GB HBM3",
+                                "Hostname": node_name(n),
+                                "pci_bus_id": PCI[g],
+                            },
                             "values": values,
                         }
                     )
@@ -148,7 +173,7 @@ def write_landing(root: Path, nodes: int = 2, gpus: int = 2, days: int = 2, step
     return landing
 
 
-def lake_snapshot(lake_dir: Path) -> dict[str, "object"]:
+def lake_snapshot(lake_dir: Path) -> dict[str, object]:
     """Every canonical table, sorted, plus the partition file names: equal lakes compare equal."""
     from foreshock.contract import KEYS, TABLES
     from foreshock.lake import read_table

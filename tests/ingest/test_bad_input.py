@@ -6,16 +6,15 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 import pytest
+from landing_files import SMI_FIELDS, START, smi_line, write_landing
 
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.lake import read_table
-
-from landing_files import SMI_FIELDS, START, smi_line, write_landing
 
 GOOD = [
     "gpu-node001-gpu0,2026-11-01T00:00:00Z,gpu_temp_c,41",
@@ -35,14 +34,36 @@ def smi(*bad: str) -> bytes:
 
 def prom_json(value: str, t: float = START.timestamp()) -> bytes:
     good = [[START.timestamp(), "3"], [START.timestamp() + 600, "4"]]
-    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
-        {"metric": {"__name__": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "gpu": "0", "Hostname": "gpu-node001"}, "values": [*good, [t, value]]}
-    ]}}).encode()
+    return json.dumps(
+        {
+            "status": "success",
+            "data": {
+                "resultType": "matrix",
+                "result": [
+                    {
+                        "metric": {
+                            "__name__": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+                            "gpu": "0",
+                            "Hostname": "gpu-node001",
+                        },
+                        "values": [*good, [t, value]],
+                    }
+                ],
+            },
+        }
+    ).encode()
 
 
 def truncated_parquet() -> bytes:
     buffer = io.BytesIO()
-    pl.DataFrame({"unit_id": ["gpu-node001-gpu0"] * 100, "ts": [START] * 100, "metric": ["gpu_temp_c"] * 100, "value": [1.0] * 100}).write_parquet(buffer)
+    pl.DataFrame(
+        {
+            "unit_id": ["gpu-node001-gpu0"] * 100,
+            "ts": [START] * 100,
+            "metric": ["gpu_temp_c"] * 100,
+            "value": [1.0] * 100,
+        }
+    ).write_parquet(buffer)
     return buffer.getvalue()[:200]
 
 
@@ -58,28 +79,141 @@ class Case:
 
 
 CASES = [
-    Case("malformed line", "gpu-node001/2026-11-01.csv", smi("2026/11/01 00:20:00.000, 0, 00000000:3B:00.0"), "malformed line: expected 20 fields, got 3", 13, "line"),
-    Case("wrong type", "gpu-node001/2026-11-01.csv", smi(smi_line(START, 1, 0, 1).replace(", 41, 48,", ", hot, 48,")), "not a number: 'hot'", 25, "temperature.gpu"),
-    Case("reported error", "gpu-node001/2026-11-01.csv", smi(smi_line(START, 1, 0, 1).replace("251.00 W", "[Unknown Error]")), "nvidia-smi reported [Unknown Error]", 25, "power.draw"),
+    Case(
+        "malformed line",
+        "gpu-node001/2026-11-01.csv",
+        smi("2026/11/01 00:20:00.000, 0, 00000000:3B:00.0"),
+        "malformed line: expected 20 fields, got 3",
+        13,
+        "line",
+    ),
+    Case(
+        "wrong type",
+        "gpu-node001/2026-11-01.csv",
+        smi(smi_line(START, 1, 0, 1).replace(", 41, 48,", ", hot, 48,")),
+        "not a number: 'hot'",
+        25,
+        "temperature.gpu",
+    ),
+    Case(
+        "reported error",
+        "gpu-node001/2026-11-01.csv",
+        smi(smi_line(START, 1, 0, 1).replace("251.00 W", "[Unknown Error]")),
+        "nvidia-smi reported [Unknown Error]",
+        25,
+        "power.draw",
+    ),
     Case("NaN", "replay.json", prom_json("NaN", START.timestamp() + 1200), "value is NaN", 2, "value"),
     Case("infinite", "replay.json", prom_json("+Inf", START.timestamp() + 1200), "value is infinite", 2, "value"),
-    Case("negative counter", "samples.csv", canonical("gpu-node001-gpu1,2026-11-01T00:20:00Z,ecc_sbe_volatile_total,-5"), "negative counter value -5", field="value"),
-    Case("absurd value", "samples.csv", canonical("gpu-node001-gpu0,2026-11-01T00:20:00Z,gpu_temp_c,900"), "absurd value 900", field="value"),
-    Case("future timestamp", "samples.csv", canonical("gpu-node001-gpu0,2099-01-01T00:00:00Z,gpu_temp_c,40"), "is in the future", field="ts"),
+    Case(
+        "negative counter",
+        "samples.csv",
+        canonical("gpu-node001-gpu1,2026-11-01T00:20:00Z,ecc_sbe_volatile_total,-5"),
+        "negative counter value -5",
+        field="value",
+    ),
+    Case(
+        "absurd value",
+        "samples.csv",
+        canonical("gpu-node001-gpu0,2026-11-01T00:20:00Z,gpu_temp_c,900"),
+        "absurd value 900",
+        field="value",
+    ),
+    Case(
+        "future timestamp",
+        "samples.csv",
+        canonical("gpu-node001-gpu0,2099-01-01T00:00:00Z,gpu_temp_c,40"),
+        "is in the future",
+        field="ts",
+    ),
     Case("clock not set", "replay.json", prom_json("5", 0.0), "before 2000", 2, "ts"),
-    Case("naive timestamp", "samples.csv", canonical("gpu-node001-gpu0,2026-11-01T00:20:00,gpu_temp_c,40"), "naive timestamp", field="ts"),
-    Case("bad timestamp", "samples.csv", canonical("gpu-node001-gpu0,yesterday,gpu_temp_c,40"), "bad timestamp 'yesterday'", field="ts"),
-    Case("conflicting duplicate key", "samples.csv", canonical("gpu-node001-gpu0,2026-11-01T00:10:00Z,gpu_temp_c,77"), "duplicate key with a different value", field="value"),
-    Case("unknown unit", "samples.csv", canonical("gpu-node999-gpu0,2026-11-01T00:20:00Z,gpu_temp_c,40"), "unknown unit 'gpu-node999-gpu0'", field="unit_id"),
-    Case("shell metacharacters in unit id", "samples.csv", canonical('"gpu-node001-gpu0;reboot",2026-11-01T00:20:00Z,gpu_temp_c,40'), "'gpu-node001-gpu0;reboot' is not a valid id", field="unit_id"),
-    Case("command substitution in unit id", "samples.csv", canonical("$(touch pwned),2026-11-01T00:20:00Z,gpu_temp_c,40"), "is not a valid id", field="unit_id"),
-    Case("path separators in unit id", "samples.csv", canonical("../../etc/passwd,2026-11-01T00:20:00Z,gpu_temp_c,40"), "'../../etc/passwd' is not a valid id", field="unit_id"),
-    Case("unknown metric", "samples.csv", canonical("gpu-node001-gpu0,2026-11-01T00:20:00Z,fan_speed_pct,40"), "unknown metric 'fan_speed_pct'", field="metric"),
-    Case("ragged CSV row", "samples.csv", canonical("gpu-node001-gpu0,2026-11-01T00:20:00Z,gpu_temp_c"), "malformed line: expected 4 fields, got 3", field="line"),
-    Case("malformed scrape line", "node.prom", b'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="gpu-node001"} 41 1793491200000\nDCGM_FI_DEV_GPU_TEMP{gpu="0" 41\n', "malformed line", 1, "line"),
-    Case("Xid on an unknown GPU", "kern.log", b"2026-11-01T12:00:03+00:00 gpu-node001 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n2026-11-01T12:00:04+00:00 gpu-node001 kernel: NVRM: Xid (PCI:0000:d8:00): 79, pid=1, GPU has fallen off the bus.\n", "unknown unit: no inventory GPU on host 'gpu-node001' at PCI 0000:d8:00", 0, "pci"),
+    Case(
+        "naive timestamp",
+        "samples.csv",
+        canonical("gpu-node001-gpu0,2026-11-01T00:20:00,gpu_temp_c,40"),
+        "naive timestamp",
+        field="ts",
+    ),
+    Case(
+        "bad timestamp",
+        "samples.csv",
+        canonical("gpu-node001-gpu0,yesterday,gpu_temp_c,40"),
+        "bad timestamp 'yesterday'",
+        field="ts",
+    ),
+    Case(
+        "conflicting duplicate key",
+        "samples.csv",
+        canonical("gpu-node001-gpu0,2026-11-01T00:10:00Z,gpu_temp_c,77"),
+        "duplicate key with a different value",
+        field="value",
+    ),
+    Case(
+        "unknown unit",
+        "samples.csv",
+        canonical("gpu-node999-gpu0,2026-11-01T00:20:00Z,gpu_temp_c,40"),
+        "unknown unit 'gpu-node999-gpu0'",
+        field="unit_id",
+    ),
+    Case(
+        "shell metacharacters in unit id",
+        "samples.csv",
+        canonical('"gpu-node001-gpu0;reboot",2026-11-01T00:20:00Z,gpu_temp_c,40'),
+        "'gpu-node001-gpu0;reboot' is not a valid id",
+        field="unit_id",
+    ),
+    Case(
+        "command substitution in unit id",
+        "samples.csv",
+        canonical("$(touch pwned),2026-11-01T00:20:00Z,gpu_temp_c,40"),
+        "is not a valid id",
+        field="unit_id",
+    ),
+    Case(
+        "path separators in unit id",
+        "samples.csv",
+        canonical("../../etc/passwd,2026-11-01T00:20:00Z,gpu_temp_c,40"),
+        "'../../etc/passwd' is not a valid id",
+        field="unit_id",
+    ),
+    Case(
+        "unknown metric",
+        "samples.csv",
+        canonical("gpu-node001-gpu0,2026-11-01T00:20:00Z,fan_speed_pct,40"),
+        "unknown metric 'fan_speed_pct'",
+        field="metric",
+    ),
+    Case(
+        "ragged CSV row",
+        "samples.csv",
+        canonical("gpu-node001-gpu0,2026-11-01T00:20:00Z,gpu_temp_c"),
+        "malformed line: expected 4 fields, got 3",
+        field="line",
+    ),
+    Case(
+        "malformed scrape line",
+        "node.prom",
+        b'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="gpu-node001"} 41 1793491200000\nDCGM_FI_DEV_GPU_TEMP{gpu="0" 41\n',
+        "malformed line",
+        1,
+        "line",
+    ),
+    Case(
+        "Xid on an unknown GPU",
+        "kern.log",
+        b"2026-11-01T12:00:03+00:00 gpu-node001 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n2026-11-01T12:00:04+00:00 gpu-node001 kernel: NVRM: Xid (PCI:0000:d8:00): 79, pid=1, GPU has fallen off the bus.\n",
+        "unknown unit: no inventory GPU on host 'gpu-node001' at PCI 0000:d8:00",
+        0,
+        "pci",
+    ),
     Case("empty file", "samples-empty.csv", b"", "empty file", rejected=True),
-    Case("non-UTF-8 bytes", "gpu-node001/2026-11-02.csv", SMI_FIELDS.encode() + b"\n2026/11/02 00:00:00.000, 0, \xff\xfe\n", "not UTF-8 text: byte 0xff", rejected=True),
+    Case(
+        "non-UTF-8 bytes",
+        "gpu-node001/2026-11-02.csv",
+        SMI_FIELDS.encode() + b"\n2026/11/02 00:00:00.000, 0, \xff\xfe\n",
+        "not UTF-8 text: byte 0xff",
+        rejected=True,
+    ),
     Case("truncated Parquet", "samples-broken.parquet", truncated_parquet(), "cannot read Parquet", rejected=True),
     Case("binary junk", "blob.bin", bytes(range(256)) * 4, "binary content", rejected=True),
 ]
@@ -125,7 +259,13 @@ def test_exact_duplicates_are_dropped_and_counted_not_quarantined(tmp_path, conf
     path = tmp_path / "samples.csv"
     path.write_bytes(canonical(GOOD[0], GOOD[1]))
     report = ingest_path(path, config)
-    assert report.totals == {"rows_read": 5, "rows_stored": 3, "rows_updated": 0, "rows_quarantined": 0, "duplicates_dropped": 2}
+    assert report.totals == {
+        "rows_read": 5,
+        "rows_stored": 3,
+        "rows_updated": 0,
+        "rows_quarantined": 0,
+        "duplicates_dropped": 2,
+    }
 
 
 def test_counter_decrease_is_a_reset_and_is_stored_raw(tmp_path, config):
@@ -149,4 +289,4 @@ def test_quarantine_never_reaches_the_lake_with_a_bad_id(tmp_path, config):
     assert failures["unit_id"].to_list() == ["ok-gpu0"]
     assert failures["mode"].to_list() == [None]
     assert report.totals["rows_quarantined"] == 1
-    assert datetime(2026, 11, 1, tzinfo=timezone.utc) == failures["failed_at"][0]
+    assert datetime(2026, 11, 1, tzinfo=UTC) == failures["failed_at"][0]

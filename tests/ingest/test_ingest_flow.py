@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
-import argparse
+from landing_files import write_landing
 
 from foreshock.config import load_config
 from foreshock.lake import read_table
-from pipelines import ingest_flow
-
-from landing_files import write_landing
+from foreshock.pipelines import ingest_flow
 
 
 def main(argv: list[str]) -> int:
@@ -25,8 +24,8 @@ def main(argv: list[str]) -> int:
 
 
 def test_cli_runs_the_ingest_flow_and_prints_the_accounting(tmp_path, prefect_server, capsys):
-    from prefect import get_client
     import anyio
+    from prefect import get_client
 
     landing = write_landing(tmp_path / "raw", nodes=1, gpus=2, days=2)
     (landing.root / "nvidia-smi" / "gpu-node001" / "2026-11-03.csv").write_bytes(b"\xff\xfe junk")
@@ -55,7 +54,20 @@ def test_cli_rejects_unknown_timezone_and_missing_path(tmp_path, prefect_server,
     assert main(["--data-dir", str(tmp_path / "data"), "ingest", "--path", str(tmp_path / "nope")]) == 2
     assert "ingest path not found" in capsys.readouterr().err
     (tmp_path / "raw").mkdir()
-    assert main(["--data-dir", str(tmp_path / "data"), "ingest", "--path", str(tmp_path / "raw"), "--timezone", "Mars/Olympus"]) == 2
+    assert (
+        main(
+            [
+                "--data-dir",
+                str(tmp_path / "data"),
+                "ingest",
+                "--path",
+                str(tmp_path / "raw"),
+                "--timezone",
+                "Mars/Olympus",
+            ]
+        )
+        == 2
+    )
     assert "unknown timezone 'Mars/Olympus'" in capsys.readouterr().err
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import polars as pl
+from landing_files import uuid_of
 
 from foreshock.ingest import ingest_path
 from foreshock.lake import read_table
-
-from landing_files import uuid_of
 
 NEW_UUID = "GPU-beefbeef-5f1c-4e2b-9a1d-0123456789ab"
 
@@ -18,8 +17,11 @@ def _replace_gpu(path, old_uuid: str) -> None:
     """The export after a GPU swap: same slot, new uuid, lot and install time."""
     lines = path.read_text().splitlines()
     swapped = [
-        line.replace(old_uuid, NEW_UUID).replace("LOT-2025-07A,2026-01-15T00:00:00Z", "LOT-2026-11B,2026-11-02T09:00:00Z")
-        if old_uuid in line else line
+        line.replace(old_uuid, NEW_UUID).replace(
+            "LOT-2025-07A,2026-01-15T00:00:00Z", "LOT-2026-11B,2026-11-02T09:00:00Z"
+        )
+        if old_uuid in line
+        else line
         for line in lines
     ]
     path.write_text("\n".join(swapped) + "\n")
@@ -35,7 +37,11 @@ def test_a_replaced_gpu_updates_exactly_its_row_and_is_counted(landing, config):
     (read,) = report.by_status("ingested")
     assert read.path == str(landing.root / "inventory.csv")
     assert (read.rows_read, read.rows_stored, read.rows_updated, read.rows_quarantined, read.duplicates_dropped) == (
-        landing.units, 0, 1, 0, landing.units - 1,
+        landing.units,
+        0,
+        1,
+        0,
+        landing.units - 1,
     )
     assert report.adds_up
     record = json.loads((config.data_dir / "ingest_runs" / f"{report.run_id}.json").read_text())
@@ -46,7 +52,9 @@ def test_a_replaced_gpu_updates_exactly_its_row_and_is_counted(landing, config):
     assert after.height == before.height and after.columns == before.columns
     swapped = after.filter(pl.col("unit_id") == "gpu-node001-gpu1").row(0, named=True)
     assert (swapped["uuid"], swapped["lot"], swapped["installed_at"].isoformat()) == (
-        NEW_UUID, "LOT-2026-11B", "2026-11-02T09:00:00+00:00",
+        NEW_UUID,
+        "LOT-2026-11B",
+        "2026-11-02T09:00:00+00:00",
     )
     assert swapped["pci_bus_id"] == "00000000:5E:00.0" and swapped["gpu_index"] == "1"
     others = pl.col("unit_id") != "gpu-node001-gpu1"
@@ -77,8 +85,7 @@ def test_a_later_export_adds_columns_and_keeps_the_ones_it_lacks(tmp_path, confi
     later = tmp_path / "b" / "inventory.csv"
     later.parent.mkdir()
     later.write_text(
-        "unit_id,node,rack,model,lot,installed_at,uuid,cage\n"
-        "n1-gpu0,n1,r1,H100,L1,2026-01-01T00:00:00Z,GPU-1,cage-7\n"
+        "unit_id,node,rack,model,lot,installed_at,uuid,cage\nn1-gpu0,n1,r1,H100,L1,2026-01-01T00:00:00Z,GPU-1,cage-7\n"
     )
     ingest_path(first, config)
     report = ingest_path(later, config)

@@ -7,12 +7,11 @@ import shutil
 
 import polars as pl
 import pytest
+from landing_files import lake_snapshot
 
 from foreshock.ingest import detect_format, ingest_path
 from foreshock.ingest.manifest import read_manifest
 from foreshock.lake import read_table
-
-from landing_files import lake_snapshot
 
 
 def test_landing_directory_is_recognised_and_adds_up(landing, config):
@@ -90,7 +89,13 @@ def test_detect_format_by_content_not_only_by_name(tmp_path):
     (tmp_path / "c").write_text("unit_id,failed_at,mode\nn1-gpu0,2026-11-01T00:00:00Z,\n")
     (tmp_path / "d").write_text('{"status":"success","data":{"resultType":"matrix","result":[]}}')
     (tmp_path / "e").write_text("id,timestamp,err_count,err_type,label\n")
-    assert [detect_format(tmp_path / n) for n in "abcde"] == ["prometheus-text", "xid-log", "canonical", "prometheus-json", "rasdaemon"]
+    assert [detect_format(tmp_path / n) for n in "abcde"] == [
+        "prometheus-text",
+        "xid-log",
+        "canonical",
+        "prometheus-json",
+        "rasdaemon",
+    ]
 
 
 def test_simulator_output_ingests_with_row_accounting(tmp_path, config):
@@ -99,7 +104,10 @@ def test_simulator_output_ingests_with_row_accounting(tmp_path, config):
     report = ingest_path(tmp_path / "raw", config)
     assert report.adds_up
     assert not report.by_status("rejected"), [(f.path, f.reason) for f in report.by_status("rejected")]
-    assert {f.path.rsplit("/", 1)[1] for f in report.by_status("skipped")} >= {"ground_truth.parquet", "simulation.json"}
+    assert {f.path.rsplit("/", 1)[1] for f in report.by_status("skipped")} >= {
+        "ground_truth.parquet",
+        "simulation.json",
+    }
     inventory = read_table(config.lake_dir, "inventory")
     samples = read_table(config.lake_dir, "samples")
     assert inventory.height == 16

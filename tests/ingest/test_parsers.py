@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 import pytest
+from landing_files import SMI_FIELDS, START, smi_line, uuid_of, write_landing
 
 from foreshock.ingest import detect_format, ingest_path
 from foreshock.lake import read_table
-
-from landing_files import SMI_FIELDS, smi_line, uuid_of, write_landing, START
 
 
 def samples_of(config) -> pl.DataFrame:
@@ -29,7 +28,7 @@ class TestNvidiaSmi:
         samples = samples_of(config)
         values = dict(zip(samples["metric"], samples["value"]))
         assert set(samples["unit_id"]) == {"gpu-node007-gpu3"}
-        assert samples["ts"][0] == datetime(2026, 11, 1, tzinfo=timezone.utc)
+        assert samples["ts"][0] == datetime(2026, 11, 1, tzinfo=UTC)
         assert values["power_w"] == pytest.approx(297.0)  # "297.00 W"
         assert values["gpu_util_pct"] == 97  # "97 %"
         assert values["sm_clock_mhz"] == 1410  # "1410 MHz"
@@ -58,7 +57,7 @@ class TestNvidiaSmi:
         # The rejected file is not in the manifest: with a timezone it is read.
         report = ingest_path(path, config, timezone="Europe/Berlin")
         assert report.totals["rows_stored"] == 13
-        assert samples_of(config)["ts"][0] == datetime(2026, 10, 31, 23, tzinfo=timezone.utc)
+        assert samples_of(config)["ts"][0] == datetime(2026, 10, 31, 23, tzinfo=UTC)
 
 
 class TestPrometheusJson:
@@ -68,7 +67,10 @@ class TestPrometheusJson:
         report = ingest_path(landing.root / "dcgm", config)
         samples = samples_of(config)
         assert set(samples["metric"]) == {
-            "pcie_replay_total", "thermal_violation_us", "power_violation_us", "nvlink_crc_flit_errors_total",
+            "pcie_replay_total",
+            "thermal_violation_us",
+            "power_violation_us",
+            "nvlink_crc_flit_errors_total",
         }
         assert samples.height == landing.dcgm_samples
         replay = samples.filter((pl.col("unit_id") == "gpu-node001-gpu1") & (pl.col("metric") == "pcie_replay_total"))
@@ -80,14 +82,27 @@ class TestPrometheusJson:
         assert report.adds_up
 
     def test_vector_response_and_failed_query(self, tmp_path, config):
-        vector = {"status": "success", "data": {"resultType": "vector", "result": [
-            {"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "2", "Hostname": "gpu-node004"}, "value": [1793491800.5, "61"]}
-        ]}}
+        vector = {
+            "status": "success",
+            "data": {
+                "resultType": "vector",
+                "result": [
+                    {
+                        "metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "2", "Hostname": "gpu-node004"},
+                        "value": [1793491800.5, "61"],
+                    }
+                ],
+            },
+        }
         (tmp_path / "now.json").write_text(json.dumps(vector))
-        (tmp_path / "bad.json").write_text(json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error at char 7"}))
+        (tmp_path / "bad.json").write_text(
+            json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error at char 7"})
+        )
         report = ingest_path(tmp_path, config, source="prometheus-json")
         samples = samples_of(config)
-        assert samples.rows() == [("gpu-node004-gpu2", datetime(2026, 11, 1, 0, 10, 0, 500000, tzinfo=timezone.utc), "gpu_temp_c", 61.0)]
+        assert samples.rows() == [
+            ("gpu-node004-gpu2", datetime(2026, 11, 1, 0, 10, 0, 500000, tzinfo=UTC), "gpu_temp_c", 61.0)
+        ]
         bad = next(f for f in report.files if f.path.endswith("bad.json"))
         assert bad.status == "rejected" and "parse error at char 7" in bad.reason
 
@@ -106,13 +121,13 @@ class TestPrometheusText:
         ingest_path(path, config)
         samples = samples_of(config)
         assert dict(zip(samples["metric"], samples["value"])) == {"gpu_temp_c": 47.0, "thermal_violation_us": 5000.0}
-        assert samples["ts"][0] == datetime(2026, 11, 1, 0, 10, 0, 123000, tzinfo=timezone.utc)
+        assert samples["ts"][0] == datetime(2026, 11, 1, 0, 10, 0, 123000, tzinfo=UTC)
 
     def test_openmetrics_timestamps_are_seconds(self, tmp_path, config):
         path = tmp_path / "backfill.om"
         path.write_text(self.SCRAPE.replace("{ts}", " 1793491800.5") + "# EOF\n")
         ingest_path(path, config, source="prometheus-text")
-        assert set(samples_of(config)["ts"]) == {datetime(2026, 11, 1, 0, 10, 0, 500000, tzinfo=timezone.utc)}
+        assert set(samples_of(config)["ts"]) == {datetime(2026, 11, 1, 0, 10, 0, 500000, tzinfo=UTC)}
 
     def test_scrape_without_timestamps_needs_scrape_time(self, tmp_path, config):
         path = tmp_path / "metrics.txt"
@@ -121,7 +136,7 @@ class TestPrometheusText:
         assert report.files[0].status == "rejected" and "--scrape-time" in report.files[0].reason
         report = ingest_path(path, config, scrape_time="2026-11-01T06:00:00Z")
         assert report.totals["rows_stored"] == 2
-        assert set(samples_of(config)["ts"]) == {datetime(2026, 11, 1, 6, tzinfo=timezone.utc)}
+        assert set(samples_of(config)["ts"]) == {datetime(2026, 11, 1, 6, tzinfo=UTC)}
 
 
 class TestXidLog:
@@ -140,7 +155,7 @@ class TestXidLog:
             ("gpu-node002-gpu1", "xid", 48, 1),
             ("gpu-node001-gpu0", "xid", 63, 1),
         ]
-        assert events["ts"][1] == datetime(2026, 11, 1, 12, 5, tzinfo=timezone.utc)
+        assert events["ts"][1] == datetime(2026, 11, 1, 12, 5, tzinfo=UTC)
         assert report.totals["rows_read"] == 2  # noise lines are not rows
 
 
@@ -171,8 +186,8 @@ class TestRasdaemon:
         ingest_path(db, config)
         events = read_table(config.lake_dir, "events").sort("ts")
         assert events.rows() == [
-            ("gpu-node002-dimmCPU_SrcID_0_Ha_0_Chan_1_DIMM_0", datetime(2026, 11, 1, 9, tzinfo=timezone.utc), "edac", 0, 3),
-            ("gpu-node002-dimmmc1.0.2.1", datetime(2026, 11, 1, 11, tzinfo=timezone.utc), "edac", 1, 1),
+            ("gpu-node002-dimmCPU_SrcID_0_Ha_0_Chan_1_DIMM_0", datetime(2026, 11, 1, 9, tzinfo=UTC), "edac", 0, 3),
+            ("gpu-node002-dimmmc1.0.2.1", datetime(2026, 11, 1, 11, tzinfo=UTC), "edac", 1, 1),
         ]
 
     def test_csv_form_checks_the_host(self, tmp_path, config):
@@ -186,7 +201,12 @@ class TestRasdaemon:
         report = ingest_path(path, config)
         assert read_table(config.lake_dir, "events")["unit_id"].to_list() == ["gpu-node001-dimmDIMM_A1"]
         quarantine = pl.read_parquet(report.quarantine_files[0])
-        assert quarantine.rows()[0][1:5] == (3, "events", "unit_id", "unknown unit 'gpu-node999-dimmDIMM_A1' (not in the inventory)")
+        assert quarantine.rows()[0][1:5] == (
+            3,
+            "events",
+            "unit_id",
+            "unknown unit 'gpu-node999-dimmDIMM_A1' (not in the inventory)",
+        )
 
 
 class TestTicketsAndCanonical:
@@ -202,24 +222,36 @@ class TestTicketsAndCanonical:
         ingest_path(path, config)
         failures = read_table(config.lake_dir, "failures").sort("failed_at")
         assert failures.rows() == [
-            ("gpu-node001-gpu1", datetime(2026, 11, 2, 6, tzinfo=timezone.utc), "HBM/ECC"),
-            ("gpu-node001-gpu0", datetime(2026, 11, 3, 5, 30, tzinfo=timezone.utc), "thermal"),
+            ("gpu-node001-gpu1", datetime(2026, 11, 2, 6, tzinfo=UTC), "HBM/ECC"),
+            ("gpu-node001-gpu0", datetime(2026, 11, 3, 5, 30, tzinfo=UTC), "thermal"),
         ]
 
     def test_canonical_directory_with_its_own_catalog(self, tmp_path, config):
         root = tmp_path / "byot"
         root.mkdir()
-        (root / "inventory.csv").write_text("unit_id,node,rack,model,lot,installed_at,pdu\nn1-dimm0,n1,r1,DDR5-64G,,2026-01-01T00:00:00Z,pdu-a\n")
-        pl.DataFrame({
-            "unit_id": ["n1-dimm0"] * 3,
-            "ts": [datetime(2026, 11, 1, h, tzinfo=timezone.utc) for h in range(3)],
-            "metric": ["dimm_ce_total"] * 3,
-            "value": [0.0, 2.0, 5.0],
-        }).write_parquet(root / "samples.parquet")
+        (root / "inventory.csv").write_text(
+            "unit_id,node,rack,model,lot,installed_at,pdu\nn1-dimm0,n1,r1,DDR5-64G,,2026-01-01T00:00:00Z,pdu-a\n"
+        )
+        pl.DataFrame(
+            {
+                "unit_id": ["n1-dimm0"] * 3,
+                "ts": [datetime(2026, 11, 1, h, tzinfo=UTC) for h in range(3)],
+                "metric": ["dimm_ce_total"] * 3,
+                "value": [0.0, 2.0, 5.0],
+            }
+        ).write_parquet(root / "samples.parquet")
         (root / "failures.csv").write_text("unit_id,failed_at,mode\nn1-dimm0,2026-11-02T00:00:00Z,memory\n")
-        (root / "catalog.yaml").write_text("metrics:\n  dimm_ce_total: {kind: counter, family: error, unit: count, min: 0}\n")
+        (root / "catalog.yaml").write_text(
+            "metrics:\n  dimm_ce_total: {kind: counter, family: error, unit: count, min: 0}\n"
+        )
         report = ingest_path(root, config)
-        assert report.totals == {"rows_read": 5, "rows_stored": 5, "rows_updated": 0, "rows_quarantined": 0, "duplicates_dropped": 0}
+        assert report.totals == {
+            "rows_read": 5,
+            "rows_stored": 5,
+            "rows_updated": 0,
+            "rows_quarantined": 0,
+            "duplicates_dropped": 0,
+        }
         assert read_table(config.lake_dir, "samples")["value"].to_list() == [0.0, 2.0, 5.0]
         assert read_table(config.lake_dir, "inventory")["pdu"].to_list() == ["pdu-a"]
         assert any("catalog.yaml" in note for note in report.notes)
@@ -227,10 +259,18 @@ class TestTicketsAndCanonical:
 
 def test_prometheus_json_violation_counter_declared_in_ns_by_config(tmp_path, config):
     config = config.with_overrides({"ingest": {"violation_unit": "ns"}})
-    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
-        {"metric": {"__name__": "DCGM_FI_DEV_POWER_VIOLATION", "gpu": "0", "Hostname": "gpu-node001"},
-         "values": [[1793491200, "2500000"], [1793491260, "0"]]},  # a reset to 0 is stored raw
-    ]}}
+    doc = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": {"__name__": "DCGM_FI_DEV_POWER_VIOLATION", "gpu": "0", "Hostname": "gpu-node001"},
+                    "values": [[1793491200, "2500000"], [1793491260, "0"]],
+                },  # a reset to 0 is stored raw
+            ],
+        },
+    }
     (tmp_path / "power.json").write_text(json.dumps(doc))
     ingest_path(tmp_path / "power.json", config)
     assert samples_of(config)["value"].to_list() == [2500.0, 0.0]  # stored in the catalog's µs

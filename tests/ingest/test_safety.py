@@ -10,11 +10,11 @@ import textwrap
 import time
 from pathlib import Path
 
+from landing_files import assert_same_lake, write_landing
+
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.ingest.manifest import read_manifest
-
-from landing_files import assert_same_lake, write_landing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,8 +55,12 @@ CHILD = textwrap.dedent(
 def run_child(landing: Path, data_dir: Path, kill_after: int = 0, barrier: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "KILL_AFTER": str(kill_after), "PYTHONPATH": str(ROOT), "BARRIER": str(barrier or "")}
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(landing), str(data_dir)], env=env, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", CHILD, str(landing), str(data_dir)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

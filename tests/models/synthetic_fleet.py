@@ -9,14 +9,14 @@ a model recovers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
 
 from foreshock.contract import UTC_TS
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -113,9 +113,7 @@ def synthetic_fleet(
         pl.lit(T0).cast(UTC_TS).alias("life_start"),
         pl.exclude("unit_id", "node", "rack", "lot"),
     )
-    failures_df = pl.DataFrame(
-        failures, schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String}
-    )
+    failures_df = pl.DataFrame(failures, schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String})
     truth_df = pl.DataFrame(
         truth,
         schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String, "precursor_onset": UTC_TS},

@@ -9,13 +9,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from features.labels import add_labels
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
-from models.backtest import plan_folds, walk_forward
-from models.gbm import GradientBoostedRisk
-from models.metrics import alerts_per_threshold
-from models.training import label_cutoff_violations, labelled_until
+from foreshock.features.labels import add_labels
+from foreshock.models.backtest import plan_folds, walk_forward
+from foreshock.models.gbm import GradientBoostedRisk
+from foreshock.models.metrics import alerts_per_threshold
+from foreshock.models.training import label_cutoff_violations, labelled_until
 from tests.models.synthetic_fleet import T0, synthetic_fleet
 
 
@@ -110,8 +110,11 @@ def test_daily_snapshots_of_non_gpu_telemetry(rng, tmp_path):
         "  drive_temp_c: {kind: gauge, family: thermal, unit: celsius}\n"
     )
     config = load_config(catalog=catalog).with_overrides(
-        {"features": {"snapshot_every": "1d", "windows": ["1d", "3d", "7d"]}, "labels": {"horizons": ["14d"]},
-         "backtest": {"alert_window": "30d", "min_lead_time": "1d", "drain_budget_per_day": 1}}
+        {
+            "features": {"snapshot_every": "1d", "windows": ["1d", "3d", "7d"]},
+            "labels": {"horizons": ["14d"]},
+            "backtest": {"alert_window": "30d", "min_lead_time": "1d", "drain_budget_per_day": 1},
+        }
     )
     disks, days = 300, 60
     rows = []
@@ -125,11 +128,20 @@ def test_daily_snapshots_of_non_gpu_telemetry(rng, tmp_path):
                 break
             grow = rng.poisson(0.05 + (3.0 if onset is not None and day >= onset else 0.0))
             sectors += grow
-            rows.append({"unit_id": f"disk{d:03d}", "ts": T0 + timedelta(days=day), "life_start": T0,
-                         "reallocated_sectors_increase_3d": float(grow * 3), "reallocated_sectors_last": sectors,
-                         "drive_temp_c_mean_1d": float(rng.normal(40, 3))})
+            rows.append(
+                {
+                    "unit_id": f"disk{d:03d}",
+                    "ts": T0 + timedelta(days=day),
+                    "life_start": T0,
+                    "reallocated_sectors_increase_3d": float(grow * 3),
+                    "reallocated_sectors_last": sectors,
+                    "drive_temp_c_mean_1d": float(rng.normal(40, 3)),
+                }
+            )
         if fail_day is not None and fail_day < days:
-            failures.append({"unit_id": f"disk{d:03d}", "failed_at": T0 + timedelta(days=fail_day, hours=6), "mode": "media"})
+            failures.append(
+                {"unit_id": f"disk{d:03d}", "failed_at": T0 + timedelta(days=fail_day, hours=6), "mode": "media"}
+            )
     features = pl.DataFrame(rows).with_columns(pl.col("ts").cast(UTC_TS), pl.col("life_start").cast(UTC_TS))
     fails = pl.DataFrame(failures).with_columns(pl.col("failed_at").cast(UTC_TS))
     result = walk_forward(features, fails, config, folds=3)

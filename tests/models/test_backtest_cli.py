@@ -6,9 +6,9 @@ import json
 
 import polars as pl
 
-from features.store import write_features
+from foreshock.features.store import write_features
 from foreshock.lake import merge_into_lake
-from pipelines.cli import main
+from foreshock.pipelines.cli import main
 from tests.models.synthetic_fleet import synthetic_fleet
 
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import polars as pl
 
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
-from models.baseline import ThresholdBaseline
+from foreshock.models.baseline import ThresholdBaseline
 from tests.models.synthetic_fleet import synthetic_fleet
 
 
 def snapshot(**features) -> pl.DataFrame:
-    row = {"unit_id": "gpu-node001-gpu0", "ts": datetime(2026, 1, 5, tzinfo=timezone.utc), **features}
+    row = {"unit_id": "gpu-node001-gpu0", "ts": datetime(2026, 1, 5, tzinfo=UTC), **features}
     return pl.DataFrame([row]).with_columns(pl.col("ts").cast(UTC_TS))
 
 

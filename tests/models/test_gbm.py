@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from models.base import label_column
-from models.gbm import GradientBoostedRisk
-from models.metrics import calibration_error, pr_auc
-from models.training import labelled_until
+from foreshock.models.base import label_column
+from foreshock.models.gbm import GradientBoostedRisk
+from foreshock.models.metrics import calibration_error, pr_auc
+from foreshock.models.training import labelled_until
 from tests.models.synthetic_fleet import synthetic_fleet
 
 
@@ -37,7 +37,9 @@ class TestGradientBoostedRisk:
         fleet = synthetic_fleet(rng, units=80, days=20)
         model = GradientBoostedRisk(horizons=["24h"]).fit(fleet.features, fleet.failures)
         risk = model.predict_risk(fleet.features)
-        riskiest = fleet.features.join(risk.sort("risk", descending=True).head(20).select("unit_id", "ts"), on=["unit_id", "ts"])
+        riskiest = fleet.features.join(
+            risk.sort("risk", descending=True).head(20).select("unit_id", "ts"), on=["unit_id", "ts"]
+        )
         why = model.explain(riskiest, top=1)
         assert why.height == 20
         # the signal the simulator planted: single-/double-bit ECC growth
@@ -52,12 +54,16 @@ class TestGradientBoostedRisk:
         fleet = synthetic_fleet(rng, units=60, days=16)
         model = GradientBoostedRisk(horizons=["24h", "72h"]).fit(fleet.features, fleet.failures)
         model.save(tmp_path / "gbm")
-        assert sorted(p.name for p in (tmp_path / "gbm").iterdir()) == ["booster_24h.txt", "booster_72h.txt", "gbm.json"]
+        assert sorted(p.name for p in (tmp_path / "gbm").iterdir()) == [
+            "booster_24h.txt",
+            "booster_72h.txt",
+            "gbm.json",
+        ]
         again = GradientBoostedRisk.load(tmp_path / "gbm")
         assert again.predict_risk(fleet.features).equals(model.predict_risk(fleet.features))
 
 
 def model_matrix(model, frame):
-    from models.base import feature_matrix
+    from foreshock.models.base import feature_matrix
 
     return feature_matrix(frame, model.feature_names_)

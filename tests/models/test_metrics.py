@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
 import pytest
 
 from foreshock.contract import UTC_TS
-from foreshock.drain.costs import DrainCosts
-from models.metrics import (
+from foreshock.costs import DrainCosts
+from foreshock.models.metrics import (
     AlertWindow,
     alert_starts,
     alerts_per_threshold,
@@ -24,21 +24,27 @@ from models.metrics import (
     threshold_for_precision,
 )
 
-T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 WINDOW = AlertWindow(alert_window=timedelta(days=7), min_lead_time=timedelta(hours=1))
 
 
 def series(risks: dict[str, list[float]]) -> pl.DataFrame:
     rows = [
-        {"unit_id": unit, "ts": T0 + i * HOUR, "risk": r} for unit, values in risks.items() for i, r in enumerate(values)
+        {"unit_id": unit, "ts": T0 + i * HOUR, "risk": r}
+        for unit, values in risks.items()
+        for i, r in enumerate(values)
     ]
     return pl.DataFrame(rows).with_columns(pl.col("ts").cast(UTC_TS))
 
 
 def failures(items: list[tuple[str, float, str]]) -> pl.DataFrame:
     return pl.DataFrame(
-        {"unit_id": [u for u, _, _ in items], "failed_at": [T0 + h * HOUR for _, h, _ in items], "mode": [m for *_, m in items]},
+        {
+            "unit_id": [u for u, _, _ in items],
+            "failed_at": [T0 + h * HOUR for _, h, _ in items],
+            "mode": [m for *_, m in items],
+        },
         schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String},
     )
 
@@ -86,8 +92,9 @@ def test_gap_in_snapshots_ends_an_alert():
 
 def test_lead_time_recall_precision_and_false_alerts(fleet_case):
     scores, fails, truth = fleet_case
-    costs = DrainCosts(job_gpus=10, checkpoint_interval=2 * HOUR, restart_time=timedelta(0),
-                       drain_overhead=timedelta(0))
+    costs = DrainCosts(
+        job_gpus=10, checkpoint_interval=2 * HOUR, restart_time=timedelta(0), drain_overhead=timedelta(0)
+    )
     r = lead_time_report(scores, fails, 0.5, "24h", WINDOW, ground_truth=truth, costs=costs, step=HOUR)
     assert (r.alerts, r.true_alerts, r.false_alerts, r.alerts_unresolved) == (4, 2, 2, 0)
     assert r.precision == pytest.approx(0.5)
@@ -106,7 +113,8 @@ def test_lead_time_recall_precision_and_false_alerts(fleet_case):
 
 def test_alert_outside_the_window_does_not_catch():
     alerts = pl.DataFrame(
-        {"unit_id": ["A", "A"], "alert_start": [T0, T0 + 100 * HOUR]}, schema={"unit_id": pl.String, "alert_start": UTC_TS}
+        {"unit_id": ["A", "A"], "alert_start": [T0, T0 + 100 * HOUR]},
+        schema={"unit_id": pl.String, "alert_start": UTC_TS},
     )
     fails = failures([("A", 24 * 8, "memory")])  # 8 days after T0: the first alert is too early
     matched = match_failures(alerts, fails, WINDOW)
@@ -123,8 +131,14 @@ def test_unresolved_alerts_count_in_neither_precision_nor_false_alerts():
 
 
 def test_budget_threshold_matches_alert_count():
-    scores = series({"U1": peaks(48, [10], 0.9, 0.0), "U2": peaks(48, [11], 0.8, 0.0),
-                     "U3": peaks(48, [12], 0.7, 0.0), "U4": peaks(48, [13], 0.6, 0.0)})
+    scores = series(
+        {
+            "U1": peaks(48, [10], 0.9, 0.0),
+            "U2": peaks(48, [11], 0.8, 0.0),
+            "U3": peaks(48, [12], 0.7, 0.0),
+            "U4": peaks(48, [13], 0.6, 0.0),
+        }
+    )
     # 2 days of snapshots: 1 alert a day = 2 alerts = the two highest peaks
     assert threshold_for_budget(scores, 1.0, HOUR) == pytest.approx(0.8)
     assert threshold_for_budget(scores, 2.0, HOUR) == pytest.approx(0.6)

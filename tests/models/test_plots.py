@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-
-from models import plots
 from test_registry_fleet import START
+
+from foreshock.models import plots
 
 UNITS = 200
 
@@ -39,7 +39,13 @@ def scored(seed) -> pl.DataFrame:
 def test_scores_join_their_labels_for_one_horizon():
     ts = pl.Series([START] * 2).dt.cast_time_unit("us")
     scores = pl.DataFrame(
-        {"unit_id": ["a", "b", "a"], "ts": [START] * 3, "model": "gbm", "horizon": ["72h", "72h", "24h"], "risk": [0.9, 0.1, 0.5]}
+        {
+            "unit_id": ["a", "b", "a"],
+            "ts": [START] * 3,
+            "model": "gbm",
+            "horizon": ["72h", "72h", "24h"],
+            "risk": [0.9, 0.1, 0.5],
+        }
     ).with_columns(pl.col("ts").dt.cast_time_unit("us"))
     labelled = pl.DataFrame({"unit_id": ["a", "b"], "ts": ts, "fails_within_3d": [True, None]})
     joined = plots.scores_with_labels(scores, labelled, "72h")
@@ -83,7 +89,9 @@ def test_every_plot_renders_to_png(scored, tmp_path):
         "lead_time_histogram": plots.lead_time_histogram(lead_times),
         "no_catch": plots.lead_time_histogram(lead_times.clear()),
         "survival_by_risk_decile": plots.survival_by_risk_decile(scored.filter(pl.col("model") == "gbm")),
-        "feature_importance": plots.feature_importance({"ecc_sbe_volatile_increase_24h": 5.0, "gpu_temp_drift_c_24h": 1.0}),
+        "feature_importance": plots.feature_importance(
+            {"ecc_sbe_volatile_increase_24h": 5.0, "gpu_temp_drift_c_24h": 1.0}
+        ),
     }
     paths = plots.save_figures(figures, tmp_path / "plots")
     assert set(paths) == set(figures)

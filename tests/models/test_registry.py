@@ -8,9 +8,9 @@ from pathlib import Path
 import mlflow
 import polars as pl
 import pytest
-
-from models import registry
 from test_registry_fleet import SBE, TEMP, fast_config, synthetic_fleet, train_and_register
+
+from foreshock.models import registry
 
 NAME = "registry-test"
 
@@ -30,7 +30,7 @@ def registered(mlflow_uri, tmp_path_factory):
         "features": features,
         "records": (first, second),
         "after_first": after_first,
-        "store": Path(mlflow_uri[len("sqlite:///"):]).parent,
+        "store": Path(mlflow_uri[len("sqlite:///") :]).parent,
     }
 
 
@@ -70,8 +70,11 @@ def test_training_run_logs_params_metrics_plots_and_models(registered):
     experiment = client.get_experiment(run.info.experiment_id)
     assert experiment.artifact_location == (registered["store"] / "artifacts").as_uri()
     assert run.info.artifact_uri.startswith(experiment.artifact_location)
-    logged = {m.name for m in mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")
-              if m.source_run_id == run.info.run_id}
+    logged = {
+        m.name
+        for m in mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")
+        if m.source_run_id == run.info.run_id
+    }
     assert logged == {"gbm-24h", "gbm-72h", registry.BUNDLE_MODEL_NAME}
 
 
@@ -134,9 +137,17 @@ def test_loading_without_a_champion_says_what_to_do(mlflow_uri):
 
 def test_backtest_report_flattens_to_metric_names():
     report = {
-        "models": {"gbm": {"72h": {"snapshot": {"pr_auc": 0.4, "c_index": None},
-                                   "operating_points": {"budget": {"recall": 0.5, "by_mode": {"memory": {"recall": 1.0}}},
-                                                        "target_precision": None}}}},
+        "models": {
+            "gbm": {
+                "72h": {
+                    "snapshot": {"pr_auc": 0.4, "c_index": None},
+                    "operating_points": {
+                        "budget": {"recall": 0.5, "by_mode": {"memory": {"recall": 1.0}}},
+                        "target_precision": None,
+                    },
+                }
+            }
+        },
         "scored": {"units": 3},
     }
     assert registry.backtest_metrics(report) == {

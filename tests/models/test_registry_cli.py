@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-
-from features.store import write_features
-from foreshock.lake import merge_into_lake
-from models import registry
-from pipelines.cli import main
 from test_registry_fleet import synthetic_fleet
+
+from foreshock.features.store import write_features
+from foreshock.lake import merge_into_lake
+from foreshock.models import registry
+from foreshock.pipelines.cli import main
 
 NAME = "cli-model"
 CONFIG = f"""

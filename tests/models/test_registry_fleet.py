@@ -9,7 +9,7 @@ catch.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
@@ -17,7 +17,7 @@ import polars as pl
 from foreshock.config import Config, load_config
 from foreshock.contract import UTC_TS
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 SBE = "ecc_sbe_volatile_increase_24h"
 TEMP = "gpu_temp_drift_c_24h"
 RAMP_H = 96.0  # the precursor builds up over the last 4 days of a unit's life
@@ -75,9 +75,7 @@ def synthetic_fleet(
         )
         .sort("unit_id", "ts")
     )
-    failures = pl.DataFrame(
-        failed, schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String}, orient="row"
-    )
+    failures = pl.DataFrame(failed, schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String}, orient="row")
     return features, failures
 
 
@@ -111,9 +109,9 @@ def test_failures_are_preceded_by_their_precursor(seed):
 
 def train_and_register(config: Config, features: pl.DataFrame, failures: pl.DataFrame):
     """What ``foreshock train`` does, in process: fit, backtest, log and register."""
-    from models.backtest import walk_forward
-    from models.bundle import train_bundle
-    from models.registry import log_training, training_inputs
+    from foreshock.models.backtest import walk_forward
+    from foreshock.models.bundle import train_bundle
+    from foreshock.models.registry import log_training, training_inputs
 
     bundle = train_bundle(features, failures, config)
     backtest = walk_forward(features, failures, config)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import mlflow
 import pytest
-
-from models import registry, review
-from models.base import config_horizons
-from models.training import labelled_until
 from test_registry_fleet import TEMP, fast_config, synthetic_fleet, train_and_register
+
+from foreshock.models import registry, review
+from foreshock.models.base import config_horizons
+from foreshock.models.training import labelled_until
 
 NAME = "served-model"
 STARTUP_TIMEOUT_S = 240  # migrations + uvicorn: ~17 s idle, minutes on a saturated 2-core machine
@@ -36,12 +36,22 @@ def mlflow_server(tmp_path, monkeypatch):
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
         [
-            str(Path(sys.executable).with_name("mlflow")), "server",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-            "--artifacts-destination", str(tmp_path / "served-artifacts"),
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "served-artifacts"),
         ],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
     )
     url = f"http://127.0.0.1:{port}"
@@ -50,7 +60,9 @@ def mlflow_server(tmp_path, monkeypatch):
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             if server.poll() is not None:
-                pytest.fail(f"mlflow server exited with {server.returncode}: {(tmp_path / 'server.log').read_text()[-2000:]}")
+                pytest.fail(
+                    f"mlflow server exited with {server.returncode}: {(tmp_path / 'server.log').read_text()[-2000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
                     if response.status == 200:

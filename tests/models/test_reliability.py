@@ -1,15 +1,15 @@
 """Fleet reliability recovers known lifetimes and cohort effects."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
 import pytest
 
 from foreshock.contract import conform
-from models.reliability import cohort_reliability, cox_hazard_ratios, failure_rates, unit_lives
+from foreshock.models.reliability import cohort_reliability, cox_hazard_ratios, failure_rates, unit_lives
 
-T0 = datetime(2020, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2020, 1, 1, tzinfo=UTC)
 
 
 def _fleet(seed: int, n: int = 3000, hot_factor: float = 3.0, end_days: float = 2000.0):
@@ -86,13 +86,23 @@ def test_weibull_and_cox_recover_the_simulated_fleet(seed):
 def test_other_modes_censor_a_cause_specific_analysis():
     inventory = conform(
         pl.DataFrame(
-            {"unit_id": ["a", "b"], "node": ["n", "n"], "rack": ["r", "r"], "model": ["m", "m"], "installed_at": [T0, T0]}
+            {
+                "unit_id": ["a", "b"],
+                "node": ["n", "n"],
+                "rack": ["r", "r"],
+                "model": ["m", "m"],
+                "installed_at": [T0, T0],
+            }
         ),
         "inventory",
     )
     failures = conform(
         pl.DataFrame(
-            {"unit_id": ["a", "b"], "failed_at": [T0 + timedelta(days=3), T0 + timedelta(days=5)], "mode": ["DBE", "OTB"]}
+            {
+                "unit_id": ["a", "b"],
+                "failed_at": [T0 + timedelta(days=3), T0 + timedelta(days=5)],
+                "mode": ["DBE", "OTB"],
+            }
         ),
         "failures",
     )
@@ -117,8 +127,13 @@ def test_units_installed_before_observation_enter_late(seed):
 def test_failure_rates_per_exposure():
     inventory = conform(
         pl.DataFrame(
-            {"unit_id": ["a", "b", "c"], "node": ["n"] * 3, "rack": ["hot", "cool", "cool"], "model": ["m"] * 3,
-             "installed_at": [T0] * 3}
+            {
+                "unit_id": ["a", "b", "c"],
+                "node": ["n"] * 3,
+                "rack": ["hot", "cool", "cool"],
+                "model": ["m"] * 3,
+                "installed_at": [T0] * 3,
+            }
         ),
         "inventory",
     )

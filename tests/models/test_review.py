@@ -7,11 +7,11 @@ import math
 
 import mlflow
 import pytest
-
-from models import registry, review
-from models.base import config_horizons
-from models.training import labelled_until
 from test_registry_fleet import TEMP, fast_config, synthetic_fleet, train_and_register
+
+from foreshock.models import registry, review
+from foreshock.models.base import config_horizons
+from foreshock.models.training import labelled_until
 
 NAME = "review-test"
 

@@ -93,12 +93,26 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
             else:
                 value, reason = parse_utc(text, ctx.timezone)
         elif dtype == pl.Float64:
-            value = column.cast(pl.Float64, strict=False) if source_dtype != pl.String else text.cast(pl.Float64, strict=False)
-            reason = pl.when(missing).then(pl.lit(f"missing {name}")).when(value.is_null()).then(pl.format("{} is not a number: '{}'", pl.lit(name), text.str.slice(0, 40)))
+            value = (
+                column.cast(pl.Float64, strict=False)
+                if source_dtype != pl.String
+                else text.cast(pl.Float64, strict=False)
+            )
+            reason = (
+                pl.when(missing)
+                .then(pl.lit(f"missing {name}"))
+                .when(value.is_null())
+                .then(pl.format("{} is not a number: '{}'", pl.lit(name), text.str.slice(0, 40)))
+            )
         elif dtype == pl.Int64:
             as_float = (column if source_dtype != pl.String else text).cast(pl.Float64, strict=False)
             value = pl.when(as_float == as_float.round()).then(as_float.cast(pl.Int64, strict=False))
-            reason = pl.when(missing).then(pl.lit(f"missing {name}")).when(value.is_null()).then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
+            reason = (
+                pl.when(missing)
+                .then(pl.lit(f"missing {name}"))
+                .when(value.is_null())
+                .then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
+            )
         else:
             value = pl.when(~missing).then(text)
             required = name in REQUIRED[table] or name == "unit_id"
@@ -108,7 +122,11 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
         fields.append(pl.when(reason.is_not_null()).then(pl.lit(name)))
     if table == "events" and "count" not in frame.columns:
         exprs["count"] = pl.lit(1, dtype=pl.Int64).alias("count")
-    extra = [pl.col(c).cast(pl.String) for c in frame.columns if table == "inventory" and c not in SCHEMAS[table] and not c.startswith("_")]
+    extra = [
+        pl.col(c).cast(pl.String)
+        for c in frame.columns
+        if table == "inventory" and c not in SCHEMAS[table] and not c.startswith("_")
+    ]
     staged = frame.select(
         "_line",
         *exprs.values(),

@@ -29,10 +29,33 @@ from foreshock.ingest.timestamps import parse_local
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
 # Fields that describe the GPU rather than measure it: read for identity or ignored.
 DESCRIPTIVE = {
-    "timestamp", "index", "pci.bus_id", "uuid", "name", "serial", "driver_version", "vbios_version",
-    "pstate", "persistence_mode", "compute_mode", "gpu_name", "gpu_bus_id", "gpu_serial", "gpu_uuid",
-    "count", "mig.mode.current", "mig.mode.pending", "display_mode", "display_active", "accounting.mode",
-    "inforom.img", "pci.domain", "pci.bus", "pci.device", "pci.device_id", "pci.sub_device_id",
+    "timestamp",
+    "index",
+    "pci.bus_id",
+    "uuid",
+    "name",
+    "serial",
+    "driver_version",
+    "vbios_version",
+    "pstate",
+    "persistence_mode",
+    "compute_mode",
+    "gpu_name",
+    "gpu_bus_id",
+    "gpu_serial",
+    "gpu_uuid",
+    "count",
+    "mig.mode.current",
+    "mig.mode.pending",
+    "display_mode",
+    "display_active",
+    "accounting.mode",
+    "inforom.img",
+    "pci.domain",
+    "pci.bus",
+    "pci.device",
+    "pci.device_id",
+    "pci.sub_device_id",
 }
 NOT_SUPPORTED = ["[N/A]", "N/A", "[Not Supported]", "Not Supported"]
 FLAGS = {"Yes": 1.0, "No": 0.0, "Active": 1.0, "Not Active": 0.0, "Enabled": 1.0, "Disabled": 0.0}
@@ -96,7 +119,10 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
             pl.col("_ts_reason"),
             pl.when(pl.col("_unit_id").is_null()).then(pl.lit("cannot tell the unit: bad index or unknown uuid")),
         ),
-        _line_field=pl.when(pl.col("_ts_reason").is_not_null()).then(pl.lit("timestamp")).when(pl.col("_unit_id").is_null()).then(pl.lit("index")),
+        _line_field=pl.when(pl.col("_ts_reason").is_not_null())
+        .then(pl.lit("timestamp"))
+        .when(pl.col("_unit_id").is_null())
+        .then(pl.lit("index")),
     )
     metrics = [n for n in names if n not in DESCRIPTIVE]
     if not metrics:
@@ -105,19 +131,33 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     long = pl.concat(
         [
             good.select(
-                "_line", "ts", "_line_reason", "_line_field",
-                unit_id="_unit_id", _source=pl.lit(name), metric=pl.lit(resolved[name] or name), _text=pl.col(name),
-                _known=pl.lit(resolved[name] is not None), value=_number(pl.col(name), units.get(name)),
+                "_line",
+                "ts",
+                "_line_reason",
+                "_line_field",
+                unit_id="_unit_id",
+                _source=pl.lit(name),
+                metric=pl.lit(resolved[name] or name),
+                _text=pl.col(name),
+                _known=pl.lit(resolved[name] is not None),
+                value=_number(pl.col(name), units.get(name)),
             )
             for name in metrics
         ],
         how="vertical",
     )
     long = long.filter(~pl.col("_text").is_in(NOT_SUPPORTED))
-    failing = pl.col("_line_reason").is_not_null() | ~pl.col("_known") | pl.col("_text").str.starts_with("[") | pl.col("value").is_null()
+    failing = (
+        pl.col("_line_reason").is_not_null()
+        | ~pl.col("_known")
+        | pl.col("_text").str.starts_with("[")
+        | pl.col("value").is_null()
+    )
     long = long.with_columns(_failing=failing)
     columns = ["unit_id", "ts", "metric", "value", "_line", "_field", "_reason"]
-    good = long.filter(~pl.col("_failing")).with_columns(_reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String))
+    good = long.filter(~pl.col("_failing")).with_columns(
+        _reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String)
+    )
     parsed.add("samples", good.select(columns))
     bad = long.filter(pl.col("_failing"))
     if bad.height:  # reason texts only for the failing rows (they are built for every row a branch sees)
@@ -125,11 +165,21 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         bad = bad.with_columns(
             _reason=pl.coalesce(
                 pl.col("_line_reason"),
-                pl.when(~pl.col("_known")).then(pl.format("unknown metric '{}' (not in the metric catalog {})", pl.col("_source"), pl.lit(catalog_source))),
-                pl.when(pl.col("_text").str.starts_with("[")).then(pl.format("nvidia-smi reported {}", pl.col("_text"))),
-                pl.when(pl.col("value").is_null()).then(pl.format("not a number: '{}'", pl.col("_text").str.slice(0, 40))),
+                pl.when(~pl.col("_known")).then(
+                    pl.format(
+                        "unknown metric '{}' (not in the metric catalog {})", pl.col("_source"), pl.lit(catalog_source)
+                    )
+                ),
+                pl.when(pl.col("_text").str.starts_with("[")).then(
+                    pl.format("nvidia-smi reported {}", pl.col("_text"))
+                ),
+                pl.when(pl.col("value").is_null()).then(
+                    pl.format("not a number: '{}'", pl.col("_text").str.slice(0, 40))
+                ),
             ),
-            _field=pl.coalesce(pl.col("_line_field"), pl.when(pl.col("_line_reason").is_null()).then(pl.col("_source"))),
+            _field=pl.coalesce(
+                pl.col("_line_field"), pl.when(pl.col("_line_reason").is_null()).then(pl.col("_source"))
+            ),
         )
         parsed.add("samples", bad.select(columns))
     return parsed

@@ -68,16 +68,26 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         for key in LABELS:
             value = labels.get(key)
             columns[key].extend([None if value is None else str(value)] * count)
-    frame = pl.DataFrame(columns, schema={"_line": pl.Int64, "name": pl.String, "t": pl.String, "value_text": pl.String, **{k: pl.String for k in LABELS}})
+    frame = pl.DataFrame(
+        columns,
+        schema={
+            "_line": pl.Int64,
+            "name": pl.String,
+            "t": pl.String,
+            "value_text": pl.String,
+            **{k: pl.String for k in LABELS},
+        },
+    )
     seconds = pl.col("t").cast(pl.Float64, strict=False)
     frame = frame.with_columns(
         ts=unix_seconds_to_utc(seconds),
-        ts_reason=pl.when(pl.col("t").is_null()).then(pl.format("malformed sample {} (expected [time, \"value\"])", pl.col("value_text")))
+        ts_reason=pl.when(pl.col("t").is_null())
+        .then(pl.format('malformed sample {} (expected [time, "value"])', pl.col("value_text")))
         .when(seconds.is_null() | ~seconds.is_finite())
         .then(pl.format("bad timestamp '{}'", pl.col("t")))
         .otherwise(pl.lit(None, dtype=pl.String)),
         name=pl.col("name").fill_null("<no __name__>"),
-        _raw=pl.format("[{}, \"{}\"]", pl.col("t").fill_null("?"), pl.col("value_text")),
+        _raw=pl.format('[{}, "{}"]', pl.col("t").fill_null("?"), pl.col("value_text")),
     )
     parsed = ParsedFile(path=path)
     for table, staged in dcgm.stage_series(frame, ctx).items():
@@ -87,7 +97,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     def lookup(rows: pl.DataFrame) -> pl.Series:
         index = (rows.get_column("_line") - 1).clip(0, max(len(descriptions) - 1, 0))
         labels = described.gather(index) if len(descriptions) else pl.Series([""] * rows.height)
-        return pl.DataFrame({"l": labels, "r": rows.get_column("_raw")}).select(pl.format("{} {}", "l", "r")).to_series()
+        return (
+            pl.DataFrame({"l": labels, "r": rows.get_column("_raw")}).select(pl.format("{} {}", "l", "r")).to_series()
+        )
 
     parsed.raw_lookup = lookup
     return parsed

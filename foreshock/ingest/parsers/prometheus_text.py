@@ -52,12 +52,20 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     parts = body.with_columns(pl.col("_text").str.strip_chars().str.extract_groups(SAMPLE).alias("m")).unnest("m")
     parts = parts.rename({"1": "name", "2": "labels", "3": "value_text", "4": "ts_ms"})
     matched = pl.col("name").is_not_null()
-    if parts.filter(matched).height and parts.filter(matched & pl.col("ts_ms").is_not_null()).height == 0 and ctx.scrape_time is None:
+    if (
+        parts.filter(matched).height
+        and parts.filter(matched & pl.col("ts_ms").is_not_null()).height == 0
+        and ctx.scrape_time is None
+    ):
         raise UnreadableFile("scrape has no sample timestamps: pass --scrape-time (when the scrape was taken, in UTC)")
     openmetrics = lines.filter(pl.col("_text").str.strip_chars() == "# EOF").height > 0
     stamp = pl.col("ts_ms").cast(pl.Float64, strict=False)
     sample_ts = unix_seconds_to_utc(stamp) if openmetrics else unix_seconds_to_utc(stamp / 1000)
-    scrape_ts = pl.lit(ctx.scrape_time).cast(pl.Datetime("us", "UTC")) if ctx.scrape_time else pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+    scrape_ts = (
+        pl.lit(ctx.scrape_time).cast(pl.Datetime("us", "UTC"))
+        if ctx.scrape_time
+        else pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+    )
     frame = parts.with_columns(
         gpu=_label("gpu"),
         Hostname=_label("Hostname"),
@@ -73,5 +81,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     staged = dcgm.stage_series(frame, ctx, declared_units(lines.get_column("_text")))
     parsed = ParsedFile(path=path, raw_lines=lines.get_column("_text"))
     for table, rows in staged.items():
-        parsed.add(table, rows.with_columns(_field=pl.when(pl.col("_reason").str.starts_with("malformed")).then(pl.lit("line")).otherwise(pl.col("_field"))))
+        parsed.add(
+            table,
+            rows.with_columns(
+                _field=pl.when(pl.col("_reason").str.starts_with("malformed"))
+                .then(pl.lit("line"))
+                .otherwise(pl.col("_field"))
+            ),
+        )
     return parsed

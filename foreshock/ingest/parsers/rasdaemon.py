@@ -54,9 +54,16 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         table = table.with_columns(_reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String))
     label = pl.col("label").str.strip_chars().str.replace_all(r"[^A-Za-z0-9._:\-]+", "_").str.strip_chars("_")
     generic = pl.col("label").is_null() | label.is_in(["", "unknown_memory", "any_memory"]) | (label == "")
-    location = pl.format("mc{}.{}.{}.{}", *(pl.col(c).fill_null("x") for c in ("mc", "top_layer", "middle_layer", "lower_layer")))
+    location = pl.format(
+        "mc{}.{}.{}.{}", *(pl.col(c).fill_null("x") for c in ("mc", "top_layer", "middle_layer", "lower_layer"))
+    )
     ts, ts_reason = parse_utc(pl.col("timestamp"), ctx.timezone)
-    severity = pl.col("err_type").str.strip_chars().str.to_lowercase().replace_strict(SEVERITY, default=None, return_dtype=pl.Int64)
+    severity = (
+        pl.col("err_type")
+        .str.strip_chars()
+        .str.to_lowercase()
+        .replace_strict(SEVERITY, default=None, return_dtype=pl.Int64)
+    )
     count = pl.col("err_count").str.strip_chars().cast(pl.Int64, strict=False)
     staged = table.with_columns(
         _node=host,
@@ -70,7 +77,11 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         _reason=pl.coalesce(
             "_reason",
             "_ts_reason",
-            pl.when(pl.col("code").is_null()).then(pl.format("unknown err_type '{}' (expected Corrected, Uncorrected, Fatal, Deferred or Info)", "err_type")),
+            pl.when(pl.col("code").is_null()).then(
+                pl.format(
+                    "unknown err_type '{}' (expected Corrected, Uncorrected, Fatal, Deferred or Info)", "err_type"
+                )
+            ),
             pl.when(pl.col("count").is_null()).then(pl.format("err_count is not an integer: '{}'", "err_count")),
             pl.when(pl.col("count") < 0).then(pl.lit("negative err_count")),
         ),
@@ -85,7 +96,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     if raw_lines is None:
         rows = table.drop("_reason", "_field", "_line", strict=False)
         parsed.raw_lookup = lambda quarantined: _row_text(rows, quarantined)
-    parsed.add("events", staged.select("unit_id", "ts", "source", "code", "count", "_line", "_field", "_reason", "_node"))
+    parsed.add(
+        "events", staged.select("unit_id", "ts", "source", "code", "count", "_line", "_field", "_reason", "_node")
+    )
     return parsed
 
 
@@ -104,8 +117,10 @@ def _read_sqlite(path: Path) -> pl.DataFrame:
     except sqlite3.DatabaseError as exc:
         raise UnreadableFile(f"cannot read the SQLite database: {exc}") from None
     data = {c: [None if r[i] is None else str(r[i]) for r in rows] for i, c in enumerate(wanted)}
-    return pl.DataFrame(data, schema={c: pl.String for c in wanted}).with_row_index("_line", offset=1).with_columns(
-        pl.col("_line").cast(pl.Int64)
+    return (
+        pl.DataFrame(data, schema={c: pl.String for c in wanted})
+        .with_row_index("_line", offset=1)
+        .with_columns(pl.col("_line").cast(pl.Int64))
     )
 
 

@@ -34,7 +34,11 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     by_slot = pl.when(col("node").is_not_null() & col("gpu_index").is_not_null()).then(
         pl.format("{}-gpu{}", col("node"), col("gpu_index"))
     )
-    by_uuid = col("gpu_uuid").replace_strict(uuid_map, default=None, return_dtype=pl.String) if uuid_map else pl.lit(None, dtype=pl.String)
+    by_uuid = (
+        col("gpu_uuid").replace_strict(uuid_map, default=None, return_dtype=pl.String)
+        if uuid_map
+        else pl.lit(None, dtype=pl.String)
+    )
     unit = pl.coalesce(col("unit_id"), by_slot.otherwise(by_uuid))
     ts, ts_reason = parse_utc(col(time_col), ctx.timezone)
     mode = col("category") if "category" in cols else col("mode")
@@ -42,7 +46,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         _reason=pl.coalesce(
             "_reason",
             "_ts_reason",
-            pl.when(pl.col("unit_id").is_null()).then(pl.lit("cannot tell the unit: no node/gpu_index and the gpu_uuid is not in the inventory")),
+            pl.when(pl.col("unit_id").is_null()).then(
+                pl.lit("cannot tell the unit: no node/gpu_index and the gpu_uuid is not in the inventory")
+            ),
         ),
         _field=pl.coalesce(
             "_field",

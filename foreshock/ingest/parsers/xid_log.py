@@ -34,17 +34,27 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     pci_map = {p: normalise_pci(p) for p in xid.get_column("pci").drop_nulls().unique().to_list()}
     units = ctx.unit_by_host_pci()
     xid = xid.with_columns(
-        pci_norm=pl.col("pci").replace_strict(pci_map, default=None, return_dtype=pl.String) if pci_map else pl.lit(None, dtype=pl.String)
+        pci_norm=pl.col("pci").replace_strict(pci_map, default=None, return_dtype=pl.String)
+        if pci_map
+        else pl.lit(None, dtype=pl.String)
     ).with_columns(key=pl.format("{}|{}", "host", "pci_norm"))
     ts, ts_reason = parse_utc(pl.col("stamp"), ctx.timezone)
-    unit = pl.col("key").replace_strict(units, default=None, return_dtype=pl.String) if units else pl.lit(None, dtype=pl.String)
+    unit = (
+        pl.col("key").replace_strict(units, default=None, return_dtype=pl.String)
+        if units
+        else pl.lit(None, dtype=pl.String)
+    )
     matched = pl.col("code_text").is_not_null()
-    staged = xid.with_columns(ts=ts, _ts_reason=ts_reason, unit_id=unit, code=pl.col("code_text").cast(pl.Int64, strict=False)).with_columns(
+    staged = xid.with_columns(
+        ts=ts, _ts_reason=ts_reason, unit_id=unit, code=pl.col("code_text").cast(pl.Int64, strict=False)
+    ).with_columns(
         _reason=pl.when(~matched)
-        .then(pl.lit(
-            "malformed Xid line: expected '<time> <host> kernel: NVRM: Xid (PCI:<bus>): <code>, ...' "
-            "with an RFC 3339 time (rsyslog default, or journalctl -o short-iso)"
-        ))
+        .then(
+            pl.lit(
+                "malformed Xid line: expected '<time> <host> kernel: NVRM: Xid (PCI:<bus>): <code>, ...' "
+                "with an RFC 3339 time (rsyslog default, or journalctl -o short-iso)"
+            )
+        )
         .when(pl.col("_ts_reason").is_not_null())
         .then(pl.col("_ts_reason"))
         .when(pl.col("pci_norm").is_null())
@@ -52,8 +62,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         .when(pl.col("unit_id").is_null())
         .then(pl.format("unknown unit: no inventory GPU on host '{}' at PCI {}", "host", "pci_norm"))
         .otherwise(pl.lit(None, dtype=pl.String)),
-        _field=pl.when(~matched).then(pl.lit("line")).when(pl.col("_ts_reason").is_not_null()).then(pl.lit("timestamp"))
-        .when(pl.col("unit_id").is_null()).then(pl.lit("pci")),
+        _field=pl.when(~matched)
+        .then(pl.lit("line"))
+        .when(pl.col("_ts_reason").is_not_null())
+        .then(pl.lit("timestamp"))
+        .when(pl.col("unit_id").is_null())
+        .then(pl.lit("pci")),
         source=pl.lit("xid"),
         count=pl.lit(1, dtype=pl.Int64),
     )

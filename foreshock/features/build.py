@@ -1,0 +1,448 @@
+"""Build feature snapshots from the lake.
+
+Two passes, so that memory is bounded by one shard whatever the fleet size:
+
+1. **Per shard** (:func:`shard_unit_features`): roll each raw partition (date x shard) up to
+   snapshot buckets, one file at a time, then compute window features, lives and context
+   for the shard's units.  Only the partitions a snapshot can depend on are read: the
+   snapshots' dates plus :attr:`FeatureSpec.lookback` before them.
+2. **Per date, across shards** (:func:`features.peers.add_peer_features`): the rack error
+   rate and the temperature-vs-power residual need every unit of a snapshot.  They are
+   computed from the first-pass results of all shards of one date, which are small (one
+   row per unit and snapshot), then the rows are written per shard.
+
+:func:`build_features` runs both in memory and returns a frame (tests, notebooks).
+:func:`stage_shard` / :func:`finalize_day` are the same passes with Parquet in between,
+used by the Prefect flow and :func:`update_features` for incremental runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.config import Config
+from foreshock.contract import SCHEMAS, UTC_TS
+from foreshock.features import store
+from foreshock.features.context import (
+    CONTEXT_COLUMNS,
+    add_cohort_hazard,
+    add_inventory_context,
+    add_lot_failure_rates,
+    life_table,
+    snapshot_grid,
+)
+from foreshock.features.peers import add_peer_features
+from foreshock.features.rollups import Rollup, combine_pieces, combine_scrapes, rollup_events, rollup_samples
+from foreshock.features.spec import FeatureSpec, feature_spec
+from foreshock.features.windows import error_activity_columns, metric_feature_names, window_features
+from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
+from foreshock.lake import (
+    atomic_write_text,
+    lake_shards,
+    partition_dates,
+    partition_files,
+    read_table,
+    scan_table,
+    shard_of,
+)
+
+KEY_COLUMNS = ("unit_id", "ts")
+LIFE_COLUMNS = ("life", "life_start")
+# Snapshots per first-pass task: bounds the memory of one shard's window frame.
+MAX_BLOCK = timedelta(days=7)
+ROLLUP_THREADS = 2
+
+
+def feature_columns(spec: FeatureSpec) -> list[str]:
+    """Every model-feature column, in output order."""
+    names: list[str] = []
+    for metric in spec.catalog:
+        names += metric_feature_names(metric, spec)
+    for w in spec.windows:
+        name = spec.name(w)
+        names += [f"xid_{code}_count_{name}" for code in KNOWN_XID_CODES]
+        names += [f"xid_class_{c}_count_{name}" for c in XID_CLASS_NAMES]
+        names.append(f"events_total_count_{name}")
+    names.append("telemetry_gap_hours")
+    names += [f"telemetry_missing_frac_{spec.name(w)}" for w in spec.windows]
+    names.append("age_days")
+    names += [f"rack_error_rate_{spec.name(w)}" for w in spec.windows]
+    names += [f"lot_failure_rate_{spec.name(w)}" for w in spec.windows]
+    names += [f"temp_residual_c_{spec.name(w)}" for w in spec.windows]
+    names.append("cohort_cum_hazard")
+    return names
+
+
+def output_schema(spec: FeatureSpec) -> dict[str, pl.DataType]:
+    schema: dict[str, pl.DataType] = {"unit_id": pl.String(), "ts": UTC_TS}
+    schema.update({c: pl.String() for c in CONTEXT_COLUMNS})
+    schema.update({"life": pl.Int32(), "life_start": UTC_TS})
+    schema.update({c: pl.Float64() for c in feature_columns(spec)})
+    return schema
+
+
+def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return frame.select(
+        [pl.col(c).cast(t) if c in frame.columns else pl.lit(None, t).alias(c) for c, t in schema.items()]
+    )
+
+
+def _floor(moment: datetime, every: timedelta) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return epoch + ((moment - epoch) // every) * every
+
+
+def _ceil(moment: datetime, every: timedelta) -> datetime:
+    floor = _floor(moment, every)
+    return floor if floor == moment else floor + every
+
+
+def _as_utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def lake_extent(lake_dir: Path) -> tuple[datetime, datetime] | None:
+    """Earliest and latest sample time in the lake (reads only the first and last date)."""
+    days = partition_dates(lake_dir, "samples")
+    if not days:
+        return None
+    first = scan_table(lake_dir, "samples", start=days[0], end=days[0]).select(pl.col("ts").min()).collect().item()
+    last = scan_table(lake_dir, "samples", start=days[-1], end=days[-1]).select(pl.col("ts").max()).collect().item()
+    if first is None or last is None:
+        return None
+    return _as_utc(first), _as_utc(last)
+
+
+def snapshot_range(
+    lake_dir: Path,
+    spec: FeatureSpec,
+    start: date | datetime | None = None,
+    end: date | datetime | None = None,
+) -> tuple[datetime, datetime] | None:
+    """First and last snapshot to compute, or None when there is nothing to compute.
+
+    ``start``/``end`` are dates (whole days, inclusive) or datetimes.  The last snapshot
+    is never later than the newest sample in the lake (a later one would be incomplete).
+    """
+    extent = lake_extent(lake_dir)
+    if extent is None:
+        return None
+    first = _ceil(extent[0], spec.every)
+    last = _floor(extent[1], spec.every)
+    if start is not None:
+        moment = start if isinstance(start, datetime) else datetime.combine(start, datetime.min.time())
+        first = max(first, _ceil(_as_utc(moment), spec.every))
+    if end is not None:
+        if isinstance(end, datetime):
+            moment = _as_utc(end)
+        else:
+            moment = datetime.combine(end + timedelta(days=1), datetime.min.time(), tzinfo=UTC) - timedelta(
+                microseconds=1
+            )
+        last = min(last, _floor(moment, spec.every))
+    return (first, last) if first <= last else None
+
+
+def _days(first: datetime, last: datetime) -> list[date]:
+    return [first.date() + timedelta(days=i) for i in range((last.date() - first.date()).days + 1)]
+
+
+def _day_rollup(lake_dir: Path, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame) -> Rollup:
+    """Rollups of one date x shard of raw samples and events (whole day)."""
+    sample_files = partition_files(lake_dir, "samples", day, day, [shard])
+    event_files = partition_files(lake_dir, "events", day, day, [shard])
+    samples = pl.read_parquet(sample_files) if sample_files else pl.DataFrame(schema=SCHEMAS["samples"])
+    events = pl.read_parquet(event_files) if event_files else pl.DataFrame(schema=SCHEMAS["events"])
+    pieces, scrapes = rollup_samples(samples, failures, spec.catalog, spec.every, spec.longest)
+    return Rollup(pieces, scrapes, rollup_events(events, failures, spec.every))
+
+
+def _cache_stamp(lake_dir: Path, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame) -> str:
+    """What a cached day rollup depends on: the raw files (size, mtime), the failures that
+    can split that day into lives, and the settings that shape buckets."""
+    files = partition_files(lake_dir, "samples", day, day, [shard]) + partition_files(
+        lake_dir, "events", day, day, [shard]
+    )
+    stats = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    day_end = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    lives = failures.filter(pl.col("failed_at") < day_end).sort("unit_id", "failed_at")
+    return json.dumps(
+        {
+            "files": stats,
+            "failures": [[u, t.isoformat()] for u, t in lives.select("unit_id", "failed_at").iter_rows()],
+            "every": spec.every.total_seconds(),
+            "max_gap": spec.longest.total_seconds(),
+            "catalog": sorted((m.name, m.kind) for m in spec.catalog),
+        },
+        sort_keys=True,
+    )
+
+
+def cached_day_rollup(
+    lake_dir: Path, cache_dir: Path | None, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame
+) -> Rollup:
+    """:func:`_day_rollup`, kept under ``cache_dir`` and reused while its inputs are
+    unchanged, so an incremental run reads raw data only for the dates that changed."""
+    raw = partition_files(lake_dir, "samples", day, day, [shard]) + partition_files(
+        lake_dir, "events", day, day, [shard]
+    )
+    if cache_dir is None or not raw:
+        return _day_rollup(lake_dir, spec, shard, day, failures)
+    shards = lake_shards(lake_dir, 1)
+    mine = [u for u in failures.get_column("unit_id").unique().to_list() if shard_of(u, shards) == shard]
+    shard_failures = failures.filter(pl.col("unit_id").is_in(mine))
+    stamp = _cache_stamp(lake_dir, spec, shard, day, shard_failures)
+    where = Path(cache_dir) / f"date={day.isoformat()}" / f"shard={shard:02d}"
+    meta = where / "rollup.json"
+    if meta.exists() and meta.read_text() == stamp:
+        try:
+            return Rollup(*(pl.read_parquet(where / f"{name}.parquet") for name in ("pieces", "scrapes", "events")))
+        except (OSError, pl.exceptions.ComputeError):
+            pass  # a damaged cache entry is recomputed
+    rollup = _day_rollup(lake_dir, spec, shard, day, failures)
+    for name in ("pieces", "scrapes", "events"):
+        store.write_scratch(getattr(rollup, name), where / f"{name}.parquet")
+    atomic_write_text(meta, stamp)
+    return rollup
+
+
+def shard_rollup(
+    lake_dir: Path,
+    spec: FeatureSpec,
+    shard: int,
+    first: datetime,
+    last: datetime,
+    failures: pl.DataFrame,
+    cache_dir: Path | None = None,
+) -> Rollup:
+    """Rollups of the raw partitions snapshots ``first..last`` of one shard depend on."""
+    lo = first - spec.lookback
+    # Two files at a time: Polars releases the GIL, and one file alone does not keep two
+    # cores busy; more would hold more raw partitions in memory at once.
+    with ThreadPoolExecutor(max_workers=ROLLUP_THREADS) as pool:
+        parts = list(
+            pool.map(lambda day: cached_day_rollup(lake_dir, cache_dir, spec, shard, day, failures), _days(lo, last))
+        )
+    rollup = Rollup.concat(parts)
+
+    # Whole days are rolled up; buckets outside (lo, last] are data no snapshot here sees.
+    def in_range(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.filter((pl.col("bucket") > lo) & (pl.col("bucket") <= last))
+
+    return Rollup(
+        in_range(combine_pieces(rollup.pieces, spec.longest)),
+        in_range(combine_scrapes(rollup.scrapes)),
+        in_range(rollup.events),
+    )
+
+
+def shard_unit_features(
+    lake_dir: Path,
+    spec: FeatureSpec,
+    shard: int,
+    first: datetime,
+    last: datetime,
+    inventory: pl.DataFrame,
+    failures: pl.DataFrame,
+    cache_dir: Path | None = None,
+) -> pl.DataFrame:
+    """First pass for one shard: every feature except the peer ones, plus the helper
+    columns ``_error_any_<w>`` the peer pass needs."""
+    rollup = shard_rollup(lake_dir, spec, shard, first, last, failures, cache_dir)
+    if rollup.scrapes.height == 0:
+        return pl.DataFrame()
+    earliest_data = rollup.scrapes.get_column("bucket").min()
+    grid_start = min(first, max(first - spec.lookback + spec.every, earliest_data))
+    lives = life_table(inventory, failures)
+    units = rollup.scrapes.get_column("unit_id").unique().to_list()
+    grid = snapshot_grid(units, grid_start, last, spec.every, failures, lives)
+    frame = window_features(grid, rollup.pieces, rollup.scrapes, rollup.events, spec)
+    frame = (
+        frame.filter((pl.col("bucket") >= first) & pl.col("_in_service")).drop("_in_service").rename({"bucket": "ts"})
+    )
+    frame = add_inventory_context(frame, inventory)
+    frame = add_lot_failure_rates(frame, inventory, failures, spec)
+    return add_cohort_hazard(frame, inventory, failures)
+
+
+def _finish(frame: pl.DataFrame, spec: FeatureSpec) -> pl.DataFrame:
+    return _conform(add_peer_features(frame, spec), output_schema(spec)).sort("unit_id", "ts")
+
+
+def _global_tables(lake_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    inventory = read_table(lake_dir, "inventory")
+    failures = read_table(lake_dir, "failures").select("unit_id", "failed_at").drop_nulls().unique()
+    return inventory, failures
+
+
+def build_features(
+    lake_dir: Path,
+    config: Config,
+    start: date | datetime | None = None,
+    end: date | datetime | None = None,
+    shards: Iterable[int] | None = None,
+) -> pl.DataFrame:
+    """Feature snapshots for ``start..end`` computed in memory.
+
+    Parameters
+    ----------
+    lake_dir : Path
+        The canonical lake (``config.lake_dir`` normally).
+    config : Config
+        Supplies the catalog, ``[features]`` windows and snapshot spacing.
+    start, end : date or datetime, optional
+        Inclusive range of snapshots (dates mean whole days); default: all the lake holds.
+    shards : iterable of int, optional
+        Return only these unit shards.  Peer features still use every shard.
+
+    Returns
+    -------
+    pl.DataFrame
+        One row per unit and snapshot, keyed ``unit_id, ts``, sorted; columns as in
+        :func:`output_schema`.
+    """
+    spec = feature_spec(config)
+    schema = output_schema(spec)
+    span = snapshot_range(lake_dir, spec, start, end)
+    if span is None:
+        return pl.DataFrame(schema=schema)
+    inventory, failures = _global_tables(lake_dir)
+    parts = [
+        part
+        for shard in range(lake_shards(lake_dir, config.shards))
+        if (part := shard_unit_features(lake_dir, spec, shard, span[0], span[1], inventory, failures)).height
+    ]
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    frame = _finish(pl.concat(parts, how="diagonal_relaxed"), spec)
+    if shards is not None:
+        wanted = {int(s) for s in shards}
+        n = lake_shards(lake_dir, config.shards)
+        keep = [u for u in frame.get_column("unit_id").unique().to_list() if shard_of(u, n) in wanted]
+        frame = frame.filter(pl.col("unit_id").is_in(keep))
+    return frame
+
+
+# Staged passes (the flow and incremental runs) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """Snapshots an incremental run computes: ``first..last`` in blocks of whole days."""
+
+    first: datetime
+    last: datetime
+    shards: int
+
+    @property
+    def days(self) -> list[date]:
+        return _days(self.first, self.last)
+
+    def blocks(self) -> list[tuple[datetime, datetime]]:
+        # Blocks end at midnight so that a date's staged file comes from one block; a
+        # remainder shorter than a day joins the block before it (a block of one snapshot
+        # would cost a whole lookback of work).
+        out, lo = [], self.first
+        while lo <= self.last:
+            midnight = datetime.combine(lo.date(), datetime.min.time(), tzinfo=UTC) + MAX_BLOCK
+            hi = min(self.last, midnight - timedelta(microseconds=1))
+            if self.last - hi < timedelta(days=1):
+                hi = self.last
+            out.append((lo, hi))
+            lo = hi + timedelta(microseconds=1)
+        return out
+
+
+def plan_update(
+    config: Config,
+    start: date | None = None,
+    end: date | None = None,
+    full: bool = False,
+) -> UpdatePlan | None:
+    """What a run must compute: snapshots after the last one stored (all of them with
+    ``full``), within ``start..end``, up to the newest complete snapshot of the lake."""
+    spec = feature_spec(config)
+    span = snapshot_range(config.lake_dir, spec, start, end)
+    if span is None:
+        return None
+    first, last = span
+    if not full:
+        stored = store.last_snapshot(config.features_dir)
+        if stored is not None:
+            first = max(first, stored + spec.every)
+    if first > last:
+        return None
+    return UpdatePlan(first=first, last=last, shards=lake_shards(config.lake_dir, config.shards))
+
+
+def stage_shard(config: Config, shard: int, first: datetime, last: datetime) -> list[str]:
+    """First pass of one shard for snapshots ``first..last``, written per date under the
+    staging area; returns the staged files."""
+    spec = feature_spec(config)
+    inventory, failures = _global_tables(config.lake_dir)
+    frame = shard_unit_features(
+        config.lake_dir, spec, shard, first, last, inventory, failures, store.rollup_cache_dir(config.features_dir)
+    )
+    written = []
+    if frame.height == 0:
+        return written
+    for (day,), part in frame.with_columns(pl.col("ts").dt.date().alias("_day")).group_by("_day"):
+        path = store.staging_path(config.features_dir, day, shard)
+        store.write_staged(part.drop("_day"), path)
+        written.append(str(path))
+    return sorted(written)
+
+
+def finalize_day(config: Config, day: date) -> int:
+    """Second pass for one date: peer features over all staged shards, then the rows are
+    merged into the feature store.  Returns the number of rows written."""
+    spec = feature_spec(config)
+    staged = store.staged_files(config.features_dir, day)
+    if not staged:
+        return 0
+    frame = _finish(pl.concat([pl.read_parquet(p) for p in staged], how="diagonal_relaxed"), spec)
+    rows = store.write_features(frame, config.features_dir, lake_shards(config.lake_dir, config.shards))
+    shutil.rmtree(store.staging_day_dir(config.features_dir, day), ignore_errors=True)
+    return rows
+
+
+def update_features(
+    config: Config,
+    start: date | None = None,
+    end: date | None = None,
+    full: bool = False,
+) -> int:
+    """Compute and store the snapshots :func:`plan_update` finds missing, without Prefect
+    (the flow runs the same steps as tasks).  Returns the number of rows written."""
+    plan = plan_update(config, start, end, full)
+    if plan is None:
+        return 0
+    for lo, hi in plan.blocks():
+        for shard in range(plan.shards):
+            stage_shard(config, shard, lo, hi)
+    return sum(finalize_day(config, day) for day in plan.days)
+
+
+__all__ = [
+    "KEY_COLUMNS",
+    "LIFE_COLUMNS",
+    "UpdatePlan",
+    "build_features",
+    "error_activity_columns",
+    "feature_columns",
+    "finalize_day",
+    "output_schema",
+    "plan_update",
+    "shard_unit_features",
+    "snapshot_range",
+    "stage_shard",
+    "update_features",
+]

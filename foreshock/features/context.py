@@ -1,0 +1,195 @@
+"""Context of a snapshot: the unit's lives, inventory columns, age, and what its cohort and
+lot have been through (failure rates and the Nelson–Aalen baseline hazard).
+
+Everything here reads only the inventory and past failures, so it is the same for a unit
+whatever shard it is computed in.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from foreshock.contract import UTC_TS
+from foreshock.features.rollups import with_lives
+from foreshock.features.spec import FeatureSpec
+
+CONTEXT_COLUMNS = ("node", "rack", "model", "lot")
+_HOUR_US = 3_600_000_000.0
+
+
+def life_table(inventory: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
+    """Every life of every unit: ``unit_id, life, life_start, life_end``.
+
+    Life 0 starts at the unit's ``installed_at``; life ``k`` starts at the unit's ``k``-th
+    failure (the replacement GPU takes over the slot) and ends at the next failure (null
+    while it is still running).
+    """
+    first = inventory.select(
+        "unit_id", pl.lit(0, pl.Int32).alias("life"), pl.col("installed_at").cast(UTC_TS).alias("life_start")
+    )
+    later = (
+        failures.select("unit_id", "failed_at")
+        .unique()
+        .sort("unit_id", "failed_at")
+        .select(
+            "unit_id",
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over("unit_id").alias("life"),
+            pl.col("failed_at").alias("life_start"),
+        )
+    )
+    lives = pl.concat([first, later]).sort("unit_id", "life")
+    return lives.with_columns(pl.col("life_start").shift(-1).over("unit_id").alias("life_end"))
+
+
+def snapshot_grid(
+    units: list[str],
+    first_bucket: datetime,
+    last_bucket: datetime,
+    every: timedelta,
+    failures: pl.DataFrame,
+    lives: pl.DataFrame,
+) -> pl.DataFrame:
+    """Dense ``unit_id, life, bucket, life_start`` rows, sorted by unit and time."""
+    buckets = pl.datetime_range(first_bucket, last_bucket, every, eager=True, time_zone="UTC").cast(UTC_TS)
+    grid = (
+        pl.DataFrame({"unit_id": sorted(units)}, schema={"unit_id": pl.String})
+        .join(pl.DataFrame({"bucket": buckets}), how="cross")
+        .sort("unit_id", "bucket")
+    )
+    grid = with_lives(grid, failures, at="bucket")
+    return grid.join(
+        lives.select("unit_id", "life", "life_start"), on=["unit_id", "life"], how="left", maintain_order="left"
+    )
+
+
+def add_inventory_context(frame: pl.DataFrame, inventory: pl.DataFrame) -> pl.DataFrame:
+    """Add ``node, rack, model, lot`` and ``age_days`` (days since the life started)."""
+    context = inventory.select(
+        "unit_id",
+        *[
+            pl.col(c).cast(pl.String) if c in inventory.columns else pl.lit(None, pl.String).alias(c)
+            for c in CONTEXT_COLUMNS
+        ],
+    )
+    out = frame.join(context, on="unit_id", how="left", maintain_order="left")
+    age = (pl.col("ts") - pl.col("life_start")).dt.total_microseconds().cast(pl.Float64) / (24 * _HOUR_US)
+    return out.with_columns(age.alias("age_days"))
+
+
+def add_lot_failure_rates(
+    frame: pl.DataFrame, inventory: pl.DataFrame, failures: pl.DataFrame, spec: FeatureSpec
+) -> pl.DataFrame:
+    """Add ``lot_failure_rate_<w>``: failures of the lot's units in ``(ts - w, ts]`` per unit
+    of the lot (a bad manufacturing lot fails together).  Null when the lot is unknown."""
+    lots = inventory.select("unit_id", pl.col("lot").cast(pl.String)).drop_nulls("lot")
+    lot_size = lots.group_by("lot").agg(pl.len().cast(pl.Float64).alias("_lot_units"))
+    lot_failures = failures.join(lots, on="unit_id").select("lot", "failed_at")
+    asked = frame.select("lot", "ts").drop_nulls("lot").unique()
+    names = [f"lot_failure_rate_{spec.name(w)}" for w in spec.windows]
+    pairs = asked.join(lot_failures, on="lot", how="inner")
+    counts = pairs.group_by("lot", "ts").agg(
+        *[
+            ((pl.col("failed_at") > pl.col("ts") - w) & (pl.col("failed_at") <= pl.col("ts"))).sum().alias(n)
+            for w, n in zip(spec.windows, names)
+        ]
+    )
+    rates = (
+        asked.join(counts, on=["lot", "ts"], how="left")
+        .join(lot_size, on="lot", how="left")
+        .select(
+            "lot", "ts", *[(pl.col(n).fill_null(0).cast(pl.Float64) / pl.col("_lot_units")).alias(n) for n in names]
+        )
+    )
+    return frame.join(rates, on=["lot", "ts"], how="left", maintain_order="left")
+
+
+def _cohort_key() -> pl.Expr:
+    return pl.concat_str([pl.col("model").fill_null(""), pl.col("lot").fill_null("")], separator="\x1f")
+
+
+def cohort_hazard_increments(lives: pl.DataFrame, inventory: pl.DataFrame, as_of: datetime) -> pl.DataFrame:
+    """Nelson–Aalen increments per cohort (model, lot) from failures before ``as_of``.
+
+    The time scale is the age of a life (hours since it started).  A life is at risk at age
+    ``a`` when, by ``as_of``, it had run at least ``a`` hours without failing first.  Each
+    failure at age ``a_i`` adds ``1 / n(a_i)``.  The failures table is taken as complete
+    since installation (no left truncation).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``cohort, age_h, cum_hazard`` sorted by cohort and age.
+    """
+    cohorts = inventory.select("unit_id", "model", pl.col("lot").cast(pl.String)).with_columns(
+        _cohort_key().alias("cohort")
+    )
+    seen = (
+        lives.filter(pl.col("life_start") < as_of)
+        .join(cohorts.select("unit_id", "cohort"), on="unit_id")
+        .with_columns(
+            (
+                (
+                    pl.min_horizontal(pl.col("life_end").fill_null(as_of), pl.lit(as_of).cast(UTC_TS))
+                    - pl.col("life_start")
+                )
+                .dt.total_microseconds()
+                .cast(pl.Float64)
+                / _HOUR_US
+            ).alias("observed_h"),
+            (pl.col("life_end").is_not_null() & (pl.col("life_end") < as_of)).alias("failed"),
+        )
+    )
+    events = seen.filter("failed").select("cohort", pl.col("observed_h").alias("age_h"))
+    if events.height == 0:
+        return pl.DataFrame(schema={"cohort": pl.String, "age_h": pl.Float64, "cum_hazard": pl.Float64})
+    at_risk = (
+        events.unique()
+        .join(seen.select("cohort", "observed_h"), on="cohort")
+        .group_by("cohort", "age_h")
+        .agg((pl.col("observed_h") >= pl.col("age_h")).sum().alias("n_at_risk"))
+    )
+    deaths = events.group_by("cohort", "age_h").agg(pl.len().alias("d"))
+    return (
+        deaths.join(at_risk, on=["cohort", "age_h"])
+        .sort("cohort", "age_h")
+        .select("cohort", "age_h", (pl.col("d") / pl.col("n_at_risk")).cum_sum().over("cohort").alias("cum_hazard"))
+    )
+
+
+def add_cohort_hazard(frame: pl.DataFrame, inventory: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
+    """Add ``cohort_cum_hazard``: the cohort's (model, lot) Nelson–Aalen cumulative hazard
+    at the unit's current age, estimated from failures before the snapshot's day.
+
+    Refitting once per day keeps it cheap; the estimate for a day uses only failures
+    before that day started, so it is point-in-time correct.
+    """
+    lives = life_table(inventory, failures)
+    keyed = frame.with_row_index("_row").with_columns(
+        _cohort_key().alias("_cohort"),
+        ((pl.col("ts") - pl.col("life_start")).dt.total_microseconds().cast(pl.Float64) / _HOUR_US).alias("_age_h"),
+        pl.col("ts").dt.truncate("1d").alias("_day"),
+    )
+    parts = []
+    for (day,), rows in keyed.select("_row", "_cohort", "_age_h", "_day").group_by("_day"):
+        curve = cohort_hazard_increments(lives, inventory, day)
+        rows = rows.sort("_age_h", nulls_last=True)
+        if curve.height == 0:
+            parts.append(
+                rows.select("_row", pl.when(pl.col("_age_h").is_not_null()).then(0.0).alias("cohort_cum_hazard"))
+            )
+            continue
+        hit = rows.drop_nulls("_age_h").join_asof(
+            curve.rename({"cohort": "_cohort"}).sort("age_h"),
+            left_on="_age_h",
+            right_on="age_h",
+            by="_cohort",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        parts.append(hit.select("_row", pl.col("cum_hazard").fill_null(0.0).alias("cohort_cum_hazard")))
+    if not parts:
+        return frame.with_columns(pl.lit(None, pl.Float64).alias("cohort_cum_hazard"))
+    hazard = pl.concat(parts)
+    return keyed.join(hazard, on="_row", how="left").sort("_row").drop("_row", "_cohort", "_age_h", "_day")

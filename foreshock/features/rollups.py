@@ -1,0 +1,375 @@
+"""Bucket rollups: raw samples and events reduced to one row per unit, life and snapshot bucket.
+
+Every snapshot ``T`` (a multiple of ``snapshot_every``) owns the bucket ``(T - every, T]``.
+A window ``w`` at ``T`` is the union of the ``w / every`` buckets ending at ``T``, so window
+features are exact sums (or maxima) of bucket rollups, and a snapshot only ever sees rows
+with ``ts <= T``: point-in-time correct by construction.
+
+Raw partitions are rolled up one file at a time (a date x shard), so memory is bounded by
+one partition whatever the fleet size, and the heavy pass over raw rows happens once.
+
+Counter increases follow Prometheus ``increase()``: a sample lower than its predecessor
+means the counter was reset (driver reload, reboot) and the new value is the increase since
+the reset.  Each step is booked at the later sample's time, so the step across a bucket
+boundary lands in the bucket of the later sample.  A step is only taken when the
+predecessor is at most ``max_gap`` old (the longest feature window): across a longer silence
+the counter has almost surely been reset and what happened in between is unknown.  That rule
+also makes results independent of where a computation starts reading, which is what makes
+incremental runs equal full runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import polars as pl
+
+from foreshock.catalog import Catalog
+from foreshock.contract import UTC_TS
+
+UNIT_LIFE_BUCKET = ["unit_id", "life", "bucket"]
+
+# Per (unit, life, metric, bucket) piece of one raw file.
+PIECE_SCHEMA: dict[str, pl.DataType] = {
+    "unit_id": pl.String(),
+    "life": pl.Int32(),
+    "metric": pl.String(),
+    "bucket": UTC_TS,
+    "n": pl.Int64(),
+    "sum": pl.Float64(),
+    "sumsq": pl.Float64(),
+    "max": pl.Float64(),
+    "first_ts": UTC_TS,
+    "first_v": pl.Float64(),
+    "last_ts": UTC_TS,
+    "last_v": pl.Float64(),
+    "inc": pl.Float64(),
+    "first_inc_ts": UTC_TS,
+    "last_inc_ts": UTC_TS,
+    "head": pl.Boolean(),
+}
+SCRAPE_SCHEMA: dict[str, pl.DataType] = {
+    "unit_id": pl.String(),
+    "life": pl.Int32(),
+    "bucket": UTC_TS,
+    "n_ts": pl.Int64(),
+    "last_ts": UTC_TS,
+}
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "unit_id": pl.String(),
+    "life": pl.Int32(),
+    "bucket": UTC_TS,
+    "source": pl.String(),
+    "code": pl.Int64(),
+    "count": pl.Int64(),
+}
+
+
+@dataclass
+class Rollup:
+    """Rollups of one or more raw partitions."""
+
+    pieces: pl.DataFrame
+    scrapes: pl.DataFrame
+    events: pl.DataFrame
+
+    @classmethod
+    def empty(cls) -> Rollup:
+        return cls(
+            pl.DataFrame(schema=PIECE_SCHEMA),
+            pl.DataFrame(schema=SCRAPE_SCHEMA),
+            pl.DataFrame(schema=EVENT_SCHEMA),
+        )
+
+    @classmethod
+    def concat(cls, parts: list[Rollup]) -> Rollup:
+        if not parts:
+            return cls.empty()
+        return cls(
+            pl.concat([p.pieces for p in parts]),
+            pl.concat([p.scrapes for p in parts]),
+            pl.concat([p.events for p in parts]),
+        )
+
+
+def bucket_of(ts: pl.Expr, every: timedelta) -> pl.Expr:
+    """The snapshot that owns a timestamp: the first multiple of ``every`` at or after it."""
+    every_us = int(every.total_seconds() * 1_000_000)
+    micros = ts.dt.epoch("us")
+    return (((micros - 1) // every_us + 1) * every_us).cast(UTC_TS)
+
+
+def with_lives(frame: pl.DataFrame, failures: pl.DataFrame, at: str = "ts") -> pl.DataFrame:
+    """Add ``life`` (failures of the unit strictly before ``at``) keeping row order.
+
+    Failures are rare, so each unit's failure times are spread into a few columns and
+    compared in one vectorised pass instead of an as-of join that would need re-sorting.
+    """
+    if failures.height == 0:
+        return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("life"))
+    per_unit = failures.group_by("unit_id").agg(pl.col("failed_at").sort().alias("_fails"))
+    most = int(per_unit.select(pl.col("_fails").list.len().max()).item())
+    spread = per_unit.select(
+        "unit_id", *[pl.col("_fails").list.get(i, null_on_oob=True).alias(f"_f{i}") for i in range(most)]
+    )
+    joined = frame.join(spread, on="unit_id", how="left", maintain_order="left")
+    life = pl.sum_horizontal([(pl.col(at) > pl.col(f"_f{i}")).fill_null(False).cast(pl.Int32) for i in range(most)])
+    return joined.with_columns(life.cast(pl.Int32).alias("life")).drop([f"_f{i}" for i in range(most)])
+
+
+def _counter_step(value: pl.Expr, previous: pl.Expr) -> pl.Expr:
+    # A drop means the counter restarted from zero: everything it now shows is new.
+    return pl.when(value >= previous).then(value - previous).otherwise(value)
+
+
+# Rows are grouped by one integer key packing a dense unit index, the life and the bucket
+# number (one u64 hashes much faster than a string, an int and a datetime); the key is
+# unpacked and unit ids are joined back onto the much smaller rollups.
+_SERIES = ["_key"]
+_LIFE_SLOTS = 256
+_BUCKET_SLOTS = 2**32
+
+
+def _packed_key(every: timedelta) -> pl.Expr:
+    every_us = int(every.total_seconds() * 1_000_000)
+    bucket_number = (pl.col("bucket").dt.epoch("us") // every_us).cast(pl.UInt64)
+    return (
+        (pl.col("_unit").cast(pl.UInt64) * _LIFE_SLOTS + pl.col("life").cast(pl.UInt64)) * _BUCKET_SLOTS + bucket_number
+    ).alias("_key")
+
+
+def _unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:
+    every_us = int(every.total_seconds() * 1_000_000)
+    return frame.with_columns(
+        (pl.col("_key") // (_LIFE_SLOTS * _BUCKET_SLOTS)).cast(pl.UInt32).alias("_unit"),
+        ((pl.col("_key") // _BUCKET_SLOTS) % _LIFE_SLOTS).cast(pl.Int32).alias("life"),
+        ((pl.col("_key") % _BUCKET_SLOTS).cast(pl.Int64) * every_us).cast(UTC_TS).alias("bucket"),
+    )
+
+
+def _edges(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """Mark the first and last row of each (unit, life, bucket) run of one metric's rows,
+    which are in unit-then-time order, so first/last values become plain max aggregations
+    (one non-null per group): fast, and independent of the engine's row order in groups."""
+    return frame.with_columns(
+        (pl.col("_key") != pl.col("_key").shift(1)).fill_null(True).alias("_is_first"),
+        (pl.col("_key") != pl.col("_key").shift(-1)).fill_null(True).alias("_is_last"),
+    )
+
+
+def _counter_pieces(samples: pl.LazyFrame, metric: str, max_gap: timedelta) -> pl.LazyFrame:
+    """Pieces of one counter metric; ``samples`` holds only that metric, sorted by unit and
+    time, so the row before a sample is the previous sample of the same series when the
+    packed key says it is the same unit and life."""
+    same_series = ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_key").shift(1) // _BUCKET_SLOTS)).fill_null(False)
+    recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
+    delta = pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("value").shift(1)))
+    stepped = (
+        _edges(samples)
+        .with_columns(delta.alias("_delta"), (~same_series).alias("_head"))
+        .with_columns(
+            pl.when(pl.col("_delta") > 0).then(pl.col("ts")).alias("_inc_ts"),
+            pl.when("_is_first").then(pl.col("value")).alias("_first_v"),
+            pl.when("_is_last").then(pl.col("value")).alias("_last_v"),
+        )
+    )
+    return (
+        stepped.group_by(_SERIES)
+        .agg(
+            pl.len().cast(pl.Int64).alias("n"),
+            pl.col("value").sum().alias("sum"),
+            (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
+            pl.col("value").max().alias("max"),
+            pl.col("ts").min().alias("first_ts"),
+            pl.col("_first_v").max().alias("first_v"),
+            pl.col("ts").max().alias("last_ts"),
+            pl.col("_last_v").max().alias("last_v"),
+            pl.col("_delta").sum().alias("inc"),
+            pl.col("_inc_ts").min().alias("first_inc_ts"),
+            pl.col("_inc_ts").max().alias("last_inc_ts"),
+            pl.col("_head").any().alias("head"),
+        )
+        .with_columns(pl.lit(metric).alias("metric"))
+    )
+
+
+def _gauge_pieces(samples: pl.LazyFrame, metric: str) -> pl.LazyFrame:
+    """Pieces of one gauge metric (rows of that metric only, unit-then-time order)."""
+    marked = _edges(samples).with_columns(pl.when("_is_last").then(pl.col("value")).alias("_last_v"))
+    return (
+        marked.group_by(_SERIES)
+        .agg(
+            pl.len().cast(pl.Int64).alias("n"),
+            pl.col("value").sum().alias("sum"),
+            (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
+            pl.col("value").max().alias("max"),
+            pl.col("ts").max().alias("last_ts"),
+            pl.col("_last_v").max().alias("last_v"),
+        )
+        .with_columns(pl.lit(metric).alias("metric"))
+    )
+
+
+def _with_sample_lives(samples: pl.DataFrame, units: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
+    """``life`` per sample.  Few units of a partition ever failed: their rows are found by
+    the integer unit index and compared with each of their failure times."""
+    failing = failures.join(units, on="unit_id").select("_unit", "failed_at")
+    if failing.height == 0:
+        return samples.with_columns(pl.lit(0, dtype=pl.Int32).alias("life"))
+    if failing.height > 64:  # a many-failure partition: one join beats many comparisons
+        lived = with_lives(samples, failures)
+    else:
+        life = pl.sum_horizontal(
+            [
+                ((pl.col("_unit") == unit) & (pl.col("ts") > failed_at)).cast(pl.Int32)
+                for unit, failed_at in failing.iter_rows()
+            ]
+        )
+        lived = samples.with_columns(life.cast(pl.Int32).alias("life"))
+    if lived.get_column("life").max() >= _LIFE_SLOTS:
+        raise ValueError(f"a unit has more than {_LIFE_SLOTS - 1} recorded failures; check the failures table")
+    return lived
+
+
+def rollup_samples(
+    samples: pl.DataFrame,
+    failures: pl.DataFrame,
+    catalog: Catalog,
+    every: timedelta,
+    max_gap: timedelta,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Roll one raw samples partition up to bucket pieces and scrape counts.
+
+    Parameters
+    ----------
+    samples : pl.DataFrame
+        Canonical samples of one partition (``unit_id, ts, metric, value``).
+    failures : pl.DataFrame
+        Canonical failures (used to split a unit's samples into lives).
+    catalog : Catalog
+        Which metrics are counters and which gauges; other metrics are ignored.
+    every : timedelta
+        Snapshot spacing (bucket width).
+    max_gap : timedelta
+        Longest gap across which a counter step is taken.
+
+    Returns
+    -------
+    (pieces, scrapes)
+        ``pieces`` per unit, life, metric and bucket (see ``PIECE_SCHEMA``); ``scrapes``
+        per unit, life and bucket: distinct sample times and the last one.
+    """
+    samples = samples.filter(pl.col("metric").is_in(catalog.names()) & pl.col("value").is_not_nan()).drop_nulls(
+        ["unit_id", "ts", "value"]
+    )
+    if samples.height == 0:
+        return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
+    # The lake stores every partition sorted by unit and time; anything else is re-sorted.
+    # Run ids number the units in order (cheaper than comparing strings row by row).
+    if not samples.get_column("unit_id").is_sorted():
+        samples = samples.sort("unit_id", "ts", "metric")
+    samples = samples.with_columns(pl.col("unit_id").rle_id().cast(pl.UInt32).alias("_unit"))
+    new_unit = (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
+    if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()).item():
+        samples = samples.sort("_unit", "ts", "metric")
+    samples = samples.with_columns(
+        new_unit.alias("_new_unit"),
+        bucket_of(pl.col("ts"), every).alias("bucket"),
+        ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts"),
+    )
+    units = samples.filter("_new_unit").select("_unit", "unit_id")
+    samples = _with_sample_lives(samples, units, failures)
+    work = samples.select(_packed_key(every), "ts", "metric", "value", "_new_ts").lazy()
+    present = set(samples.get_column("metric").unique().to_list())
+    queries = [
+        (_counter_pieces if metric.is_counter else _gauge_pieces)(
+            work.filter(pl.col("metric") == metric.name).select("_key", "ts", "value"),
+            metric.name,
+            *([max_gap] if metric.is_counter else []),
+        )
+        for metric in catalog
+        if metric.name in present
+    ]
+    queries.append(
+        work.filter("_new_ts")
+        .group_by(_SERIES)
+        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
+    )
+    # One go: the group-bys run side by side on Polars' thread pool.
+    *parts, scrapes = pl.collect_all(queries)
+    pieces = pl.concat([_unpacked(p, every).join(units, on="_unit") for p in parts], how="diagonal_relaxed")
+    pieces = pieces.select(
+        [pl.col(c).cast(t) if c in pieces.columns else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]
+    )
+    return pieces, _unpacked(scrapes, every).join(units, on="_unit").select(list(SCRAPE_SCHEMA))
+
+
+def rollup_events(events: pl.DataFrame, failures: pl.DataFrame, every: timedelta) -> pl.DataFrame:
+    """Sum event counts per unit, life, bucket, source and code (a missing count is 1)."""
+    if events.height == 0:
+        return pl.DataFrame(schema=EVENT_SCHEMA)
+    events = with_lives(events.drop_nulls(["unit_id", "ts"]), failures)
+    return (
+        events.with_columns(
+            bucket_of(pl.col("ts"), every).alias("bucket"),
+            pl.col("count").fill_null(1).cast(pl.Int64),
+        )
+        .group_by([*UNIT_LIFE_BUCKET, "source", "code"])
+        .agg(pl.col("count").sum())
+        .select(list(EVENT_SCHEMA))
+    )
+
+
+def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
+    """Merge pieces of the same bucket from different files into one row each.
+
+    A counter piece that starts a series in its file (``head``) is missing the step from the
+    last sample of the previous file; it is taken here from the previous piece of the same
+    unit, life and metric, under the same ``max_gap`` rule.
+    """
+    # Pieces of one series never overlap in time, so ordering by their last sample orders
+    # them by time (gauges have no first sample recorded).
+    ordered = pieces.sort("unit_id", "life", "metric", "bucket", "last_ts")
+    same_series = (
+        (pl.col("unit_id") == pl.col("unit_id").shift(1))
+        & (pl.col("life") == pl.col("life").shift(1))
+        & (pl.col("metric") == pl.col("metric").shift(1))
+    ).fill_null(False)
+    joinable = (
+        pl.col("head")
+        & same_series
+        & pl.col("first_ts").is_not_null()
+        & ((pl.col("first_ts") - pl.col("last_ts").shift(1)) <= max_gap)
+    ).fill_null(False)
+    bridged = ordered.with_columns(
+        pl.when(joinable).then(_counter_step(pl.col("first_v"), pl.col("last_v").shift(1))).alias("_bridge")
+    )
+    stepped_up = (pl.col("_bridge") > 0).fill_null(False)
+    bridged = bridged.with_columns(
+        pl.when(pl.col("first_ts").is_not_null())
+        .then(pl.col("inc").fill_null(0.0) + pl.col("_bridge").fill_null(0.0))
+        .alias("inc"),
+        # The bridged step is booked at the piece's first sample, its earliest time.
+        pl.when(stepped_up).then(pl.col("first_ts")).otherwise(pl.col("first_inc_ts")).alias("first_inc_ts"),
+        pl.when(stepped_up & pl.col("last_inc_ts").is_null())
+        .then(pl.col("first_ts"))
+        .otherwise(pl.col("last_inc_ts"))
+        .alias("last_inc_ts"),
+    )
+    return bridged.group_by(["unit_id", "life", "metric", "bucket"]).agg(
+        pl.col("n").sum(),
+        pl.col("sum").sum(),
+        pl.col("sumsq").sum(),
+        pl.col("max").max(),
+        pl.col("last_v").get(pl.col("last_ts").arg_max()),
+        pl.col("last_ts").max(),
+        pl.col("inc").sum(),
+        pl.col("first_inc_ts").min(),
+        pl.col("last_inc_ts").max(),
+    )
+
+
+def combine_scrapes(scrapes: pl.DataFrame) -> pl.DataFrame:
+    """Merge scrape counts of the same bucket from different files."""
+    return scrapes.group_by(UNIT_LIFE_BUCKET).agg(pl.col("n_ts").sum(), pl.col("last_ts").max())

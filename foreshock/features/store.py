@@ -1,0 +1,136 @@
+"""The feature store: ``data/features/date=YYYY-MM-DD/shard=NN/part.parquet``.
+
+One row per unit and snapshot, keyed ``unit_id, ts``; the date is the snapshot's UTC
+date and the shard the unit's lake shard.  Files are written atomically
+(:func:`foreshock.lake.atomic_write_parquet`); rewriting a snapshot replaces its rows, so a
+rerun is idempotent.  ``_staging/`` holds first-pass results between the per-shard and the
+per-date passes of a run.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import date, datetime
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.config import Config
+from foreshock.lake import PART_NAME, atomic_write_parquet, shard_of
+
+STAGING = "_staging"
+ROLLUPS = "_rollups"
+KEY = ["unit_id", "ts"]
+
+
+def partition_path(features_dir: Path, day: date, shard: int) -> Path:
+    return Path(features_dir) / f"date={day.isoformat()}" / f"shard={shard:02d}" / PART_NAME
+
+
+def rollup_cache_dir(features_dir: Path) -> Path:
+    """Per date x shard rollups of raw data, reused by incremental runs."""
+    return Path(features_dir) / ROLLUPS
+
+
+def staging_day_dir(features_dir: Path, day: date) -> Path:
+    return Path(features_dir) / STAGING / f"date={day.isoformat()}"
+
+
+def staging_path(features_dir: Path, day: date, shard: int) -> Path:
+    return staging_day_dir(features_dir, day) / f"shard={shard:02d}" / PART_NAME
+
+
+def write_scratch(frame: pl.DataFrame, path: Path) -> None:
+    """Write an intermediate file (staging, rollup cache): renamed into place like the
+    store's files, but lz4 and no fsync, since a lost one is simply recomputed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    frame.write_parquet(tmp, compression="lz4", statistics=False)
+    os.replace(tmp, path)
+
+
+def write_staged(frame: pl.DataFrame, path: Path) -> None:
+    write_scratch(frame, path)
+
+
+def staged_files(features_dir: Path, day: date | None) -> list[Path]:
+    root = Path(features_dir) / STAGING
+    pattern = f"date={day.isoformat()}/shard=*/{PART_NAME}" if day else f"date=*/shard=*/{PART_NAME}"
+    return sorted(root.glob(pattern))
+
+
+def feature_files(features_dir: Path) -> list[Path]:
+    """Every stored feature partition, in date then shard order."""
+    return sorted(Path(features_dir).glob(f"date=*/shard=*/{PART_NAME}"))
+
+
+def write_features(frame: pl.DataFrame, features_dir: Path, shards: int) -> int:
+    """Merge feature rows into their partitions; rows already stored for the same
+    ``unit_id, ts`` are replaced (a recomputation is authoritative).
+
+    Returns
+    -------
+    int
+        Rows written (new or replaced).
+    """
+    if frame.height == 0:
+        return 0
+    units = frame.get_column("unit_id").unique().to_list()
+    mapping = pl.DataFrame(
+        {"unit_id": units, "_shard": [shard_of(u, shards) for u in units]},
+        schema={"unit_id": pl.String, "_shard": pl.Int32},
+    )
+    keyed = frame.join(mapping, on="unit_id").with_columns(pl.col("ts").dt.date().alias("_day"))
+    for (day, shard), part in keyed.group_by(["_day", "_shard"]):
+        part = part.drop("_day", "_shard")
+        path = partition_path(features_dir, day, shard)
+        if path.exists():
+            kept = pl.read_parquet(path).join(part.select(KEY), on=KEY, how="anti")
+            part = pl.concat([kept, part], how="diagonal_relaxed").select(part.columns)
+        atomic_write_parquet(part.sort(KEY), path)
+    return frame.height
+
+
+def last_snapshot(features_dir: Path) -> datetime | None:
+    """The last snapshot every shard has stored (the minimum over shards of each shard's
+    newest snapshot), or None when the store is empty.  Taking the minimum means a run that
+    died after writing some shards of a date recomputes that date for all of them."""
+    newest: dict[str, Path] = {}
+    for path in feature_files(features_dir):
+        newest[path.parent.name] = path  # sorted by date: the last one wins
+    if not newest:
+        return None
+    ends = [pl.scan_parquet(p).select(pl.col("ts").max()).collect().item() for p in newest.values()]
+    ends = [e for e in ends if e is not None]
+    return min(ends) if ends else None
+
+
+def _union_schema(files: list[Path]) -> dict[str, pl.DataType]:
+    schema: dict[str, pl.DataType] = {}
+    for path in files:
+        for name, dtype in pl.read_parquet_schema(path).items():
+            schema.setdefault(name, dtype)
+    return schema
+
+
+def scan_features(config: Config | Path) -> pl.LazyFrame:
+    """Lazy scan of every stored feature partition, columns aligned across partitions.
+
+    Parameters
+    ----------
+    config : Config or Path
+        A configuration (its ``features_dir`` is scanned) or the features directory.
+
+    Returns
+    -------
+    pl.LazyFrame
+        Union of all partitions; a column missing from older partitions (e.g. after a
+        catalog gained a metric) reads as null.  Empty frame when nothing is stored.
+    """
+    features_dir = config.features_dir if isinstance(config, Config) else Path(config)
+    files = feature_files(features_dir)
+    if not files:
+        return pl.LazyFrame(schema={"unit_id": pl.String, "ts": pl.Datetime("us", "UTC")})
+    return pl.scan_parquet(files, schema=_union_schema(files), missing_columns="insert", hive_partitioning=False)

@@ -1,0 +1,262 @@
+"""Per-unit window features from bucket rollups: counters, gauges, events, telemetry health.
+
+The input is a dense grid (one row per unit, life and bucket, sorted) joined with the
+rollups; every window feature is a rolling sum, maximum or minimum over the last
+``w / every`` rows of a unit's life.  A life never sees the buckets of the previous GPU in
+the slot.  Feature names follow docs/architecture.md; windows are spelled by
+``format_duration``.
+
+Windows with no samples give null statistics (unknown, not zero); event counts give 0 (no
+event was logged).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from foreshock.catalog import Metric
+from foreshock.features.rollups import UNIT_LIFE_BUCKET
+from foreshock.features.spec import FeatureSpec
+from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES, XID_CLASSES, XID_SOURCES
+
+LIFE = ["unit_id", "life"]
+_HOUR_US = 3_600_000_000.0
+
+
+def _rolling_sum(expr: pl.Expr, k: int) -> pl.Expr:
+    return expr.fill_null(0).rolling_sum(k, min_samples=1).over(LIFE)
+
+
+def _rolling_max(expr: pl.Expr, k: int) -> pl.Expr:
+    return expr.rolling_max(k, min_samples=1).over(LIFE)
+
+
+def _rolling_min(expr: pl.Expr, k: int) -> pl.Expr:
+    return expr.rolling_min(k, min_samples=1).over(LIFE)
+
+
+def _hours_before_snapshot(ts: pl.Expr) -> pl.Expr:
+    return (pl.col("bucket").dt.epoch("us") - ts).cast(pl.Float64) / _HOUR_US
+
+
+def _attach(grid: pl.DataFrame, part: pl.DataFrame, columns: list[str], prefix: str) -> pl.DataFrame:
+    renamed = part.select(*UNIT_LIFE_BUCKET, *[pl.col(c).alias(f"{prefix}{c}") for c in columns])
+    return grid.join(renamed, on=UNIT_LIFE_BUCKET, how="left", maintain_order="left")
+
+
+def _counter_features(
+    grid: pl.DataFrame, part: pl.DataFrame, metric: Metric, spec: FeatureSpec
+) -> tuple[pl.DataFrame, list[pl.Expr]]:
+    m, p = metric.name, f"_{metric.name}__"
+    error = metric.family == "error"
+    columns = ["n", "inc", "last_v"] + (["first_inc_ts", "last_inc_ts"] if error else [])
+    grid = _attach(grid, part, columns, p)
+    longest_k = spec.buckets(spec.longest)
+    staged = []
+    for w in spec.windows:
+        k = spec.buckets(w)
+        staged += [
+            _rolling_sum(pl.col(f"{p}n"), k).alias(f"{p}n_{k}"),
+            _rolling_sum(pl.col(f"{p}inc"), k).alias(f"{p}inc_{k}"),
+        ]
+    if error:
+        staged += [
+            _rolling_min(pl.col(f"{p}first_inc_ts").dt.epoch("us"), longest_k).alias(f"{p}first_inc_us"),
+            _rolling_max(pl.col(f"{p}last_inc_ts").dt.epoch("us"), longest_k).alias(f"{p}last_inc_us"),
+        ]
+    staged.append(pl.col(f"{p}last_v").forward_fill(limit=longest_k - 1).over(LIFE).alias(f"{p}last_ff"))
+    grid = grid.with_columns(staged)
+
+    out: list[pl.Expr] = []
+    for w in spec.windows:
+        k = spec.buckets(w)
+        out.append(pl.when(pl.col(f"{p}n_{k}") > 0).then(pl.col(f"{p}inc_{k}")).alias(f"{m}_increase_{spec.name(w)}"))
+    for short, long in spec.accel_pairs:
+        ks, kl = spec.buckets(short), spec.buckets(long)
+        short_rate = pl.col(f"{p}inc_{ks}") / (short.total_seconds() / 3600)
+        long_rate = pl.col(f"{p}inc_{kl}") / (long.total_seconds() / 3600)
+        # Steady errors give 1; none at all in the long window gives 0 rather than 0/0.
+        out.append(
+            pl.when(pl.col(f"{p}inc_{kl}") > 0)
+            .then(short_rate / long_rate)
+            .when(pl.col(f"{p}n_{kl}") > 0)
+            .then(0.0)
+            .alias(f"{m}_accel_{spec.name(short)}_{spec.name(long)}")
+        )
+    out.append(pl.col(f"{p}last_ff").alias(f"{m}_last"))
+    if error:
+        out.append(_hours_before_snapshot(pl.col(f"{p}first_inc_us")).alias(f"{m}_hours_since_first_increase"))
+        out.append(_hours_before_snapshot(pl.col(f"{p}last_inc_us")).alias(f"{m}_hours_since_last_increase"))
+    return grid, out
+
+
+def _gauge_features(
+    grid: pl.DataFrame, part: pl.DataFrame, metric: Metric, spec: FeatureSpec
+) -> tuple[pl.DataFrame, list[pl.Expr]]:
+    m, p = metric.name, f"_{metric.name}__"
+    grid = _attach(grid, part, ["n", "sum", "sumsq", "max", "last_v"], p)
+    longest_k = spec.buckets(spec.longest)
+    spans = sorted(set(spec.windows) | ({spec.baseline} if metric in spec.thermal_levels() else set()))
+    staged = []
+    for span in spans:
+        k = spec.buckets(span)
+        staged += [
+            _rolling_sum(pl.col(f"{p}n"), k).alias(f"{p}n_{k}"),
+            _rolling_sum(pl.col(f"{p}sum"), k).alias(f"{p}sum_{k}"),
+            _rolling_sum(pl.col(f"{p}sumsq"), k).alias(f"{p}sumsq_{k}"),
+            _rolling_max(pl.col(f"{p}max"), k).alias(f"{p}max_{k}"),
+        ]
+    staged.append(pl.col(f"{p}last_v").forward_fill(limit=longest_k - 1).over(LIFE).alias(f"{p}last_ff"))
+    grid = grid.with_columns(staged)
+
+    def mean(k: int) -> pl.Expr:
+        return pl.when(pl.col(f"{p}n_{k}") > 0).then(pl.col(f"{p}sum_{k}") / pl.col(f"{p}n_{k}"))
+
+    out: list[pl.Expr] = []
+    for w in spec.windows:
+        k, name = spec.buckets(w), spec.name(w)
+        n, s, ss = pl.col(f"{p}n_{k}"), pl.col(f"{p}sum_{k}"), pl.col(f"{p}sumsq_{k}")
+        variance = ((ss - s * s / n) / (n - 1)).clip(lower_bound=0.0)
+        out += [
+            mean(k).alias(f"{m}_mean_{name}"),
+            pl.when(n > 0).then(pl.col(f"{p}max_{k}")).alias(f"{m}_max_{name}"),
+            pl.when(n > 1).then(variance.sqrt()).alias(f"{m}_std_{name}"),
+        ]
+        if metric in spec.power_levels():
+            # How far the peak rose above the window's mean draw (a power excursion).
+            out.append((pl.when(n > 0).then(pl.col(f"{p}max_{k}")) - mean(k)).alias(f"{m}_excursion_{name}"))
+    out.append(pl.col(f"{p}last_ff").alias(f"{m}_last"))
+    if metric in spec.thermal_levels():
+        kb = spec.buckets(spec.baseline)
+        for w in spec.drift_windows:
+            out.append((mean(spec.buckets(w)) - mean(kb)).alias(f"{m}_drift_c_{spec.name(w)}"))
+    return grid, out
+
+
+def _event_features(grid: pl.DataFrame, events: pl.DataFrame, spec: FeatureSpec) -> tuple[pl.DataFrame, list[pl.Expr]]:
+    is_xid = pl.col("source").is_in(list(XID_SOURCES))
+    known_classes = [c for c in XID_CLASS_NAMES if c != "other"]
+    classified = [code for c in known_classes for code in XID_CLASSES[c]]
+    per_bucket = events.group_by(UNIT_LIFE_BUCKET).agg(
+        *[
+            pl.col("count").filter(is_xid & (pl.col("code") == code)).sum().alias(f"_xid_{code}")
+            for code in KNOWN_XID_CODES
+        ],
+        *[
+            pl.col("count").filter(is_xid & pl.col("code").is_in(list(XID_CLASSES[c]))).sum().alias(f"_xid_class_{c}")
+            for c in known_classes
+        ],
+        pl.col("count").filter(is_xid & ~pl.col("code").is_in(classified)).sum().alias("_xid_class_other"),
+        pl.col("count").sum().alias("_events_total"),
+    )
+    names = [f"xid_{code}" for code in KNOWN_XID_CODES] + [f"xid_class_{c}" for c in XID_CLASS_NAMES] + ["events_total"]
+    grid = _attach(grid, per_bucket, [f"_{n}" for n in names], "")
+    out = [
+        _rolling_sum(pl.col(f"_{n}"), spec.buckets(w)).cast(pl.Float64).alias(f"{n}_count_{spec.name(w)}")
+        for w in spec.windows
+        for n in names
+    ]
+    return grid, out
+
+
+def _health_features(
+    grid: pl.DataFrame, scrapes: pl.DataFrame, spec: FeatureSpec
+) -> tuple[pl.DataFrame, list[pl.Expr]]:
+    grid = _attach(grid, scrapes, ["n_ts", "last_ts"], "_scrape_")
+    longest_k = spec.buckets(spec.longest)
+    staged = [
+        _rolling_sum(pl.col("_scrape_n_ts"), spec.buckets(w)).alias(f"_scrape_n_{spec.buckets(w)}")
+        for w in spec.windows
+    ]
+    staged.append(_rolling_max(pl.col("_scrape_last_ts").dt.epoch("us"), longest_k).alias("_scrape_last_us"))
+    grid = grid.with_columns(staged)
+    out = [_hours_before_snapshot(pl.col("_scrape_last_us")).alias("telemetry_gap_hours")]
+    since_life_start = (pl.col("bucket") - pl.col("life_start")).dt.total_microseconds().cast(pl.Float64)
+    for w in spec.windows:
+        # A new GPU cannot have missed samples before it was installed.
+        observable = pl.min_horizontal(
+            pl.lit(w.total_seconds() * 1e6), since_life_start.fill_null(w.total_seconds() * 1e6)
+        )
+        expected = observable / (spec.expected_every.total_seconds() * 1e6)
+        frac = (1.0 - pl.col(f"_scrape_n_{spec.buckets(w)}") / expected).clip(0.0, 1.0)
+        out.append(pl.when(expected > 0).then(frac).alias(f"telemetry_missing_frac_{spec.name(w)}"))
+    # A unit silent for the whole longest window is out of service: no snapshot.
+    out.append((pl.col(f"_scrape_n_{longest_k}") > 0).alias("_in_service"))
+    return grid, out
+
+
+def error_activity_columns(spec: FeatureSpec) -> list[str]:
+    return [f"_error_any_{spec.name(w)}" for w in spec.windows]
+
+
+def window_features(
+    grid: pl.DataFrame,
+    pieces: pl.DataFrame,
+    scrapes: pl.DataFrame,
+    events: pl.DataFrame,
+    spec: FeatureSpec,
+) -> pl.DataFrame:
+    """Window features for every row of ``grid``.
+
+    Parameters
+    ----------
+    grid : pl.DataFrame
+        ``unit_id, life, bucket, life_start``: one row per unit, life and bucket with no
+        holes, sorted by ``unit_id, bucket``.
+    pieces, scrapes, events : pl.DataFrame
+        Combined rollups (one row per unit, life, [metric,] bucket).
+    spec : FeatureSpec
+        What to compute.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``grid``'s columns, the feature columns, ``_in_service`` (the unit reported within
+        the longest window) and ``_error_any_<w>`` (any error-family counter increase or
+        event in the window, used for fault-domain rates).
+    """
+    present = set(pieces.get_column("metric").unique().to_list())
+    features: list[pl.Expr] = []
+    by_metric = {name: part for (name,), part in pieces.group_by("metric")}
+    for metric in spec.catalog:
+        if metric.name not in present:
+            features += [pl.lit(None, pl.Float64).alias(n) for n in metric_feature_names(metric, spec)]
+            continue
+        build = _counter_features if metric.is_counter else _gauge_features
+        grid, exprs = build(grid, by_metric[metric.name], metric, spec)
+        features += exprs
+    grid, exprs = _event_features(grid, events, spec)
+    features += exprs
+    grid, exprs = _health_features(grid, scrapes, spec)
+    features += exprs
+    out = grid.with_columns(features)
+    error_counters = [m.name for m in spec.counters() if m.family == "error"]
+    activity = []
+    for w in spec.windows:
+        name = spec.name(w)
+        signals = [pl.col(f"{m}_increase_{name}").fill_null(0) > 0 for m in error_counters]
+        signals.append(pl.col(f"events_total_count_{name}") > 0)
+        activity.append(pl.any_horizontal(signals).alias(f"_error_any_{name}"))
+    out = out.with_columns(activity)
+    keep = [c for c in out.columns if not c.startswith("_") or c == "_in_service" or c.startswith("_error_any_")]
+    return out.select(keep)
+
+
+def metric_feature_names(metric: Metric, spec: FeatureSpec) -> list[str]:
+    """Feature columns one catalog metric contributes, in output order."""
+    m, names = metric.name, []
+    if metric.is_counter:
+        names += [f"{m}_increase_{spec.name(w)}" for w in spec.windows]
+        names += [f"{m}_accel_{spec.name(short)}_{spec.name(long)}" for short, long in spec.accel_pairs]
+        names.append(f"{m}_last")
+        if metric.family == "error":
+            names += [f"{m}_hours_since_first_increase", f"{m}_hours_since_last_increase"]
+        return names
+    for w in spec.windows:
+        names += [f"{m}_mean_{spec.name(w)}", f"{m}_max_{spec.name(w)}", f"{m}_std_{spec.name(w)}"]
+        if metric in spec.power_levels():
+            names.append(f"{m}_excursion_{spec.name(w)}")
+    names.append(f"{m}_last")
+    if metric in spec.thermal_levels():
+        names += [f"{m}_drift_c_{spec.name(w)}" for w in spec.drift_windows]
+    return names

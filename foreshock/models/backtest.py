@@ -1,0 +1,382 @@
+"""Walk-forward backtest: train on the past, score the next period, repeat.
+
+The span of the feature snapshots is cut into a training head and ``folds`` consecutive
+test periods covering its last ``test_fraction`` (defaults 4 and 0.4, so a 30-day demo or
+a 40-day daily data set gets out-of-sample scores for its last 40 %).  For the test period
+starting at cutoff ``c``, every model is trained on
+
+* snapshots taken before ``c``,
+* failures that happened by ``c``,
+* labels known at ``c``: a snapshot whose horizon ends after ``c`` is a positive only
+  when its failure already happened, never a negative (:mod:`models.training`),
+
+and scores the snapshots in ``[c, next cutoff)``.  The out-of-sample scores of all folds
+are then judged together with :mod:`models.metrics` at three operating points per model
+and horizon: the drain budget (``[backtest] drain_budget_per_day`` alerts a day), the
+lowest threshold meeting ``[backtest] target_precision``, and the policy's fixed
+``[policy] enter_risk``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.config import Config
+from foreshock.contract import UTC_TS
+from foreshock.costs import DrainCosts
+from foreshock.durations import format_duration
+from foreshock.lake import atomic_write_parquet, atomic_write_text
+from foreshock.models.base import SCORE_SCHEMA, RiskModel, require_columns
+from foreshock.models.bundle import fit_models, model_factories
+from foreshock.models.metrics import (
+    AlertWindow,
+    lead_time_report,
+    snapshot_metrics,
+    threshold_for_budget,
+    threshold_for_precision,
+)
+from foreshock.models.training import snapshot_step
+
+DEFAULT_FOLDS = 4
+DEFAULT_TEST_FRACTION = 0.4
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One walk-forward step: train before ``cutoff``, score ``[cutoff, test_end)``."""
+
+    index: int
+    cutoff: datetime
+    test_end: datetime
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "cutoff": self.cutoff.isoformat(), "test_end": self.test_end.isoformat()}
+
+
+@dataclass
+class BacktestResult:
+    """Out-of-sample scores and their report.
+
+    Attributes
+    ----------
+    scores
+        ``unit_id, ts, model, horizon, risk``: one row per unit, snapshot, model, horizon.
+    report
+        JSON-ready dict: settings, folds, and per model and horizon the snapshot metrics
+        and the metrics at each operating point.
+    markdown
+        The report as Markdown tables, every model side by side.
+    """
+
+    scores: pl.DataFrame
+    report: dict
+    markdown: str
+    folds: list[Fold] = field(default_factory=list)
+
+    FILES = ("scores.parquet", "report.json", "report.md")
+
+    def save(self, out_dir: Path) -> Path:
+        """Write ``scores.parquet``, ``report.json`` and ``report.md`` (atomically) to ``out_dir``."""
+        out_dir = Path(out_dir)
+        atomic_write_parquet(self.scores, out_dir / "scores.parquet")
+        atomic_write_text(out_dir / "report.json", json.dumps(self.report, indent=2, default=str) + "\n")
+        atomic_write_text(out_dir / "report.md", self.markdown)
+        return out_dir
+
+    @classmethod
+    def load(cls, out_dir: Path) -> BacktestResult:
+        """Read a result written by :meth:`save` (raises naming the files that are missing)."""
+        out_dir = Path(out_dir)
+        missing = [name for name in cls.FILES if not (out_dir / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{out_dir}: not a backtest result, missing {', '.join(missing)}")
+        return cls(
+            scores=pl.read_parquet(out_dir / "scores.parquet"),
+            report=json.loads((out_dir / "report.json").read_text()),
+            markdown=(out_dir / "report.md").read_text(),
+        )
+
+
+def read_ground_truth(path: str | Path | None) -> pl.DataFrame | None:
+    """The simulator's ``ground_truth.parquet`` (or a CSV of the same columns); None for no path."""
+    if not path:
+        return None
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"ground truth file not found: {file}")
+    try:
+        truth = pl.read_csv(file, try_parse_dates=True) if file.suffix == ".csv" else pl.read_parquet(file)
+    except Exception as exc:  # polars raises several error types for unreadable files
+        raise ValueError(f"{file}: cannot read ground truth: {exc}") from None
+    if "failed_at" not in truth.columns:
+        for alias in ("failure_time", "failure_at", "failed"):
+            if alias in truth.columns:
+                truth = truth.rename({alias: "failed_at"})
+                break
+    missing = {"unit_id", "failed_at"} - set(truth.columns)
+    if missing:
+        raise ValueError(f"{file}: ground truth lacks column(s) {sorted(missing)}; has {truth.columns}")
+    return truth
+
+
+def plan_folds(
+    first: datetime,
+    last: datetime,
+    step: timedelta,
+    folds: int = DEFAULT_FOLDS,
+    test_fraction: float = DEFAULT_TEST_FRACTION,
+) -> list[Fold]:
+    """Cutoffs on snapshot boundaries splitting the last ``test_fraction`` of the span.
+
+    Raises
+    ------
+    ValueError
+        When the span is too short for one snapshot per test period.
+    """
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if folds < 1:
+        raise ValueError(f"folds must be >= 1, got {folds}")
+    end = last + step  # the last snapshot covers one interval
+    span = end - first
+    test_span = span * test_fraction
+    length = test_span / folds
+    if length < step:
+        raise ValueError(
+            f"{format_duration(span)} of snapshots every {format_duration(step)} is too short for "
+            f"{folds} test periods over the last {test_fraction:.0%}"
+        )
+
+    def on_grid(t: datetime) -> datetime:
+        steps = round((t - first) / step)
+        return first + steps * step
+
+    cutoffs = [on_grid(end - test_span + i * length) for i in range(folds)] + [end]
+    return [Fold(i, cutoffs[i], cutoffs[i + 1]) for i in range(folds) if cutoffs[i] < cutoffs[i + 1]]
+
+
+ModelFactories = dict[str, Callable[[], RiskModel]]
+
+
+def walk_forward(
+    features: pl.DataFrame,
+    failures: pl.DataFrame,
+    config: Config,
+    *,
+    ground_truth: pl.DataFrame | None = None,
+    factories: ModelFactories | None = None,
+    folds: int | None = None,
+    test_fraction: float | None = None,
+) -> BacktestResult:
+    """Run the walk-forward backtest and judge its out-of-sample scores.
+
+    Parameters
+    ----------
+    features
+        Feature snapshots (``unit_id, ts`` + features), e.g. ``scan_features(config).collect()``.
+    failures
+        Canonical failures table.
+    config
+        ``[labels] horizons``, ``[backtest]`` (``alert_window``, ``min_lead_time``,
+        ``drain_budget_per_day``, ``target_precision``, optional ``folds`` and
+        ``test_fraction``), ``[policy]`` costs and ``enter_risk``, model settings.
+    ground_truth
+        Optional: ``unit_id, failed_at`` and ``has_precursor`` or ``precursor_onset``
+        (the simulator's ``ground_truth.parquet``) for recall with / without precursor.
+    factories
+        Model constructors by name (default: :func:`models.bundle.model_factories`).
+    folds, test_fraction
+        Override ``[backtest] folds`` / ``test_fraction``.
+    """
+    require_columns(features, ("unit_id", "ts"), "feature frame")
+    require_columns(failures, ("unit_id", "failed_at"), "failures")
+    if features.height == 0:
+        raise ValueError("no feature snapshots to backtest")
+    section = config.section("backtest")
+    folds = int(folds or section.get("folds", DEFAULT_FOLDS))
+    test_fraction = float(test_fraction or section.get("test_fraction", DEFAULT_TEST_FRACTION))
+    factories = factories or model_factories(config)
+    features = features.with_columns(pl.col("ts").cast(UTC_TS)).sort("unit_id", "ts")
+    failures = failures.with_columns(pl.col("failed_at").cast(UTC_TS))
+    step = snapshot_step(features)
+    ts = features.get_column("ts")
+    plan = plan_folds(ts.min(), ts.max(), step, folds, test_fraction)
+
+    parts, fold_notes = [], []
+    for fold in plan:
+        cutoff = pl.lit(fold.cutoff).cast(UTC_TS)
+        train = features.filter(pl.col("ts") < cutoff)
+        known = failures.filter(pl.col("failed_at") <= cutoff)
+        test = features.filter((pl.col("ts") >= cutoff) & (pl.col("ts") < pl.lit(fold.test_end).cast(UTC_TS)))
+        models, notes = fit_models(train, known, factories, until=fold.cutoff)
+        fold_notes.append(
+            {
+                **fold.to_dict(),
+                "train_snapshots": train.height,
+                "train_failures": known.height,
+                "test_snapshots": test.height,
+                "models": sorted(models),
+                "notes": notes,
+            }
+        )
+        for name, model in models.items():
+            parts.append(model.predict_risk(test).with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
+    scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
+    scores = scores.sort("model", "horizon", "unit_id", "ts")
+    report = evaluate(scores, failures, config, ground_truth=ground_truth, step=step)
+    report["folds"] = fold_notes
+    report["settings"].update({"folds": folds, "test_fraction": test_fraction, "snapshot_every": format_duration(step)})
+    return BacktestResult(scores=scores, report=report, markdown=render_markdown(report), folds=plan)
+
+
+def evaluate(
+    scores: pl.DataFrame,
+    failures: pl.DataFrame,
+    config: Config,
+    *,
+    ground_truth: pl.DataFrame | None = None,
+    step: timedelta | None = None,
+) -> dict:
+    """Metrics of every model and horizon of a scores table at each operating point.
+
+    The same function judges backtests and the registry's challenger/champion review.
+    """
+    section = config.section("backtest")
+    window = AlertWindow.from_config(config)
+    costs = DrainCosts.from_policy(config.section("policy"))
+    budget = float(section.get("drain_budget_per_day", 2))
+    target = float(section.get("target_precision", 0.5))
+    enter_risk = float(config.section("policy").get("enter_risk", 0.5))
+    step = step or snapshot_step(scores.filter(pl.col("model") == scores.get_column("model").first()))
+    report: dict = {
+        "settings": {
+            "alert_window": format_duration(window.alert_window),
+            "min_lead_time": format_duration(window.min_lead_time),
+            "drain_budget_per_day": budget,
+            "target_precision": target,
+            "enter_risk": enter_risk,
+        },
+        "scored": {
+            "snapshots": scores.select("unit_id", "ts").unique().height,
+            "units": scores.get_column("unit_id").n_unique(),
+            "start": scores.get_column("ts").min().isoformat() if scores.height else None,
+            "end": scores.get_column("ts").max().isoformat() if scores.height else None,
+        },
+        "models": {},
+    }
+    for (model, horizon), series in scores.group_by(["model", "horizon"], maintain_order=True):
+        series = series.select("unit_id", "ts", "risk")
+        operating = {
+            "budget": threshold_for_budget(series, budget, step),
+            "target_precision": threshold_for_precision(series, failures, horizon, target, step),
+            "policy": enter_risk,
+        }
+        points = {}
+        for point, threshold in operating.items():
+            if threshold is None:
+                points[point] = None
+                continue
+            points[point] = lead_time_report(
+                series, failures, threshold, horizon, window, ground_truth=ground_truth, costs=costs, step=step
+            ).to_dict()
+        report["models"].setdefault(model, {})[horizon] = {
+            "snapshot": snapshot_metrics(series, failures, horizon, step=step),
+            "operating_points": points,
+        }
+    return report
+
+
+# -- Markdown ----------------------------------------------------------------------------
+
+_POINT_TITLES = {
+    "budget": "drain budget ({drain_budget_per_day:g} alerts/day)",
+    "target_precision": "target precision ({target_precision:g})",
+    "policy": "policy threshold (risk >= {enter_risk:g})",
+}
+
+
+def _fmt(value, digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def render_markdown(report: dict) -> str:
+    """The report as Markdown: snapshot metrics, then each operating point, models side by side."""
+    s = report["settings"]
+    lines = [
+        "# Backtest report",
+        "",
+        f"Out-of-sample period {report['scored']['start']} to {report['scored']['end']}, "
+        f"{report['scored']['units']} units. A failure is caught by an alert started between "
+        f"{s['alert_window']} and {s['min_lead_time']} before it; an alert is true when its unit fails "
+        "within the horizon. Metric definitions: docs/metrics.md.",
+        "",
+    ]
+    models = report["models"]
+    horizons = sorted({h for m in models.values() for h in m}, key=lambda h: (len(h), h))
+    for horizon in horizons:
+        lines += [f"## Horizon {horizon}", "", "Snapshot level:", ""]
+        lines += [
+            "| model | PR-AUC | C-index | calibration error | mean risk | failure rate |",
+            "|---|---|---|---|---|---|",
+        ]
+        for model, per_h in models.items():
+            if horizon not in per_h:
+                continue
+            m = per_h[horizon]["snapshot"]
+            lines.append(
+                f"| {model} | {_fmt(m['pr_auc'], 3)} | {_fmt(m['c_index'], 3)} | {_fmt(m['calibration_error'], 4)} "
+                f"| {_fmt(m['mean_risk'], 4)} | {_fmt(m['failure_rate'], 4)} |"
+            )
+        for point, title in _POINT_TITLES.items():
+            lines += ["", f"At the {title.format(**s)}:", ""]
+            lines += [
+                "| model | threshold | alerts/day | caught / failures | recall | recall with / without precursor "
+                "| precision | lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days | GPU-hours saved |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
+            for model, per_h in models.items():
+                r = per_h.get(horizon, {}).get("operating_points", {}).get(point)
+                if r is None:
+                    lines.append(f"| {model} | not reached | | | | | | | | |")
+                    continue
+                lines.append(
+                    f"| {model} | {_fmt(r['threshold'], 4)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
+                    f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
+                    f"| {_fmt(r['precision'])} | {_fmt(r['lead_time_p10_h'], 0)} / {_fmt(r['lead_time_p50_h'], 0)} / "
+                    f"{_fmt(r['lead_time_p90_h'], 0)} | {_fmt(r['false_alerts_per_1000_unit_days'])} "
+                    f"| {_fmt(r['gpu_hours_saved'], 0)} |"
+                )
+        lines += ["", "By failure mode at the drain budget (recall, median lead time in h):", ""]
+        modes = sorted(
+            {
+                mode
+                for per_h in models.values()
+                for mode in (
+                    (per_h.get(horizon, {}).get("operating_points", {}).get("budget") or {}).get("by_mode") or {}
+                )
+            }
+        )
+        if modes:
+            lines += ["| model | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+            for model, per_h in models.items():
+                r = (per_h.get(horizon, {}).get("operating_points", {}).get("budget") or {}).get("by_mode", {})
+                cells = [
+                    f"{r[m]['caught']}/{r[m]['failures']}, {_fmt(r[m]['lead_time_p50_h'], 0)}" if m in r else "–"
+                    for m in modes
+                ]
+                lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        lines.append("")
+    notes = [n for f in report.get("folds", []) for n in f["notes"]]
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)

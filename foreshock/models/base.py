@@ -1,0 +1,170 @@
+"""What every risk model shares: the estimator protocol, feature selection, output layout.
+
+A risk model follows the scikit-learn / lifelines convention: hyperparameters go to the
+constructor, ``fit`` learns state stored in attributes ending in ``_``, and the fitted
+model answers :meth:`RiskModel.predict_risk` (P(fail within horizon) per snapshot) and
+:meth:`RiskModel.explain` (the signals behind each risk).  Models are saved as plain JSON
+plus the library's native model files, never as pickles of our classes.
+
+Frames are Polars at every public boundary; lifelines and scikit-learn see pandas or
+NumPy only inside a model.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import polars as pl
+
+from foreshock.contract import UTC_TS
+from foreshock.durations import format_duration, parse_duration
+
+KEY_COLUMNS = ("unit_id", "ts")
+# Context columns carried by every feature row; they are not model inputs.
+CONTEXT_COLUMNS = ("node", "rack", "model", "lot", "life", "life_start")
+LABEL_PREFIX = "fails_within_"
+LABEL_COLUMNS_EXTRA = ("time_to_failure_h",)
+
+SCORE_SCHEMA = {
+    "unit_id": pl.String(),
+    "ts": UTC_TS,
+    "model": pl.String(),
+    "horizon": pl.String(),
+    "risk": pl.Float64(),
+}
+RISK_SCHEMA = {k: v for k, v in SCORE_SCHEMA.items() if k != "model"}
+EXPLANATION_SCHEMA = {
+    "unit_id": pl.String(),
+    "ts": UTC_TS,
+    "horizon": pl.String(),
+    "signal": pl.String(),
+    "value": pl.Float64(),
+    "contribution": pl.Float64(),
+}
+
+
+@runtime_checkable
+class RiskModel(Protocol):
+    """The estimator interface every foreshock risk model implements."""
+
+    kind: str
+    horizons: list[str]
+
+    def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> RiskModel:
+        """Learn from feature snapshots and the failures known at ``until``."""
+        ...
+
+    def predict_risk(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``unit_id, ts, horizon, risk`` for every row of ``frame`` and every horizon."""
+        ...
+
+    def explain(self, frame: pl.DataFrame, top: int = 3) -> pl.DataFrame:
+        """``unit_id, ts, horizon, signal, value, contribution``: the ``top`` signals per row."""
+        ...
+
+    def save(self, path: Path) -> None:
+        """Write the fitted state into the directory ``path``."""
+        ...
+
+
+def horizon_names(horizons: list[str | timedelta]) -> list[str]:
+    """Horizon spellings as the user wrote them in ``[labels] horizons`` (``"24h"``,
+    ``"72h"``, ``"14d"``), validated; timedeltas are spelled by ``format_duration``.
+
+    Scores, reports and the drain policy use this spelling; label columns use
+    :func:`label_column`.
+    """
+    names = []
+    for h in horizons:
+        parse_duration(h)  # raises a clear error on a bad spelling
+        names.append(format_duration(h) if isinstance(h, timedelta) else str(h).strip())
+    return names
+
+
+def horizon_hours(horizon: str | timedelta) -> float:
+    return parse_duration(horizon).total_seconds() / 3600.0
+
+
+def label_column(horizon: str) -> str:
+    """The label column ``features.labels.add_labels`` writes for a horizon.
+
+    Label names spell the horizon with ``format_duration``: ``"72h"`` -> ``fails_within_3d``.
+    """
+    return f"{LABEL_PREFIX}{format_duration(parse_duration(horizon))}"
+
+
+def feature_columns(frame: pl.DataFrame) -> list[str]:
+    """Every numeric column that is not a key, context or label column (architecture.md)."""
+    excluded = set(KEY_COLUMNS) | set(CONTEXT_COLUMNS) | set(LABEL_COLUMNS_EXTRA)
+    return [
+        name
+        for name, dtype in frame.schema.items()
+        if name not in excluded and not name.startswith(LABEL_PREFIX) and dtype.is_numeric()
+    ]
+
+
+def feature_matrix(frame: pl.DataFrame, names: list[str]) -> np.ndarray:
+    """A float64 matrix of ``names`` (missing columns are NaN, so old models keep working
+    on a frame where a metric stopped being reported)."""
+    exprs = [
+        pl.col(n).cast(pl.Float64) if n in frame.columns else pl.lit(None, dtype=pl.Float64).alias(n) for n in names
+    ]
+    if not names:
+        return np.zeros((frame.height, 0))
+    return frame.select(exprs).to_numpy().astype(np.float64, copy=False)
+
+
+def require_columns(frame: pl.DataFrame, columns: tuple[str, ...] | list[str], what: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{what}: missing column(s) {missing}; have {frame.columns[:12]}...")
+
+
+def risk_frame(frame: pl.DataFrame, horizon: str, risk: np.ndarray) -> pl.DataFrame:
+    """Long-format risk rows for one horizon."""
+    return pl.DataFrame(
+        {
+            "unit_id": frame.get_column("unit_id"),
+            "ts": frame.get_column("ts").cast(UTC_TS),
+            "horizon": pl.Series([horizon] * frame.height, dtype=pl.String),
+            "risk": pl.Series(np.clip(risk, 0.0, 1.0), dtype=pl.Float64),
+        },
+        schema=RISK_SCHEMA,
+    )
+
+
+def top_contributions(
+    frame: pl.DataFrame,
+    horizon: str,
+    names: list[str],
+    values: np.ndarray,
+    contributions: np.ndarray,
+    top: int,
+) -> pl.DataFrame:
+    """The ``top`` largest contributions per row (largest first: what pushes risk *up*)."""
+    n_rows, n_features = contributions.shape
+    if n_rows == 0 or n_features == 0 or top <= 0:
+        return pl.DataFrame(schema=EXPLANATION_SCHEMA)
+    k = min(top, n_features)
+    order = np.argsort(-contributions, axis=1, kind="stable")[:, :k]
+    rows = np.repeat(np.arange(n_rows), k)
+    cols = order.ravel()
+    return pl.DataFrame(
+        {
+            "unit_id": frame.get_column("unit_id").gather(rows),
+            "ts": frame.get_column("ts").cast(UTC_TS).gather(rows),
+            "horizon": [horizon] * len(rows),
+            "signal": np.asarray(names, dtype=object)[cols].tolist(),
+            "value": values[rows, cols],
+            "contribution": contributions[rows, cols],
+        },
+        schema=EXPLANATION_SCHEMA,
+    )
+
+
+def config_horizons(config) -> list[str]:
+    """``[labels] horizons`` as written in the configuration (``["24h", "72h"]``)."""
+    return horizon_names(list(config.settings["labels"]["horizons"]))

@@ -1,0 +1,220 @@
+"""The risk bundle: every model of one training run, scored side by side.
+
+A :class:`RiskBundle` holds the gradient-boosted model (primary: drains are decided on
+it), the Cox survival model and the threshold baseline, trained on the same history.  It
+is what ``foreshock train`` logs to MLflow and ``foreshock score`` loads back.
+
+Saved form (a directory, no pickles of our classes)::
+
+    bundle.json          primary, horizons, feature names, trained range, models, notes
+    gbm/gbm.json         settings + Platt calibration; gbm/booster_<h>.txt LightGBM model text
+    cox/cox.json         covariates, standardisation, log hazard ratios, baseline knots
+    baseline/baseline.json  resolved rules + calibration
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.config import Config
+from foreshock.models.base import (
+    EXPLANATION_SCHEMA,
+    SCORE_SCHEMA,
+    RiskModel,
+    config_horizons,
+    feature_columns,
+    require_columns,
+)
+from foreshock.models.baseline import ThresholdBaseline
+from foreshock.models.cox_time_varying import CoxTimeVaryingRisk
+from foreshock.models.gbm import GradientBoostedRisk
+
+BUNDLE_FORMAT = 1
+MODEL_CLASSES: dict[str, type] = {
+    "gbm": GradientBoostedRisk,
+    "cox": CoxTimeVaryingRisk,
+    "baseline": ThresholdBaseline,
+}
+
+
+@dataclass
+class RiskBundle:
+    """The models of one training run.
+
+    Attributes
+    ----------
+    models
+        ``{"gbm": ..., "cox": ..., "baseline": ...}`` (a model that could not be fitted
+        is absent, with the reason in ``notes``).
+    primary
+        The model drain decisions use.
+    horizons
+        Horizon spellings, e.g. ``["24h", "72h"]``.
+    feature_names
+        The feature columns the bundle was trained on.
+    trained_range
+        First and last snapshot time of the training data.
+    """
+
+    models: dict[str, RiskModel]
+    primary: str
+    horizons: list[str]
+    feature_names: list[str]
+    trained_range: tuple[datetime, datetime]
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.primary not in self.models:
+            raise ValueError(f"primary model {self.primary!r} not among {sorted(self.models)}")
+
+    def score(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Risk of every model: ``unit_id, ts, model, horizon, risk``.
+
+        Parameters
+        ----------
+        frame
+            Feature snapshots (``unit_id, ts`` + feature columns).
+        """
+        require_columns(frame, ("unit_id", "ts"), "feature frame")
+        parts = [
+            model.predict_risk(frame).with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA))
+            for name, model in self.models.items()
+        ]
+        if not parts:
+            return pl.DataFrame(schema=SCORE_SCHEMA)
+        return pl.concat(parts).sort("model", "horizon", "unit_id", "ts")
+
+    def explain(self, frame: pl.DataFrame, top: int = 3) -> pl.DataFrame:
+        """Top ``top`` signals of the primary model: ``unit_id, ts, horizon, signal, value, contribution``."""
+        require_columns(frame, ("unit_id", "ts"), "feature frame")
+        out = self.models[self.primary].explain(frame, top)
+        return out.select(list(EXPLANATION_SCHEMA)) if out.height else pl.DataFrame(schema=EXPLANATION_SCHEMA)
+
+    def save(self, path: Path) -> None:
+        """Write the bundle directory (see module docstring)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        for name, model in self.models.items():
+            model.save(path / name)
+        meta = {
+            "format": BUNDLE_FORMAT,
+            "primary": self.primary,
+            "horizons": self.horizons,
+            "feature_names": self.feature_names,
+            "trained_range": [t.isoformat() for t in self.trained_range],
+            "models": {name: model.kind for name, model in self.models.items()},
+            "notes": self.notes,
+        }
+        (path / "bundle.json").write_text(json.dumps(meta, indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> RiskBundle:
+        """Read a directory written by :meth:`save`."""
+        path = Path(path)
+        meta_path = path / "bundle.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"not a risk bundle (no bundle.json): {path}")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != BUNDLE_FORMAT:
+            raise ValueError(f"{meta_path}: unsupported bundle format {meta.get('format')!r}")
+        models = {}
+        for name, kind in meta["models"].items():
+            if kind not in MODEL_CLASSES:
+                raise ValueError(f"{meta_path}: unknown model kind {kind!r} for {name!r}")
+            models[name] = MODEL_CLASSES[kind].load(path / name)
+        start, stop = (datetime.fromisoformat(t) for t in meta["trained_range"])
+        return cls(
+            models=models,
+            primary=meta["primary"],
+            horizons=list(meta["horizons"]),
+            feature_names=list(meta["feature_names"]),
+            trained_range=(start, stop),
+            notes=list(meta.get("notes", [])),
+        )
+
+
+def model_factories(config: Config) -> dict[str, callable]:
+    """Constructors of the bundle's models from configuration.
+
+    ``[models]`` may hold ``gbm = {...}`` and ``cox = {...}`` tables of constructor
+    arguments (e.g. ``cox = {penalizer = 1e-5, max_features = 8}``).  The gradient-boosted
+    model gets the ``[baseline]`` rules as features unless ``gbm = {rules = false}``.
+    """
+    horizons = config_horizons(config)
+    section = config.section("models")
+    counters = [m.name for m in config.catalog.by(kind="counter", family="error")]
+    gbm_args = {"rules": config.section("baseline"), "error_counters": counters, **dict(section.get("gbm", {}))}
+    if gbm_args["rules"] is False:
+        gbm_args["rules"] = None
+    cox_args = dict(section.get("cox", {}))
+    return {
+        "gbm": lambda: GradientBoostedRisk(horizons=horizons, **gbm_args),
+        "cox": lambda: CoxTimeVaryingRisk(horizons=horizons, **cox_args),
+        "baseline": lambda: ThresholdBaseline.from_config(config),
+    }
+
+
+def fit_models(
+    features: pl.DataFrame,
+    failures: pl.DataFrame,
+    factories: dict,
+    until: datetime | None = None,
+) -> tuple[dict[str, RiskModel], list[str]]:
+    """Fit each model; one that cannot be fitted (no failures yet, ...) is left out with a note."""
+    fitted, notes = {}, []
+    for name, make in factories.items():
+        try:
+            fitted[name] = make().fit(features, failures, until=until)
+        except ValueError as exc:
+            notes.append(f"{name}: not fitted: {exc}")
+    return fitted, notes
+
+
+def train_bundle(
+    features: pl.DataFrame,
+    failures: pl.DataFrame,
+    config: Config,
+    *,
+    until: datetime | None = None,
+) -> RiskBundle:
+    """Train every model on all labelled history.
+
+    Parameters
+    ----------
+    features
+        Feature snapshots (``features.store.scan_features(config).collect()``).
+    failures
+        Canonical failures table.
+    config
+        Horizons from ``[labels]``, model settings from ``[models]``, rules from
+        ``[baseline]``.
+    until
+        Training cutoff (default: the last snapshot); labels only use what is known then.
+
+    Raises
+    ------
+    ValueError
+        When the primary model cannot be trained (e.g. no failure in the history).
+    """
+    require_columns(features, ("unit_id", "ts"), "feature frame")
+    if features.height == 0:
+        raise ValueError("no feature snapshots to train on")
+    primary = str(config.section("models").get("primary", "gbm"))
+    models, notes = fit_models(features, failures, model_factories(config), until)
+    if primary not in models:
+        reason = next((n for n in notes if n.startswith(f"{primary}:")), "")
+        raise ValueError(f"primary model {primary!r} could not be trained: {reason}")
+    ts = features.get_column("ts")
+    return RiskBundle(
+        models=models,
+        primary=primary,
+        horizons=config_horizons(config),
+        feature_names=feature_columns(features),
+        trained_range=(ts.min(), until or ts.max()),
+        notes=notes,
+    )

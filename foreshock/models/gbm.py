@@ -1,0 +1,321 @@
+"""Gradient-boosted risk: one LightGBM classifier per horizon on "fails within H".
+
+Training on a cutoff uses only labels known at that cutoff (:mod:`models.training`).  The
+last ``holdout_fraction`` of the training time span is held out: LightGBM early-stops on
+it, and a Platt calibrator is fitted on it, so the probabilities are calibrated on time the
+trees never saw.  With ``refit_full`` the trees are then refitted on the whole training
+span with the early-stopped number of rounds (the newest weeks matter most on a short
+history) and keep the held-out calibration.  Class imbalance: positive rows are
+up-weighted by ``sqrt(negatives / positives)`` (bounded), which keeps the gradient from
+ignoring the rare failures without the extreme weights that make trees overfit a few units.
+
+Domain knowledge as constraints: risk may only rise with error counts (``*_increase_*``,
+``*_count_*``, pending remaps/retirements), LightGBM monotone constraints, so a few dozen
+failures cannot teach the trees that more errors mean less risk.  Columns that only
+describe the observation window (``*_hours_since_first_increase``: the first increase *seen
+in the lake*) are left out.
+
+With ``rules`` (the ``[baseline]`` settings), the threshold rules enter as features too:
+each rule's log ratio to its threshold and the log severity (``rule_*``, monotone).  The
+trees then start from what operators already know and learn where it is wrong, instead
+of rediscovering "errors growing fast" from a few dozen failures.
+
+Explanations are LightGBM's own per-row contributions (``pred_contrib=True``, TreeSHAP),
+in log-odds of the raw model.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import lightgbm as lgb
+import numpy as np
+import polars as pl
+
+from foreshock.models.base import (
+    RISK_SCHEMA,
+    feature_columns,
+    feature_matrix,
+    horizon_names,
+    label_column,
+    risk_frame,
+    top_contributions,
+)
+from foreshock.models.baseline import ThresholdBaseline
+from foreshock.models.calibration import PlattCalibrator
+from foreshock.models.training import labelled_until, time_ordered_split
+
+DEFAULT_PARAMS = {
+    "objective": "binary",
+    "learning_rate": 0.05,
+    "num_leaves": 15,
+    "min_data_in_leaf": 100,
+    "feature_fraction": 0.8,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "lambda_l2": 10.0,
+    "max_bin": 63,
+    "verbose": -1,
+    "num_threads": 1,  # OpenMP threads spin and stall on a busy 2-core machine
+    "deterministic": True,
+    "force_row_wise": True,
+}
+
+
+# Risk never falls as these grow (glob patterns on feature names).
+MONOTONE_INCREASING = ("*_increase_*", "*_count_*", "*_pending_max_*", "*_pending_mean_*", "*_pending_last", "rule_*")
+EXCLUDED_FEATURES = ("*_hours_since_first_increase",)
+
+
+def _matches(name: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+@dataclass
+class GradientBoostedRisk:
+    """LightGBM per horizon, early-stopped and calibrated on held-out time.
+
+    Parameters
+    ----------
+    horizons
+        Horizons, e.g. ``["24h", "72h"]``.
+    params
+        LightGBM parameters overriding :data:`DEFAULT_PARAMS`.
+    num_boost_round
+        Maximum boosting rounds.
+    early_stopping_rounds
+        Rounds without improvement of ``early_stopping_metric`` on held-out time.
+    early_stopping_metric
+        LightGBM metric watched for early stopping.  The trees only have to rank (Platt
+        scaling calibrates afterwards), so the default is ``average_precision``; the log
+        loss would also punish the deliberate over-prediction of the up-weighted class.
+    holdout_fraction
+        Share of the training time span held out for early stopping and calibration.
+    max_pos_weight
+        Upper bound of the positive-class weight.
+    refit_full
+        Refit on the whole training span with the early-stopped number of rounds.
+    min_holdout_positives
+        Fewer positive held-out rows than this: no early stopping, and calibration on
+        the training rows instead (a warning is recorded in ``notes_``).
+    seed
+        LightGBM seed (bagging, feature sampling).
+    monotone_increasing
+        Feature-name patterns whose effect on risk is constrained to be non-decreasing.
+    exclude
+        Feature-name patterns not used.
+    rules
+        ``[baseline]`` settings: add the threshold rules as features (None: do not).
+    error_counters
+        Error-family counters of the catalog, for the rules' generic growth rule.
+    """
+
+    horizons: list[str]
+    params: dict = field(default_factory=dict)
+    num_boost_round: int = 400
+    early_stopping_rounds: int = 40
+    early_stopping_metric: str = "average_precision"
+    holdout_fraction: float = 0.25
+    max_pos_weight: float = 30.0
+    refit_full: bool = True
+    min_holdout_positives: int = 20
+    seed: int = 7
+    monotone_increasing: list[str] = field(default_factory=lambda: list(MONOTONE_INCREASING))
+    exclude: list[str] = field(default_factory=lambda: list(EXCLUDED_FEATURES))
+    rules: dict | None = None
+    error_counters: list[str] = field(default_factory=list)
+    kind: str = "gbm"
+    rules_: ThresholdBaseline | None = None
+    feature_names_: list[str] = field(default_factory=list)
+    boosters_: dict[str, lgb.Booster] = field(default_factory=dict)
+    calibrators_: dict[str, PlattCalibrator] = field(default_factory=dict)
+    best_rounds_: dict[str, int] = field(default_factory=dict)
+    notes_: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.horizons = horizon_names(self.horizons)
+
+    def _params(self, pos_weight: float) -> dict:
+        monotone = [int(_matches(n, self.monotone_increasing)) for n in self.feature_names_]
+        params = {**DEFAULT_PARAMS, **self.params, "scale_pos_weight": pos_weight, "seed": self.seed}
+        if any(monotone):
+            params.setdefault("monotone_constraints", monotone)
+            params.setdefault("monotone_constraints_method", "intermediate")
+        return params
+
+    def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> GradientBoostedRisk:
+        """Fit one booster and one calibrator per horizon on labels known at ``until``."""
+        labelled = labelled_until(frame, failures, self.horizons, until)
+        self.feature_names_ = [n for n in feature_columns(frame) if not _matches(n, self.exclude)]
+        if not self.feature_names_:
+            raise ValueError("no numeric feature columns to train on")
+        self.rules_ = None
+        if self.rules is not None:
+            self.rules_ = ThresholdBaseline(self.horizons, dict(self.rules), list(self.error_counters)).resolve(frame)
+            self.feature_names_ += list(self.rules_.rule_features(frame.head(1)))
+        x_all = self._matrix(labelled)
+        ts_all = labelled.get_column("ts").to_numpy()
+        self.boosters_, self.calibrators_, self.best_rounds_, self.notes_ = {}, {}, {}, []
+        for h in self.horizons:
+            y_col = labelled.get_column(label_column(h))
+            known = y_col.is_not_null().to_numpy()
+            x, y, ts = x_all[known], y_col.to_numpy()[known].astype(np.float64), ts_all[known]
+            if y.sum() == 0:
+                raise ValueError(f"horizon {h}: no failure among {y.size} labelled snapshots; cannot train")
+            holdout = time_ordered_split(ts, self.holdout_fraction)
+            train = ~holdout
+            n_pos = y[train].sum()
+            pos_weight = float(np.clip(np.sqrt(max(train.sum() - n_pos, 1) / max(n_pos, 1)), 1.0, self.max_pos_weight))
+            params = self._params(pos_weight)
+            enough_holdout = y[holdout].sum() >= self.min_holdout_positives and y[train].sum() > 0
+            if enough_holdout:
+                dtrain = lgb.Dataset(x[train], y[train], feature_name=self.feature_names_)
+                dvalid = lgb.Dataset(x[holdout], y[holdout], reference=dtrain)
+                booster = lgb.train(
+                    {**params, "metric": self.early_stopping_metric},
+                    dtrain,
+                    num_boost_round=self.num_boost_round,
+                    valid_sets=[dvalid],
+                    callbacks=[lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
+                )
+                rounds = max(booster.best_iteration or self.num_boost_round, 1)
+                raw_holdout = booster.predict(x[holdout], num_iteration=rounds)
+                calibrator = PlattCalibrator(link="logit").fit(raw_holdout, y[holdout])
+                if self.refit_full:
+                    booster = lgb.train(
+                        params, lgb.Dataset(x, y, feature_name=self.feature_names_), num_boost_round=rounds
+                    )
+                else:
+                    booster = _truncate(booster, rounds)
+            else:
+                self.notes_.append(
+                    f"horizon {h}: {int(y[holdout].sum())} positive held-out rows (< {self.min_holdout_positives}); "
+                    f"fixed rounds, calibrated on training rows"
+                )
+                rounds = max(self.num_boost_round // 4, 20)
+                booster = lgb.train(params, lgb.Dataset(x, y, feature_name=self.feature_names_), num_boost_round=rounds)
+                calibrator = PlattCalibrator(link="logit").fit(booster.predict(x), y)
+            self.boosters_[h] = booster
+            self.calibrators_[h] = calibrator
+            self.best_rounds_[h] = rounds
+        return self
+
+    def _matrix(self, frame: pl.DataFrame) -> np.ndarray:
+        """Feature matrix in ``feature_names_`` order, rule features computed on the fly."""
+        if self.rules_ is None:
+            return feature_matrix(frame, self.feature_names_)
+        derived = self.rules_.rule_features(frame)
+        plain = [n for n in self.feature_names_ if n not in derived]
+        x = feature_matrix(frame, plain)
+        columns = dict(zip(plain, x.T))
+        columns.update(derived)
+        return np.column_stack([columns[n] for n in self.feature_names_])
+
+    def _check(self) -> None:
+        if not self.boosters_:
+            raise RuntimeError("GradientBoostedRisk is not fitted: call fit() or load()")
+
+    def predict_raw(self, frame: pl.DataFrame, horizon: str) -> np.ndarray:
+        """The uncalibrated booster probability for one horizon."""
+        self._check()
+        return self.boosters_[horizon].predict(self._matrix(frame))
+
+    def predict_risk(self, frame: pl.DataFrame) -> pl.DataFrame:
+        self._check()
+        x = self._matrix(frame)
+        parts = [
+            risk_frame(frame, h, self.calibrators_[h].predict(self.boosters_[h].predict(x))) for h in self.horizons
+        ]
+        return pl.concat(parts) if parts else pl.DataFrame(schema=RISK_SCHEMA)
+
+    def explain(self, frame: pl.DataFrame, top: int = 3) -> pl.DataFrame:
+        """Top signals per row from ``pred_contrib`` (log-odds contributions, largest first)."""
+        self._check()
+        x = self._matrix(frame)
+        parts = []
+        for h in self.horizons:
+            contrib = np.asarray(self.boosters_[h].predict(x, pred_contrib=True))[:, :-1]  # last column: bias
+            parts.append(top_contributions(frame, h, self.feature_names_, x, contrib, top))
+        return pl.concat(parts)
+
+    def feature_importance(self, horizon: str) -> dict[str, float]:
+        """Total gain per feature for one horizon."""
+        self._check()
+        gain = self.boosters_[horizon].feature_importance(importance_type="gain")
+        return dict(zip(self.feature_names_, map(float, gain)))
+
+    def save(self, path: Path) -> None:
+        """LightGBM's own model text per horizon plus a JSON of calibration and settings."""
+        self._check()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for h, booster in self.boosters_.items():
+            name = f"booster_{h}.txt"
+            booster.save_model(str(path / name))
+            files[h] = name
+        state = {
+            "kind": self.kind,
+            "horizons": self.horizons,
+            "params": self.params,
+            "num_boost_round": self.num_boost_round,
+            "early_stopping_rounds": self.early_stopping_rounds,
+            "early_stopping_metric": self.early_stopping_metric,
+            "holdout_fraction": self.holdout_fraction,
+            "max_pos_weight": self.max_pos_weight,
+            "refit_full": self.refit_full,
+            "min_holdout_positives": self.min_holdout_positives,
+            "seed": self.seed,
+            "monotone_increasing": self.monotone_increasing,
+            "exclude": self.exclude,
+            "rules": self.rules,
+            "error_counters": self.error_counters,
+            "rules_": self.rules_.state() if self.rules_ is not None else None,
+            "feature_names_": self.feature_names_,
+            "boosters_": files,
+            "calibrators_": {h: c.to_dict() for h, c in self.calibrators_.items()},
+            "best_rounds_": self.best_rounds_,
+            "notes_": self.notes_,
+        }
+        (path / "gbm.json").write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> GradientBoostedRisk:
+        path = Path(path)
+        state = json.loads((path / "gbm.json").read_text())
+        settings = {
+            k: state[k]
+            for k in (
+                "horizons",
+                "params",
+                "num_boost_round",
+                "early_stopping_rounds",
+                "early_stopping_metric",
+                "holdout_fraction",
+                "max_pos_weight",
+                "refit_full",
+                "min_holdout_positives",
+                "seed",
+                "monotone_increasing",
+                "exclude",
+                "rules",
+                "error_counters",
+            )
+        }
+        model = cls(**settings)
+        model.feature_names_ = state["feature_names_"]
+        model.rules_ = ThresholdBaseline.from_state(state["rules_"]) if state["rules_"] else None
+        model.boosters_ = {h: lgb.Booster(model_file=str(path / f)) for h, f in state["boosters_"].items()}
+        model.calibrators_ = {h: PlattCalibrator.from_dict(c) for h, c in state["calibrators_"].items()}
+        model.best_rounds_ = {h: int(r) for h, r in state["best_rounds_"].items()}
+        model.notes_ = list(state["notes_"])
+        return model
+
+
+def _truncate(booster: lgb.Booster, rounds: int) -> lgb.Booster:
+    """A booster holding only its first ``rounds`` trees (so saving keeps what predicts)."""
+    return lgb.Booster(model_str=booster.model_to_string(num_iteration=rounds))

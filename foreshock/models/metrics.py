@@ -1,0 +1,553 @@
+"""Lead-time metrics: the one implementation (definitions in ``docs/metrics.md``).
+
+Every number a report, a backtest, an MLflow review or a notebook shows about how well
+foreshock flags failures comes from here, under the names defined in ``docs/metrics.md``.
+
+Vocabulary
+----------
+risk series
+    One model's risk for one horizon: ``unit_id, ts, risk`` (a slice of the scores table).
+alert
+    A run of consecutive snapshots of a unit with risk at or above the threshold.  The
+    alert *starts* at the first snapshot of the run (the rising edge).  A gap in a unit's
+    snapshots longer than 1.5 snapshot intervals ends a run.
+caught failure
+    An alert of the failed unit started within the window ``W`` before the failure and at
+    least ``L_min`` before it: ``failed_at - W <= alert_start <= failed_at - L_min``.
+lead time
+    ``failed_at`` minus the first alert start inside that window.
+true / false alert
+    An alert is true when its unit fails within the horizon ``H`` after the alert starts,
+    false when the horizon passed without a failure, and unresolved when the horizon
+    reaches past the end of observation (then it counts in neither).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+import polars as pl
+
+from foreshock.contract import UTC_TS
+from foreshock.costs import DrainCosts
+from foreshock.models.base import horizon_hours, label_column, require_columns
+from foreshock.models.training import labelled_until, snapshot_step
+
+_US_PER_HOUR = 3.6e9
+CALIBRATION_BINS = 10
+
+
+@dataclass(frozen=True)
+class AlertWindow:
+    """The alerting rules of ``[backtest]``.
+
+    Attributes
+    ----------
+    alert_window
+        ``W``: an alert that started more than ``W`` before a failure does not catch it.
+    min_lead_time
+        ``L_min``: an alert must start at least this long before the failure (time to drain).
+    """
+
+    alert_window: timedelta
+    min_lead_time: timedelta
+
+    @classmethod
+    def from_config(cls, config) -> AlertWindow:
+        return cls(config.duration("backtest", "alert_window"), config.duration("backtest", "min_lead_time"))
+
+
+def gpu_hours_saved(caught: int, drains: int, costs: DrainCosts) -> float:
+    """Estimated GPU-hours saved by acting on the alerts (or drains), against doing nothing.
+
+    Each caught failure avoids the unplanned loss ``costs.failure_loss_gpu_hours`` (the job's
+    work since its last checkpoint, half an interval on average, plus the restart); each
+    alert acted on costs a planned drain, ``costs.drain_cost_gpu_hours``.  The policy replay
+    uses this same function, so a backtest's and a replay's GPU-hours mean the same thing.
+    """
+    return float(caught * costs.failure_loss_gpu_hours - drains * costs.drain_cost_gpu_hours)
+
+
+# -- alerts ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Series:
+    """A risk series in arrays, sorted by unit and time, with each row's predecessor."""
+
+    unit_id: np.ndarray
+    ts_us: np.ndarray
+    risk: np.ndarray
+    previous: np.ndarray  # risk of the previous snapshot in the same run, -inf if none
+    step: timedelta
+
+
+def _series(scores: pl.DataFrame, step: timedelta | None = None) -> _Series:
+    require_columns(scores, ("unit_id", "ts", "risk"), "risk series")
+    frame = scores.select("unit_id", pl.col("ts").cast(UTC_TS), pl.col("risk").cast(pl.Float64)).sort("unit_id", "ts")
+    step = step or snapshot_step(frame)
+    max_gap_us = 1.5 * step.total_seconds() * 1e6
+    ts_us = frame.get_column("ts").dt.epoch("us").to_numpy()
+    units = frame.get_column("unit_id").to_numpy()
+    risk = np.nan_to_num(frame.get_column("risk").to_numpy(), nan=0.0)
+    previous = np.full(risk.size, -np.inf)
+    if risk.size > 1:
+        same_run = (units[1:] == units[:-1]) & (np.diff(ts_us) <= max_gap_us)
+        previous[1:] = np.where(same_run, risk[:-1], -np.inf)
+    return _Series(units, ts_us, risk, previous, step)
+
+
+def alert_starts(scores: pl.DataFrame, threshold: float, step: timedelta | None = None) -> pl.DataFrame:
+    """Alert starts (rising edges) of a risk series at ``threshold``.
+
+    Parameters
+    ----------
+    scores
+        ``unit_id, ts, risk`` of one model and horizon.
+    threshold
+        An alert runs while risk >= threshold.
+    step
+        Snapshot interval (default: inferred from the series).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``unit_id, alert_start, risk`` sorted by unit and time.
+    """
+    s = _series(scores, step)
+    starts = (s.risk >= threshold) & (s.previous < threshold)
+    return pl.DataFrame(
+        {
+            "unit_id": s.unit_id[starts].astype(str),
+            "alert_start": pl.Series(s.ts_us[starts], dtype=pl.Int64)
+            .cast(pl.Datetime("us"))
+            .dt.replace_time_zone("UTC"),
+            "risk": s.risk[starts],
+        },
+        schema={"unit_id": pl.String, "alert_start": UTC_TS, "risk": pl.Float64},
+    )
+
+
+def alerts_per_threshold(scores: pl.DataFrame, thresholds: np.ndarray, step: timedelta | None = None) -> np.ndarray:
+    """Number of alert starts at each threshold, all at once.
+
+    A row starts an alert at ``t`` exactly when ``previous < t <= risk``; counting those
+    intervals for many ``t`` is two binary searches.
+    """
+    s = _series(scores, step)
+    rising = s.risk > s.previous
+    upper = np.sort(s.risk[rising])
+    lower = np.sort(s.previous[rising])
+    t = np.asarray(thresholds, dtype=np.float64)
+    return (upper.size - np.searchsorted(upper, t, side="left")) - (lower.size - np.searchsorted(lower, t, side="left"))
+
+
+def _observed_span(scores: pl.DataFrame, step: timedelta) -> tuple[datetime, datetime]:
+    ts = scores.get_column("ts")
+    return ts.min(), ts.max() + step
+
+
+def _days(start: datetime, end: datetime) -> float:
+    return max((end - start).total_seconds() / 86400.0, 1e-9)
+
+
+def threshold_for_budget(
+    scores: pl.DataFrame,
+    alerts_per_day: float,
+    step: timedelta | None = None,
+) -> float:
+    """The threshold whose alert starts per day come closest to the drain budget ``k``.
+
+    Among thresholds equally close, the highest (fewest alerts) wins.  Alert counts are not
+    monotone in the threshold (a lower one merges runs), so every candidate is checked.
+    """
+    s = _series(scores, step)
+    if s.risk.size == 0:
+        return 1.0
+    start, end = _observed_span(scores, s.step)
+    candidates = np.unique(s.risk[s.risk > s.previous])
+    counts = alerts_per_threshold(scores, candidates, s.step)
+    per_day = counts / _days(start, end)
+    distance = np.abs(per_day - alerts_per_day)
+    best = np.flatnonzero(distance == distance.min())
+    return float(candidates[best.max()])
+
+
+def _outcomes(scores: pl.DataFrame, failures: pl.DataFrame, horizon: str, until: datetime) -> pl.DataFrame:
+    """Snapshot labels known at ``until`` for the series' rows (null = unresolved)."""
+    frame = scores.select("unit_id", pl.col("ts").cast(UTC_TS), "risk")
+    known = failures.filter(pl.col("unit_id").is_in(frame.get_column("unit_id").unique().implode()))
+    return labelled_until(frame, known, [horizon], until)
+
+
+def threshold_for_precision(
+    scores: pl.DataFrame,
+    failures: pl.DataFrame,
+    horizon: str,
+    target: float,
+    step: timedelta | None = None,
+    until: datetime | None = None,
+    candidates: int = 200,
+) -> float | None:
+    """The lowest threshold whose alert precision reaches ``target`` (None if none does).
+
+    Candidates are the ``candidates`` upper quantiles of the rising-edge risks; thresholds
+    with fewer than 3 resolved alerts are not trusted.
+    """
+    s = _series(scores, step)
+    if s.risk.size == 0:
+        return None
+    until = until or _observed_span(scores, s.step)[1]
+    labels = _outcomes(scores, failures, horizon, until).sort("unit_id", "ts")
+    # Rows of ``labels`` align with the series except rows at a failure instant (dropped).
+    outcome = _align(s, labels, label_column(horizon))
+    rising = s.risk > s.previous
+    grid = np.unique(np.quantile(s.risk[rising], np.linspace(0.5, 1.0, candidates))) if rising.any() else np.array([])
+    best = None
+    for t in grid[::-1]:
+        starts = (s.risk >= t) & (s.previous < t)
+        resolved = starts & ~np.isnan(outcome)
+        if resolved.sum() < 3:
+            continue
+        precision = np.nansum(outcome[resolved]) / resolved.sum()
+        if precision >= target:
+            best = float(t)
+    return best
+
+
+def _align(s: _Series, labels: pl.DataFrame, column: str) -> np.ndarray:
+    """The label of each series row as float (NaN where unresolved or dropped)."""
+    keyed = pl.DataFrame(
+        {
+            "unit_id": s.unit_id.astype(str),
+            "ts": pl.Series(s.ts_us, dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+        }
+    ).with_row_index("_row")
+    joined = keyed.join(labels.select("unit_id", "ts", column), on=["unit_id", "ts"], how="left").sort("_row")
+    return joined.get_column(column).cast(pl.Float64).to_numpy()
+
+
+# -- failures caught ---------------------------------------------------------------------
+
+
+def match_failures(
+    alerts: pl.DataFrame,
+    failures: pl.DataFrame,
+    window: AlertWindow,
+) -> pl.DataFrame:
+    """Which failures an alert caught, and with what lead time.
+
+    Returns
+    -------
+    polars.DataFrame
+        The failures (``unit_id, failed_at, mode`` and any other column) plus ``caught``
+        (bool) and ``lead_time_h`` (hours from the first alert start in the window to the
+        failure; null when not caught).
+    """
+    w_us = int(window.alert_window.total_seconds() * 1e6)
+    l_us = int(window.min_lead_time.total_seconds() * 1e6)
+    fails = failures.with_row_index("_failure")
+    pairs = fails.select("_failure", "unit_id", "failed_at").join(alerts.select("unit_id", "alert_start"), on="unit_id")
+    lead_us = (pl.col("failed_at") - pl.col("alert_start")).dt.total_microseconds()
+    in_window = pairs.filter((lead_us >= l_us) & (lead_us <= w_us))
+    first = in_window.group_by("_failure").agg((lead_us.max() / _US_PER_HOUR).alias("lead_time_h"))
+    return (
+        fails.join(first, on="_failure", how="left")
+        .with_columns(pl.col("lead_time_h").is_not_null().alias("caught"))
+        .sort("_failure")
+        .drop("_failure")
+    )
+
+
+def failures_in_scope(scores: pl.DataFrame, failures: pl.DataFrame, step: timedelta | None = None) -> pl.DataFrame:
+    """The failures a series is judged on: of its units, inside its scored period."""
+    step = step or snapshot_step(scores)
+    start, end = _observed_span(scores, step)
+    units = scores.get_column("unit_id").unique().implode()
+    return failures.filter(
+        pl.col("unit_id").is_in(units)
+        & (pl.col("failed_at") > pl.lit(start).cast(UTC_TS))
+        & (pl.col("failed_at") <= pl.lit(end).cast(UTC_TS))
+    )
+
+
+def with_precursor_flags(failures: pl.DataFrame, ground_truth: pl.DataFrame | None) -> pl.DataFrame:
+    """Add ``has_precursor`` (null when unknown) from ground truth, matched by unit and time.
+
+    Ground truth gives ``has_precursor`` directly or a ``precursor_onset`` (null = none).
+    """
+    if ground_truth is None or ground_truth.height == 0:
+        return failures.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_precursor"))
+    truth = ground_truth
+    if "has_precursor" not in truth.columns:
+        if "precursor_onset" not in truth.columns:
+            raise ValueError("ground truth needs has_precursor or precursor_onset")
+        truth = truth.with_columns(pl.col("precursor_onset").is_not_null().alias("has_precursor"))
+    truth = truth.select(
+        pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS).alias("_truth_at"), "has_precursor"
+    ).sort("_truth_at")
+    # Tickets are filed a little after the failure the simulator recorded: nearest within 1 day.
+    return (
+        failures.sort("failed_at")
+        .join_asof(
+            truth,
+            left_on="failed_at",
+            right_on="_truth_at",
+            by="unit_id",
+            strategy="nearest",
+            tolerance=timedelta(days=1),
+            check_sortedness=False,
+        )
+        .drop("_truth_at")
+    )
+
+
+# -- threshold-free ----------------------------------------------------------------------
+
+
+def pr_auc(risk: np.ndarray, outcome: np.ndarray) -> float | None:
+    """Average precision of snapshot risks against snapshot outcomes (None if no positive).
+
+    ``sum_n (R_n - R_{n-1}) P_n`` over the distinct risk values from the highest down
+    (the step-wise area under the precision-recall curve, as scikit-learn computes it).
+    """
+    outcome = np.asarray(outcome, dtype=np.float64)
+    if outcome.size == 0 or outcome.max() == outcome.min():
+        return None
+    order = np.argsort(-np.asarray(risk, dtype=np.float64), kind="stable")
+    r, y = np.asarray(risk)[order], outcome[order]
+    last_of_value = np.r_[np.flatnonzero(np.diff(r)), r.size - 1]  # ties move together
+    tp = np.cumsum(y)[last_of_value]
+    precision = tp / (last_of_value + 1)
+    recall = tp / y.sum()
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def calibration_error(risk: np.ndarray, outcome: np.ndarray, bins: int = CALIBRATION_BINS) -> float | None:
+    """Expected calibration error over ``bins`` equal-count bins of predicted risk.
+
+    ``sum_b n_b / N * |mean risk_b - failure rate_b|``; equal-count bins, because risks
+    of rare failures crowd near zero and equal-width bins would put almost all rows in one.
+    """
+    if outcome.size == 0:
+        return None
+    order = np.argsort(risk, kind="stable")
+    total = 0.0
+    for chunk in np.array_split(order, min(bins, outcome.size)):
+        total += chunk.size * abs(risk[chunk].mean() - outcome[chunk].mean())
+    return float(total / outcome.size)
+
+
+def c_index(
+    risk: np.ndarray, time_to_event_h: np.ndarray, observed: np.ndarray, max_rows: int = 50_000, seed: int = 0
+) -> float | None:
+    """Harrell's concordance of risk with time to failure (lifelines, minus the risk).
+
+    Snapshots without a known failure are censored at the end of observation.  Above
+    ``max_rows`` a seeded random sample keeps it fast.
+    """
+    from lifelines.utils import concordance_index
+
+    if observed.sum() == 0 or observed.size < 2:
+        return None
+    if observed.size > max_rows:
+        pick = np.random.default_rng(seed).choice(observed.size, max_rows, replace=False)
+        risk, time_to_event_h, observed = risk[pick], time_to_event_h[pick], observed[pick]
+    return float(concordance_index(time_to_event_h, -risk, observed))
+
+
+# -- the whole set -----------------------------------------------------------------------
+
+
+@dataclass
+class LeadTimeReport:
+    """Metrics of one risk series at one threshold (names as in ``docs/metrics.md``)."""
+
+    threshold: float
+    alerts: int
+    alerts_per_day: float
+    true_alerts: int
+    false_alerts: int
+    alerts_unresolved: int
+    precision: float | None
+    failures: int
+    caught: int
+    recall: float | None
+    failures_with_precursor: int | None
+    recall_with_precursor: float | None
+    recall_without_precursor: float | None
+    lead_time_p10_h: float | None
+    lead_time_p50_h: float | None
+    lead_time_p90_h: float | None
+    unit_days: float
+    false_alerts_per_1000_unit_days: float
+    gpu_hours_saved: float
+    by_mode: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return float(num / den) if den else None
+
+
+def _percentiles(values: np.ndarray) -> tuple[float | None, float | None, float | None]:
+    if values.size == 0:
+        return None, None, None
+    p10, p50, p90 = np.percentile(values, [10, 50, 90])
+    return float(p10), float(p50), float(p90)
+
+
+def lead_time_report(
+    scores: pl.DataFrame,
+    failures: pl.DataFrame,
+    threshold: float,
+    horizon: str,
+    window: AlertWindow,
+    *,
+    ground_truth: pl.DataFrame | None = None,
+    costs: DrainCosts | None = None,
+    step: timedelta | None = None,
+    until: datetime | None = None,
+) -> LeadTimeReport:
+    """Every threshold metric of one risk series.
+
+    Parameters
+    ----------
+    scores
+        ``unit_id, ts, risk`` of one model and one horizon.
+    failures
+        Canonical failures (``unit_id, failed_at, mode``); only those of the series' units
+        within its scored period are judged.
+    threshold
+        Alert threshold on risk.
+    horizon
+        ``H`` for alert precision (``"72h"``).
+    window
+        ``W`` and ``L_min``.
+    ground_truth
+        Optional ``unit_id, failed_at`` + ``has_precursor`` or ``precursor_onset``.
+    costs
+        For ``gpu_hours_saved`` (default :class:`~foreshock.costs.DrainCosts`).
+    step
+        Snapshot interval (default: inferred).
+    until
+        End of observation of failures (default: last snapshot + one interval).
+    """
+    step = step or snapshot_step(scores)
+    start, end = _observed_span(scores, step)
+    until = until or end
+    costs = costs or DrainCosts()
+    alerts = alert_starts(scores, threshold, step)
+    h_us = int(horizon_hours(horizon) * _US_PER_HOUR)
+    # Outcome of each alert: the unit's next failure after the start, within H?
+    nxt = alerts.sort("alert_start").join_asof(
+        failures.select(pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS)).sort("failed_at"),
+        left_on="alert_start",
+        right_on="failed_at",
+        by="unit_id",
+        strategy="forward",
+        allow_exact_matches=False,
+        check_sortedness=False,
+    )
+    delay = (pl.col("failed_at") - pl.col("alert_start")).dt.total_microseconds()
+    resolved_by = pl.col("alert_start") + pl.duration(microseconds=h_us)
+    outcome = nxt.select(
+        (pl.col("failed_at").is_not_null() & (delay <= h_us)).alias("true"),
+        (resolved_by <= pl.lit(until).cast(UTC_TS)).alias("resolved"),
+    )
+    true_alerts = int(outcome.get_column("true").sum())
+    false_alerts = int((~outcome.get_column("true") & outcome.get_column("resolved")).sum())
+    unresolved = alerts.height - true_alerts - false_alerts
+
+    judged = failures_in_scope(scores, failures, step)
+    if "mode" not in judged.columns:
+        judged = judged.with_columns(pl.lit(None, dtype=pl.String).alias("mode"))
+    judged = with_precursor_flags(judged, ground_truth)
+    matched = match_failures(alerts, judged, window)
+    caught = int(matched.get_column("caught").sum())
+    leads = matched.get_column("lead_time_h").drop_nulls().to_numpy()
+    p10, p50, p90 = _percentiles(leads)
+    flags = matched.get_column("has_precursor")
+    with_p = matched.filter(pl.col("has_precursor") == True)  # noqa: E712
+    without_p = matched.filter(pl.col("has_precursor") == False)  # noqa: E712
+    known_precursor = flags.null_count() < matched.height
+    by_mode = {}
+    for (mode,), part in matched.group_by(["mode"], maintain_order=True):
+        mode_leads = part.get_column("lead_time_h").drop_nulls().to_numpy()
+        mp10, mp50, mp90 = _percentiles(mode_leads)
+        by_mode[str(mode)] = {
+            "failures": part.height,
+            "caught": int(part.get_column("caught").sum()),
+            "recall": _ratio(part.get_column("caught").sum(), part.height),
+            "lead_time_p10_h": mp10,
+            "lead_time_p50_h": mp50,
+            "lead_time_p90_h": mp90,
+        }
+    unit_days = scores.height * step.total_seconds() / 86400.0
+    return LeadTimeReport(
+        threshold=float(threshold),
+        alerts=alerts.height,
+        alerts_per_day=alerts.height / _days(start, end),
+        true_alerts=true_alerts,
+        false_alerts=false_alerts,
+        alerts_unresolved=unresolved,
+        precision=_ratio(true_alerts, true_alerts + false_alerts),
+        failures=matched.height,
+        caught=caught,
+        recall=_ratio(caught, matched.height),
+        failures_with_precursor=with_p.height if known_precursor else None,
+        recall_with_precursor=_ratio(with_p.get_column("caught").sum(), with_p.height) if known_precursor else None,
+        recall_without_precursor=_ratio(without_p.get_column("caught").sum(), without_p.height)
+        if known_precursor
+        else None,
+        lead_time_p10_h=p10,
+        lead_time_p50_h=p50,
+        lead_time_p90_h=p90,
+        unit_days=unit_days,
+        false_alerts_per_1000_unit_days=1000.0 * false_alerts / unit_days if unit_days else 0.0,
+        gpu_hours_saved=gpu_hours_saved(caught, alerts.height, costs),
+        by_mode=by_mode,
+    )
+
+
+def snapshot_metrics(
+    scores: pl.DataFrame,
+    failures: pl.DataFrame,
+    horizon: str,
+    *,
+    until: datetime | None = None,
+    step: timedelta | None = None,
+) -> dict:
+    """Threshold-free metrics of one risk series: ``pr_auc``, ``c_index``, ``calibration_error``.
+
+    Snapshots whose horizon reaches past ``until`` without a failure are left out
+    (their outcome is not known), as are snapshots taken at a failure instant.
+    """
+    step = step or snapshot_step(scores)
+    until = until or _observed_span(scores, step)[1]
+    labelled = _outcomes(scores, failures, horizon, until)
+    label = labelled.get_column(label_column(horizon))
+    known = label.is_not_null().to_numpy()
+    risk = labelled.get_column("risk").to_numpy()
+    outcome = label.to_numpy()[known].astype(np.float64)
+    ttf = labelled.get_column("time_to_failure_h").to_numpy()
+    observed = ~np.isnan(ttf.astype(np.float64))
+    open_h = (
+        labelled.select(((pl.lit(until).cast(UTC_TS) - pl.col("ts")).dt.total_microseconds() / _US_PER_HOUR).alias("h"))
+        .get_column("h")
+        .to_numpy()
+    )
+    duration = np.where(observed, np.nan_to_num(ttf.astype(np.float64)), open_h)
+    return {
+        "snapshots": int(known.sum()),
+        "positive_snapshots": int(outcome.sum()),
+        "pr_auc": pr_auc(risk[known], outcome),
+        "c_index": c_index(risk, np.maximum(duration, 1e-6), observed),
+        "calibration_error": calibration_error(risk[known], outcome),
+        "mean_risk": float(risk[known].mean()) if known.any() else None,
+        "failure_rate": float(outcome.mean()) if outcome.size else None,
+    }

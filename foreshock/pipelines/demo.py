@@ -1,0 +1,81 @@
+"""``foreshock demo``: the whole pipeline on a simulated fleet.
+
+simulate -> ingest -> features -> backtest -> train (MLflow) -> review -> score -> publish -> replay
+
+Each step is the same command a user would run; the demo only strings them together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from foreshock.config import Config
+from foreshock.lake import format_lake_summary, lake_summary
+
+
+def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str]]]:
+    sim_dir = config.raw_dir / "sim"
+    truth = str(sim_dir / "ground_truth.parquet")
+    return [
+        (
+            "simulate",
+            [
+                "simulate",
+                "--units",
+                str(args.units),
+                "--days",
+                str(args.days),
+                "--seed",
+                str(args.seed),
+                "--out",
+                str(sim_dir),
+            ],
+        ),
+        ("ingest", ["ingest", "--path", str(sim_dir), "--timezone", "UTC"]),
+        ("lake", ["lake"]),
+        ("features", ["features"]),
+        ("backtest", ["backtest", "--ground-truth", truth]),
+        # train logs the walk-forward just run instead of repeating it
+        ("train", ["train", "--ground-truth", truth, "--backtest", str(config.backtest_dir)]),
+        ("review", ["review"]),
+        ("score", ["score"]),
+        ("publish", ["publish"]),
+        ("replay", ["replay", "--ground-truth", truth]),
+    ]
+
+
+def run_demo(args: argparse.Namespace, config: Config) -> int:
+    from foreshock.pipelines.cli import build_parser
+
+    parser = build_parser()
+    base = ["--data-dir", str(config.data_dir)]
+    if args.config:
+        base = ["--config", args.config, *base]
+    started = time.perf_counter()
+    for name, argv in _steps(args, config):
+        print(f"\n== {name}: foreshock {' '.join(argv)}", flush=True)
+        step_start = time.perf_counter()
+        sub_args = parser.parse_args([*base, *argv])
+        rc = int(sub_args.func(sub_args, config) or 0)
+        print(f"   ({name} took {time.perf_counter() - step_start:.1f} s)")
+        if rc != 0:
+            print(f"demo stopped: {name} exited with {rc}")
+            return rc
+    print(f"\ndemo finished in {time.perf_counter() - started:.0f} s; data under {config.data_dir}")
+    return 0
+
+
+def show_lake(args: argparse.Namespace, config: Config) -> int:
+    print(format_lake_summary(lake_summary(config.lake_dir)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    demo = sub.add_parser("demo", help="run the whole pipeline on a simulated fleet")
+    demo.add_argument("--units", type=int, default=256)
+    demo.add_argument("--days", type=int, default=30)
+    demo.add_argument("--seed", type=int, default=7)
+    demo.set_defaults(func=run_demo)
+    lake = sub.add_parser("lake", help="print a summary of the lake (rows, units, span per table)")
+    lake.set_defaults(func=show_lake)

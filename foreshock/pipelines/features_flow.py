@@ -1,0 +1,103 @@
+"""``foreshock features``: the Prefect flow that turns the lake into feature snapshots.
+
+Wiring only; the work lives in :mod:`features.build`.  Two kinds of coarse tasks:
+
+- ``features-shard``: one unit shard over a block of up to 7 days of snapshots (reads
+  each raw partition of the block once, plus the lookback before it);
+- ``features-date``: one date over all shards (peer features: rack error rate, the
+  temperature-vs-power residual), then the rows are written to
+  ``data/features/date=.../shard=.../part.parquet``.
+
+Tasks take and return plain values (settings, shard numbers, ISO times, paths, counts).
+Runs are incremental: only snapshots after the last stored one are computed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import date, datetime
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from foreshock.config import Config
+from foreshock.features.build import finalize_day, plan_update, stage_shard
+
+
+@task(name="features-shard", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def stage_shard_task(settings: dict, shard: int, first: str, last: str) -> list[str]:
+    return stage_shard(
+        Config.from_settings(settings), shard, datetime.fromisoformat(first), datetime.fromisoformat(last)
+    )
+
+
+@task(name="features-date", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def finalize_day_task(settings: dict, day: str, staged: list[list[str]]) -> int:
+    return finalize_day(Config.from_settings(settings), date.fromisoformat(day))
+
+
+@flow(name="features", validate_parameters=False, task_runner=ThreadPoolTaskRunner(max_workers=2))
+def features_flow(settings: dict, start: str | None = None, end: str | None = None, full: bool = False) -> dict:
+    """Compute and store missing feature snapshots; returns what was done."""
+    config = Config.from_settings(settings)
+    plan = plan_update(
+        config,
+        date.fromisoformat(start) if start else None,
+        date.fromisoformat(end) if end else None,
+        full,
+    )
+    if plan is None:
+        return {"snapshots_from": None, "snapshots_to": None, "rows": 0, "partitions": 0}
+    staged = [
+        stage_shard_task.submit(settings, shard, lo.isoformat(), hi.isoformat())
+        for lo, hi in plan.blocks()
+        for shard in range(plan.shards)
+    ]
+    staged_files = [future.result() for future in staged]
+    # Each date waits for every shard's first pass (the peer features need all of them).
+    rows = [finalize_day_task.submit(settings, day.isoformat(), staged_files) for day in plan.days]
+    written = sum(future.result() for future in rows)
+    return {
+        "snapshots_from": plan.first.isoformat(),
+        "snapshots_to": plan.last.isoformat(),
+        "rows": written,
+        "partitions": sum(len(files) for files in staged_files),
+    }
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    try:
+        result = features_flow(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"foreshock features: {exc}", file=sys.stderr)
+        return 2
+    if not result["rows"]:
+        print("features: up to date, nothing to compute")
+        return 0
+    print(
+        f"features: {result['rows']} unit snapshots from {result['snapshots_from']} to "
+        f"{result['snapshots_to']} ({result['partitions']} partitions) under {config.features_dir}"
+    )
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "features",
+        help="compute feature snapshots from the lake (incremental)",
+        description="Compute point-in-time feature snapshots per unit from the lake into "
+        "data/features/. Only snapshots after the last stored one are computed unless --full.",
+    )
+    parser.add_argument("--start", type=_iso_date, help="first snapshot date (YYYY-MM-DD)")
+    parser.add_argument("--end", type=_iso_date, help="last snapshot date (YYYY-MM-DD, inclusive)")
+    parser.add_argument("--full", action="store_true", help="recompute every snapshot in range, not only new ones")
+    parser.set_defaults(func=run)
+
+
+def _iso_date(text: str) -> str:
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None

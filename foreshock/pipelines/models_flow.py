@@ -1,0 +1,70 @@
+"""``foreshock backtest``: the walk-forward backtest as a Prefect flow.
+
+features (``features.store.scan_features``) + failures (lake) [+ ground truth]
+-> ``models.backtest.walk_forward`` -> ``data/backtest/scores.parquet``, ``report.json``,
+``report.md``.
+
+Wiring only: the work lives in :mod:`models.backtest`.  One coarse task (the folds share
+the loaded frames); it takes and returns paths and settings, never frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from foreshock.config import Config
+from foreshock.lake import read_table
+
+
+@task(name="backtest-run", cache_policy=NO_CACHE)
+def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dict:
+    from foreshock.features.store import scan_features
+    from foreshock.models.backtest import read_ground_truth, walk_forward
+
+    config = Config.from_settings(settings)
+    features = scan_features(config).collect()
+    if features.height == 0:
+        raise ValueError(f"no feature snapshots under {config.features_dir}: run `foreshock features` first")
+    failures = read_table(config.lake_dir, "failures")
+    result = walk_forward(features, failures, config, ground_truth=read_ground_truth(ground_truth))
+    out = result.save(Path(out_dir))
+    return {"out_dir": str(out), "scores": result.scores.height, "folds": len(result.folds)}
+
+
+@flow(name="backtest", validate_parameters=False)
+def backtest_flow(settings: dict, ground_truth: str | None = None, out_dir: str | None = None) -> dict:
+    """Walk-forward backtest of every model; writes scores and the report."""
+    out = out_dir or str(Config.from_settings(settings).backtest_dir)
+    return backtest_task(settings, ground_truth, out)
+
+
+def run_backtest(args: argparse.Namespace, config: Config) -> int:
+    if args.ground_truth and not Path(args.ground_truth).is_file():
+        print(f"foreshock backtest: ground truth file not found: {args.ground_truth}", file=sys.stderr)
+        return 2
+    try:
+        result = backtest_flow(config.to_settings(args.config), ground_truth=args.ground_truth, out_dir=args.out)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"foreshock backtest: {exc}", file=sys.stderr)
+        return 2
+    out = Path(result["out_dir"])
+    print((out / "report.md").read_text())
+    print(f"backtest: {result['scores']} out-of-sample scores over {result['folds']} folds in {out}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "backtest",
+        help="walk-forward backtest of every model; lead-time report",
+        description="Train on the past, score the next period, repeat; writes data/backtest/"
+        "scores.parquet, report.json and report.md (metrics: docs/metrics.md).",
+    )
+    parser.add_argument("--ground-truth", help="simulator ground_truth.parquet (recall with / without precursor)")
+    parser.add_argument("--out", help="output directory (default <data-dir>/backtest)")
+    parser.set_defaults(func=run_backtest)
