@@ -30,6 +30,5 @@ bench: setup
 	$(UV) run --frozen python benchmarks/bench_ingest.py
 	$(UV) run --frozen python benchmarks/bench_features.py
 
-clean:
-	rm -rf $(DATA)/raw $(DATA)/lake $(DATA)/quarantine $(DATA)/features $(DATA)/backtest \
-	       $(DATA)/outbox $(DATA)/reports $(DATA)/mlflow $(DATA)/scores $(DATA)/ingest_runs
+clean: setup
+	$(UV) run --frozen python -m foreshock.config generated-dirs $(DATA) | xargs rm -rf

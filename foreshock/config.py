@@ -109,6 +109,46 @@ class Config:
     def mlflow_dir(self) -> Path:
         return self.data_dir / "mlflow"
 
+    @property
+    def models_dir(self) -> Path:
+        """Bundles and backtests of training runs (``train-<timestamp>/``)."""
+        return self.data_dir / "models"
+
+    @property
+    def scores_dir(self) -> Path:
+        """Live scores: ``latest.parquet`` and one ``scores-<timestamp>.parquet`` per run."""
+        return self.data_dir / "scores"
+
+    @property
+    def latest_scores(self) -> Path:
+        return self.scores_dir / "latest.parquet"
+
+    @property
+    def ingest_runs_dir(self) -> Path:
+        """One JSON report per ingest run."""
+        return self.data_dir / "ingest_runs"
+
+    @property
+    def simulated_dir(self) -> Path:
+        """Where ``simulate`` and ``demo`` write a simulated fleet's raw files."""
+        return self.raw_dir / "sim"
+
+    def generated_dirs(self) -> list[Path]:
+        """Every folder foreshock writes under the data directory (``make clean`` removes them)."""
+        return [
+            self.raw_dir,
+            self.lake_dir,
+            self.quarantine_dir,
+            self.features_dir,
+            self.backtest_dir,
+            self.models_dir,
+            self.scores_dir,
+            self.outbox_dir,
+            self.reports_dir,
+            self.mlflow_dir,
+            self.ingest_runs_dir,
+        ]
+
     def to_settings(self, config_file: str | None = None) -> dict[str, Any]:
         """Plain, JSON-ready settings a Prefect task rebuilds this configuration from
         (:meth:`from_settings`): tasks take values, not objects.  Every section travels,
@@ -201,3 +241,12 @@ def _validate(settings: dict[str, Any], source: str) -> None:
                 parse_duration(value)
             except ValueError as exc:
                 raise ValueError(f"{source}: [{section}] {key}: {exc}") from None
+
+
+if __name__ == "__main__":  # `python -m foreshock.config generated-dirs [DATA_DIR]`: used by `make clean`
+    import sys
+
+    if sys.argv[1:2] != ["generated-dirs"]:
+        sys.exit("usage: python -m foreshock.config generated-dirs [DATA_DIR]")
+    config = load_config(data_dir=sys.argv[2] if len(sys.argv) > 2 else None)
+    print("\n".join(str(path) for path in config.generated_dirs()))

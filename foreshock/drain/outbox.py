@@ -70,10 +70,6 @@ class PublishResult:
         return {action: int(found.get(action, 0)) for action in ACTIONS}
 
 
-def default_scores_path(data_dir: Path) -> Path:
-    return Path(data_dir) / "scores" / "latest.parquet"
-
-
 def check_scores(scores: pl.DataFrame, source: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split score rows into usable rows and refused rows (with row, field and reason).
 
@@ -194,7 +190,7 @@ def publish(
     model
         Which model's rows to use when the scores hold several (``model`` column).
     """
-    scores_path = Path(scores_path or default_scores_path(config.data_dir))
+    scores_path = Path(scores_path or config.latest_scores)
     if not scores_path.is_file():
         raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
     generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)

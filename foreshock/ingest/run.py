@@ -514,10 +514,6 @@ def _quarantine_rows(parsed: ParsedFile, rows: pl.DataFrame, table: str, run_id:
     )
 
 
-def runs_dir(config: Config) -> Path:
-    return config.data_dir / "ingest_runs"
-
-
 def finish_report(
     plan: IngestPlan, batch_reports: list[FileReport], quarantine_files: list[str], started: float, config: Config
 ) -> IngestReport:
@@ -528,7 +524,7 @@ def finish_report(
     report.quarantine_files = quarantine_files
     report.notes = list(plan.notes)
     report.seconds = time.monotonic() - started
-    report.write(runs_dir(config))
+    report.write(config.ingest_runs_dir)
     return report
 
 

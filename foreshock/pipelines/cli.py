@@ -1,6 +1,6 @@
 """``foreshock [--config FILE] [--data-dir DIR] COMMAND [options]``.
 
-Each stage module in ``pipelines/`` contributes its commands through ``register(sub)``
+Each command module in ``foreshock/pipelines/`` (named for its command) contributes its commands through ``register(sub)``
 and receives the parsed arguments plus the loaded :class:`~foreshock.config.Config`.
 Only the module of the command being run is imported: the stages pull in Prefect,
 MLflow, LightGBM and lifelines, which take seconds each to import on a small machine.
@@ -11,28 +11,30 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 import foreshock.pipelines.runtime  # noqa: F401  (environment defaults before Prefect loads)
 from foreshock.config import load_config
+from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
 
 # command -> (module that registers it, one-line help for the command list)
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("foreshock.pipelines.simulate_cmd", "write a simulated fleet's raw telemetry in real formats"),
     "ingest": ("foreshock.pipelines.ingest_flow", "parse, validate and merge raw telemetry into the lake"),
-    "lake": ("foreshock.pipelines.demo", "print a summary of the lake (rows, units, span per table)"),
+    "lake": ("foreshock.pipelines.lake_cmd", "print a summary of the lake (rows, units, span per table)"),
     "features": ("foreshock.pipelines.features_flow", "compute feature snapshots from the lake (incremental)"),
-    "backtest": ("foreshock.pipelines.models_flow", "walk-forward backtest of every model; lead-time report"),
-    "train": ("foreshock.pipelines.registry_flow", "fit on all labelled history, log to MLflow, register a challenger"),
+    "backtest": ("foreshock.pipelines.backtest_flow", "walk-forward backtest of every model; lead-time report"),
+    "train": ("foreshock.pipelines.train_flow", "fit on all labelled history, log to MLflow, register a challenger"),
     "review": (
-        "foreshock.pipelines.registry_flow",
+        "foreshock.pipelines.review_flow",
         "challenger vs champion on the same window; promote if guardrails hold",
     ),
-    "score": ("foreshock.pipelines.registry_flow", "risk per unit and horizon from models:/<name>@champion"),
+    "score": ("foreshock.pipelines.score_flow", "risk per unit and horizon from models:/<name>@champion"),
     "publish": (
-        "foreshock.pipelines.drain_flow",
+        "foreshock.pipelines.publish_flow",
         "write drain recommendations and exports to data/outbox/<timestamp>/",
     ),
-    "replay": ("foreshock.pipelines.drain_flow", "replay the drain policy over the backtest history"),
+    "replay": ("foreshock.pipelines.replay_flow", "replay the drain policy over the backtest history"),
     "reliability": ("foreshock.pipelines.reliability_cmd", "Kaplan-Meier, Weibull and Cox reliability by cohort"),
     "demo": ("foreshock.pipelines.demo", "run the whole pipeline on a simulated fleet"),
 }
@@ -74,20 +76,40 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Errors that mean "bad usage or input" (exit 2, one line). KeyError and IndexError are
+# LookupErrors too, but from our own code they are bugs: they stay failures (exit 1).
+USER_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, ValueError, LookupError)
+BUG_ERRORS = (KeyError, IndexError)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The one mapping from an exception to the process exit status (docs/architecture.md)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, USER_ERRORS) and not isinstance(exc, BUG_ERRORS):
+        return EXIT_USAGE
+    return EXIT_FAILURE
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # bad usage: argparse prints it and exits 2
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return EXIT_USAGE
+    where = f"foreshock {args.command}" if args.command else "foreshock"
     try:
         config = load_config(args.config, data_dir=args.data_dir)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"foreshock: {exc}", file=sys.stderr)
-        return 2
-    result = args.func(args, config)
-    return int(result or 0)
+        return int(args.func(args, config) or EXIT_OK)
+    except BaseException as exc:  # noqa: BLE001 - every error leaves through the one mapping
+        if isinstance(exc, SystemExit):
+            raise
+        code = exit_code(exc)
+        if code == EXIT_FAILURE:
+            traceback.print_exc(file=sys.stderr)
+        print(f"{where}: {exc}" if str(exc) else f"{where}: {type(exc).__name__}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

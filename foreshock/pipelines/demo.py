@@ -11,11 +11,10 @@ import argparse
 import time
 
 from foreshock.config import Config
-from foreshock.lake import format_lake_summary, lake_summary
 
 
 def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str]]]:
-    sim_dir = config.raw_dir / "sim"
+    sim_dir = config.simulated_dir
     truth = str(sim_dir / "ground_truth.parquet")
     return [
         (
@@ -66,16 +65,9 @@ def run_demo(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def show_lake(args: argparse.Namespace, config: Config) -> int:
-    print(format_lake_summary(lake_summary(config.lake_dir)))
-    return 0
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="run the whole pipeline on a simulated fleet")
     demo.add_argument("--units", type=int, default=256)
     demo.add_argument("--days", type=int, default=30)
     demo.add_argument("--seed", type=int, default=7)
     demo.set_defaults(func=run_demo)
-    lake = sub.add_parser("lake", help="print a summary of the lake (rows, units, span per table)")
-    lake.set_defaults(func=show_lake)

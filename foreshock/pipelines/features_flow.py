@@ -15,7 +15,6 @@ Runs are incremental: only snapshots after the last stored one are computed.
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import date, datetime
 
 from prefect import flow, task
@@ -68,11 +67,7 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    try:
-        result = features_flow(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"foreshock features: {exc}", file=sys.stderr)
-        return 2
+    result = features_flow(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
     if not result["rows"]:
         print("features: up to date, nothing to compute")
         return 0

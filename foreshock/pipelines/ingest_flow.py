@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from foreshock.config import load_config
+from foreshock.config import Config
+from foreshock.errors import UserError
 from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
 from foreshock.ingest.context import check_timezone
 from foreshock.ingest.run import finish_report, planned_from_dict, planned_to_dict
@@ -41,49 +41,43 @@ def ingest_batch_task(
     run_id: str,
     batch_number: int,
     catalog_path: str | None,
+    timezone: str | None,
+    scrape_time: str | None,
 ) -> dict:
     """Parse, check and merge one batch of files; returns its file reports as dicts."""
-    config = load_config(settings["config_file"], data_dir=settings["data_dir"], catalog=settings["catalog"])
     reports, quarantine_file = ingest_batch(
         planned_from_dict(files),
-        config,
+        Config.from_settings(settings),
         run_id=run_id,
         batch_number=batch_number,
         catalog_path=catalog_path,
-        timezone_name=settings["timezone"],
-        scrape_time=parse_scrape_time(settings["scrape_time"]),
+        timezone_name=timezone,
+        scrape_time=parse_scrape_time(scrape_time),
     )
     return {"files": [dataclasses.asdict(r) for r in reports], "quarantine_file": quarantine_file}
 
 
 @flow(name="ingest", validate_parameters=False)
 def ingest(
+    settings: dict,
     path: str,
     source: str = "auto",
-    data_dir: str | None = None,
-    config_file: str | None = None,
-    catalog: str | None = None,
     timezone: str | None = None,
     scrape_time: str | None = None,
     force: bool = False,
 ) -> dict:
     """Ingest a file or landing directory; returns the run report as a dict."""
     started = time.monotonic()
-    config = load_config(config_file, data_dir=data_dir, catalog=catalog)
+    config = Config.from_settings(settings)
     plan = plan_ingest(path, config, source, force=force)
-    settings = {
-        "config_file": config_file,
-        "data_dir": str(config.data_dir),
-        "catalog": catalog,
-        "timezone": timezone,
-        "scrape_time": scrape_time,
-    }
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
     for number, batch in enumerate(plan.batches):
         # Sequential on purpose: inventory must land before the batches that check units
         # against it, and a day's XID gauge reads the previous day's stored events.
-        done = ingest_batch_task(planned_to_dict(batch), settings, plan.run_id, number, plan.catalog_path)
+        done = ingest_batch_task(
+            planned_to_dict(batch), settings, plan.run_id, number, plan.catalog_path, timezone, scrape_time
+        )
         reports += [FileReport(**item) for item in done["files"]]
         if done["quarantine_file"]:
             quarantine_files.append(done["quarantine_file"])
@@ -115,24 +109,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, config) -> int:
     path = args.path or str(config.raw_dir)
-    try:  # user errors are reported before a flow run is created
-        parse_scrape_time(args.scrape_time)
-        check_timezone(args.timezone)
-        if not Path(path).exists():
-            raise FileNotFoundError(f"ingest path not found: {path}")
-        result = ingest(
-            path=path,
-            source=args.source,
-            data_dir=str(config.data_dir),
-            config_file=args.config,
-            catalog=args.catalog,
-            timezone=args.timezone,
-            scrape_time=args.scrape_time,
-            force=args.force,
-        )
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"foreshock ingest: {exc}", file=sys.stderr)
-        return 2
+    # user errors are reported before a flow run is created
+    parse_scrape_time(args.scrape_time)
+    check_timezone(args.timezone)
+    if not Path(path).exists():
+        raise UserError(f"ingest path not found: {path}")
+    if args.catalog:
+        config = config.with_overrides({"paths": {"catalog": args.catalog}})
+    result = ingest(
+        config.to_settings(args.config),
+        path=path,
+        source=args.source,
+        timezone=args.timezone,
+        scrape_time=args.scrape_time,
+        force=args.force,
+    )
     report = IngestReport(run_id=result["run_id"], source=result["source"], path=result["path"])
     report.files = [FileReport(**f) for f in result["files"]]
     report.quarantine_files = result["quarantine_files"]

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import polars as pl
 
 from foreshock.config import Config
+from foreshock.errors import UserError, missing
 from foreshock.lake import atomic_write_text, read_table, scan_table
 from foreshock.models.reliability import reliability_markdown, unit_lives
 
@@ -29,13 +30,11 @@ def _observed_until(config: Config, until: str | None) -> datetime:
 def run(args: argparse.Namespace, config: Config) -> int:
     inventory = read_table(config.lake_dir, "inventory")
     if inventory.height == 0:
-        print(f"foreshock reliability: no inventory in {config.lake_dir}; ingest one first")
-        return 2
+        raise missing("no inventory", config.lake_dir, "ingest")
     by = [c.strip() for c in args.by.split(",") if c.strip()]
     unknown = [c for c in by if c not in inventory.columns]
     if unknown:
-        print(f"foreshock reliability: --by {unknown} not inventory columns {inventory.columns}")
-        return 2
+        raise UserError(f"--by {unknown} not inventory columns {inventory.columns}")
     # telemetry starts observation; a failure history alone is observed since installation
     first_sample = scan_table(config.lake_dir, "samples").select(pl.col("ts").min()).collect().item()
     lives = unit_lives(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -46,22 +45,18 @@ def _parse_start(text: str) -> datetime:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    out = Path(args.out) if args.out else config.raw_dir / "sim"
-    try:
-        parse_duration(args.sample_every)
-        start = _parse_start(args.start)
-        summary = simulate_fleet(
-            out,
-            units=args.units,
-            days=args.days,
-            seed=args.seed,
-            sample_every=args.sample_every,
-            sudden_share=args.sudden_share,
-            start=start,
-        )
-    except ValueError as exc:
-        print(f"foreshock simulate: {exc}", file=sys.stderr)
-        return 2
+    out = Path(args.out) if args.out else config.simulated_dir
+    parse_duration(args.sample_every)
+    start = _parse_start(args.start)
+    summary = simulate_fleet(
+        out,
+        units=args.units,
+        days=args.days,
+        seed=args.seed,
+        sample_every=args.sample_every,
+        sudden_share=args.sudden_share,
+        start=start,
+    )
     print(_format_summary(summary, out))
     return 0
 

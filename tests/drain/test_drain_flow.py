@@ -40,7 +40,7 @@ def test_publish_command_runs_the_flow_and_prints_the_top(prefect_server, drain_
 
 
 def test_publish_without_scores_says_what_is_missing(drain_config, capsys):
-    assert main(["--data-dir", str(drain_config.data_dir), "publish"]) == 1
+    assert main(["--data-dir", str(drain_config.data_dir), "publish"]) == 2
     assert "no scores to publish" in capsys.readouterr().err
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from landing_files import write_landing
@@ -10,17 +9,7 @@ from landing_files import write_landing
 from foreshock.config import load_config
 from foreshock.lake import read_table
 from foreshock.pipelines import ingest_flow
-
-
-def main(argv: list[str]) -> int:
-    """``foreshock --data-dir D ingest ...`` as pipelines.cli runs it, with only this stage
-    registered (importing every stage costs seconds that belong to their own tests)."""
-    parser = argparse.ArgumentParser(prog="foreshock")
-    parser.add_argument("--config")
-    parser.add_argument("--data-dir")
-    ingest_flow.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.func(args, load_config(args.config, data_dir=args.data_dir))
+from foreshock.pipelines.cli import main  # noqa: E402  (imports only the requested command's module)
 
 
 def test_cli_runs_the_ingest_flow_and_prints_the_accounting(tmp_path, prefect_server, capsys):
@@ -83,7 +72,8 @@ def test_a_batch_that_fails_on_io_is_retried_by_the_flow(tmp_path, prefect_serve
         return real(files, config, **kwargs)
 
     monkeypatch.setattr(ingest_flow, "ingest_batch", flaky)
-    result = ingest_flow.ingest(path=str(landing.root), data_dir=str(tmp_path / "data"), timezone="UTC")
+    settings = load_config(data_dir=tmp_path / "data").to_settings()
+    result = ingest_flow.ingest(settings, path=str(landing.root), timezone="UTC")
     assert calls[0] == calls[1]  # the same batch again
     assert result["adds_up"] and result["totals"]["rows_quarantined"] == 0
     assert read_table(tmp_path / "data" / "lake", "samples").height == landing.smi_samples + landing.dcgm_samples

@@ -49,7 +49,7 @@ def test_train_review_score_and_roll_back(workspace, capsys):
     assert "registered cli-model version 1 (alias challenger)" in capsys.readouterr().out
     # The second run logs the first run's backtest instead of re-running it.
     (first_backtest,) = (data_dir / "models").glob("train-*/backtest")
-    assert main([*args, "train", "--backtest", str(first_backtest.parent)]) == 1
+    assert main([*args, "train", "--backtest", str(first_backtest.parent)]) == 2  # bad input: exit 2
     assert "not a backtest result, missing scores.parquet" in capsys.readouterr().err
     assert main([*args, "train", "--backtest", str(first_backtest)]) == 0
     assert registry.aliases(NAME) == {"champion": "1", "challenger": "2"}
@@ -83,6 +83,6 @@ def test_train_review_score_and_roll_back(workspace, capsys):
 def test_score_before_any_training_says_what_to_do(workspace, tmp_path, capsys):
     config = tmp_path / "untrained.toml"
     config.write_text(CONFIG.replace(NAME, "cli-untrained"))
-    assert main(["--config", str(config), "--data-dir", str(workspace["data_dir"]), "score"]) == 1
+    assert main(["--config", str(config), "--data-dir", str(workspace["data_dir"]), "score"]) == 2
     assert "run `foreshock train` first" in capsys.readouterr().err
     assert not (workspace["data_dir"] / "scores").exists()

@@ -1,36 +1,32 @@
 """``foreshock backtest``: the walk-forward backtest as a Prefect flow.
 
-features (``features.store.scan_features``) + failures (lake) [+ ground truth]
--> ``models.backtest.walk_forward`` -> ``data/backtest/scores.parquet``, ``report.json``,
+features (``foreshock.features.store.scan_features``) + failures (lake) [+ ground truth]
+-> ``foreshock.models.backtest.walk_forward`` -> ``data/backtest/scores.parquet``, ``report.json``,
 ``report.md``.
 
-Wiring only: the work lives in :mod:`models.backtest`.  One coarse task (the folds share
+Wiring only: the work lives in :mod:`foreshock.models.backtest`.  One coarse task (the folds share
 the loaded frames); it takes and returns paths and settings, never frames.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
-from foreshock.lake import read_table
+from foreshock.errors import UserError
+from foreshock.pipelines import inputs
 
 
 @task(name="backtest-run", cache_policy=NO_CACHE)
 def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dict:
-    from foreshock.features.store import scan_features
     from foreshock.models.backtest import read_ground_truth, walk_forward
 
     config = Config.from_settings(settings)
-    features = scan_features(config).collect()
-    if features.height == 0:
-        raise ValueError(f"no feature snapshots under {config.features_dir}: run `foreshock features` first")
-    failures = read_table(config.lake_dir, "failures")
+    features, failures = inputs.features(config), inputs.failures(config)
     result = walk_forward(features, failures, config, ground_truth=read_ground_truth(ground_truth))
     out = result.save(Path(out_dir))
     return {"out_dir": str(out), "scores": result.scores.height, "folds": len(result.folds)}
@@ -45,13 +41,9 @@ def backtest_flow(settings: dict, ground_truth: str | None = None, out_dir: str 
 
 def run_backtest(args: argparse.Namespace, config: Config) -> int:
     if args.ground_truth and not Path(args.ground_truth).is_file():
-        print(f"foreshock backtest: ground truth file not found: {args.ground_truth}", file=sys.stderr)
-        return 2
-    try:
-        result = backtest_flow(config.to_settings(args.config), ground_truth=args.ground_truth, out_dir=args.out)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"foreshock backtest: {exc}", file=sys.stderr)
-        return 2
+        raise UserError(f"ground truth file not found: {args.ground_truth}")
+    inputs.require_features(config)  # one line, before any flow run starts
+    result = backtest_flow(config.to_settings(args.config), ground_truth=args.ground_truth, out_dir=args.out)
     out = Path(result["out_dir"])
     print((out / "report.md").read_text())
     print(f"backtest: {result['scores']} out-of-sample scores over {result['folds']} folds in {out}")

@@ -1,0 +1,110 @@
+"""``foreshock publish``: drain recommendations for operations.
+
+data/scores/latest.parquet -> foreshock.drain.outbox.publish -> data/outbox/<ts>/
+
+The logic lives in ``foreshock.drain``; this flow only wires paths together. Flow and task
+take plain values (settings, paths as text) so a deployment can run them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+from pathlib import Path
+
+import polars as pl
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from foreshock.config import Config
+from foreshock.errors import MissingInputError, UserError
+
+SINFO_FORMAT = "%N|%T|%E"
+
+
+def _node_states(args: argparse.Namespace) -> pl.DataFrame | None:
+    """Scheduler node states from ``--node-states FILE`` or a live ``sinfo`` (``--sinfo``)."""
+    from foreshock.drain.slurm import read_sinfo
+
+    if getattr(args, "node_states", None):
+        return read_sinfo(Path(args.node_states).read_text())
+    if getattr(args, "sinfo", False):
+        if shutil.which("sinfo") is None:
+            raise UserError("--sinfo: sinfo is not on PATH")
+        out = subprocess.run(
+            ["sinfo", "--noheader", "--Node", f"--format={SINFO_FORMAT}"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        return read_sinfo(out.stdout)
+    return None
+
+
+@task(cache_policy=NO_CACHE)
+def write_outbox(
+    settings: dict, scores_path: str | None, node_states_path: str | None, model: str | None = None
+) -> str:
+    """Run the policy on the latest scores and write a new outbox directory."""
+    from foreshock.drain.outbox import publish
+    from foreshock.drain.slurm import read_sinfo
+
+    config = Config.from_settings(settings)
+    node_states = read_sinfo(Path(node_states_path).read_text()) if node_states_path else None
+    scores = Path(scores_path) if scores_path else None
+    return str(publish(config, scores, node_states=node_states, model=model).directory)
+
+
+@flow(name="publish", log_prints=True, validate_parameters=False)
+def publish_flow(
+    settings: dict, scores_path: str | None = None, node_states_path: str | None = None, model: str | None = None
+) -> str:
+    return write_outbox(settings, scores_path, node_states_path, model)
+
+
+def run_publish(args: argparse.Namespace, config: Config) -> int:
+    from foreshock.drain.outbox import format_top
+    from foreshock.drain.risk_list import read_risk_list
+
+    scores_path = Path(args.scores) if args.scores else config.latest_scores
+    if not scores_path.is_file():
+        raise MissingInputError(f"no scores to publish: {scores_path}: run `foreshock score` first")
+    node_states_path = Path(args.node_states) if args.node_states else None
+    if args.sinfo:  # snapshot the live state into a file the flow can take as a path
+        states = _node_states(args)
+        node_states_path = config.outbox_dir / "sinfo-latest.txt"
+        node_states_path.parent.mkdir(parents=True, exist_ok=True)
+        node_states_path.write_text(
+            "\n".join(f"{r['node']}|{r['state']}|{r['reason'] or 'none'}" for r in states.to_dicts()) + "\n"
+        )
+    directory = Path(
+        publish_flow(
+            config.to_settings(args.config),
+            str(scores_path),
+            str(node_states_path) if node_states_path else None,
+            args.model,
+        )
+    )
+    risk_list = read_risk_list(directory / "risk_list.parquet")
+    print(format_top(risk_list, args.top))
+    print(f"\noutbox: {directory}")
+    for name in sorted(p.name for p in directory.iterdir()):
+        print(f"  {name}")
+    print(f"dry run the Slurm drains with: bash {directory / 'slurm_drain.sh'}  (add --apply to drain)")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    publish = sub.add_parser("publish", help="write drain recommendations and exports to data/outbox/<timestamp>/")
+    publish.add_argument("--scores", help="scores file (default: data/scores/latest.parquet)")
+    states = publish.add_mutually_exclusive_group()
+    states.add_argument(
+        "--node-states",
+        help=f"file of `sinfo --noheader --Node --format='{SINFO_FORMAT.replace('%', '%%')}'` output",
+    )
+    states.add_argument("--sinfo", action="store_true", help="read node states from the live Slurm (sinfo)")
+    publish.add_argument("--model", help="model to use when the scores hold several (the `model` column)")
+    publish.add_argument("--top", type=int, default=10, help="rows of the list to print (default 10)")
+    publish.set_defaults(func=run_publish)

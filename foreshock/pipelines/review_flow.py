@@ -1,0 +1,80 @@
+"""``foreshock review``: challenger vs champion on the same window; promote if guardrails hold.
+
+``--approve VERSION`` promotes by hand, ``--rollback VERSION`` moves champion back. The
+measuring and deciding live in :mod:`foreshock.models.review`; this module only wires.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from foreshock.config import Config
+from foreshock.pipelines import inputs
+from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow
+
+
+@task(cache_policy=NO_CACHE)
+def review_task(settings: dict, promote: bool) -> dict[str, object]:
+    from foreshock.models.base import config_horizons
+    from foreshock.models.review import run_review
+    from foreshock.models.training import labelled_until
+
+    config = Config.from_settings(settings)
+    features, failures = inputs.features(config), inputs.failures(config)
+    labelled = labelled_until(features, failures, config_horizons(config))
+    result = run_review(config, labelled, failures, promote=promote)
+    return {
+        "decision": result.decision,
+        "promoted": result.promoted,
+        "report_md": str(result.report_md),
+        "report_html": str(result.report_html),
+        "table": result.table().to_dicts(),
+        "checks": [(c.name, c.passed) for c in result.checks],
+    }
+
+
+@flow(name="review", log_prints=True, validate_parameters=False)
+def review_flow(settings: dict, promote: bool = True) -> dict[str, object]:
+    return review_task(settings, promote)
+
+
+def _show(value: float | None) -> str:
+    return "–" if value is None or value != value else f"{value:.4g}"  # NaN: not measured
+
+
+def run_review_cmd(args: argparse.Namespace, config: Config) -> int:
+    from foreshock.models import registry, review
+
+    configure_mlflow(config.mlflow_dir)
+    quiet_mlflow()
+    name = config.model_name
+    if args.approve or args.rollback:
+        version = args.approve or args.rollback
+        move = review.approve if args.approve else review.rollback
+        previous = move(config, version, by=args.by, reason=args.reason or "")
+        print(f"{name}: champion is now version {version} (was {previous or 'none'})")
+        return 0
+    inputs.require_features(config)
+    outcome = review_flow(config.to_settings(args.config), promote=not args.dry_run)
+    print(f"  {'metric':<32} {'champion':>10} {'challenger':>10}")
+    for row in outcome["table"]:
+        print(f"  {row['metric']:<32} {_show(row['champion']):>10} {_show(row['challenger']):>10}")
+    for check, passed in outcome["checks"]:
+        print(f"  guardrail {check}: {'pass' if passed else 'FAIL'}")
+    print(outcome["decision"])
+    print(f"report: {outcome['report_md']} and {outcome['report_html']}")
+    print(f"aliases: {registry.aliases(name)}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    review = sub.add_parser("review", help="challenger vs champion on the same window; promote only if guardrails hold")
+    review.add_argument("--approve", metavar="VERSION", help="promote VERSION to champion by hand")
+    review.add_argument("--rollback", metavar="VERSION", help="move champion back to an earlier VERSION")
+    review.add_argument("--by", help="who approves or rolls back (default: $USER)")
+    review.add_argument("--reason", help="why (recorded as a tag on the version)")
+    review.add_argument("--dry-run", action="store_true", help="write the report but move no alias")
+    review.set_defaults(func=run_review_cmd)

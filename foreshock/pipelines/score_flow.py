@@ -1,0 +1,68 @@
+"""``foreshock score``: ``models:/<name>@champion`` on the latest snapshot of every unit.
+
+Writes ``scores/latest.parquet`` and ``scores/scores-<timestamp>.parquet`` under the data
+directory. The scoring itself lives in :mod:`foreshock.models.registry`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import polars as pl
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from foreshock.config import Config
+from foreshock.errors import missing
+from foreshock.lake import atomic_write_parquet
+from foreshock.pipelines import inputs
+from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow, stamp
+
+
+@task(cache_policy=NO_CACHE)
+def score_task(settings: dict) -> str:
+    from foreshock.features.store import scan_features
+    from foreshock.models.registry import latest_snapshots, live_scores, load_champion
+
+    config = Config.from_settings(settings)
+    champion = load_champion(config.model_name)
+    snapshots = latest_snapshots(scan_features(config))
+    if snapshots.height == 0:
+        raise missing("no feature snapshots", config.features_dir, "features")
+    scores = live_scores(champion, snapshots)
+    atomic_write_parquet(scores, config.scores_dir / f"scores-{stamp()}.parquet")
+    atomic_write_parquet(scores, config.latest_scores)
+    return str(config.latest_scores)
+
+
+@flow(name="score", log_prints=True, validate_parameters=False)
+def score_flow(settings: dict) -> str:
+    return score_task(settings)
+
+
+def run_score(args: argparse.Namespace, config: Config) -> int:
+    from foreshock.models.registry import decision_horizon
+
+    configure_mlflow(config.mlflow_dir)
+    quiet_mlflow()
+    inputs.require_features(config)
+    path = score_flow(config.to_settings(args.config))
+    scores = pl.read_parquet(path)
+    horizon = decision_horizon(config)
+    top = scores.filter(pl.col("horizon") == horizon).sort("risk", descending=True).head(args.top)
+    first = scores.row(0, named=True) if scores.height else {}
+    print(
+        f"scored {scores['unit_id'].n_unique()} units with {first.get('model_name')} "
+        f"version {first.get('model_version')} (run {first.get('run_id')}), horizon {horizon}:"
+    )
+    for row in top.iter_rows(named=True):
+        signals = ", ".join(f"{s['signal']}={s['value']:.3g}" for s in (row["top_signals"] or []))
+        print(f"  {row['unit_id']:<24} risk {row['risk']:.3f}  {signals}")
+    print(f"written to {path}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    score = sub.add_parser("score", help="risk per unit and horizon from models:/<name>@champion")
+    score.add_argument("--top", type=int, default=10, help="how many units to print (default 10)")
+    score.set_defaults(func=run_score)

@@ -1,0 +1,95 @@
+"""``foreshock train``: fit every model on all labelled history and register a challenger.
+
+features + failures -> foreshock.models.bundle.train_bundle -> walk-forward backtest for the
+metrics (or a given `foreshock backtest` result) -> foreshock.models.registry.log_training
+(new version, alias ``challenger``).
+
+Flow and tasks take plain values (settings, paths as text) so a deployment can run them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from foreshock.config import Config
+from foreshock.pipelines import inputs
+from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow, stamp
+
+
+@task(cache_policy=NO_CACHE)
+def fit_bundle(settings: dict, run_dir: str) -> str:
+    """Train every model on all labelled history; the bundle is saved under ``run_dir``."""
+    from foreshock.models.bundle import train_bundle
+
+    config = Config.from_settings(settings)
+    bundle = train_bundle(inputs.features(config), inputs.failures(config), config)
+    bundle.save(Path(run_dir) / "bundle")
+    return str(Path(run_dir) / "bundle")
+
+
+@task(cache_policy=NO_CACHE)
+def backtest_for_metrics(settings: dict, run_dir: str, ground_truth: str | None) -> str:
+    """Walk-forward backtest of the same configuration: scores and report under ``run_dir``."""
+    from foreshock.models.backtest import read_ground_truth, walk_forward
+
+    config = Config.from_settings(settings)
+    features, failures = inputs.features(config), inputs.failures(config)
+    result = walk_forward(features, failures, config, ground_truth=read_ground_truth(ground_truth))
+    return str(result.save(Path(run_dir) / "backtest"))
+
+
+@task(cache_policy=NO_CACHE)
+def log_to_registry(settings: dict, bundle_dir: str, backtest_dir: str) -> dict[str, str]:
+    """Log the run to MLflow and register the bundle as the new challenger."""
+    from foreshock.models.backtest import BacktestResult
+    from foreshock.models.bundle import RiskBundle
+    from foreshock.models.registry import log_training, training_inputs
+
+    config = Config.from_settings(settings)
+    bundle = RiskBundle.load(Path(bundle_dir))
+    backtest = BacktestResult.load(Path(backtest_dir))
+    features, failures = inputs.features(config), inputs.failures(config)
+    training = training_inputs(bundle, backtest, features, failures, config)
+    record = log_training(bundle, backtest, config, **training)
+    return {"run_id": record.run_id, "version": record.version, "model_name": record.model_name}
+
+
+@flow(name="train", log_prints=True, validate_parameters=False)
+def train_flow(settings: dict, ground_truth: str | None = None, backtest_dir: str | None = None) -> dict[str, str]:
+    config = Config.from_settings(settings)
+    run_dir = str(config.models_dir / f"train-{stamp()}")
+    bundle_dir = fit_bundle(settings, run_dir)
+    if backtest_dir is None:
+        backtest_dir = backtest_for_metrics(settings, run_dir, ground_truth)
+    return log_to_registry(settings, bundle_dir, backtest_dir)
+
+
+def run_train(args: argparse.Namespace, config: Config) -> int:
+    uri = configure_mlflow(config.mlflow_dir)
+    quiet_mlflow()
+    inputs.require_features(config)
+    if args.backtest:
+        from foreshock.models.backtest import BacktestResult
+
+        BacktestResult.load(Path(args.backtest))  # fail early, naming what is missing
+    record = train_flow(config.to_settings(args.config), args.ground_truth, args.backtest)
+    print(
+        f"registered {record['model_name']} version {record['version']} (alias challenger), "
+        f"run {record['run_id']} in {uri}"
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser("train", help="fit on all labelled history, log to MLflow, register a challenger")
+    train.add_argument("--ground-truth", help="simulator ground truth (precursor recall in the backtest metrics)")
+    train.add_argument(
+        "--backtest",
+        metavar="DIR",
+        help="log the metrics of this `foreshock backtest` result (e.g. data/backtest) instead of re-running it",
+    )
+    train.set_defaults(func=run_train)
