@@ -3,7 +3,7 @@
 The Slurm fixture runs Debian's ``munged`` and ``slurmctld`` (no ``slurmd``: a controller
 alone is enough to drain nodes) in a temporary directory with a private munge socket and
 key, a free port and fake nodes ``gpu-node[001-008]``; it is stopped by its PID files.
-It skips when the binaries are absent (install with ``.ci/slurm.sh``).
+It skips when the binaries are absent (install with ``.ci/services.sh``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def slurm_controller(tmp_path_factory):
     if missing:
         pytest.skip(
             f"Slurm not installed ({', '.join(missing)} not found): "
-            "apt-get install -y slurmctld slurm-client munge (or run .ci/slurm.sh)"
+            "apt-get install -y slurmctld slurm-client munge (or run .ci/services.sh)"
         )
     if os.geteuid() != 0:
         pytest.skip("the local Slurm controller runs with SlurmUser=root: run the tests as root")
