@@ -18,7 +18,7 @@ long-window rate), so the rules can be ranked at any alert budget.  ``predict_ri
 the severity to a probability per horizon with Platt scaling fitted on the training period;
 the map is increasing, so the ranking is the rules' own.
 
-On real fleets such severity-ranked rules are strong (DESIGN.md): every report scores them
+On real fleets such severity-ranked rules are strong (docs/design.md): every report scores them
 next to the learned models.
 """
 

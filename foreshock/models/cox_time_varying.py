@@ -19,7 +19,7 @@ failures is noise.  With more knots, Breslow's estimator is smoothed linearly ov
 many equal-width age bins and extended at its mean rate.  Because :math:`H_0` never
 decreases, the probability is monotone in the horizon.
 
-Stability (DESIGN.md, pitfalls): heavy-tailed non-negative covariates (error counts: skewness
+Stability (docs/design.md, pitfalls): heavy-tailed non-negative covariates (error counts: skewness
 above 2) are log-compressed (``log1p``) and every covariate is standardised; constant and near-duplicate columns are dropped;
 at most ``max_features`` covariates are kept, chosen by their standardised difference
 between snapshots that precede a failure and those that do not; the penalizer stays at or
@@ -133,7 +133,7 @@ class CoxTimeVaryingRisk:
         if not 0 <= self.penalizer <= MAX_PENALIZER:
             raise ValueError(
                 f"penalizer {self.penalizer} outside [0, {MAX_PENALIZER}]: a stronger L2 penalty erases the "
-                "effects of rare failures (DESIGN.md, known pitfalls)"
+                "effects of rare failures (docs/design.md, known pitfalls)"
             )
 
     # -- covariates --------------------------------------------------------------------

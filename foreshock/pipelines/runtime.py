@@ -1,7 +1,7 @@
 """Environment defaults for Prefect and MLflow, set before either is imported.
 
 Prefect's ephemeral server can miss its default start timeout on a 2-core machine, and
-MLflow phones home unless told not to (see DESIGN.md, known pitfalls).  Values the user
+MLflow phones home unless told not to (see docs/design.md, known pitfalls).  Values the user
 already exported win.
 """
 

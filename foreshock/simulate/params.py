@@ -18,7 +18,7 @@ class SimulationParams:
     ``failures_per_1000_unit_days`` defaults to 7, which gives the 256-GPU demo fleet
     roughly 40-70 failures in 30 days.  That is more than ten times the rate of real
     fleets (Llama 3 training saw 419 unplanned interruptions in 54 days on 16,384 H100s,
-    about 0.5 per 1,000 GPU-days, all causes; see DESIGN.md): the demo needs enough
+    about 0.5 per 1,000 GPU-days, all causes; see docs/design.md): the demo needs enough
     failures for a walk-forward backtest to say anything.
     """
 

@@ -68,7 +68,7 @@ def simulate_fleet(
 
     The default rate (7 failures per 1,000 GPU-days) gives the 256-GPU, 30-day demo
     fleet roughly 40-70 failures.  That is more than ten times real fleet rates
-    (DESIGN.md: ~0.5 per 1,000 GPU-days from all causes on Llama 3's 16k H100s); the
+    (docs/design.md: ~0.5 per 1,000 GPU-days from all causes on Llama 3's 16k H100s); the
     demo needs enough failures for a backtest.
 
     Parameters
