@@ -168,3 +168,21 @@ def top_contributions(
 def config_horizons(config) -> list[str]:
     """``[labels] horizons`` as written in the configuration (``["24h", "72h"]``)."""
     return horizon_names(list(config.settings["labels"]["horizons"]))
+
+
+def decision_horizon(config) -> str:
+    """``[models] horizon`` spelled as in ``[labels] horizons`` (and so in the scores).
+
+    Raises
+    ------
+    ValueError
+        When the decision horizon is not one of the label horizons.
+    """
+    wanted = config.section("models").get("horizon")
+    horizons = config_horizons(config)
+    if not wanted:
+        return horizons[-1]
+    for horizon in horizons:
+        if parse_duration(horizon) == parse_duration(wanted):
+            return horizon
+    raise ValueError(f"[models] horizon = {wanted!r} is not one of [labels] horizons {horizons}")

@@ -15,9 +15,11 @@ Saved form (a directory, no pickles of our classes)::
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -218,3 +220,41 @@ def train_bundle(
         trained_range=(ts.min(), until or ts.max()),
         notes=notes,
     )
+
+
+def boosters_of(bundle: RiskBundle) -> dict[str, Any]:
+    """The LightGBM boosters inside a bundle, named ``<model>-<horizon>``.
+
+    Looks in each model's attributes for ``lightgbm.Booster`` objects, directly or in a
+    dict keyed by horizon (scikit-learn wrappers are unwrapped through ``booster_``).
+    """
+    import lightgbm
+
+    def as_booster(value: Any) -> Any:
+        if isinstance(value, lightgbm.Booster):
+            return value
+        inner = getattr(value, "booster_", None)
+        return inner if isinstance(inner, lightgbm.Booster) else None
+
+    found: dict[str, Any] = {}
+    for model_name, model in bundle.models.items():
+        for attr, value in sorted(vars(model).items()):
+            if (booster := as_booster(value)) is not None:
+                found[f"{model_name}-{attr.strip('_')}"] = booster
+            elif isinstance(value, Mapping):
+                for key, item in value.items():
+                    if (booster := as_booster(item)) is not None:
+                        found[f"{model_name}-{key}"] = booster
+    return found
+
+
+def feature_importance(bundle: RiskBundle) -> dict[str, float]:
+    """Total split gain of each feature, summed over the primary model's boosters."""
+    total: dict[str, float] = {}
+    for name, booster in boosters_of(bundle).items():
+        if not name.startswith(f"{bundle.primary}-"):
+            continue
+        gains = booster.feature_importance(importance_type="gain")
+        for feature, gain in zip(booster.feature_name(), gains):
+            total[feature] = total.get(feature, 0.0) + float(gain)
+    return total

@@ -1,7 +1,8 @@
 """``foreshock review``: challenger vs champion on the same window; promote if guardrails hold.
 
 ``--approve VERSION`` promotes by hand, ``--rollback VERSION`` moves champion back. The
-measuring and deciding live in :mod:`foreshock.models.review`; this module only wires.
+measuring and deciding live in :mod:`foreshock.models.review`, acting on the decision in
+:mod:`foreshock.models.promotion`; this module only wires.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow
 @task(cache_policy=NO_CACHE)
 def review_task(settings: dict, promote: bool) -> dict[str, object]:
     from foreshock.models.base import config_horizons
-    from foreshock.models.review import run_review
+    from foreshock.models.promotion import run_review
     from foreshock.models.training import labelled_until
 
     config = Config.from_settings(settings)
@@ -46,14 +47,14 @@ def _show(value: float | None) -> str:
 
 
 def run_review_cmd(args: argparse.Namespace, config: Config) -> int:
-    from foreshock.models import registry, review
+    from foreshock.models import promotion, registry
 
     configure_mlflow(config.mlflow_dir)
     quiet_mlflow()
     name = config.model_name
     if args.approve or args.rollback:
         version = args.approve or args.rollback
-        move = review.approve if args.approve else review.rollback
+        move = promotion.approve if args.approve else promotion.rollback
         previous = move(config, version, by=args.by, reason=args.reason or "")
         print(f"{name}: champion is now version {version} (was {previous or 'none'})")
         return 0

@@ -1,7 +1,7 @@
 """``foreshock score``: ``models:/<name>@champion`` on the latest snapshot of every unit.
 
 Writes ``scores/latest.parquet`` and ``scores/scores-<timestamp>.parquet`` under the data
-directory. The scoring itself lives in :mod:`foreshock.models.registry`.
+directory. The scoring itself lives in :mod:`foreshock.models.scoring`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow, stamp
 @task(cache_policy=NO_CACHE)
 def score_task(settings: dict) -> str:
     from foreshock.features.store import scan_features
-    from foreshock.models.registry import latest_snapshots, live_scores, load_champion
+    from foreshock.models.registry import load_champion
+    from foreshock.models.scoring import latest_snapshots, live_scores
 
     config = Config.from_settings(settings)
     champion = load_champion(config.model_name)
@@ -41,7 +42,7 @@ def score_flow(settings: dict) -> str:
 
 
 def run_score(args: argparse.Namespace, config: Config) -> int:
-    from foreshock.models.registry import decision_horizon
+    from foreshock.models.base import decision_horizon
 
     configure_mlflow(config.mlflow_dir)
     quiet_mlflow()

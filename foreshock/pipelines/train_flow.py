@@ -1,7 +1,7 @@
 """``foreshock train``: fit every model on all labelled history and register a challenger.
 
 features + failures -> foreshock.models.bundle.train_bundle -> walk-forward backtest for the
-metrics (or a given `foreshock backtest` result) -> foreshock.models.registry.log_training
+metrics (or a given `foreshock backtest` result) -> foreshock.models.tracking.log_training
 (new version, alias ``challenger``).
 
 Flow and tasks take plain values (settings, paths as text) so a deployment can run them.
@@ -47,7 +47,7 @@ def log_to_registry(settings: dict, bundle_dir: str, backtest_dir: str) -> dict[
     """Log the run to MLflow and register the bundle as the new challenger."""
     from foreshock.models.backtest import BacktestResult
     from foreshock.models.bundle import RiskBundle
-    from foreshock.models.registry import log_training, training_inputs
+    from foreshock.models.tracking import log_training, training_inputs
 
     config = Config.from_settings(settings)
     bundle = RiskBundle.load(Path(bundle_dir))

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from test_registry_fleet import SBE, TEMP, fast_config, synthetic_fleet, train_and_register
 
-from foreshock.models import registry
+from foreshock.models import registry, scoring, tracking
 
 NAME = "registry-test"
 
@@ -75,7 +75,7 @@ def test_training_run_logs_params_metrics_plots_and_models(registered):
         for m in mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")
         if m.source_run_id == run.info.run_id
     }
-    assert logged == {"gbm-24h", "gbm-72h", registry.BUNDLE_MODEL_NAME}
+    assert logged == {"gbm-24h", "gbm-72h", tracking.BUNDLE_MODEL_NAME}
 
 
 def test_registered_pyfunc_scores_its_input_example(registered):
@@ -89,15 +89,15 @@ def test_registered_pyfunc_scores_its_input_example(registered):
     assert out.height == 3 * 3 * 2
     assert out["risk"].is_between(0, 1).all()
     requirements = Path(mlflow.pyfunc.get_model_dependencies(f"models:/{NAME}/1")).read_text().split()
-    assert f"lightgbm=={registry.pip_requirements()[1].split('==')[1]}" in requirements
+    assert f"lightgbm=={tracking.pip_requirements()[1].split('==')[1]}" in requirements
 
 
 def test_scoring_follows_the_champion_and_rollback_moves_it(registered):
     features = registered["features"]
-    latest = registry.latest_snapshots(features)
+    latest = scoring.latest_snapshots(features)
     assert latest.height == features["unit_id"].n_unique()
 
-    before = registry.live_scores(registry.load_champion(NAME), latest)
+    before = scoring.live_scores(registry.load_champion(NAME), latest)
     assert set(before["model_version"]) == {"1"}
     assert set(before["run_id"]) == {registered["records"][0].run_id}
     assert set(before["model"]) == {"gbm"}  # the primary model decides drains
@@ -108,14 +108,14 @@ def test_scoring_follows_the_champion_and_rollback_moves_it(registered):
 
     previous = registry.set_champion(NAME, "2", action="approved", by="alice", reason="temperature model")
     assert previous == "1"
-    promoted = registry.live_scores(registry.load_champion(NAME), latest)
+    promoted = scoring.live_scores(registry.load_champion(NAME), latest)
     assert set(promoted["model_version"]) == {"2"}
     key = ["unit_id", "horizon"]
     changed = before.select(*key, "risk").join(promoted.select(*key, "risk"), on=key, suffix="_v2")
     assert (changed["risk"] - changed["risk_v2"]).abs().max() > 0.01
 
     registry.set_champion(NAME, "1", action="rollback", by="bob", reason="v2 drains healthy GPUs")
-    after = registry.live_scores(registry.load_champion(NAME), latest)
+    after = scoring.live_scores(registry.load_champion(NAME), latest)
     assert set(after["model_version"]) == {"1"}
     assert after.select(*key, "risk").equals(before.select(*key, "risk"))
     tags = mlflow.MlflowClient().get_model_version(NAME, "1").tags
@@ -150,7 +150,7 @@ def test_backtest_report_flattens_to_metric_names():
         },
         "scored": {"units": 3},
     }
-    assert registry.backtest_metrics(report) == {
+    assert tracking.backtest_metrics(report) == {
         "gbm.72h.snapshot.pr_auc": 0.4,
         "gbm.72h.budget.recall": 0.5,
         "gbm.72h.budget.by_mode.memory.recall": 1.0,

@@ -111,7 +111,7 @@ def train_and_register(config: Config, features: pl.DataFrame, failures: pl.Data
     """What ``foreshock train`` does, in process: fit, backtest, log and register."""
     from foreshock.models.backtest import walk_forward
     from foreshock.models.bundle import train_bundle
-    from foreshock.models.registry import log_training, training_inputs
+    from foreshock.models.tracking import log_training, training_inputs
 
     bundle = train_bundle(features, failures, config)
     backtest = walk_forward(features, failures, config)

@@ -15,7 +15,7 @@ import mlflow
 import pytest
 from test_registry_fleet import TEMP, fast_config, synthetic_fleet, train_and_register
 
-from foreshock.models import registry, review
+from foreshock.models import promotion, registry, tracking
 from foreshock.models.base import config_horizons
 from foreshock.models.training import labelled_until
 
@@ -93,10 +93,10 @@ def test_train_and_review_over_http(mlflow_server, tmp_path):
     features, failures = synthetic_fleet(seed=31)
     first = train_and_register(config, features, failures)
     second = train_and_register(config, *synthetic_fleet(seed=32, precursor=TEMP))
-    assert registry.tracking_uri(config.data_dir) == mlflow_server["url"]
+    assert tracking.tracking_uri(config.data_dir) == mlflow_server["url"]
     assert not (config.data_dir / "mlflow").exists()  # nothing went to the embedded store
 
-    result = review.run_review(config, labelled_until(features, failures, config_horizons(config)), failures)
+    result = promotion.run_review(config, labelled_until(features, failures, config_horizons(config)), failures)
     assert not result.promoted
     assert registry.aliases(NAME) == {"champion": first.version, "challenger": second.version}
 

@@ -9,7 +9,7 @@ import mlflow
 import pytest
 from test_registry_fleet import TEMP, fast_config, synthetic_fleet, train_and_register
 
-from foreshock.models import registry, review
+from foreshock.models import promotion, registry, review
 from foreshock.models.base import config_horizons
 from foreshock.models.training import labelled_until
 
@@ -31,7 +31,7 @@ def fleet(mlflow_uri, tmp_path_factory):
 
 def test_worse_challenger_stays_out_and_the_report_says_why(fleet):
     config = fast_config(fleet["data_dir"], NAME)
-    result = review.run_review(config, fleet["labelled"], fleet["failures"])
+    result = promotion.run_review(config, fleet["labelled"], fleet["failures"])
 
     assert not result.promoted
     assert registry.aliases(NAME) == {"champion": "1", "challenger": "2"}
@@ -70,15 +70,15 @@ def test_equal_challenger_is_promoted_only_within_the_calibration_bound(fleet):
     assert registry.aliases(NAME) == {"champion": "1", "challenger": record.version}
 
     strict = fast_config(fleet["data_dir"], NAME, max_calibration_error=0.0)
-    blocked = review.run_review(strict, fleet["labelled"], fleet["failures"])
+    blocked = promotion.run_review(strict, fleet["labelled"], fleet["failures"])
     assert [check.passed for check in blocked.checks] == [True, True, False]
     assert not blocked.promoted and registry.aliases(NAME)["champion"] == "1"
 
     loose = fast_config(fleet["data_dir"], NAME, max_calibration_error=1.0)
-    dry = review.run_review(loose, fleet["labelled"], fleet["failures"], promote=False)
+    dry = promotion.run_review(loose, fleet["labelled"], fleet["failures"], promote=False)
     assert dry.passed and not dry.promoted and registry.aliases(NAME)["champion"] == "1"
 
-    passed = review.run_review(loose, fleet["labelled"], fleet["failures"])
+    passed = promotion.run_review(loose, fleet["labelled"], fleet["failures"])
     assert passed.promoted
     assert registry.aliases(NAME) == {"champion": record.version, "challenger": record.version}
     tags = mlflow.MlflowClient().get_model_version(NAME, record.version).tags
@@ -86,7 +86,7 @@ def test_equal_challenger_is_promoted_only_within_the_calibration_bound(fleet):
     assert tags["foreshock.previous_champion"] == "1"
     assert passed.run_id in tags["foreshock.promotion_reason"]
 
-    again = review.run_review(loose, fleet["labelled"], fleet["failures"])
+    again = promotion.run_review(loose, fleet["labelled"], fleet["failures"])
     assert not again.promoted and "already champion" in again.decision
     assert again.report_md.exists()
 
@@ -94,7 +94,7 @@ def test_equal_challenger_is_promoted_only_within_the_calibration_bound(fleet):
 def test_approval_by_hand_is_recorded_and_not_undone_by_the_next_review(fleet):
     config = fast_config(fleet["data_dir"], NAME)
     challenger = registry.aliases(NAME)["challenger"]
-    previous = review.approve(config, 1, by="alice", reason="v1 is what the fleet team validated")
+    previous = promotion.approve(config, 1, by="alice", reason="v1 is what the fleet team validated")
     assert previous == challenger
     assert registry.aliases(NAME) == {"champion": "1", "challenger": challenger}
     tags = mlflow.MlflowClient().get_model_version(NAME, "1").tags
@@ -105,12 +105,12 @@ def test_approval_by_hand_is_recorded_and_not_undone_by_the_next_review(fleet):
 
     # The demoted challenger passes every guardrail, yet the review leaves alice's choice.
     loose = fast_config(fleet["data_dir"], NAME, max_calibration_error=1.0)
-    result = review.run_review(loose, fleet["labelled"], fleet["failures"])
+    result = promotion.run_review(loose, fleet["labelled"], fleet["failures"])
     assert result.passed and not result.promoted
     assert f"only `foreshock review --approve {challenger}` brings it back" in result.decision
     assert registry.aliases(NAME)["champion"] == "1"
 
-    review.rollback(config, challenger, by="bob", reason="undo")
+    promotion.rollback(config, challenger, by="bob", reason="undo")
     assert registry.aliases(NAME)["champion"] == challenger
 
 

@@ -1,0 +1,79 @@
+"""Live scoring of the fleet with a registered version (usually ``@champion``).
+
+:func:`latest_snapshots` picks the newest snapshot of every unit; :func:`live_scores`
+scores them with the primary model of a loaded bundle and attaches the top signals and
+the provenance (model name, version, MLflow run) to every row.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from foreshock.models.registry import LoadedBundle
+
+LIVE_CONTEXT = ("node", "rack")
+
+
+def latest_snapshots(features: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """The most recent snapshot of every unit."""
+    lazy = features.lazy() if isinstance(features, pl.DataFrame) else features
+    return (
+        lazy.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
+        .unique(["unit_id"], keep="last")
+        .sort("unit_id")
+        .collect()
+    )
+
+
+def live_scores(loaded: LoadedBundle, snapshots: pl.DataFrame, top: int = 3) -> pl.DataFrame:
+    """Risk of the primary model per unit and horizon, with its top signals and provenance.
+
+    Parameters
+    ----------
+    loaded
+        A registered version (:func:`load_champion`).
+    snapshots
+        Feature snapshots to score (usually :func:`latest_snapshots`).
+    top
+        How many signals to keep per unit and horizon.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``unit_id, ts, node, rack, model, horizon, risk, top_signals, model_name,
+        model_version, run_id``; ``top_signals`` is a list of
+        ``{signal, value, contribution}`` structs, largest contribution first.  Sorted by
+        horizon, then risk (highest first).
+    """
+    bundle = loaded.bundle
+    risk = bundle.score(snapshots).filter(pl.col("model") == bundle.primary)
+    reasons = (
+        bundle.explain(snapshots, top=top)
+        .sort("contribution", descending=True)
+        .group_by("unit_id", "ts", "horizon", maintain_order=True)
+        .agg(pl.struct("signal", "value", "contribution").alias("top_signals"))
+    )
+    context = [c for c in LIVE_CONTEXT if c in snapshots.columns]
+    places = snapshots.select("unit_id", *context).unique("unit_id", keep="last")
+    out = (
+        risk.join(reasons, on=["unit_id", "ts", "horizon"], how="left")
+        .join(places, on="unit_id", how="left")
+        .with_columns(
+            pl.lit(loaded.model_name).alias("model_name"),
+            pl.lit(loaded.version).alias("model_version"),
+            pl.lit(loaded.run_id).alias("run_id"),
+            *(pl.lit(None, dtype=pl.String).alias(c) for c in LIVE_CONTEXT if c not in context),
+        )
+    )
+    return out.select(
+        "unit_id",
+        "ts",
+        *LIVE_CONTEXT,
+        "model",
+        "horizon",
+        "risk",
+        "top_signals",
+        "model_name",
+        "model_version",
+        "run_id",
+    ).sort(["horizon", "risk", "unit_id"], descending=[False, True, False])
