@@ -14,13 +14,22 @@ failures   unit_id, failed_at (UTC), mode (nullable)                    unit_id,
 
 Counters are stored as the raw cumulative values the source reported; features take
 increases (with reset handling).
+
+Feature snapshots (what the features stage writes and every model reads) are keyed
+``unit_id, ts`` (:data:`SNAPSHOT_KEY`) and carry, besides the model features, the
+unit's inventory context (:data:`INVENTORY_CONTEXT_COLUMNS`) and its life
+(:data:`LIFE_COLUMNS`); labelled snapshots add ``fails_within_<h>`` per horizon
+(:func:`label_column`) and ``time_to_failure_h`` (:data:`TIME_TO_FAILURE`).
 """
 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import polars as pl
+
+from foreshock.durations import format_duration, parse_duration
 
 UTC_TS = pl.Datetime("us", "UTC")
 
@@ -89,3 +98,30 @@ def conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
             exprs.append(pl.lit(None, dtype=dtype).alias(name))
     extra = [pl.col(c).cast(pl.String) for c in df.columns if c not in schema] if table == "inventory" else []
     return df.select(exprs + extra)
+
+
+# --------------------------------------------------------------------------------------
+# Feature snapshots and their labels
+# --------------------------------------------------------------------------------------
+
+SNAPSHOT_KEY = ("unit_id", "ts")
+# Where a unit sits: its fault domains (live scores and drain decisions carry them).
+LOCATION_COLUMNS = ("node", "rack")
+# Inventory columns copied onto every snapshot (strings, null when the inventory lacks them).
+INVENTORY_CONTEXT_COLUMNS = (*LOCATION_COLUMNS, "model", "lot")
+# Which life of its slot a snapshot belongs to: a replaced GPU starts life k+1 at the failure.
+LIFE_COLUMNS = ("life", "life_start")
+# Everything on a snapshot that describes it rather than measures it: never a model input.
+SNAPSHOT_CONTEXT_COLUMNS = (*INVENTORY_CONTEXT_COLUMNS, *LIFE_COLUMNS)
+
+LABEL_PREFIX = "fails_within_"
+TIME_TO_FAILURE = "time_to_failure_h"  # hours to the failure that ends the life (null: none known)
+
+
+def label_column(horizon: str | timedelta) -> str:
+    """The label column of a horizon: does the unit fail within it.
+
+    The horizon is spelled with ``format_duration``, whatever spelling the user chose:
+    ``"72h"`` -> ``fails_within_3d``.
+    """
+    return f"{LABEL_PREFIX}{format_duration(parse_duration(horizon))}"

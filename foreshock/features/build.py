@@ -29,10 +29,9 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.config import Config
-from foreshock.contract import SCHEMAS, UTC_TS
+from foreshock.contract import INVENTORY_CONTEXT_COLUMNS, SCHEMAS, UTC_TS
 from foreshock.features import store
 from foreshock.features.context import (
-    CONTEXT_COLUMNS,
     add_cohort_hazard,
     add_inventory_context,
     add_lot_failure_rates,
@@ -54,15 +53,13 @@ from foreshock.lake import (
     shard_of,
 )
 
-KEY_COLUMNS = ("unit_id", "ts")
-LIFE_COLUMNS = ("life", "life_start")
 # Snapshots per first-pass task: bounds the memory of one shard's window frame.
 MAX_BLOCK = timedelta(days=7)
 ROLLUP_THREADS = 2
 
 
-def feature_columns(spec: FeatureSpec) -> list[str]:
-    """Every model-feature column, in output order."""
+def spec_feature_columns(spec: FeatureSpec) -> list[str]:
+    """Every model-feature column a spec makes the build write, in output order."""
     names: list[str] = []
     for metric in spec.catalog:
         names += metric_feature_names(metric, spec)
@@ -83,9 +80,9 @@ def feature_columns(spec: FeatureSpec) -> list[str]:
 
 def output_schema(spec: FeatureSpec) -> dict[str, pl.DataType]:
     schema: dict[str, pl.DataType] = {"unit_id": pl.String(), "ts": UTC_TS}
-    schema.update({c: pl.String() for c in CONTEXT_COLUMNS})
+    schema.update({c: pl.String() for c in INVENTORY_CONTEXT_COLUMNS})
     schema.update({"life": pl.Int32(), "life_start": UTC_TS})
-    schema.update({c: pl.Float64() for c in feature_columns(spec)})
+    schema.update({c: pl.Float64() for c in spec_feature_columns(spec)})
     return schema
 
 
@@ -432,16 +429,14 @@ def update_features(
 
 
 __all__ = [
-    "KEY_COLUMNS",
-    "LIFE_COLUMNS",
     "UpdatePlan",
     "build_features",
     "error_activity_columns",
-    "feature_columns",
     "finalize_day",
     "output_schema",
     "plan_update",
     "shard_unit_features",
+    "spec_feature_columns",
     "snapshot_range",
     "stage_shard",
     "update_features",

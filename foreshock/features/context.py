@@ -11,11 +11,10 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from foreshock.contract import UTC_TS
+from foreshock.contract import INVENTORY_CONTEXT_COLUMNS, UTC_TS
 from foreshock.features.rollups import with_lives
 from foreshock.features.spec import FeatureSpec
 
-CONTEXT_COLUMNS = ("node", "rack", "model", "lot")
 _HOUR_US = 3_600_000_000.0
 
 
@@ -70,7 +69,7 @@ def add_inventory_context(frame: pl.DataFrame, inventory: pl.DataFrame) -> pl.Da
         "unit_id",
         *[
             pl.col(c).cast(pl.String) if c in inventory.columns else pl.lit(None, pl.String).alias(c)
-            for c in CONTEXT_COLUMNS
+            for c in INVENTORY_CONTEXT_COLUMNS
         ],
     )
     out = frame.join(context, on="unit_id", how="left", maintain_order="left")

@@ -25,8 +25,8 @@ from datetime import timedelta
 
 import polars as pl
 
-from foreshock.contract import UTC_TS
-from foreshock.durations import format_duration, parse_duration
+from foreshock.contract import TIME_TO_FAILURE, UTC_TS, label_column
+from foreshock.durations import parse_duration
 
 _HOUR_US = 3_600_000_000
 
@@ -137,9 +137,8 @@ def add_labels(
     columns = []
     for horizon in horizons:
         delta = parse_duration(horizon)
-        name = f"fails_within_{format_duration(delta)}"
-        columns.append((ttf <= delta.total_seconds() / 3600).fill_null(False).alias(name))
-    columns.append(ttf.alias("time_to_failure_h"))
+        columns.append((ttf <= delta.total_seconds() / 3600).fill_null(False).alias(label_column(delta)))
+    columns.append(ttf.alias(TIME_TO_FAILURE))
     return labelled.with_columns(columns).drop("next_failure_at")
 
 

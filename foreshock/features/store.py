@@ -17,11 +17,12 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.config import Config
+from foreshock.contract import SNAPSHOT_KEY
 from foreshock.lake import PART_NAME, atomic_write_parquet, shard_of
 
 STAGING = "_staging"
 ROLLUPS = "_rollups"
-KEY = ["unit_id", "ts"]
+KEY = list(SNAPSHOT_KEY)
 
 
 def partition_path(features_dir: Path, day: date, shard: int) -> Path:

@@ -229,13 +229,13 @@ def walk_forward(
             parts.append(model.predict_risk(test).with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
     scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
     scores = scores.sort("model", "horizon", "unit_id", "ts")
-    report = evaluate(scores, failures, config, ground_truth=ground_truth, step=step)
+    report = judge_scores(scores, failures, config, ground_truth=ground_truth, step=step)
     report["folds"] = fold_notes
     report["settings"].update({"folds": folds, "test_fraction": test_fraction, "snapshot_every": format_duration(step)})
     return BacktestResult(scores=scores, report=report, markdown=render_markdown(report), folds=plan)
 
 
-def evaluate(
+def judge_scores(
     scores: pl.DataFrame,
     failures: pl.DataFrame,
     config: Config,

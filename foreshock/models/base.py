@@ -19,14 +19,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import polars as pl
 
-from foreshock.contract import UTC_TS
+from foreshock.contract import LABEL_PREFIX, SNAPSHOT_CONTEXT_COLUMNS, SNAPSHOT_KEY, TIME_TO_FAILURE, UTC_TS
 from foreshock.durations import format_duration, parse_duration
-
-KEY_COLUMNS = ("unit_id", "ts")
-# Context columns carried by every feature row; they are not model inputs.
-CONTEXT_COLUMNS = ("node", "rack", "model", "lot", "life", "life_start")
-LABEL_PREFIX = "fails_within_"
-LABEL_COLUMNS_EXTRA = ("time_to_failure_h",)
 
 SCORE_SCHEMA = {
     "unit_id": pl.String(),
@@ -75,7 +69,7 @@ def horizon_names(horizons: list[str | timedelta]) -> list[str]:
     ``"72h"``, ``"14d"``), validated; timedeltas are spelled by ``format_duration``.
 
     Scores, reports and the drain policy use this spelling; label columns use
-    :func:`label_column`.
+    :func:`foreshock.contract.label_column`.
     """
     names = []
     for h in horizons:
@@ -88,17 +82,10 @@ def horizon_hours(horizon: str | timedelta) -> float:
     return parse_duration(horizon).total_seconds() / 3600.0
 
 
-def label_column(horizon: str) -> str:
-    """The label column ``features.labels.add_labels`` writes for a horizon.
-
-    Label names spell the horizon with ``format_duration``: ``"72h"`` -> ``fails_within_3d``.
-    """
-    return f"{LABEL_PREFIX}{format_duration(parse_duration(horizon))}"
-
-
-def feature_columns(frame: pl.DataFrame) -> list[str]:
-    """Every numeric column that is not a key, context or label column (architecture.md)."""
-    excluded = set(KEY_COLUMNS) | set(CONTEXT_COLUMNS) | set(LABEL_COLUMNS_EXTRA)
+def frame_feature_columns(frame: pl.DataFrame) -> list[str]:
+    """Every numeric column of a snapshot frame that is not a key, context or label column
+    (architecture.md): what a model may learn from."""
+    excluded = {*SNAPSHOT_KEY, *SNAPSHOT_CONTEXT_COLUMNS, TIME_TO_FAILURE}
     return [
         name
         for name, dtype in frame.schema.items()

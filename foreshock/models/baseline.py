@@ -33,15 +33,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from foreshock.contract import label_column
 from foreshock.durations import parse_duration
 from foreshock.models.base import (
     EXPLANATION_SCHEMA,
     RISK_SCHEMA,
     config_horizons,
-    feature_columns,
     feature_matrix,
+    frame_feature_columns,
     horizon_names,
-    label_column,
     risk_frame,
     top_contributions,
 )
@@ -129,7 +129,7 @@ class ThresholdBaseline:
 
     # -- rules -------------------------------------------------------------------------
     def _build_rules(self, frame: pl.DataFrame) -> list[Rule]:
-        names = feature_columns(frame)
+        names = frame_feature_columns(frame)
         cfg = self.rules
         window = parse_duration(cfg["rule_window"])
         rules: list[Rule] = []
@@ -198,7 +198,7 @@ class ThresholdBaseline:
     def resolve(self, frame: pl.DataFrame) -> ThresholdBaseline:
         """Bind the rules to the frame's feature columns (no labels needed)."""
         self.rules_ = self._build_rules(frame)
-        names = feature_columns(frame)
+        names = frame_feature_columns(frame)
         self.accel_column_ = None
         for metric in self.rules["sbe_metrics"]:
             accel = sorted(n for n in names if n.startswith(f"{metric}_accel_"))

@@ -29,7 +29,7 @@ from foreshock.models.base import (
     SCORE_SCHEMA,
     RiskModel,
     config_horizons,
-    feature_columns,
+    frame_feature_columns,
     require_columns,
 )
 from foreshock.models.baseline import ThresholdBaseline
@@ -216,7 +216,7 @@ def train_bundle(
         models=models,
         primary=primary,
         horizons=config_horizons(config),
-        feature_names=feature_columns(features),
+        feature_names=frame_feature_columns(features),
         trained_range=(ts.min(), until or ts.max()),
         notes=notes,
     )

@@ -39,13 +39,13 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
+from foreshock.contract import label_column
 from foreshock.models.base import (
     RISK_SCHEMA,
-    feature_columns,
     feature_matrix,
+    frame_feature_columns,
     horizon_hours,
     horizon_names,
-    label_column,
     risk_frame,
     top_contributions,
 )
@@ -178,7 +178,7 @@ class CoxTimeVaryingRisk:
         if until is None:
             until = frame.get_column("ts").max()
         labelled = labelled_until(frame, failures, self.horizons, until)
-        candidates = feature_columns(frame)
+        candidates = frame_feature_columns(frame)
         if not candidates:
             raise ValueError("no numeric feature columns to train on")
         screen_h = horizon_names([self.screening_horizon])[0] if self.screening_horizon else self.horizons[-1]

@@ -36,12 +36,12 @@ import lightgbm as lgb
 import numpy as np
 import polars as pl
 
+from foreshock.contract import label_column
 from foreshock.models.base import (
     RISK_SCHEMA,
-    feature_columns,
     feature_matrix,
+    frame_feature_columns,
     horizon_names,
-    label_column,
     risk_frame,
     top_contributions,
 )
@@ -150,7 +150,7 @@ class GradientBoostedRisk:
     def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> GradientBoostedRisk:
         """Fit one booster and one calibrator per horizon on labels known at ``until``."""
         labelled = labelled_until(frame, failures, self.horizons, until)
-        self.feature_names_ = [n for n in feature_columns(frame) if not _matches(n, self.exclude)]
+        self.feature_names_ = [n for n in frame_feature_columns(frame) if not _matches(n, self.exclude)]
         if not self.feature_names_:
             raise ValueError("no numeric feature columns to train on")
         self.rules_ = None

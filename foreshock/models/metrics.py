@@ -30,9 +30,9 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from foreshock.contract import UTC_TS
+from foreshock.contract import UTC_TS, label_column
 from foreshock.costs import DrainCosts
-from foreshock.models.base import horizon_hours, label_column, require_columns
+from foreshock.models.base import horizon_hours, require_columns
 from foreshock.models.training import labelled_until, snapshot_step
 
 _US_PER_HOUR = 3.6e9

@@ -17,9 +17,9 @@ import polars as pl
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from foreshock.models.base import label_column
+from foreshock.contract import SNAPSHOT_KEY, TIME_TO_FAILURE, label_column
 
-KEY = ["unit_id", "ts"]
+KEY = list(SNAPSHOT_KEY)
 # One colour per model, stable across plots so a reader can match them by eye.
 MODEL_COLOURS = {"gbm": "tab:blue", "cox": "tab:orange", "baseline": "tab:grey"}
 
@@ -37,7 +37,7 @@ def scores_with_labels(scores: pl.DataFrame, labelled: pl.DataFrame, horizon: st
         ``unit_id, ts, model, horizon, risk`` (the backtest scores table).
     labelled
         Feature snapshots with labels (``features.labels.add_labels``): needs ``unit_id, ts``
-        and the horizon's label (``models.base.label_column``); ``time_to_failure_h`` and ``life`` are kept if present.
+        and the horizon's label (``foreshock.contract.label_column``); ``time_to_failure_h`` and ``life`` are kept if present.
     horizon
         Horizon spelled as in the scores table, e.g. ``"72h"``.
 
@@ -50,7 +50,7 @@ def scores_with_labels(scores: pl.DataFrame, labelled: pl.DataFrame, horizon: st
     label = label_column(horizon)
     if label not in labelled.columns:
         raise ValueError(f"labelled frame has no column {label!r} (labels for horizon {horizon})")
-    extra = [c for c in ("time_to_failure_h", "life") if c in labelled.columns]
+    extra = [c for c in (TIME_TO_FAILURE, "life") if c in labelled.columns]
     outcome = labelled.select(*KEY, pl.col(label).alias("label"), *extra)
     return (
         scores.filter(pl.col("horizon") == horizon)

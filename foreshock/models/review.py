@@ -29,6 +29,7 @@ from typing import Any
 
 import polars as pl
 
+from foreshock.contract import label_column
 from foreshock.durations import parse_duration
 from foreshock.models import plots, registry
 from foreshock.models.base import decision_horizon
@@ -138,7 +139,7 @@ def review_window(labelled: pl.DataFrame, horizon: str, config: Any) -> tuple[da
     null).  ``[review] window`` (a duration) sets its length; by default it is the last
     third of the labelled span, like the backtest's out-of-sample share.
     """
-    label = plots.label_column(horizon)
+    label = label_column(horizon)
     known = labelled.filter(pl.col(label).is_not_null())
     if known.height == 0:
         raise ValueError(f"no snapshot has a known {horizon} outcome yet: nothing to review on")
@@ -176,13 +177,13 @@ def measure_at_budget(
         ``{metric: value}`` (NaN where undefined, e.g. recall without failures) and the
         caught failures' lead times ``model, lead_time_h``.
     """
-    from foreshock.models.backtest import evaluate as judge  # the backtest's own judging, same code
+    from foreshock.models.backtest import judge_scores  # the backtest's own judging, same code
 
     series = scores.select("unit_id", "ts", "risk")
     if series.height == 0:
         raise ValueError("no scores to measure on the review window")
     model = str(scores["model"][0]) if "model" in scores.columns else "model"
-    report = judge(
+    report = judge_scores(
         series.with_columns(pl.lit(model).alias("model"), pl.lit(horizon).alias("horizon")), failures, config
     )
     judged = report["models"][model][horizon]
@@ -332,7 +333,7 @@ def review_versions(
         raise LookupError(f"registered model {name!r} has no challenger: run `foreshock train` first")
 
     window = review_window(labelled, horizon, config)
-    label = plots.label_column(horizon)
+    label = label_column(horizon)
     window_frame = labelled.filter(pl.col("ts").is_between(window[0], window[1]) & pl.col(label).is_not_null())
     challenger = measure_version(
         registry.load_version(name, challenger_version.version), window_frame, failures, horizon, config

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from foreshock.contract import TIME_TO_FAILURE
 from foreshock.lake import atomic_write_text
 from foreshock.models import plots
 from foreshock.models.review import TABLE_ROWS, Evaluation, ReviewResult
@@ -38,7 +39,7 @@ def review_figures(result: ReviewResult) -> dict[str, Any]:
         "calibration": plots.calibration_curve(scored, title=f"Calibration on the review window ({result.horizon})"),
         "lead_time_histogram": plots.lead_time_histogram(lead_times),
     }
-    if "time_to_failure_h" in result.challenger.scored.columns and result.challenger.scored.height:
+    if TIME_TO_FAILURE in result.challenger.scored.columns and result.challenger.scored.height:
         figures["survival_by_risk_decile"] = plots.survival_by_risk_decile(
             result.challenger.scored,
             end=result.window[1],

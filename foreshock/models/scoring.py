@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from foreshock.contract import LOCATION_COLUMNS
 from foreshock.models.registry import LoadedBundle
-
-LIVE_CONTEXT = ("node", "rack")
 
 
 def latest_snapshots(features: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -53,7 +52,7 @@ def live_scores(loaded: LoadedBundle, snapshots: pl.DataFrame, top: int = 3) -> 
         .group_by("unit_id", "ts", "horizon", maintain_order=True)
         .agg(pl.struct("signal", "value", "contribution").alias("top_signals"))
     )
-    context = [c for c in LIVE_CONTEXT if c in snapshots.columns]
+    context = [c for c in LOCATION_COLUMNS if c in snapshots.columns]
     places = snapshots.select("unit_id", *context).unique("unit_id", keep="last")
     out = (
         risk.join(reasons, on=["unit_id", "ts", "horizon"], how="left")
@@ -62,13 +61,13 @@ def live_scores(loaded: LoadedBundle, snapshots: pl.DataFrame, top: int = 3) -> 
             pl.lit(loaded.model_name).alias("model_name"),
             pl.lit(loaded.version).alias("model_version"),
             pl.lit(loaded.run_id).alias("run_id"),
-            *(pl.lit(None, dtype=pl.String).alias(c) for c in LIVE_CONTEXT if c not in context),
+            *(pl.lit(None, dtype=pl.String).alias(c) for c in LOCATION_COLUMNS if c not in context),
         )
     )
     return out.select(
         "unit_id",
         "ts",
-        *LIVE_CONTEXT,
+        *LOCATION_COLUMNS,
         "model",
         "horizon",
         "risk",

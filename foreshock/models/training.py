@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from foreshock.contract import UTC_TS
-from foreshock.models.base import horizon_hours, label_column, require_columns
+from foreshock.contract import UTC_TS, label_column
+from foreshock.models.base import horizon_hours, require_columns
 
 
 def _as_utc(value: datetime) -> datetime:

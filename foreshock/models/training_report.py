@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from foreshock.contract import TIME_TO_FAILURE
 from foreshock.models import plots
 from foreshock.models.bundle import feature_importance
 
@@ -54,7 +55,7 @@ def training_figures(
         figures["pr_curve"] = plots.pr_curve(scored, title=f"Precision-recall, backtest, {horizon}")
         figures["calibration"] = plots.calibration_curve(scored, title=f"Calibration, backtest, {horizon}")
         primary = scored.filter(pl.col("model") == bundle.primary)
-        if primary.height and "time_to_failure_h" in primary.columns:
+        if primary.height and TIME_TO_FAILURE in primary.columns:
             figures["survival_by_risk_decile"] = plots.survival_by_risk_decile(
                 primary, title=f"Survival by {bundle.primary} risk decile ({horizon})"
             )

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from foreshock.contract import UTC_TS
-from foreshock.features.build import build_features, feature_columns
+from foreshock.features.build import build_features, spec_feature_columns
 from foreshock.features.spec import feature_spec
 
 SEED = 20261101
@@ -95,7 +95,7 @@ def test_features_never_look_past_the_snapshot(fleet, full_features, tmp_path_fa
 def test_every_feature_is_named_after_its_window_and_is_float(full_features):
     config, full = full_features
     spec = feature_spec(config)
-    features = feature_columns(spec)
+    features = spec_feature_columns(spec)
     assert set(features) <= set(full.columns)
     assert all(full.schema[c] == pl.Float64 for c in features)
     for name in (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foreshock.models.base import label_column
+from foreshock.contract import label_column
 from foreshock.models.gbm import GradientBoostedRisk
 from foreshock.models.metrics import calibration_error, pr_auc
 from foreshock.models.training import labelled_until
