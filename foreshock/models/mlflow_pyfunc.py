@@ -1,9 +1,12 @@
-"""The MLflow pyfunc for a :class:`~models.bundle.RiskBundle` (models-from-code).
+"""The MLflow pyfunc for a :class:`~foreshock.models.bundle.RiskBundle` (models-from-code).
 
 MLflow logs this file itself, not a pickle of the class: loading the registered model
 executes it and calls :meth:`RiskBundlePyfunc.load_context`, which reads the bundle back
 from its saved directory (JSON + LightGBM model text).  So a registered version keeps
 loading after the Python class changes, as long as the bundle's saved format does.
+The code it runs is foreshock's, so the model is logged with the foreshock wheel and its
+pinned requirements (:mod:`foreshock.models.model_env`): a fresh environment that
+installs the model's ``requirements.txt`` can load and score it.
 
 ``predict`` takes feature snapshots (``unit_id, ts`` + feature columns) and returns the
 long risk table ``unit_id, ts, model, horizon, risk`` of every model in the bundle.

@@ -34,6 +34,7 @@ import polars as pl
 from foreshock.models.base import decision_horizon
 from foreshock.models.bundle import boosters_of
 from foreshock.models.lead_times import lead_times_at_budget
+from foreshock.models.model_env import WHEEL_ARTIFACT, bundle_requirements, foreshock_wheel, pinned_requirements
 from foreshock.models.registry import register_version
 from foreshock.models.training_report import training_figures
 
@@ -44,23 +45,6 @@ if TYPE_CHECKING:
 DEFAULT_EXPERIMENT = "foreshock"
 PYFUNC_FILE = Path(__file__).with_name("mlflow_pyfunc.py")
 BUNDLE_MODEL_NAME = "risk-bundle"  # logged-model name of the pyfunc inside a run
-# What a logged model needs to load.  Listing them skips MLflow's inference, which
-# re-imports the model in a subprocess (seconds per model); versions are pinned to the
-# ones installed, so a restored environment computes the same risks.
-MODEL_PACKAGES = ("mlflow", "lightgbm", "lifelines", "polars", "pandas", "numpy", "scikit-learn", "pyarrow")
-
-
-def pip_requirements() -> list[str]:
-    """``package==version`` of :data:`MODEL_PACKAGES` as installed here."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    pinned = []
-    for package in MODEL_PACKAGES:
-        try:
-            pinned.append(f"{package}=={version(package)}")
-        except PackageNotFoundError:
-            pinned.append(package)
-    return pinned
 
 
 # --------------------------------------------------------------------------------------
@@ -337,7 +321,7 @@ def log_training(
 
         # Models first: MLflow links every metric already logged in the run to each
         # model it logs, one query per metric and model (seconds with hundreds of metrics).
-        requirements = pip_requirements()
+        requirements = pinned_requirements()
         features_pd = example_pd[list(bundle.feature_names)].astype("float64")
         for booster_name, booster in boosters_of(bundle).items():
             columns = booster.feature_name()
@@ -357,13 +341,18 @@ def log_training(
         with tempfile.TemporaryDirectory(prefix="foreshock-bundle-") as tmp:
             bundle_dir = Path(tmp) / "bundle"
             bundle.save(bundle_dir)
+            # The pyfunc's code is foreshock: the model carries the wheel it loads with.
+            wheel = foreshock_wheel()
+            artifacts = {"bundle": str(bundle_dir)}
+            if wheel is not None:
+                artifacts[WHEEL_ARTIFACT] = str(wheel)
             info = mlflow.pyfunc.log_model(
                 name=BUNDLE_MODEL_NAME,
                 python_model=str(PYFUNC_FILE),
-                artifacts={"bundle": str(bundle_dir)},
+                artifacts=artifacts,
                 signature=infer_signature(example_pd, scores_example.to_pandas()),
                 input_example=example_pd,
-                pip_requirements=requirements,
+                pip_requirements=bundle_requirements(wheel),
             )
 
         report = getattr(backtest, "report", None) or {}
