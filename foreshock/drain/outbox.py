@@ -36,7 +36,7 @@ from foreshock.drain.kubernetes import (
     npd_check_script,
     npd_plugin_config,
 )
-from foreshock.drain.policy import ACTIONS, DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, unit_risk_table
 from foreshock.drain.risk_list import (
     SCHEMA_VERSION,
     build_risk_list,
@@ -50,6 +50,7 @@ from foreshock.durations import parse_duration
 from foreshock.lake import atomic_write_text, partition_files, read_table
 
 LATEST_FILE = "LATEST"
+MANIFEST_FILE = "manifest.json"
 DIR_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
@@ -66,8 +67,13 @@ class PublishResult:
 
     @property
     def counts(self) -> dict[str, int]:
-        found = dict(self.risk_list.group_by("action").len().iter_rows()) if self.risk_list.height else {}
-        return {action: int(found.get(action, 0)) for action in ACTIONS}
+        return action_counts(self.risk_list)
+
+
+def action_counts(risk_list: pl.DataFrame) -> dict[str, int]:
+    """Units per action (every action present, zero when absent)."""
+    found = dict(risk_list.group_by("action").len().iter_rows()) if risk_list.height else {}
+    return {action: int(found.get(action, 0)) for action in ACTIONS}
 
 
 def check_scores(scores: pl.DataFrame, source: str) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -162,6 +168,82 @@ def _lake_table(lake_dir: Path, table: str) -> pl.DataFrame | None:
     return read_table(lake_dir, table) if partition_files(lake_dir, table) else None
 
 
+@dataclass
+class Draft:
+    """A publish before anything is written: the decision on the scores and its risk list."""
+
+    generated_at: datetime
+    scores_path: Path
+    settings: PolicySettings
+    decision: Decision
+    risk_list: pl.DataFrame
+    rejected: pl.DataFrame
+    decision_time: datetime | None
+
+
+def build_list(
+    config: Any,
+    scores_path: Path,
+    generated_at: datetime,
+    *,
+    node_states: pl.DataFrame | None = None,
+    model: str | None = None,
+) -> Draft:
+    """Step 1: read and check the scores, run the policy, shape the risk list."""
+    settings = PolicySettings.from_config(config)
+    scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
+    risks = unit_risk_table(scores, settings.horizon)
+    decision_time = risks.get_column("ts").max() if risks.height else None
+    decision = DrainPolicy(settings).decide(
+        risks,
+        decision_time or generated_at,
+        PolicyState.load(Path(config.outbox_dir) / STATE_FILE),
+        inventory=_lake_table(config.lake_dir, "inventory"),
+        failures=_lake_table(config.lake_dir, "failures"),
+        node_states=node_states,
+    )
+    risk_list = build_risk_list(decision.recommendations, generated_at)
+    return Draft(generated_at, scores_path, settings, decision, risk_list, rejected, decision_time)
+
+
+def write_exports(draft: Draft, diff: pl.DataFrame, directory: Path, npd_max_age: timedelta) -> dict[str, Path]:
+    """Step 2: the list, the diff, the scripts and the refused rows into ``directory``."""
+    risk_list, generated_at = draft.risk_list, draft.generated_at
+    files = {f"risk_list.{k}": v for k, v in write_risk_list(risk_list, directory).items()}
+    files["diff.csv"] = directory / "diff.csv"
+    atomic_write_text(files["diff.csv"], diff.write_csv())
+    files["diff.jsonl"] = directory / "diff.jsonl"
+    atomic_write_text(files["diff.jsonl"], diff.write_ndjson())
+    files[SCRIPT_NAME] = _write_script(directory / SCRIPT_NAME, slurm_script(risk_list, generated_at))
+    files[CORDON_SCRIPT] = _write_script(directory / CORDON_SCRIPT, cordon_script(risk_list, generated_at))
+    npd = npd_check_script(risk_list, generated_at, npd_max_age)
+    files[NPD_SCRIPT] = _write_script(directory / NPD_SCRIPT, npd)
+    files[NPD_CONFIG] = directory / NPD_CONFIG
+    atomic_write_text(files[NPD_CONFIG], npd_plugin_config(f"/etc/node-problem-detector/plugin/{NPD_SCRIPT}"))
+    if draft.rejected.height:
+        files["rejected.csv"] = directory / "rejected.csv"
+        atomic_write_text(files["rejected.csv"], draft.rejected.write_csv())
+    return files
+
+
+def manifest(draft: Draft, diff: pl.DataFrame, files: dict[str, Path], previous_dir: Path | None) -> dict[str, Any]:
+    """Step 3: what the directory holds (counts, model, files, notes)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": draft.generated_at.isoformat(),
+        "decision_time": draft.decision_time.isoformat() if draft.decision_time else None,
+        "scores": str(draft.scores_path),
+        "previous": previous_dir.name if previous_dir else None,
+        "horizon": draft.settings.horizon,
+        "actions": action_counts(draft.risk_list),
+        "new_drains": draft.decision.new_drains,
+        "diff": summarize_diff(diff),
+        "rejected_rows": draft.rejected.height,
+        "notes": draft.decision.notes,
+        "files": sorted(p.name for p in files.values()) + [MANIFEST_FILE],
+    }
+
+
 def publish(
     config: Any,
     scores_path: Path | None = None,
@@ -186,7 +268,7 @@ def publish(
         left alone (see :func:`foreshock.drain.slurm.read_sinfo`).
     npd_max_age
         How old the NPD check's embedded list may get before it answers "unknown"
-        (default ``[policy] export_max_age``, else 6h).
+        (default ``[policy] export_max_age``).
     model
         Which model's rows to use when the scores hold several (``model`` column).
     """
@@ -194,64 +276,27 @@ def publish(
     if not scores_path.is_file():
         raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
     generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)
-    settings = PolicySettings.from_config(config)
-    scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
-    risks = unit_risk_table(scores, settings.horizon)
-    decision_time = risks.get_column("ts").max() if risks.height else None
+    draft = build_list(config, scores_path, generated_at, node_states=node_states, model=model)
     outbox_dir = Path(config.outbox_dir)
-    state_path = outbox_dir / STATE_FILE
-    decision = DrainPolicy(settings).decide(
-        risks,
-        decision_time or generated_at,
-        PolicyState.load(state_path),
-        inventory=_lake_table(config.lake_dir, "inventory"),
-        failures=_lake_table(config.lake_dir, "failures"),
-        node_states=node_states,
-    )
-    risk_list = build_risk_list(decision.recommendations, generated_at)
-
     previous_dir = previous_list_dir(outbox_dir)
     previous = read_risk_list(previous_dir / "risk_list.parquet") if previous_dir else None
-    diff = diff_risk_lists(previous, risk_list)
+    diff = diff_risk_lists(previous, draft.risk_list)
 
     directory = _new_dir(outbox_dir, generated_at)
-    files = {f"risk_list.{k}": v for k, v in write_risk_list(risk_list, directory).items()}
-    files["diff.csv"] = directory / "diff.csv"
-    atomic_write_text(files["diff.csv"], diff.write_csv())
-    files["diff.jsonl"] = directory / "diff.jsonl"
-    atomic_write_text(files["diff.jsonl"], diff.write_ndjson())
-    files[SCRIPT_NAME] = _write_script(directory / SCRIPT_NAME, slurm_script(risk_list, generated_at))
-    files[CORDON_SCRIPT] = _write_script(directory / CORDON_SCRIPT, cordon_script(risk_list, generated_at))
-    max_age = npd_max_age or parse_duration(config.section("policy").get("export_max_age", "6h"))
-    files[NPD_SCRIPT] = _write_script(directory / NPD_SCRIPT, npd_check_script(risk_list, generated_at, max_age))
-    files[NPD_CONFIG] = directory / NPD_CONFIG
-    atomic_write_text(files[NPD_CONFIG], npd_plugin_config(f"/etc/node-problem-detector/plugin/{NPD_SCRIPT}"))
-    if rejected.height:
-        files["rejected.csv"] = directory / "rejected.csv"
-        atomic_write_text(files["rejected.csv"], rejected.write_csv())
-
-    result = PublishResult(
-        directory=directory, risk_list=risk_list, diff=diff, files=files, rejected=rejected, notes=decision.notes
-    )
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "generated_at": generated_at.isoformat(),
-        "decision_time": decision_time.isoformat() if decision_time else None,
-        "scores": str(scores_path),
-        "previous": previous_dir.name if previous_dir else None,
-        "horizon": settings.horizon,
-        "actions": result.counts,
-        "new_drains": decision.new_drains,
-        "diff": summarize_diff(diff),
-        "rejected_rows": rejected.height,
-        "notes": decision.notes,
-        "files": sorted(p.name for p in files.values()) + ["manifest.json"],
-    }
-    atomic_write_text(directory / "manifest.json", json.dumps(manifest, indent=2) + "\n")
-    files["manifest.json"] = directory / "manifest.json"
-    decision.state.save(state_path)
+    max_age = npd_max_age or config.duration("policy", "export_max_age")
+    files = write_exports(draft, diff, directory, max_age)
+    files[MANIFEST_FILE] = directory / MANIFEST_FILE
+    atomic_write_text(files[MANIFEST_FILE], json.dumps(manifest(draft, diff, files, previous_dir), indent=2) + "\n")
+    draft.decision.state.save(outbox_dir / STATE_FILE)
     atomic_write_text(outbox_dir / LATEST_FILE, directory.name + "\n")
-    return result
+    return PublishResult(
+        directory=directory,
+        risk_list=draft.risk_list,
+        diff=diff,
+        files=files,
+        rejected=draft.rejected,
+        notes=draft.decision.notes,
+    )
 
 
 def format_top(risk_list: pl.DataFrame, limit: int = 10) -> str:
