@@ -14,7 +14,8 @@ exit  meaning     when
 ====  ==========  =======================================================================
 0     OK          this node has no unit recommended for a drain
 1     problem     a unit on this node is recommended for drain_now / drain_at_checkpoint
-2     unknown     the node name is unknown, or the embedded list is older than max age
+2     unknown     the node name is unknown, or the scores behind the embedded list are
+                  older than max age (``[policy] export_max_age``)
 ====  ==========  =======================================================================
 
 Its first output line (at most ``max_output_length`` = 80 characters) becomes the
@@ -108,7 +109,7 @@ _NPD_HEADER = r"""#!/usr/bin/env bash
 # foreshock node-problem-detector custom plugin check, generated {generated}.
 # Exit codes (NPD plugin contract): 0 OK, 1 problem (drain recommended), 2 unknown.
 # Usage: {name} [NODE]   (default: $NODE_NAME, else the short hostname)
-generated_epoch={epoch}
+scores_epoch={epoch}
 max_age_seconds={max_age}
 
 node=${1:-${NODE_NAME:-$(hostname -s 2>/dev/null || true)}}
@@ -116,20 +117,25 @@ if [ -z "$node" ]; then
   echo "foreshock: node name unknown"
   exit 2
 fi
-if ! now=$(date +%s) || [ $((now - generated_epoch)) -gt "$max_age_seconds" ]; then
-  echo "foreshock: risk list is stale; republish"
+if ! now=$(date +%s) || [ $((now - scores_epoch)) -gt "$max_age_seconds" ]; then
+  echo "foreshock: scores are stale; rescore and republish"
   exit 2
 fi
 case "$node" in
 """
 
 
-def npd_check_script(risk_list: pl.DataFrame, generated_at: datetime, max_age: timedelta) -> str:
-    """The NPD custom-plugin check script with the drain recommendations embedded."""
+def npd_check_script(risk_list: pl.DataFrame, generated_at: datetime, scores_at: datetime, max_age: timedelta) -> str:
+    """The NPD custom-plugin check script with the drain recommendations embedded.
+
+    It answers "unknown" once the scores behind the list (their newest snapshot,
+    ``scores_at``) are older than ``max_age``: a list republished from old scores is no
+    fresher than they are.
+    """
     header = (
         _NPD_HEADER.replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
         .replace("{name}", NPD_SCRIPT)
-        .replace("{epoch}", str(int(generated_at.timestamp())))
+        .replace("{epoch}", str(int(scores_at.timestamp())))
         .replace("{max_age}", str(int(max_age.total_seconds())))
     )
     lines = [header.rstrip("\n")]

@@ -1,6 +1,11 @@
 """Publishing: latest scores -> policy -> ``data/outbox/<timestamp>/``.
 
-One publish writes a new directory (never rewrites an old one)::
+One publish writes a new directory (never rewrites an old one), all or nothing: it is
+built in a hidden staging directory (``data/outbox/.staging-<name>-<pid>/``), renamed into
+place once complete, and only then named in ``LATEST``.  The next publish diffs against,
+and takes its policy state from, the newest *complete* directory (one with a manifest),
+so a publish that fails or is killed half way leaves nothing the next run reads; its
+staging directory is removed by the next publish (under the outbox lock)::
 
     data/outbox/20261202T151000Z/
         risk_list.parquet | .csv | .jsonl   the list, schema v1 (see risk_list.py)
@@ -10,8 +15,8 @@ One publish writes a new directory (never rewrites an old one)::
         npd_foreshock_check.sh              node-problem-detector custom plugin check
         npd_foreshock.json                  its plugin configuration
         rejected.csv                        score rows refused (bad id, bad risk), if any
-        manifest.json                       counts, model, files, notes
-    data/outbox/policy_state.parquet        hysteresis / burn-in state for the next run
+        policy_state.parquet                hysteresis / burn-in state for the next run
+        manifest.json                       counts, model, files, notes (written last)
     data/outbox/LATEST                      name of the newest directory
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,6 +44,7 @@ from foreshock.drain.kubernetes import (
 )
 from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, unit_risk_table
 from foreshock.drain.risk_list import (
+    FILE_STEM,
     SCHEMA_VERSION,
     build_risk_list,
     read_risk_list,
@@ -46,10 +53,12 @@ from foreshock.drain.risk_list import (
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import SCRIPT_NAME, slurm_script
 from foreshock.drain.state import STATE_FILE, PolicyState
-from foreshock.durations import parse_duration
-from foreshock.lake import atomic_write_text, partition_files, read_table
+from foreshock.durations import format_duration, parse_duration
+from foreshock.errors import UserError
+from foreshock.lake import atomic_write_text, lake_lock, partition_files, read_table
 
 LATEST_FILE = "LATEST"
+STAGING_PREFIX = ".staging-"
 MANIFEST_FILE = "manifest.json"
 DIR_FORMAT = "%Y%m%dT%H%M%SZ"
 
@@ -136,32 +145,70 @@ def _one_model(scores: pl.DataFrame, model: str | None, source: Path) -> pl.Data
     return scores
 
 
-def previous_list_dir(outbox_dir: Path, before: str | None = None) -> Path | None:
-    """The newest outbox directory holding a risk list (older than ``before`` if given)."""
+def previous_list_dir(outbox_dir: Path) -> Path | None:
+    """The newest complete outbox directory (manifest and risk list present), if any."""
     outbox_dir = Path(outbox_dir)
     if not outbox_dir.is_dir():
         return None
-    names = sorted(p.name for p in outbox_dir.iterdir() if (p / "risk_list.parquet").is_file())
-    if before is not None:
-        names = [n for n in names if n < before]
+    names = sorted(
+        p.name
+        for p in outbox_dir.iterdir()
+        if not p.name.startswith(".") and (p / MANIFEST_FILE).is_file() and (p / f"{FILE_STEM}.parquet").is_file()
+    )
     return outbox_dir / names[-1] if names else None
 
 
-def _new_dir(outbox_dir: Path, generated_at: datetime) -> Path:
+def load_state(outbox_dir: Path, previous_dir: Path | None) -> PolicyState:
+    """The policy state the newest complete publish left (empty on the first publish).
+
+    Outboxes written before the state moved into each directory kept it at
+    ``data/outbox/policy_state.parquet``: read there when no directory has one.
+    """
+    if previous_dir is not None and (previous_dir / STATE_FILE).is_file():
+        return PolicyState.load(previous_dir / STATE_FILE)
+    return PolicyState.load(Path(outbox_dir) / STATE_FILE)
+
+
+def _new_name(outbox_dir: Path, generated_at: datetime) -> str:
     base = generated_at.strftime(DIR_FORMAT)
-    candidate = Path(outbox_dir) / base
-    suffix = 1
-    while candidate.exists():
-        candidate = Path(outbox_dir) / f"{base}-{suffix:02d}"
+    name, suffix = base, 1
+    while (Path(outbox_dir) / name).exists():
+        name = f"{base}-{suffix:02d}"
         suffix += 1
-    candidate.mkdir(parents=True)
-    return candidate
+    return name
+
+
+def _remove_staging_leftovers(outbox_dir: Path) -> None:
+    """Staging directories of publishes that failed or were killed (caller holds the lock)."""
+    for leftover in Path(outbox_dir).glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _write_script(path: Path, text: str) -> Path:
     atomic_write_text(path, text)
     os.chmod(path, 0o755)
     return path
+
+
+class StaleScoresError(UserError):
+    """The scores are older than ``[policy] max_score_age``."""
+
+
+def check_fresh(scores_at: datetime | None, now: datetime, max_age: timedelta) -> None:
+    """Refuse scores whose newest snapshot is older than ``max_age`` at ``now``.
+
+    Raises
+    ------
+    StaleScoresError
+        With one line that says how old, the limit, and what to run.
+    """
+    if scores_at is None or now - scores_at <= max_age:
+        return
+    raise StaleScoresError(
+        f"scores are {format_duration(now - scores_at)} old (newest snapshot {scores_at:%Y-%m-%d %H:%M} UTC, "
+        f"[policy] max_score_age = {format_duration(max_age)}): run `foreshock score` first, "
+        "or publish them anyway with --allow-stale"
+    )
 
 
 def _lake_table(lake_dir: Path, table: str) -> pl.DataFrame | None:
@@ -185,6 +232,7 @@ def build_list(
     config: Any,
     scores_path: Path,
     generated_at: datetime,
+    state: PolicyState,
     *,
     node_states: pl.DataFrame | None = None,
     model: str | None = None,
@@ -197,7 +245,7 @@ def build_list(
     decision = DrainPolicy(settings).decide(
         risks,
         decision_time or generated_at,
-        PolicyState.load(Path(config.outbox_dir) / STATE_FILE),
+        state,
         inventory=_lake_table(config.lake_dir, "inventory"),
         failures=_lake_table(config.lake_dir, "failures"),
         node_states=node_states,
@@ -216,7 +264,7 @@ def write_exports(draft: Draft, diff: pl.DataFrame, directory: Path, npd_max_age
     atomic_write_text(files["diff.jsonl"], diff.write_ndjson())
     files[SCRIPT_NAME] = _write_script(directory / SCRIPT_NAME, slurm_script(risk_list, generated_at))
     files[CORDON_SCRIPT] = _write_script(directory / CORDON_SCRIPT, cordon_script(risk_list, generated_at))
-    npd = npd_check_script(risk_list, generated_at, npd_max_age)
+    npd = npd_check_script(risk_list, generated_at, draft.decision_time or generated_at, npd_max_age)
     files[NPD_SCRIPT] = _write_script(directory / NPD_SCRIPT, npd)
     files[NPD_CONFIG] = directory / NPD_CONFIG
     atomic_write_text(files[NPD_CONFIG], npd_plugin_config(f"/etc/node-problem-detector/plugin/{NPD_SCRIPT}"))
@@ -252,6 +300,7 @@ def publish(
     node_states: pl.DataFrame | None = None,
     npd_max_age: timedelta | None = None,
     model: str | None = None,
+    allow_stale: bool = False,
 ) -> PublishResult:
     """Run the policy on the latest scores and write a new outbox directory.
 
@@ -271,24 +320,47 @@ def publish(
         (default ``[policy] export_max_age``).
     model
         Which model's rows to use when the scores hold several (``model`` column).
+    allow_stale
+        Publish scores older than ``[policy] max_score_age`` anyway.
+
+    Raises
+    ------
+    StaleScoresError
+        When the newest scores are older than ``[policy] max_score_age`` (and not
+        ``allow_stale``); nothing is written.
     """
     scores_path = Path(scores_path or config.latest_scores)
     if not scores_path.is_file():
         raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
     generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)
-    draft = build_list(config, scores_path, generated_at, node_states=node_states, model=model)
     outbox_dir = Path(config.outbox_dir)
-    previous_dir = previous_list_dir(outbox_dir)
-    previous = read_risk_list(previous_dir / "risk_list.parquet") if previous_dir else None
-    diff = diff_risk_lists(previous, draft.risk_list)
-
-    directory = _new_dir(outbox_dir, generated_at)
-    max_age = npd_max_age or config.duration("policy", "export_max_age")
-    files = write_exports(draft, diff, directory, max_age)
-    files[MANIFEST_FILE] = directory / MANIFEST_FILE
-    atomic_write_text(files[MANIFEST_FILE], json.dumps(manifest(draft, diff, files, previous_dir), indent=2) + "\n")
-    draft.decision.state.save(outbox_dir / STATE_FILE)
-    atomic_write_text(outbox_dir / LATEST_FILE, directory.name + "\n")
+    with lake_lock(outbox_dir):  # one publish at a time: the previous list must not move
+        _remove_staging_leftovers(outbox_dir)
+        previous_dir = previous_list_dir(outbox_dir)
+        draft = build_list(
+            config,
+            scores_path,
+            generated_at,
+            load_state(outbox_dir, previous_dir),
+            node_states=node_states,
+            model=model,
+        )
+        if not allow_stale:
+            check_fresh(draft.decision_time, generated_at, config.duration("policy", "max_score_age"))
+        previous = read_risk_list(previous_dir / f"{FILE_STEM}.parquet") if previous_dir else None
+        diff = diff_risk_lists(previous, draft.risk_list)
+        name = _new_name(outbox_dir, generated_at)
+        staging = outbox_dir / f"{STAGING_PREFIX}{name}-{os.getpid()}"
+        staging.mkdir(parents=True)
+        files = write_exports(draft, diff, staging, npd_max_age or config.duration("policy", "export_max_age"))
+        draft.decision.state.save(staging / STATE_FILE)
+        files[STATE_FILE] = staging / STATE_FILE
+        files[MANIFEST_FILE] = staging / MANIFEST_FILE
+        atomic_write_text(files[MANIFEST_FILE], json.dumps(manifest(draft, diff, files, previous_dir), indent=2) + "\n")
+        directory = outbox_dir / name
+        os.rename(staging, directory)  # the directory appears complete or not at all
+        atomic_write_text(outbox_dir / LATEST_FILE, name + "\n")
+    files = {key: directory / path.name for key, path in files.items()}
     return PublishResult(
         directory=directory,
         risk_list=draft.risk_list,

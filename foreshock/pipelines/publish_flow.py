@@ -45,7 +45,11 @@ def _node_states(args: argparse.Namespace) -> pl.DataFrame | None:
 
 @task(cache_policy=NO_CACHE)
 def write_outbox(
-    settings: dict, scores_path: str | None, node_states_path: str | None, model: str | None = None
+    settings: dict,
+    scores_path: str | None,
+    node_states_path: str | None,
+    model: str | None = None,
+    allow_stale: bool = False,
 ) -> str:
     """Run the policy on the latest scores and write a new outbox directory."""
     from foreshock.drain.outbox import publish
@@ -54,14 +58,18 @@ def write_outbox(
     config = Config.from_settings(settings)
     node_states = read_sinfo(Path(node_states_path).read_text()) if node_states_path else None
     scores = Path(scores_path) if scores_path else None
-    return str(publish(config, scores, node_states=node_states, model=model).directory)
+    return str(publish(config, scores, node_states=node_states, model=model, allow_stale=allow_stale).directory)
 
 
 @flow(name="publish", log_prints=True, validate_parameters=False)
 def publish_flow(
-    settings: dict, scores_path: str | None = None, node_states_path: str | None = None, model: str | None = None
+    settings: dict,
+    scores_path: str | None = None,
+    node_states_path: str | None = None,
+    model: str | None = None,
+    allow_stale: bool = False,
 ) -> str:
-    return write_outbox(settings, scores_path, node_states_path, model)
+    return write_outbox(settings, scores_path, node_states_path, model, allow_stale)
 
 
 def run_publish(args: argparse.Namespace, config: Config) -> int:
@@ -85,6 +93,7 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
             str(scores_path),
             str(node_states_path) if node_states_path else None,
             args.model,
+            args.allow_stale,
         )
     )
     risk_list = read_risk_list(directory / "risk_list.parquet")
@@ -106,5 +115,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     states.add_argument("--sinfo", action="store_true", help="read node states from the live Slurm (sinfo)")
     publish.add_argument("--model", help="model to use when the scores hold several (the `model` column)")
+    publish.add_argument(
+        "--allow-stale", action="store_true", help="publish scores older than [policy] max_score_age anyway"
+    )
     publish.add_argument("--top", type=int, default=10, help="rows of the list to print (default 10)")
     publish.set_defaults(func=run_publish)
