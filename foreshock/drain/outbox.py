@@ -42,6 +42,7 @@ from foreshock.drain.kubernetes import (
     npd_check_script,
     npd_plugin_config,
 )
+from foreshock.drain.notify import Message, NotifySettings, drain_message, send
 from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, unit_risk_table
 from foreshock.drain.risk_list import (
     FILE_STEM,
@@ -53,6 +54,7 @@ from foreshock.drain.risk_list import (
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import SCRIPT_NAME, slurm_script
 from foreshock.drain.state import STATE_FILE, PolicyState
+from foreshock.drain.textfile import render, textfile_path, write_textfile
 from foreshock.durations import format_duration, parse_duration
 from foreshock.errors import UserError
 from foreshock.lake import atomic_write_text, lake_lock, partition_files, read_table
@@ -73,6 +75,9 @@ class PublishResult:
     files: dict[str, Path]
     rejected: pl.DataFrame
     notes: list[str] = field(default_factory=list)
+    textfile: Path | None = None
+    notification: Message | None = None
+    notified: bool | None = None  # None: nothing to send, or no [notify] urls
 
     @property
     def counts(self) -> dict[str, int]:
@@ -333,6 +338,7 @@ def publish(
     if not scores_path.is_file():
         raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
     generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)
+    notify = NotifySettings.from_config(config)  # a bad [notify] section stops before anything is written
     outbox_dir = Path(config.outbox_dir)
     with lake_lock(outbox_dir):  # one publish at a time: the previous list must not move
         _remove_staging_leftovers(outbox_dir)
@@ -360,15 +366,34 @@ def publish(
         directory = outbox_dir / name
         os.rename(staging, directory)  # the directory appears complete or not at all
         atomic_write_text(outbox_dir / LATEST_FILE, name + "\n")
-    files = {key: directory / path.name for key, path in files.items()}
-    return PublishResult(
+        metrics = write_textfile(
+            textfile_path(config),
+            render(
+                draft.risk_list,
+                generated_at=generated_at,
+                scores_at=draft.decision_time,
+                new_drains=len(draft.decision.new_drains),
+            ),
+        )
+    result = PublishResult(
         directory=directory,
         risk_list=draft.risk_list,
         diff=diff,
-        files=files,
+        files={key: directory / path.name for key, path in files.items()},
         rejected=draft.rejected,
         notes=draft.decision.notes,
+        textfile=metrics,
     )
+    result.notification = _notify(notify, result)
+    return result
+
+
+def _notify(settings: NotifySettings, result: PublishResult) -> Message | None:
+    """Tell ``[notify] urls`` about new and escalated drains (after the outbox is in place)."""
+    message = drain_message(result.diff, result.risk_list, settings.min_action, str(result.directory))
+    if message is not None and settings.urls:
+        result.notified = send(message, settings)
+    return message
 
 
 def format_top(risk_list: pl.DataFrame, limit: int = 10) -> str:

@@ -250,7 +250,7 @@ def _fmt_risk(value: float) -> str:
     return f"{value:.2f}"
 
 
-def _fmt_hours(hours: float | None) -> str:
+def format_hours(hours: float | None) -> str:
     if hours is None or not math.isfinite(hours):
         return "n/a"
     if hours >= 48:
@@ -260,7 +260,7 @@ def _fmt_hours(hours: float | None) -> str:
     return f"{hours * 60:.0f}m"
 
 
-def _signals_text(top_signals: Any, limit: int = 3) -> str:
+def signals_text(top_signals: Any, limit: int = 3) -> str:
     if not top_signals:
         return ""
     parts = []
@@ -613,10 +613,10 @@ class DrainPolicy:
     # --- reasons ----------------------------------------------------------------------
 
     def _risk_phrase(self, row: dict) -> str:
-        return f"P(fail<{self.settings.horizon})={_fmt_risk(row['risk'])}, lead ~{_fmt_hours(row.get('lead_time_h'))}"
+        return f"P(fail<{self.settings.horizon})={_fmt_risk(row['risk'])}, lead ~{format_hours(row.get('lead_time_h'))}"
 
     def _with_signals(self, text: str, row: dict) -> str:
-        signals = _signals_text(row.get("top_signals"))
+        signals = signals_text(row.get("top_signals"))
         return f"{text}; signals: {signals}" if signals else text
 
     def _drain_reason(self, row: dict, unit: UnitState, continuing: bool) -> str:
