@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import socket
+import subprocess
 import threading
+import time
+import urllib.request
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -93,9 +98,7 @@ def test_one_message_with_the_new_drains_and_none_when_nothing_changed(drain_con
 
 def test_a_failing_receiver_is_retried_and_never_fails_the_publish(drain_config, caplog):
     with Receiver(status=500) as receiver:
-        config = drain_config.with_overrides(
-            {"notify": {"urls": [receiver.url], "attempts": 3, "retry_delay": "1s"}}
-        )
+        config = drain_config.with_overrides({"notify": {"urls": [receiver.url], "attempts": 3, "retry_delay": "1s"}})
         write_scores(config.data_dir, score_rows(RISKS))
         result = publish(config)
     assert result.notified is False
@@ -159,3 +162,45 @@ def test_grafana_dashboard_reads_only_metrics_the_textfile_has(drain_config):
     used = {name for expr in exprs for name in re.findall(r"\bforeshock_[a-z_]+", expr)}
     assert used and used <= written, used - written
     assert {"foreshock_unit_risk", "foreshock_unit_action", "foreshock_scores_timestamp_seconds"} <= used
+
+
+def test_node_exporter_serves_the_textfile_and_promtool_accepts_it(drain_config, tmp_path):
+    exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if exporter is None or shutil.which("promtool") is None:
+        pytest.skip("prometheus-node-exporter or promtool not installed (apt-get install prometheus)")
+    write_scores(drain_config.data_dir, score_rows(RISKS))
+    textfile = publish(drain_config).textfile
+    lint = subprocess.run(
+        ["promtool", "check", "metrics"], input=textfile.read_text(), capture_output=True, text=True, timeout=60
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [
+            exporter,
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--collector.disable-defaults",
+            "--collector.textfile",
+            f"--collector.textfile.directory={textfile.parent}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        scraped = ""
+        while time.monotonic() < deadline and "foreshock_unit_risk" not in scraped:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                    scraped = response.read().decode()
+            except OSError:
+                time.sleep(0.2)
+        families = {f.name: f.samples for f in text_string_to_metric_families(scraped)}
+        assert "node_textfile_scrape_error" in families and families["node_textfile_scrape_error"][0].value == 0
+        drain_now = [s for s in families["foreshock_unit_action"] if s.labels["action"] == "drain_now"]
+        assert [s.labels["unit_id"] for s in drain_now] == ["gpu-node001-gpu0"]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
