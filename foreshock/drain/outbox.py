@@ -12,6 +12,8 @@ staging directory is removed by the next publish (under the outbox lock)::
         diff.csv | diff.jsonl               changes against the previous publish
         slurm_drain.sh                      Slurm drain script (dry run unless --apply)
         k8s_cordon.sh                       kubectl cordon + taint script
+        slurm_resume.sh | k8s_uncordon.sh   undrain the nodes foreshock drained whose risk
+                                            cleared (dry run unless --apply; release.py)
         npd_foreshock_check.sh              node-problem-detector custom plugin check
         npd_foreshock.json                  its plugin configuration
         rejected.csv                        score rows refused (bad id, bad risk), if any
@@ -38,12 +40,15 @@ from foreshock.drain.kubernetes import (
     CORDON_SCRIPT,
     NPD_CONFIG,
     NPD_SCRIPT,
+    UNCORDON_SCRIPT,
     cordon_script,
     npd_check_script,
     npd_plugin_config,
+    uncordon_script,
 )
 from foreshock.drain.notify import Message, NotifySettings, drain_message, send
 from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.release import nodes_to_release
 from foreshock.drain.risk_list import (
     FILE_STEM,
     SCHEMA_VERSION,
@@ -52,7 +57,7 @@ from foreshock.drain.risk_list import (
     write_risk_list,
 )
 from foreshock.drain.shell import one_line
-from foreshock.drain.slurm import SCRIPT_NAME, slurm_script
+from foreshock.drain.slurm import RESUME_SCRIPT, SCRIPT_NAME, resume_script, slurm_script
 from foreshock.drain.state import STATE_FILE, PolicyState
 from foreshock.drain.textfile import render, textfile_path, write_textfile
 from foreshock.durations import format_duration, parse_duration
@@ -231,6 +236,7 @@ class Draft:
     risk_list: pl.DataFrame
     rejected: pl.DataFrame
     decision_time: datetime | None
+    release: list[tuple[str, str]]
 
 
 def build_list(
@@ -256,7 +262,8 @@ def build_list(
         node_states=node_states,
     )
     risk_list = build_risk_list(decision.recommendations, generated_at)
-    return Draft(generated_at, scores_path, settings, decision, risk_list, rejected, decision_time)
+    release = nodes_to_release(risk_list, decision.released, settings.exit_risk, node_states)
+    return Draft(generated_at, scores_path, settings, decision, risk_list, rejected, decision_time, release)
 
 
 def write_exports(draft: Draft, diff: pl.DataFrame, directory: Path, npd_max_age: timedelta) -> dict[str, Path]:
@@ -269,6 +276,8 @@ def write_exports(draft: Draft, diff: pl.DataFrame, directory: Path, npd_max_age
     atomic_write_text(files["diff.jsonl"], diff.write_ndjson())
     files[SCRIPT_NAME] = _write_script(directory / SCRIPT_NAME, slurm_script(risk_list, generated_at))
     files[CORDON_SCRIPT] = _write_script(directory / CORDON_SCRIPT, cordon_script(risk_list, generated_at))
+    files[RESUME_SCRIPT] = _write_script(directory / RESUME_SCRIPT, resume_script(draft.release, generated_at))
+    files[UNCORDON_SCRIPT] = _write_script(directory / UNCORDON_SCRIPT, uncordon_script(draft.release, generated_at))
     npd = npd_check_script(risk_list, generated_at, draft.decision_time or generated_at, npd_max_age)
     files[NPD_SCRIPT] = _write_script(directory / NPD_SCRIPT, npd)
     files[NPD_CONFIG] = directory / NPD_CONFIG
@@ -290,6 +299,8 @@ def manifest(draft: Draft, diff: pl.DataFrame, files: dict[str, Path], previous_
         "horizon": draft.settings.horizon,
         "actions": action_counts(draft.risk_list),
         "new_drains": draft.decision.new_drains,
+        "released_units": draft.decision.released,
+        "released_nodes": [node for node, _ in draft.release],
         "diff": summarize_diff(diff),
         "rejected_rows": draft.rejected.height,
         "notes": draft.decision.notes,

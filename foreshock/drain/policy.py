@@ -236,6 +236,9 @@ class Decision:
         The state to persist for the next run.
     new_drains
         Units whose drain was granted by this run (not already draining).
+    released
+        Units whose drain ended in this run because their risk fell below ``exit_risk``
+        (their nodes may be resumed / uncordoned, see :mod:`foreshock.drain.release`).
     notes
         Messages about the inputs (e.g. a fault-domain column that is absent).
     """
@@ -244,6 +247,7 @@ class Decision:
     state: PolicyState
     new_drains: list[str]
     notes: list[str]
+    released: list[str] = field(default_factory=list)
 
 
 def _fmt_risk(value: float) -> str:
@@ -393,6 +397,7 @@ class _Run:
     last_failure: dict[str, datetime]  # unit -> its latest recent failure
     decided: dict[str, dict] = field(default_factory=dict)
     candidates: list[dict] = field(default_factory=list)  # rows asking for a new drain
+    released: list[str] = field(default_factory=list)  # drains ended: risk below exit_risk
     state: PolicyState = field(default_factory=PolicyState)
 
     def mark_held_units(self) -> None:
@@ -495,6 +500,7 @@ class DrainPolicy:
             state=run.state,
             new_drains=capacity.granted,
             notes=notes,
+            released=run.released,
         )
 
     def _decide_unit(self, run: _Run, row: dict) -> None:
@@ -532,6 +538,8 @@ class DrainPolicy:
         else:
             reason = self._level_reason(row, unit.level, prev.level)
             run.record(self._row(row, ACTIONS[unit.level], reason, None))
+            if prev.level == LEVEL_DRAIN and row["risk"] < self.settings.exit_risk:
+                run.released.append(unit_id)
         if unit.level > LEVEL_NONE or self._remember_return(unit, run.now):
             run.state.units[unit_id] = unit
 
