@@ -308,6 +308,19 @@ def manifest(draft: Draft, diff: pl.DataFrame, files: dict[str, Path], previous_
     }
 
 
+def write_directory(
+    draft: Draft, diff: pl.DataFrame, previous_dir: Path | None, staging: Path, npd_max_age: timedelta
+) -> dict[str, Path]:
+    """Steps 2-3 into a fresh staging directory: exports, policy state, then the manifest."""
+    staging.mkdir(parents=True)
+    files = write_exports(draft, diff, staging, npd_max_age)
+    draft.decision.state.save(staging / STATE_FILE)
+    files[STATE_FILE] = staging / STATE_FILE
+    files[MANIFEST_FILE] = staging / MANIFEST_FILE
+    atomic_write_text(files[MANIFEST_FILE], json.dumps(manifest(draft, diff, files, previous_dir), indent=2) + "\n")
+    return files
+
+
 def publish(
     config: Any,
     scores_path: Path | None = None,
@@ -368,12 +381,8 @@ def publish(
         diff = diff_risk_lists(previous, draft.risk_list)
         name = _new_name(outbox_dir, generated_at)
         staging = outbox_dir / f"{STAGING_PREFIX}{name}-{os.getpid()}"
-        staging.mkdir(parents=True)
-        files = write_exports(draft, diff, staging, npd_max_age or config.duration("policy", "export_max_age"))
-        draft.decision.state.save(staging / STATE_FILE)
-        files[STATE_FILE] = staging / STATE_FILE
-        files[MANIFEST_FILE] = staging / MANIFEST_FILE
-        atomic_write_text(files[MANIFEST_FILE], json.dumps(manifest(draft, diff, files, previous_dir), indent=2) + "\n")
+        max_age = npd_max_age or config.duration("policy", "export_max_age")
+        files = write_directory(draft, diff, previous_dir, staging, max_age)
         directory = outbox_dir / name
         os.rename(staging, directory)  # the directory appears complete or not at all
         atomic_write_text(outbox_dir / LATEST_FILE, name + "\n")

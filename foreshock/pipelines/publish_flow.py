@@ -9,6 +9,7 @@ take plain values (settings, paths as text) so a deployment can run them.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -102,6 +103,9 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
     for name in sorted(p.name for p in directory.iterdir()):
         print(f"  {name}")
     print(f"dry run the Slurm drains with: bash {directory / 'slurm_drain.sh'}  (add --apply to drain)")
+    released = json.loads((directory / "manifest.json").read_text()).get("released_nodes", [])
+    if released:
+        print(f"{len(released)} node(s) to undrain: bash {directory / 'slurm_resume.sh'}  (add --apply to resume)")
     return 0
 
 
