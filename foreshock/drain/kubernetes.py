@@ -14,7 +14,8 @@ exit  meaning     when
 ====  ==========  =======================================================================
 0     OK          this node has no unit recommended for a drain
 1     problem     a unit on this node is recommended for drain_now / drain_at_checkpoint
-2     unknown     the node name is unknown, or the embedded list is older than max age
+2     unknown     the node name is unknown, or the scores behind the embedded list are
+                  older than max age (``[policy] export_max_age``)
 ====  ==========  =======================================================================
 
 Its first output line (at most ``max_output_length`` = 80 characters) becomes the
@@ -33,12 +34,36 @@ from foreshock.drain.shell import APPLY_FLAGS, id_word, one_line, text_word
 from foreshock.drain.slurm import node_reasons
 
 CORDON_SCRIPT = "k8s_cordon.sh"
+UNCORDON_SCRIPT = "k8s_uncordon.sh"
 NPD_SCRIPT = "npd_foreshock_check.sh"
 NPD_CONFIG = "npd_foreshock.json"
 TAINT_KEY = "foreshock.io/failure-risk"
 REASON_ANNOTATION = "foreshock.io/reason"
 NPD_CONDITION = "GPUFailureRisk"
 NPD_MESSAGE_LIMIT = 80
+
+# Shared by the cordon and uncordon scripts: the caller declares `local unschedulable ours`.
+_HELPERS = r"""run() {
+  if [ "$apply" = 1 ]; then
+    "$@" || { echo "error: $*" >&2; errors=$((errors + 1)); }
+  else
+    printf 'would run:'; printf ' %q' "$@"; printf '\n'
+  fi
+}
+
+# Set $unschedulable and $ours (the value of foreshock's taint, empty when absent) of
+# node $1; on failure count an error and return 1.
+read_node() {
+  local spec
+  if ! spec=$(kubectl get node "$1" -o 'jsonpath={.spec.unschedulable}|{.spec.taints[?(@.key=="{taint}")].value}' 2>&1); then
+    echo "error: $1: kubectl get node failed: ${spec//$'\n'/ }" >&2
+    errors=$((errors + 1))
+    return 1
+  fi
+  unschedulable=${spec%%|*}
+  ours=${spec#*|}
+}
+"""
 
 _CORDON_HEADER = r"""#!/usr/bin/env bash
 # foreshock Kubernetes cordon script, generated {generated}.
@@ -52,23 +77,10 @@ _CORDON_HEADER = r"""#!/usr/bin/env bash
 
 errors=0
 
-run() {
-  if [ "$apply" = 1 ]; then
-    "$@" || { echo "error: $*" >&2; errors=$((errors + 1)); }
-  else
-    printf 'would run:'; printf ' %q' "$@"; printf '\n'
-  fi
-}
-
+{helpers}
 cordon_node() {
-  local node=$1 action=$2 reason=$3 spec unschedulable ours
-  if ! spec=$(kubectl get node "$node" -o 'jsonpath={.spec.unschedulable}|{.spec.taints[?(@.key=="{taint}")].value}' 2>&1); then
-    echo "error: $node: kubectl get node failed: ${spec//$'\n'/ }" >&2
-    errors=$((errors + 1))
-    return 0
-  fi
-  unschedulable=${spec%%|*}
-  ours=${spec#*|}
+  local node=$1 action=$2 reason=$3 unschedulable ours
+  read_node "$node" || return 0
   if [ "$unschedulable" = "true" ] && [ -z "$ours" ]; then
     echo "left alone: $node is cordoned by someone else"
     return 0
@@ -84,6 +96,7 @@ def cordon_script(risk_list: pl.DataFrame, generated_at: datetime) -> str:
     """The ``kubectl cordon`` + ``taint`` script for a risk list (schema v1 frame)."""
     header = (
         _CORDON_HEADER.replace("{parse_args}", APPLY_FLAGS)
+        .replace("{helpers}", _HELPERS)
         .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
         .replace("{name}", CORDON_SCRIPT)
         .replace("{taint}", TAINT_KEY)
@@ -104,11 +117,61 @@ def cordon_script(risk_list: pl.DataFrame, generated_at: datetime) -> str:
     return "\n".join(lines) + "\n"
 
 
+_UNCORDON_HEADER = r"""#!/usr/bin/env bash
+# foreshock Kubernetes uncordon script (undrain), generated {generated}.
+# Usage: {name} [--apply]
+#   (no flag)        print the kubectl commands; change nothing
+#   --apply          remove the {taint} taint and uncordon the nodes
+#                    foreshock cordoned whose risk has cleared
+# Only a node that carries the {taint} taint is touched; a node cordoned
+# without it was cordoned by someone else and is left alone.
+{parse_args}
+
+errors=0
+
+{helpers}
+uncordon_node() {
+  local node=$1 message=$2 unschedulable ours
+  read_node "$node" || return 0
+  if [ -z "$ours" ]; then
+    if [ "$unschedulable" = "true" ]; then
+      echo "left alone: $node is cordoned by someone else"
+    else
+      echo "not cordoned by foreshock: $node"
+    fi
+    return 0
+  fi
+  echo "release: $node ($message)"
+  run kubectl taint nodes "$node" "{taint}-"
+  run kubectl annotate node "$node" "{annotation}-"
+  run kubectl uncordon "$node"
+}
+"""
+
+
+def uncordon_script(release: list[tuple[str, str]], generated_at: datetime) -> str:
+    """The ``kubectl uncordon`` script for ``(node, message)`` pairs
+    (:func:`~foreshock.drain.release.nodes_to_release`)."""
+    header = (
+        _UNCORDON_HEADER.replace("{parse_args}", APPLY_FLAGS)
+        .replace("{helpers}", _HELPERS)
+        .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        .replace("{name}", UNCORDON_SCRIPT)
+        .replace("{taint}", TAINT_KEY)
+        .replace("{annotation}", REASON_ANNOTATION)
+    )
+    lines = [header, f"# released: {len(release)} node(s)"]
+    lines += [f"uncordon_node {id_word(node, 'node')} {text_word(message)}" for node, message in release]
+    lines.append('echo "summary: errors=$errors apply=$apply"')
+    lines.append('[ "$errors" = 0 ]')
+    return "\n".join(lines) + "\n"
+
+
 _NPD_HEADER = r"""#!/usr/bin/env bash
 # foreshock node-problem-detector custom plugin check, generated {generated}.
 # Exit codes (NPD plugin contract): 0 OK, 1 problem (drain recommended), 2 unknown.
 # Usage: {name} [NODE]   (default: $NODE_NAME, else the short hostname)
-generated_epoch={epoch}
+scores_epoch={epoch}
 max_age_seconds={max_age}
 
 node=${1:-${NODE_NAME:-$(hostname -s 2>/dev/null || true)}}
@@ -116,20 +179,25 @@ if [ -z "$node" ]; then
   echo "foreshock: node name unknown"
   exit 2
 fi
-if ! now=$(date +%s) || [ $((now - generated_epoch)) -gt "$max_age_seconds" ]; then
-  echo "foreshock: risk list is stale; republish"
+if ! now=$(date +%s) || [ $((now - scores_epoch)) -gt "$max_age_seconds" ]; then
+  echo "foreshock: scores are stale; rescore and republish"
   exit 2
 fi
 case "$node" in
 """
 
 
-def npd_check_script(risk_list: pl.DataFrame, generated_at: datetime, max_age: timedelta) -> str:
-    """The NPD custom-plugin check script with the drain recommendations embedded."""
+def npd_check_script(risk_list: pl.DataFrame, generated_at: datetime, scores_at: datetime, max_age: timedelta) -> str:
+    """The NPD custom-plugin check script with the drain recommendations embedded.
+
+    It answers "unknown" once the scores behind the list (their newest snapshot,
+    ``scores_at``) are older than ``max_age``: a list republished from old scores is no
+    fresher than they are.
+    """
     header = (
         _NPD_HEADER.replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
         .replace("{name}", NPD_SCRIPT)
-        .replace("{epoch}", str(int(generated_at.timestamp())))
+        .replace("{epoch}", str(int(scores_at.timestamp())))
         .replace("{max_age}", str(int(max_age.total_seconds())))
     )
     lines = [header.rstrip("\n")]

@@ -1,17 +1,24 @@
 """Publishing: latest scores -> policy -> ``data/outbox/<timestamp>/``.
 
-One publish writes a new directory (never rewrites an old one)::
+One publish writes a new directory (never rewrites an old one), all or nothing: it is
+built in a hidden staging directory (``data/outbox/.staging-<name>-<pid>/``), renamed into
+place once complete, and only then named in ``LATEST``.  The next publish diffs against,
+and takes its policy state from, the newest *complete* directory (one with a manifest),
+so a publish that fails or is killed half way leaves nothing the next run reads; its
+staging directory is removed by the next publish (under the outbox lock)::
 
     data/outbox/20261202T151000Z/
         risk_list.parquet | .csv | .jsonl   the list, schema v1 (see risk_list.py)
         diff.csv | diff.jsonl               changes against the previous publish
         slurm_drain.sh                      Slurm drain script (dry run unless --apply)
         k8s_cordon.sh                       kubectl cordon + taint script
+        slurm_resume.sh | k8s_uncordon.sh   undrain the nodes foreshock drained whose risk
+                                            cleared (dry run unless --apply; release.py)
         npd_foreshock_check.sh              node-problem-detector custom plugin check
         npd_foreshock.json                  its plugin configuration
         rejected.csv                        score rows refused (bad id, bad risk), if any
-        manifest.json                       counts, model, files, notes
-    data/outbox/policy_state.parquet        hysteresis / burn-in state for the next run
+        policy_state.parquet                hysteresis / burn-in state for the next run
+        manifest.json                       counts, model, files, notes (written last)
     data/outbox/LATEST                      name of the newest directory
 """
 
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,24 +40,33 @@ from foreshock.drain.kubernetes import (
     CORDON_SCRIPT,
     NPD_CONFIG,
     NPD_SCRIPT,
+    UNCORDON_SCRIPT,
     cordon_script,
     npd_check_script,
     npd_plugin_config,
+    uncordon_script,
 )
-from foreshock.drain.policy import ACTIONS, DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.notify import Message, NotifySettings, drain_message, send
+from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.release import nodes_to_release
 from foreshock.drain.risk_list import (
+    FILE_STEM,
     SCHEMA_VERSION,
     build_risk_list,
     read_risk_list,
     write_risk_list,
 )
 from foreshock.drain.shell import one_line
-from foreshock.drain.slurm import SCRIPT_NAME, slurm_script
+from foreshock.drain.slurm import RESUME_SCRIPT, SCRIPT_NAME, resume_script, slurm_script
 from foreshock.drain.state import STATE_FILE, PolicyState
-from foreshock.durations import parse_duration
-from foreshock.lake import atomic_write_text, partition_files, read_table
+from foreshock.drain.textfile import render, textfile_path, write_textfile
+from foreshock.durations import format_duration, parse_duration
+from foreshock.errors import UserError
+from foreshock.lake import atomic_write_text, lake_lock, partition_files, read_table
 
 LATEST_FILE = "LATEST"
+STAGING_PREFIX = ".staging-"
+MANIFEST_FILE = "manifest.json"
 DIR_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
@@ -63,11 +80,19 @@ class PublishResult:
     files: dict[str, Path]
     rejected: pl.DataFrame
     notes: list[str] = field(default_factory=list)
+    textfile: Path | None = None
+    notification: Message | None = None
+    notified: bool | None = None  # None: nothing to send, or no [notify] urls
 
     @property
     def counts(self) -> dict[str, int]:
-        found = dict(self.risk_list.group_by("action").len().iter_rows()) if self.risk_list.height else {}
-        return {action: int(found.get(action, 0)) for action in ACTIONS}
+        return action_counts(self.risk_list)
+
+
+def action_counts(risk_list: pl.DataFrame) -> dict[str, int]:
+    """Units per action (every action present, zero when absent)."""
+    found = dict(risk_list.group_by("action").len().iter_rows()) if risk_list.height else {}
+    return {action: int(found.get(action, 0)) for action in ACTIONS}
 
 
 def check_scores(scores: pl.DataFrame, source: str) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -130,26 +155,43 @@ def _one_model(scores: pl.DataFrame, model: str | None, source: Path) -> pl.Data
     return scores
 
 
-def previous_list_dir(outbox_dir: Path, before: str | None = None) -> Path | None:
-    """The newest outbox directory holding a risk list (older than ``before`` if given)."""
+def previous_list_dir(outbox_dir: Path) -> Path | None:
+    """The newest complete outbox directory (manifest and risk list present), if any."""
     outbox_dir = Path(outbox_dir)
     if not outbox_dir.is_dir():
         return None
-    names = sorted(p.name for p in outbox_dir.iterdir() if (p / "risk_list.parquet").is_file())
-    if before is not None:
-        names = [n for n in names if n < before]
+    names = sorted(
+        p.name
+        for p in outbox_dir.iterdir()
+        if not p.name.startswith(".") and (p / MANIFEST_FILE).is_file() and (p / f"{FILE_STEM}.parquet").is_file()
+    )
     return outbox_dir / names[-1] if names else None
 
 
-def _new_dir(outbox_dir: Path, generated_at: datetime) -> Path:
+def load_state(outbox_dir: Path, previous_dir: Path | None) -> PolicyState:
+    """The policy state the newest complete publish left (empty on the first publish).
+
+    Outboxes written before the state moved into each directory kept it at
+    ``data/outbox/policy_state.parquet``: read there when no directory has one.
+    """
+    if previous_dir is not None and (previous_dir / STATE_FILE).is_file():
+        return PolicyState.load(previous_dir / STATE_FILE)
+    return PolicyState.load(Path(outbox_dir) / STATE_FILE)
+
+
+def _new_name(outbox_dir: Path, generated_at: datetime) -> str:
     base = generated_at.strftime(DIR_FORMAT)
-    candidate = Path(outbox_dir) / base
-    suffix = 1
-    while candidate.exists():
-        candidate = Path(outbox_dir) / f"{base}-{suffix:02d}"
+    name, suffix = base, 1
+    while (Path(outbox_dir) / name).exists():
+        name = f"{base}-{suffix:02d}"
         suffix += 1
-    candidate.mkdir(parents=True)
-    return candidate
+    return name
+
+
+def _remove_staging_leftovers(outbox_dir: Path) -> None:
+    """Staging directories of publishes that failed or were killed (caller holds the lock)."""
+    for leftover in Path(outbox_dir).glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _write_script(path: Path, text: str) -> Path:
@@ -158,8 +200,125 @@ def _write_script(path: Path, text: str) -> Path:
     return path
 
 
+class StaleScoresError(UserError):
+    """The scores are older than ``[policy] max_score_age``."""
+
+
+def check_fresh(scores_at: datetime | None, now: datetime, max_age: timedelta) -> None:
+    """Refuse scores whose newest snapshot is older than ``max_age`` at ``now``.
+
+    Raises
+    ------
+    StaleScoresError
+        With one line that says how old, the limit, and what to run.
+    """
+    if scores_at is None or now - scores_at <= max_age:
+        return
+    raise StaleScoresError(
+        f"scores are {format_duration(now - scores_at)} old (newest snapshot {scores_at:%Y-%m-%d %H:%M} UTC, "
+        f"[policy] max_score_age = {format_duration(max_age)}): run `foreshock score` first, "
+        "or publish them anyway with --allow-stale"
+    )
+
+
 def _lake_table(lake_dir: Path, table: str) -> pl.DataFrame | None:
     return read_table(lake_dir, table) if partition_files(lake_dir, table) else None
+
+
+@dataclass
+class Draft:
+    """A publish before anything is written: the decision on the scores and its risk list."""
+
+    generated_at: datetime
+    scores_path: Path
+    settings: PolicySettings
+    decision: Decision
+    risk_list: pl.DataFrame
+    rejected: pl.DataFrame
+    decision_time: datetime | None
+    release: list[tuple[str, str]]
+
+
+def build_list(
+    config: Any,
+    scores_path: Path,
+    generated_at: datetime,
+    state: PolicyState,
+    *,
+    node_states: pl.DataFrame | None = None,
+    model: str | None = None,
+) -> Draft:
+    """Step 1: read and check the scores, run the policy, shape the risk list."""
+    settings = PolicySettings.from_config(config)
+    scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
+    risks = unit_risk_table(scores, settings.horizon)
+    decision_time = risks.get_column("ts").max() if risks.height else None
+    decision = DrainPolicy(settings).decide(
+        risks,
+        decision_time or generated_at,
+        state,
+        inventory=_lake_table(config.lake_dir, "inventory"),
+        failures=_lake_table(config.lake_dir, "failures"),
+        node_states=node_states,
+    )
+    risk_list = build_risk_list(decision.recommendations, generated_at)
+    release = nodes_to_release(risk_list, decision.released, settings.exit_risk, node_states)
+    return Draft(generated_at, scores_path, settings, decision, risk_list, rejected, decision_time, release)
+
+
+def write_exports(draft: Draft, diff: pl.DataFrame, directory: Path, npd_max_age: timedelta) -> dict[str, Path]:
+    """Step 2: the list, the diff, the scripts and the refused rows into ``directory``."""
+    risk_list, generated_at = draft.risk_list, draft.generated_at
+    files = {f"risk_list.{k}": v for k, v in write_risk_list(risk_list, directory).items()}
+    files["diff.csv"] = directory / "diff.csv"
+    atomic_write_text(files["diff.csv"], diff.write_csv())
+    files["diff.jsonl"] = directory / "diff.jsonl"
+    atomic_write_text(files["diff.jsonl"], diff.write_ndjson())
+    files[SCRIPT_NAME] = _write_script(directory / SCRIPT_NAME, slurm_script(risk_list, generated_at))
+    files[CORDON_SCRIPT] = _write_script(directory / CORDON_SCRIPT, cordon_script(risk_list, generated_at))
+    files[RESUME_SCRIPT] = _write_script(directory / RESUME_SCRIPT, resume_script(draft.release, generated_at))
+    files[UNCORDON_SCRIPT] = _write_script(directory / UNCORDON_SCRIPT, uncordon_script(draft.release, generated_at))
+    npd = npd_check_script(risk_list, generated_at, draft.decision_time or generated_at, npd_max_age)
+    files[NPD_SCRIPT] = _write_script(directory / NPD_SCRIPT, npd)
+    files[NPD_CONFIG] = directory / NPD_CONFIG
+    atomic_write_text(files[NPD_CONFIG], npd_plugin_config(f"/etc/node-problem-detector/plugin/{NPD_SCRIPT}"))
+    if draft.rejected.height:
+        files["rejected.csv"] = directory / "rejected.csv"
+        atomic_write_text(files["rejected.csv"], draft.rejected.write_csv())
+    return files
+
+
+def manifest(draft: Draft, diff: pl.DataFrame, files: dict[str, Path], previous_dir: Path | None) -> dict[str, Any]:
+    """Step 3: what the directory holds (counts, model, files, notes)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": draft.generated_at.isoformat(),
+        "decision_time": draft.decision_time.isoformat() if draft.decision_time else None,
+        "scores": str(draft.scores_path),
+        "previous": previous_dir.name if previous_dir else None,
+        "horizon": draft.settings.horizon,
+        "actions": action_counts(draft.risk_list),
+        "new_drains": draft.decision.new_drains,
+        "released_units": draft.decision.released,
+        "released_nodes": [node for node, _ in draft.release],
+        "diff": summarize_diff(diff),
+        "rejected_rows": draft.rejected.height,
+        "notes": draft.decision.notes,
+        "files": sorted(p.name for p in files.values()) + [MANIFEST_FILE],
+    }
+
+
+def write_directory(
+    draft: Draft, diff: pl.DataFrame, previous_dir: Path | None, staging: Path, npd_max_age: timedelta
+) -> dict[str, Path]:
+    """Steps 2-3 into a fresh staging directory: exports, policy state, then the manifest."""
+    staging.mkdir(parents=True)
+    files = write_exports(draft, diff, staging, npd_max_age)
+    draft.decision.state.save(staging / STATE_FILE)
+    files[STATE_FILE] = staging / STATE_FILE
+    files[MANIFEST_FILE] = staging / MANIFEST_FILE
+    atomic_write_text(files[MANIFEST_FILE], json.dumps(manifest(draft, diff, files, previous_dir), indent=2) + "\n")
+    return files
 
 
 def publish(
@@ -170,6 +329,7 @@ def publish(
     node_states: pl.DataFrame | None = None,
     npd_max_age: timedelta | None = None,
     model: str | None = None,
+    allow_stale: bool = False,
 ) -> PublishResult:
     """Run the policy on the latest scores and write a new outbox directory.
 
@@ -186,72 +346,74 @@ def publish(
         left alone (see :func:`foreshock.drain.slurm.read_sinfo`).
     npd_max_age
         How old the NPD check's embedded list may get before it answers "unknown"
-        (default ``[policy] export_max_age``, else 6h).
+        (default ``[policy] export_max_age``).
     model
         Which model's rows to use when the scores hold several (``model`` column).
+    allow_stale
+        Publish scores older than ``[policy] max_score_age`` anyway.
+
+    Raises
+    ------
+    StaleScoresError
+        When the newest scores are older than ``[policy] max_score_age`` (and not
+        ``allow_stale``); nothing is written.
     """
     scores_path = Path(scores_path or config.latest_scores)
     if not scores_path.is_file():
         raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
     generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)
-    settings = PolicySettings.from_config(config)
-    scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
-    risks = unit_risk_table(scores, settings.horizon)
-    decision_time = risks.get_column("ts").max() if risks.height else None
+    notify = NotifySettings.from_config(config)  # a bad [notify] section stops before anything is written
     outbox_dir = Path(config.outbox_dir)
-    state_path = outbox_dir / STATE_FILE
-    decision = DrainPolicy(settings).decide(
-        risks,
-        decision_time or generated_at,
-        PolicyState.load(state_path),
-        inventory=_lake_table(config.lake_dir, "inventory"),
-        failures=_lake_table(config.lake_dir, "failures"),
-        node_states=node_states,
-    )
-    risk_list = build_risk_list(decision.recommendations, generated_at)
-
-    previous_dir = previous_list_dir(outbox_dir)
-    previous = read_risk_list(previous_dir / "risk_list.parquet") if previous_dir else None
-    diff = diff_risk_lists(previous, risk_list)
-
-    directory = _new_dir(outbox_dir, generated_at)
-    files = {f"risk_list.{k}": v for k, v in write_risk_list(risk_list, directory).items()}
-    files["diff.csv"] = directory / "diff.csv"
-    atomic_write_text(files["diff.csv"], diff.write_csv())
-    files["diff.jsonl"] = directory / "diff.jsonl"
-    atomic_write_text(files["diff.jsonl"], diff.write_ndjson())
-    files[SCRIPT_NAME] = _write_script(directory / SCRIPT_NAME, slurm_script(risk_list, generated_at))
-    files[CORDON_SCRIPT] = _write_script(directory / CORDON_SCRIPT, cordon_script(risk_list, generated_at))
-    max_age = npd_max_age or parse_duration(config.section("policy").get("export_max_age", "6h"))
-    files[NPD_SCRIPT] = _write_script(directory / NPD_SCRIPT, npd_check_script(risk_list, generated_at, max_age))
-    files[NPD_CONFIG] = directory / NPD_CONFIG
-    atomic_write_text(files[NPD_CONFIG], npd_plugin_config(f"/etc/node-problem-detector/plugin/{NPD_SCRIPT}"))
-    if rejected.height:
-        files["rejected.csv"] = directory / "rejected.csv"
-        atomic_write_text(files["rejected.csv"], rejected.write_csv())
-
+    with lake_lock(outbox_dir):  # one publish at a time: the previous list must not move
+        _remove_staging_leftovers(outbox_dir)
+        previous_dir = previous_list_dir(outbox_dir)
+        draft = build_list(
+            config,
+            scores_path,
+            generated_at,
+            load_state(outbox_dir, previous_dir),
+            node_states=node_states,
+            model=model,
+        )
+        if not allow_stale:
+            check_fresh(draft.decision_time, generated_at, config.duration("policy", "max_score_age"))
+        previous = read_risk_list(previous_dir / f"{FILE_STEM}.parquet") if previous_dir else None
+        diff = diff_risk_lists(previous, draft.risk_list)
+        name = _new_name(outbox_dir, generated_at)
+        staging = outbox_dir / f"{STAGING_PREFIX}{name}-{os.getpid()}"
+        max_age = npd_max_age or config.duration("policy", "export_max_age")
+        files = write_directory(draft, diff, previous_dir, staging, max_age)
+        directory = outbox_dir / name
+        os.rename(staging, directory)  # the directory appears complete or not at all
+        atomic_write_text(outbox_dir / LATEST_FILE, name + "\n")
+        metrics = write_textfile(
+            textfile_path(config),
+            render(
+                draft.risk_list,
+                generated_at=generated_at,
+                scores_at=draft.decision_time,
+                new_drains=len(draft.decision.new_drains),
+            ),
+        )
     result = PublishResult(
-        directory=directory, risk_list=risk_list, diff=diff, files=files, rejected=rejected, notes=decision.notes
+        directory=directory,
+        risk_list=draft.risk_list,
+        diff=diff,
+        files={key: directory / path.name for key, path in files.items()},
+        rejected=draft.rejected,
+        notes=draft.decision.notes,
+        textfile=metrics,
     )
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "generated_at": generated_at.isoformat(),
-        "decision_time": decision_time.isoformat() if decision_time else None,
-        "scores": str(scores_path),
-        "previous": previous_dir.name if previous_dir else None,
-        "horizon": settings.horizon,
-        "actions": result.counts,
-        "new_drains": decision.new_drains,
-        "diff": summarize_diff(diff),
-        "rejected_rows": rejected.height,
-        "notes": decision.notes,
-        "files": sorted(p.name for p in files.values()) + ["manifest.json"],
-    }
-    atomic_write_text(directory / "manifest.json", json.dumps(manifest, indent=2) + "\n")
-    files["manifest.json"] = directory / "manifest.json"
-    decision.state.save(state_path)
-    atomic_write_text(outbox_dir / LATEST_FILE, directory.name + "\n")
+    result.notification = _notify(notify, result)
     return result
+
+
+def _notify(settings: NotifySettings, result: PublishResult) -> Message | None:
+    """Tell ``[notify] urls`` about new and escalated drains (after the outbox is in place)."""
+    message = drain_message(result.diff, result.risk_list, settings.min_action, str(result.directory))
+    if message is not None and settings.urls:
+        result.notified = send(message, settings)
+    return message
 
 
 def format_top(risk_list: pl.DataFrame, limit: int = 10) -> str:

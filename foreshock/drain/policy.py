@@ -236,6 +236,9 @@ class Decision:
         The state to persist for the next run.
     new_drains
         Units whose drain was granted by this run (not already draining).
+    released
+        Units whose drain ended in this run because their risk fell below ``exit_risk``
+        (their nodes may be resumed / uncordoned, see :mod:`foreshock.drain.release`).
     notes
         Messages about the inputs (e.g. a fault-domain column that is absent).
     """
@@ -244,13 +247,14 @@ class Decision:
     state: PolicyState
     new_drains: list[str]
     notes: list[str]
+    released: list[str] = field(default_factory=list)
 
 
 def _fmt_risk(value: float) -> str:
     return f"{value:.2f}"
 
 
-def _fmt_hours(hours: float | None) -> str:
+def format_hours(hours: float | None) -> str:
     if hours is None or not math.isfinite(hours):
         return "n/a"
     if hours >= 48:
@@ -260,7 +264,7 @@ def _fmt_hours(hours: float | None) -> str:
     return f"{hours * 60:.0f}m"
 
 
-def _signals_text(top_signals: Any, limit: int = 3) -> str:
+def signals_text(top_signals: Any, limit: int = 3) -> str:
     if not top_signals:
         return ""
     parts = []
@@ -284,6 +288,150 @@ def _out_node_reason(state: str | None, reason: str | None) -> str | None:
 
 def _to_utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def fleet_table(risks: pl.DataFrame, inventory: pl.DataFrame | None) -> pl.DataFrame:
+    """Every unit with its fault-domain columns: the inventory plus the scored units it lacks.
+
+    Without an inventory the scored units stand in for the fleet.  The guards are sized
+    from this table (cluster size, units per rack, node, lot...).
+    """
+    scored = risks.select([c for c in ("unit_id", "node", "rack") if c in risks.columns]).unique(
+        "unit_id", keep="first"
+    )
+    if inventory is None or inventory.height == 0:
+        return scored.sort("unit_id")
+    inv = inventory.unique("unit_id", keep="first")
+    extra = scored.join(inv.select("unit_id"), on="unit_id", how="anti")
+    return pl.concat([inv, extra], how="diagonal_relaxed").sort("unit_id")
+
+
+def _quota(size: int, share: float) -> int:
+    """Units a group of ``size`` may have out: ``floor(share * size)``, at least one."""
+    return max(1, math.floor(share * size)) if size > 0 else 0
+
+
+@dataclass
+class Capacity:
+    """The guards' bookkeeping: who is out of service and how many more may go.
+
+    Built once per run from the fleet (:func:`fleet_table`).  Units are marked out as the
+    run finds them (held by another tool, in repair or burn-in, continuing drains) and as
+    new drains are granted; :meth:`refusal` names the guard a new drain would break.
+    """
+
+    settings: PolicySettings
+    cluster_size: int
+    domains: list[str]
+    domain_of: dict[str, dict]
+    domain_size: dict[str, Counter]
+    missing_domains: list[str] = field(default_factory=list)
+    out: set[str] = field(default_factory=set)
+    granted: list[str] = field(default_factory=list)
+    out_by_domain: dict[str, Counter] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.out_by_domain = {d: Counter() for d in self.domains}
+
+    @classmethod
+    def of_fleet(cls, fleet: pl.DataFrame, settings: PolicySettings) -> Capacity:
+        domains = [d for d in settings.fault_domains if d in fleet.columns]
+        lookup = ["unit_id", *dict.fromkeys([c for c in ("node",) if c in fleet.columns] + domains)]
+        return cls(
+            settings=settings,
+            cluster_size=fleet.height,
+            domains=domains,
+            domain_of={row["unit_id"]: row for row in fleet.select(lookup).to_dicts()},
+            domain_size={d: Counter(fleet.get_column(d).to_list()) for d in domains},
+            missing_domains=[d for d in settings.fault_domains if d not in fleet.columns],
+        )
+
+    def node_of(self, unit_id: str) -> str | None:
+        return self.domain_of.get(unit_id, {}).get("node")
+
+    def mark_out(self, unit_id: str) -> None:
+        if unit_id in self.out:
+            return
+        self.out.add(unit_id)
+        for d in self.domains:
+            self.out_by_domain[d][self.domain_of.get(unit_id, {}).get(d)] += 1
+
+    def grant(self, unit_id: str) -> None:
+        self.granted.append(unit_id)
+        self.mark_out(unit_id)
+
+    def refusal(self, unit_id: str) -> str | None:
+        """The guard (``name: details``) that holds a new drain of ``unit_id`` back, if any."""
+        s = self.settings
+        if len(self.granted) >= s.max_new_drains_per_run:
+            return f"rate limit: {s.max_new_drains_per_run} new drains per run already granted"
+        cluster_quota = _quota(self.cluster_size, s.max_drained_share_cluster)
+        if len(self.out) + 1 > cluster_quota:
+            return (
+                f"cluster quota: {len(self.out)} of {self.cluster_size} units out "
+                f"(max {s.max_drained_share_cluster:.0%} = {cluster_quota})"
+            )
+        for d in self.domains:
+            value = self.domain_of.get(unit_id, {}).get(d)
+            if value is None:
+                continue
+            size, out = self.domain_size[d][value], self.out_by_domain[d][value]
+            quota = _quota(size, s.max_drained_share_per_domain)
+            if out + 1 > quota:
+                return (
+                    f"{d} quota: {d} {value} has {out} of {size} "
+                    f"units out (max {s.max_drained_share_per_domain:.0%} = {quota})"
+                )
+        return None
+
+
+@dataclass
+class _Run:
+    """One decision run: its inputs, looked up once, and what it has decided so far."""
+
+    now: datetime
+    previous: PolicyState
+    capacity: Capacity
+    other_tool: dict[str, str]  # node -> the reason another tool set
+    out_of_service: dict[str, str]  # unit -> why it is out
+    last_failure: dict[str, datetime]  # unit -> its latest recent failure
+    decided: dict[str, dict] = field(default_factory=dict)
+    candidates: list[dict] = field(default_factory=list)  # rows asking for a new drain
+    released: list[str] = field(default_factory=list)  # drains ended: risk below exit_risk
+    state: PolicyState = field(default_factory=PolicyState)
+
+    def mark_held_units(self) -> None:
+        """Units on nodes another tool holds, or out for another reason, count as out even
+        when they are not scored."""
+        for unit_id in self.capacity.domain_of:
+            if self.capacity.node_of(unit_id) in self.other_tool or unit_id in self.out_of_service:
+                self.capacity.mark_out(unit_id)
+
+    def record(self, decision: dict, unit: UnitState | None = None) -> None:
+        """Keep a unit's decision (and its state for the next run when given)."""
+        self.decided[decision["unit_id"]] = decision
+        if unit is not None:
+            self.state.units[unit.unit_id] = unit
+
+    def hold(self, decision: dict, unit: UnitState) -> None:
+        """A unit out of service for a reason of its own: counted out, remembered."""
+        self.capacity.mark_out(unit.unit_id)
+        self.record(decision, unit)
+
+
+def _other_tool_nodes(node_states: pl.DataFrame | None) -> dict[str, str]:
+    if node_states is None or node_states.height == 0:
+        return {}
+    out = {}
+    for row in node_states.to_dicts():
+        reason = _out_node_reason(row.get("state"), row.get("reason"))
+        if reason is not None:
+            out[row["node"]] = reason
+    return out
+
+
+def _has_risk(row: dict) -> bool:
+    return row.get("risk") is not None and math.isfinite(row["risk"])
 
 
 class DrainPolicy:
@@ -332,101 +480,70 @@ class DrainPolicy:
         out_of_service
             Units known to be out for another reason (unit id -> reason).
         """
-        s = self.settings
         now = _to_utc(now)
-        state = state or PolicyState()
-        notes: list[str] = []
-        fleet = self._fleet(risks, inventory)
-        domains = [d for d in s.fault_domains if d in fleet.columns]
-        for missing in (d for d in s.fault_domains if d not in fleet.columns):
-            notes.append(f"fault domain {missing!r} is not an inventory column: not guarded")
-        lookup = ["unit_id", *dict.fromkeys([c for c in ("node",) if c in fleet.columns] + domains)]
-        domain_of = {row["unit_id"]: row for row in fleet.select(lookup).to_dicts()}
-        domain_size = {d: Counter(fleet.get_column(d).to_list()) for d in domains}
-        cluster_size = fleet.height
-
-        other_tool = self._other_tool_nodes(node_states)
-        last_failure = self._last_failures(failures, now)
-        out_of_service = dict(out_of_service or {})
-
-        rows = risks.to_dicts()
-        out_units: set[str] = set()
-        decided: dict[str, dict] = {}
-        candidates: list[dict] = []
-        new_state = PolicyState()
-
-        # Units on nodes another tool holds count as out even when not scored.
-        for unit_id, row in domain_of.items():
-            if row.get("node") in other_tool or unit_id in out_of_service:
-                out_units.add(unit_id)
-
-        for row in rows:
-            unit_id = row["unit_id"]
-            prev = state.get(unit_id)
-            unit = UnitState(unit_id=unit_id, last_risk=row.get("risk"), last_seen=row.get("ts"))
-            unit.returned_after, unit.returned_at = prev.returned_after, prev.returned_at
-            held = self._left_alone(row, other_tool, out_of_service, last_failure)
-            if held is not None:
-                out_units.add(unit_id)
-                decided[unit_id] = self._row(row, "none", held, None)
-                new_state.units[unit_id] = unit
-                continue
-            burn_in = self._burn_in(row, unit, last_failure, now)
-            if burn_in is not None:
-                out_units.add(unit_id)
-                decided[unit_id] = self._row(row, "run_diagnostics", burn_in, None)
-                new_state.units[unit_id] = unit
-                continue
-            if row.get("risk") is None or not math.isfinite(row["risk"]):
-                decided[unit_id] = self._row(row, "none", f"no risk score for horizon {s.horizon}", None)
-                continue
-            level = self._level(row["risk"], prev.level)
-            if level == LEVEL_DRAIN and not self._drain_pays(row["risk"]):
-                level = LEVEL_DIAGNOSTICS
-            unit.level = level
-            if level == LEVEL_DRAIN:
-                if prev.level == LEVEL_DRAIN:
-                    out_units.add(unit_id)
-                    unit.drain_since = prev.drain_since or now
-                    unit.drain_action = self._drain_action(row, prev.drain_action)
-                    decided[unit_id] = self._row(row, unit.drain_action, self._drain_reason(row, unit, True), None)
-                else:
-                    candidates.append(row)
-            else:
-                action = ACTIONS[level]
-                decided[unit_id] = self._row(row, action, self._level_reason(row, level, prev.level), None)
-            if level > LEVEL_NONE or self._remember_return(unit, now):
-                new_state.units[unit_id] = unit
-
-        new_drains = self._grant(
-            candidates, now, state, new_state, decided, out_units, domain_of, domains, domain_size, cluster_size
+        capacity = Capacity.of_fleet(fleet_table(risks, inventory), self.settings)
+        run = _Run(
+            now=now,
+            previous=state or PolicyState(),
+            capacity=capacity,
+            other_tool=_other_tool_nodes(node_states),
+            out_of_service=dict(out_of_service or {}),
+            last_failure=self._last_failures(failures, now),
         )
-        recommendations = self._frame(decided, risks)
-        return Decision(recommendations=recommendations, state=new_state, new_drains=new_drains, notes=notes)
+        run.mark_held_units()
+        for row in risks.to_dicts():
+            self._decide_unit(run, row)
+        self._grant(run)
+        notes = [f"fault domain {d!r} is not an inventory column: not guarded" for d in capacity.missing_domains]
+        return Decision(
+            recommendations=self._frame(run.decided, risks),
+            state=run.state,
+            new_drains=capacity.granted,
+            notes=notes,
+            released=run.released,
+        )
+
+    def _decide_unit(self, run: _Run, row: dict) -> None:
+        """Steps 1-5 for one unit; a new drain waits in ``run.candidates`` for the guards."""
+        unit_id = row["unit_id"]
+        prev = run.previous.get(unit_id)
+        unit = UnitState(
+            unit_id=unit_id,
+            last_risk=row.get("risk"),
+            last_seen=row.get("ts"),
+            returned_after=prev.returned_after,
+            returned_at=prev.returned_at,
+        )
+        held = self._left_alone(row, run)
+        if held is not None:
+            run.hold(self._row(row, "none", held, None), unit)
+            return
+        burn_in = self._burn_in(row, unit, run)
+        if burn_in is not None:
+            run.hold(self._row(row, "run_diagnostics", burn_in, None), unit)
+            return
+        if not _has_risk(row):
+            run.record(self._row(row, "none", f"no risk score for horizon {self.settings.horizon}", None))
+            return
+        unit.level = self._level(row["risk"], prev.level)
+        if unit.level == LEVEL_DRAIN and not self._drain_pays(row["risk"]):
+            unit.level = LEVEL_DIAGNOSTICS
+        if unit.level == LEVEL_DRAIN and prev.level == LEVEL_DRAIN:
+            run.capacity.mark_out(unit_id)
+            unit.drain_since = prev.drain_since or run.now
+            unit.drain_action = self._drain_action(row, prev.drain_action)
+            run.record(self._row(row, unit.drain_action, self._drain_reason(row, unit, True), None))
+        elif unit.level == LEVEL_DRAIN:
+            run.candidates.append(row)
+        else:
+            reason = self._level_reason(row, unit.level, prev.level)
+            run.record(self._row(row, ACTIONS[unit.level], reason, None))
+            if prev.level == LEVEL_DRAIN and row["risk"] < self.settings.exit_risk:
+                run.released.append(unit_id)
+        if unit.level > LEVEL_NONE or self._remember_return(unit, run.now):
+            run.state.units[unit_id] = unit
 
     # --- inputs -----------------------------------------------------------------------
-
-    @staticmethod
-    def _fleet(risks: pl.DataFrame, inventory: pl.DataFrame | None) -> pl.DataFrame:
-        """Every unit with its fault-domain columns: inventory, plus scored units it lacks."""
-        scored_cols = [c for c in ("unit_id", "node", "rack") if c in risks.columns]
-        scored = risks.select(scored_cols)
-        if inventory is None or inventory.height == 0:
-            return scored
-        inv = inventory.unique("unit_id", keep="first")
-        extra = scored.join(inv.select("unit_id"), on="unit_id", how="anti")
-        return pl.concat([inv, extra], how="diagonal_relaxed")
-
-    @staticmethod
-    def _other_tool_nodes(node_states: pl.DataFrame | None) -> dict[str, str]:
-        if node_states is None or node_states.height == 0:
-            return {}
-        out = {}
-        for row in node_states.to_dicts():
-            reason = _out_node_reason(row.get("state"), row.get("reason"))
-            if reason is not None:
-                out[row["node"]] = reason
-        return out
 
     def _last_failures(self, failures: pl.DataFrame | None, now: datetime) -> dict[str, datetime]:
         """Each unit's latest failure at or before ``now`` that is recent enough to matter."""
@@ -441,28 +558,28 @@ class DrainPolicy:
 
     # --- per-unit rules ---------------------------------------------------------------
 
-    def _left_alone(
-        self, row: dict, other_tool: dict[str, str], out_of_service: dict[str, str], last_failure: dict
-    ) -> str | None:
+    def _left_alone(self, row: dict, run: _Run) -> str | None:
         node = row.get("node")
-        if node in other_tool:
-            return f"left alone: node {node} is out of service by another tool ({other_tool[node]})"
-        if row["unit_id"] in out_of_service:
-            return f"left alone: out of service ({out_of_service[row['unit_id']]})"
-        failed_at = last_failure.get(row["unit_id"])
+        if node in run.other_tool:
+            return f"left alone: node {node} is out of service by another tool ({run.other_tool[node]})"
+        if row["unit_id"] in run.out_of_service:
+            return f"left alone: out of service ({run.out_of_service[row['unit_id']]})"
+        failed_at = run.last_failure.get(row["unit_id"])
         if failed_at is not None and (row.get("ts") is None or row["ts"] <= failed_at):
             return f"left alone: down since failure at {failed_at:%Y-%m-%d %H:%M} UTC (in repair)"
         return None
 
-    def _burn_in(self, row: dict, unit: UnitState, last_failure: dict, now: datetime) -> str | None:
-        """Hardware admission: a unit back from a failure (or a repair) is held for burn-in."""
-        failed_at = last_failure.get(row["unit_id"])
+    def _burn_in(self, row: dict, unit: UnitState, run: _Run) -> str | None:
+        """Hardware admission: a unit back from a failure (or a repair) is held for burn-in.
+
+        Records the return on ``unit`` the first time it is seen back."""
+        failed_at = run.last_failure.get(row["unit_id"])
         if failed_at is not None and unit.returned_after != failed_at:  # first seen back
-            unit.returned_after, unit.returned_at = failed_at, row.get("ts") or now
+            unit.returned_after, unit.returned_at = failed_at, row.get("ts") or run.now
         if unit.returned_at is None:
             return None
         until = unit.returned_at + self.settings.burn_in
-        if now >= until:
+        if run.now >= until:
             return None
         back_from = f"{unit.returned_after:%Y-%m-%d %H:%M} UTC" if unit.returned_after else "repair"
         return (
@@ -504,10 +621,10 @@ class DrainPolicy:
     # --- reasons ----------------------------------------------------------------------
 
     def _risk_phrase(self, row: dict) -> str:
-        return f"P(fail<{self.settings.horizon})={_fmt_risk(row['risk'])}, lead ~{_fmt_hours(row.get('lead_time_h'))}"
+        return f"P(fail<{self.settings.horizon})={_fmt_risk(row['risk'])}, lead ~{format_hours(row.get('lead_time_h'))}"
 
     def _with_signals(self, text: str, row: dict) -> str:
-        signals = _signals_text(row.get("top_signals"))
+        signals = signals_text(row.get("top_signals"))
         return f"{text}; signals: {signals}" if signals else text
 
     def _drain_reason(self, row: dict, unit: UnitState, continuing: bool) -> str:
@@ -518,7 +635,7 @@ class DrainPolicy:
             if unit.drain_action == "drain_now"
             else f"after the next checkpoint (every {interval})"
         )
-        saving = costs.expected_loss(row["risk"]) - costs.expected_drain_cost(row["risk"])
+        saving = self._saving(row)
         lead = "continuing drain" if continuing else "drain"
         text = f"{lead} {when}: {self._risk_phrase(row)}, expected saving {saving:.0f} GPU-h"
         return self._with_signals(text, row)
@@ -549,71 +666,24 @@ class DrainPolicy:
 
     # --- guards -----------------------------------------------------------------------
 
-    def _quota(self, size: int, share: float) -> int:
-        return max(1, math.floor(share * size)) if size > 0 else 0
+    def _saving(self, row: dict) -> float:
+        costs = self.settings.costs
+        return costs.expected_loss(row["risk"]) - costs.expected_drain_cost(row["risk"])
 
-    def _grant(
-        self,
-        candidates: list[dict],
-        now: datetime,
-        old_state: PolicyState,
-        new_state: PolicyState,
-        decided: dict[str, dict],
-        out_units: set[str],
-        domain_of: dict[str, dict],
-        domains: list[str],
-        domain_size: dict[str, Counter],
-        cluster_size: int,
-    ) -> list[str]:
-        s = self.settings
-        costs = s.costs
-        out_by_domain = {d: Counter(domain_of.get(u, {}).get(d) for u in out_units) for d in domains}
-        cluster_quota = self._quota(cluster_size, s.max_drained_share_cluster)
-        granted: list[str] = []
-        ranked = sorted(
-            candidates,
-            key=lambda r: (-(costs.expected_loss(r["risk"]) - costs.expected_drain_cost(r["risk"])), r["unit_id"]),
-        )
-        for row in ranked:
-            unit_id = row["unit_id"]
-            unit = new_state.units.get(unit_id) or UnitState(unit_id=unit_id)
-            guard = None
-            if len(granted) >= s.max_new_drains_per_run:
-                guard = f"rate limit: {s.max_new_drains_per_run} new drains per run already granted"
-            elif len(out_units) + 1 > cluster_quota:
-                guard = (
-                    f"cluster quota: {len(out_units)} of {cluster_size} units out "
-                    f"(max {s.max_drained_share_cluster:.0%} = {cluster_quota})"
-                )
+    def _grant(self, run: _Run) -> None:
+        """Step 6: grant new drains, largest expected saving first, while the guards allow."""
+        for row in sorted(run.candidates, key=lambda r: (-self._saving(r), r["unit_id"])):
+            unit = run.state.units[row["unit_id"]]
+            guard = run.capacity.refusal(unit.unit_id)
+            if guard is None:
+                run.capacity.grant(unit.unit_id)
+                unit.drain_since = run.now
+                unit.drain_action = self._drain_action(row, run.previous.get(unit.unit_id).drain_action)
+                run.record(self._row(row, unit.drain_action, self._drain_reason(row, unit, False), None), unit)
             else:
-                for d in domains:
-                    value = domain_of.get(unit_id, {}).get(d)
-                    if value is None:
-                        continue
-                    quota = self._quota(domain_size[d][value], s.max_drained_share_per_domain)
-                    if out_by_domain[d][value] + 1 > quota:
-                        guard = (
-                            f"{d} quota: {d} {value} has {out_by_domain[d][value]} of {domain_size[d][value]} "
-                            f"units out (max {s.max_drained_share_per_domain:.0%} = {quota})"
-                        )
-                        break
-            if guard is not None:
-                # Held back: remembered one level lower so the next run asks again.
-                unit.level = LEVEL_DIAGNOSTICS
+                unit.level = LEVEL_DIAGNOSTICS  # held back one level lower, so the next run asks again
                 text = self._with_signals(f"drain deferred by {guard}; {self._risk_phrase(row)}", row)
-                decided[unit_id] = self._row(row, "watch", text, guard.split(":", 1)[0])
-                new_state.units[unit_id] = unit
-                continue
-            granted.append(unit_id)
-            out_units.add(unit_id)
-            for d in domains:
-                out_by_domain[d][domain_of.get(unit_id, {}).get(d)] += 1
-            unit.level = LEVEL_DRAIN
-            unit.drain_since = now
-            unit.drain_action = self._drain_action(row, old_state.get(unit_id).drain_action)
-            decided[unit_id] = self._row(row, unit.drain_action, self._drain_reason(row, unit, False), None)
-            new_state.units[unit_id] = unit
-        return granted
+                run.record(self._row(row, "watch", text, guard.split(":", 1)[0]), unit)
 
     # --- output -----------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import polars as pl
 
-from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.policy import DrainPolicy, PolicySettings, fleet_table, unit_risk_table
 from foreshock.drain.state import PolicyState
 from foreshock.models.metrics import (  # the lead-time metrics' own definition
     AlertWindow,
@@ -101,15 +101,6 @@ def _drain_log_schema() -> dict[str, pl.DataType]:
         "lead_time_h": pl.Float64(),
         "outcome": pl.String(),
     }
-
-
-def _fleet(risks: pl.DataFrame, inventory: pl.DataFrame | None) -> pl.DataFrame:
-    scored = risks.select([c for c in ("unit_id", "node", "rack") if c in risks.columns]).unique("unit_id")
-    if inventory is None or inventory.height == 0:
-        return scored.sort("unit_id")
-    inv = inventory.unique("unit_id", keep="first")
-    extra = scored.join(inv.select("unit_id"), on="unit_id", how="anti")
-    return pl.concat([inv, extra], how="diagonal_relaxed").sort("unit_id")
 
 
 def simulate_policy(
@@ -318,7 +309,7 @@ def replay(
         risks = unit_risk_table(scores.filter(pl.col("model") == model), settings.horizon, latest_only=False)
         all_risks[model] = risks
         fleet_parts.append(risks)
-    fleet = _fleet(pl.concat(fleet_parts, how="diagonal_relaxed"), inventory)
+    fleet = fleet_table(pl.concat(fleet_parts, how="diagonal_relaxed"), inventory)
     units = fleet.height
 
     none_failures = in_period.with_columns(

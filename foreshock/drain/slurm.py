@@ -21,6 +21,7 @@ from foreshock.drain.policy import FORESHOCK_REASON_PREFIX
 from foreshock.drain.shell import APPLY_FLAGS, id_word, one_line, text_word
 
 SCRIPT_NAME = "slurm_drain.sh"
+RESUME_SCRIPT = "slurm_resume.sh"
 REASON_LIMIT = 200
 
 
@@ -64,6 +65,22 @@ def node_reasons(risk_list: pl.DataFrame, action: str) -> list[tuple[str, str]]:
     return out
 
 
+# Shared by the drain and resume scripts: the caller declares `local state current`.
+_READ_NODE = r"""
+# Set $state and $current (the reason) of node $1 from `scontrol show node`; on failure
+# count an error and return 1.
+read_node() {
+  local info
+  if ! info=$(scontrol show node "$1" 2>&1); then
+    echo "error: $1: scontrol show node failed: ${info//$'\n'/ }" >&2
+    errors=$((errors + 1))
+    return 1
+  fi
+  state=$(printf '%s\n' "$info" | sed -n 's/.*[[:space:]]State=\([^[:space:]]*\).*/\1/p' | sed -n 1p)
+  current=$(printf '%s\n' "$info" | sed -n 's/^[[:space:]]*Reason=\(.*\)$/\1/p' | sed -n 1p)
+}
+"""
+
 _HEADER = r"""#!/usr/bin/env bash
 # foreshock Slurm drain script (risk list schema v{schema}), generated {generated}.
 # Usage: {name} [--apply] [--at-checkpoint]
@@ -78,16 +95,10 @@ _HEADER = r"""#!/usr/bin/env bash
 drained=0
 left_alone=0
 errors=0
-
+{read_node}
 drain_node() {
-  local node=$1 reason=$2 info state current
-  if ! info=$(scontrol show node "$node" 2>&1); then
-    echo "error: $node: scontrol show node failed: ${info//$'\n'/ }" >&2
-    errors=$((errors + 1))
-    return 0
-  fi
-  state=$(printf '%s\n' "$info" | sed -n 's/.*[[:space:]]State=\([^[:space:]]*\).*/\1/p' | sed -n 1p)
-  current=$(printf '%s\n' "$info" | sed -n 's/^[[:space:]]*Reason=\(.*\)$/\1/p' | sed -n 1p)
+  local node=$1 reason=$2 state current
+  read_node "$node" || return 0
   case "$current" in
     "{prefix}"*)
       case "$state" in
@@ -133,6 +144,7 @@ def slurm_script(risk_list: pl.DataFrame, generated_at: datetime, schema_version
     later = [(n, r) for n, r in node_reasons(risk_list, "drain_at_checkpoint") if n not in {x for x, _ in now_nodes}]
     header = (
         _HEADER.replace("{parse_args}", APPLY_FLAGS)
+        .replace("{read_node}", _READ_NODE)
         .replace("{schema}", str(schema_version))
         .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
         .replace("{name}", SCRIPT_NAME)
@@ -150,6 +162,74 @@ def slurm_script(risk_list: pl.DataFrame, generated_at: datetime, schema_version
         lines.append("fi")
     lines.append(_FOOTER)
     return "\n".join(lines)
+
+
+_RESUME_HEADER = r"""#!/usr/bin/env bash
+# foreshock Slurm resume script (undrain), generated {generated}.
+# Usage: {name} [--apply]
+#   (no flag)        print what would be done; change nothing
+#   --apply          resume the nodes foreshock drained whose risk has cleared
+# Each node's state and reason are read with `scontrol show node` when this runs; only a
+# node drained with a reason starting with "foreshock:" is resumed. A node whose reason
+# another tool set, or that is down or failing, is left alone.
+{parse_args}
+
+resumed=0
+left_alone=0
+errors=0
+{read_node}
+resume_node() {
+  local node=$1 message=$2 state current
+  read_node "$node" || return 0
+  case "$current" in
+    "{prefix}"*) ;;
+    "")
+      echo "not drained by foreshock: $node (state $state, no reason)"
+      return 0 ;;
+    *)
+      echo "left alone: $node (state $state, reason set by another tool: $current)"
+      left_alone=$((left_alone + 1))
+      return 0 ;;
+  esac
+  case "$state" in
+    *DOWN*|*FAIL*)
+      echo "left alone: $node is $state"
+      left_alone=$((left_alone + 1))
+      return 0 ;;
+    *DRAIN*) ;;
+    *)
+      echo "not drained: $node (state $state)"
+      return 0 ;;
+  esac
+  if [ "$apply" = 1 ]; then
+    if scontrol update "NodeName=$node" State=UNDRAIN; then
+      echo "resumed: $node ($message)"
+      resumed=$((resumed + 1))
+    else
+      echo "error: $node: scontrol update failed" >&2
+      errors=$((errors + 1))
+    fi
+  else
+    printf 'would run: scontrol update %q State=UNDRAIN  # %s\n' "NodeName=$node" "$message"
+  fi
+}
+"""
+
+
+def resume_script(release: list[tuple[str, str]], generated_at: datetime) -> str:
+    """The Slurm resume script for ``(node, message)`` pairs (:func:`~foreshock.drain.release.nodes_to_release`)."""
+    header = (
+        _RESUME_HEADER.replace("{parse_args}", APPLY_FLAGS)
+        .replace("{read_node}", _READ_NODE)
+        .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        .replace("{name}", RESUME_SCRIPT)
+        .replace("{prefix}", FORESHOCK_REASON_PREFIX)
+    )
+    lines = [header, f"# released: {len(release)} node(s)"]
+    lines += [f"resume_node {id_word(node, 'node')} {text_word(message)}" for node, message in release]
+    lines.append('echo "summary: resumed=$resumed left_alone=$left_alone errors=$errors apply=$apply"')
+    lines.append('[ "$errors" = 0 ]')
+    return "\n".join(lines) + "\n"
 
 
 def read_sinfo(text: str) -> pl.DataFrame:

@@ -1,8 +1,9 @@
 """What the drain policy remembers between runs (hysteresis, burn-in), persisted as Parquet.
 
 The state is small (one row per unit that is, or recently was, above the watch level) and
-lives next to the outbox, ``data/outbox/policy_state.parquet``.  It is written atomically so
-a crashed publish never leaves half a state behind.
+is written into each outbox directory, ``data/outbox/<timestamp>/policy_state.parquet``,
+which appears complete or not at all (see :mod:`foreshock.drain.outbox`), so a crashed
+publish never leaves a state the next run would read.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ take plain values (settings, paths as text) so a deployment can run them.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -45,7 +46,11 @@ def _node_states(args: argparse.Namespace) -> pl.DataFrame | None:
 
 @task(cache_policy=NO_CACHE)
 def write_outbox(
-    settings: dict, scores_path: str | None, node_states_path: str | None, model: str | None = None
+    settings: dict,
+    scores_path: str | None,
+    node_states_path: str | None,
+    model: str | None = None,
+    allow_stale: bool = False,
 ) -> str:
     """Run the policy on the latest scores and write a new outbox directory."""
     from foreshock.drain.outbox import publish
@@ -54,14 +59,18 @@ def write_outbox(
     config = Config.from_settings(settings)
     node_states = read_sinfo(Path(node_states_path).read_text()) if node_states_path else None
     scores = Path(scores_path) if scores_path else None
-    return str(publish(config, scores, node_states=node_states, model=model).directory)
+    return str(publish(config, scores, node_states=node_states, model=model, allow_stale=allow_stale).directory)
 
 
 @flow(name="publish", log_prints=True, validate_parameters=False)
 def publish_flow(
-    settings: dict, scores_path: str | None = None, node_states_path: str | None = None, model: str | None = None
+    settings: dict,
+    scores_path: str | None = None,
+    node_states_path: str | None = None,
+    model: str | None = None,
+    allow_stale: bool = False,
 ) -> str:
-    return write_outbox(settings, scores_path, node_states_path, model)
+    return write_outbox(settings, scores_path, node_states_path, model, allow_stale)
 
 
 def run_publish(args: argparse.Namespace, config: Config) -> int:
@@ -85,6 +94,7 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
             str(scores_path),
             str(node_states_path) if node_states_path else None,
             args.model,
+            args.allow_stale,
         )
     )
     risk_list = read_risk_list(directory / "risk_list.parquet")
@@ -93,6 +103,9 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
     for name in sorted(p.name for p in directory.iterdir()):
         print(f"  {name}")
     print(f"dry run the Slurm drains with: bash {directory / 'slurm_drain.sh'}  (add --apply to drain)")
+    released = json.loads((directory / "manifest.json").read_text()).get("released_nodes", [])
+    if released:
+        print(f"{len(released)} node(s) to undrain: bash {directory / 'slurm_resume.sh'}  (add --apply to resume)")
     return 0
 
 
@@ -106,5 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     states.add_argument("--sinfo", action="store_true", help="read node states from the live Slurm (sinfo)")
     publish.add_argument("--model", help="model to use when the scores hold several (the `model` column)")
+    publish.add_argument(
+        "--allow-stale", action="store_true", help="publish scores older than [policy] max_score_age anyway"
+    )
     publish.add_argument("--top", type=int, default=10, help="rows of the list to print (default 10)")
     publish.set_defaults(func=run_publish)

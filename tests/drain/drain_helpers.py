@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def recent() -> datetime:
+    """The start of the previous hour: scores fresh enough to publish now."""
+    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+
+
 SLURM_NODES = [f"gpu-node{i:03d}" for i in range(1, 9)]
 
 
 def score_rows(
     risks: dict[str, float | tuple[float, float]],
-    ts: datetime = T0,
+    ts: datetime | None = None,
     *,
     rack_of=lambda node: "r1",
     model_name: str = "foreshock-risk",
@@ -22,8 +29,10 @@ def score_rows(
 ) -> pl.DataFrame:
     """Live scores for ``{unit_id: risk_72h}`` or ``{unit_id: (risk_24h, risk_72h)}``.
 
-    The node is the unit id up to ``-gpu``; the 24h risk defaults to half the 72h risk.
+    The node is the unit id up to ``-gpu``; the 24h risk defaults to half the 72h risk;
+    the snapshot time defaults to :func:`recent`.
     """
+    ts = ts or recent()
     rows = []
     for unit_id, risk in risks.items():
         r24, r72 = risk if isinstance(risk, tuple) else (risk / 2, risk)

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from drain_helpers import T0, score_rows, write_scores
 
-from foreshock.drain.outbox import publish
+from foreshock.drain.outbox import StaleScoresError, previous_list_dir, publish
 from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import node_reasons, slurm_script
@@ -230,7 +230,10 @@ class TestNodeProblemDetector:
         ok = check("gpu-node004")
         assert ok.returncode == 0 and "no drain recommended" in ok.stdout
         assert check(extra_env={"NODE_NAME": "gpu-node001"}).returncode == 1
-        stale = publish(drain_config, generated_at=datetime.now(UTC) - timedelta(hours=7))
+        # Republished now from 7h-old scores: the list is new, its scores are not.
+        old_scores = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=7)
+        write_scores(drain_config.data_dir, score_rows({"gpu-node001-gpu0": (1.0, 1.0)}, old_scores))
+        stale = publish(drain_config, allow_stale=True)
         result = subprocess.run(
             ["bash", str(stale.files["npd_foreshock_check.sh"]), "gpu-node001"],
             capture_output=True,
@@ -238,6 +241,27 @@ class TestNodeProblemDetector:
             check=False,
         )
         assert result.returncode == 2 and "stale" in result.stdout
+
+
+class TestStaleScores:
+    def test_old_scores_are_refused_and_nothing_is_written(self, drain_config):
+        write_scores(drain_config.data_dir, score_rows({"gpu-node001-gpu0": (1.0, 1.0)}, T0))
+        now = T0 + timedelta(days=29)
+        with pytest.raises(StaleScoresError) as refused:
+            publish(drain_config, generated_at=now)
+        message = str(refused.value)
+        assert "\n" not in message
+        assert message.startswith("scores are 29d old (newest snapshot 2026-11-01 00:00 UTC")
+        assert "max_score_age = 6h" in message and "--allow-stale" in message
+        assert not drain_config.outbox_dir.exists() or not previous_list_dir(drain_config.outbox_dir)
+
+        forced = publish(drain_config, generated_at=now, allow_stale=True)
+        assert forced.risk_list["action"][0] == "drain_now"
+
+    def test_scores_within_the_limit_publish(self, drain_config):
+        write_scores(drain_config.data_dir, score_rows({"gpu-node001-gpu0": 0.01}, T0))
+        config = drain_config.with_overrides({"policy": {"max_score_age": "30d"}})
+        assert publish(config, generated_at=T0 + timedelta(days=29)).directory.is_dir()
 
 
 def test_slurm_dry_run_changes_nothing(published, tmp_path):

@@ -24,7 +24,7 @@ def test_publish_command_runs_the_flow_and_prints_the_top(prefect_server, drain_
     assert f"outbox: {latest}" in out
     listed = pl.read_parquet(latest / "risk_list.parquet")
     assert listed.height == 3
-    assert (outbox / "policy_state.parquet").is_file()
+    assert (latest / "policy_state.parquet").is_file()
 
     import asyncio
 
@@ -37,6 +37,19 @@ def test_publish_command_runs_the_flow_and_prints_the_top(prefect_server, drain_
 
     runs = asyncio.run(publish_runs())
     assert any(r.state and r.state.is_completed() for r in runs)
+
+
+def test_publish_refuses_stale_scores_unless_allowed(prefect_server, drain_config, capsys):
+    from drain_helpers import T0
+
+    data_dir = drain_config.data_dir
+    write_scores(data_dir, score_rows({"gpu-node001-gpu0": (1.0, 1.0)}, T0))
+    assert main(["--data-dir", str(data_dir), "publish"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("foreshock publish: scores are ") and "--allow-stale" in err[-1]
+    assert not (data_dir / "outbox" / "LATEST").exists()
+    assert main(["--data-dir", str(data_dir), "publish", "--allow-stale"]) == 0
+    assert (data_dir / "outbox" / "LATEST").is_file()
 
 
 def test_publish_without_scores_says_what_is_missing(drain_config, capsys):

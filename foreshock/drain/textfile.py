@@ -1,0 +1,102 @@
+"""Risk and freshness as a Prometheus textfile (node-exporter textfile collector format).
+
+Every publish rewrites one file atomically (``[metrics] textfile``; by default
+``data/outbox/foreshock.prom``).  Point node-exporter's
+``--collector.textfile.directory`` at its folder (or set ``textfile`` inside that folder)
+and Prometheus scrapes:
+
+=======================================  ==========================================================
+metric                                   meaning
+=======================================  ==========================================================
+``foreshock_unit_risk``                  P(fail within ``horizon``) per unit and scored horizon;
+                                         labels ``unit_id, node, rack, horizon``
+``foreshock_unit_action``                the unit's recommended action as its severity (0 none,
+                                         1 watch, 2 run_diagnostics, 3 drain_at_checkpoint,
+                                         4 drain_now); labels ``unit_id, node, rack, action``
+``foreshock_units``                      units per action (label ``action``)
+``foreshock_new_drains``                 drains granted by the last publish
+``foreshock_scores_timestamp_seconds``   newest score snapshot behind the list (Unix time)
+``foreshock_score_age_seconds``          its age when the list was published
+``foreshock_publish_timestamp_seconds``  when the list was published
+``foreshock_model_info``                 1, labels ``model_name, model_version, run_id``
+=======================================  ==========================================================
+
+Freshness at query time is ``time() - foreshock_scores_timestamp_seconds``
+(``deploy/grafana/foreshock.json`` shows it).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from foreshock.drain.policy import ACTIONS, SEVERITY
+from foreshock.lake import atomic_write_text
+
+TEXTFILE_NAME = "foreshock.prom"
+UNIT_LABELS = ("unit_id", "node", "rack")
+
+
+def textfile_path(config) -> Path:
+    """``[metrics] textfile``, or ``<outbox>/foreshock.prom`` when it is empty."""
+    chosen = str(config.section("metrics")["textfile"])
+    return Path(chosen) if chosen else Path(config.outbox_dir) / TEXTFILE_NAME
+
+
+def render(risk_list: pl.DataFrame, *, generated_at: datetime, scores_at: datetime | None, new_drains: int) -> str:
+    """The exposition text for one risk list (schema v1 frame)."""
+    registry = CollectorRegistry()
+    risk = Gauge(
+        "foreshock_unit_risk",
+        "P(fail within horizon) of a unit",
+        [*UNIT_LABELS, "horizon"],
+        registry=registry,
+    )
+    action = Gauge(
+        "foreshock_unit_action",
+        "Recommended action as its severity: 0 none, 1 watch, 2 run_diagnostics, 3 drain_at_checkpoint, 4 drain_now",
+        [*UNIT_LABELS, "action"],
+        registry=registry,
+    )
+    units = Gauge("foreshock_units", "Units per recommended action", ["action"], registry=registry)
+    horizons = {c.removeprefix("risk_"): c for c in risk_list.columns if c.startswith("risk_")}
+    for row in risk_list.iter_rows(named=True):
+        where = [row[label] or "" for label in UNIT_LABELS]
+        for horizon, column in horizons.items():
+            if row[column] is not None:
+                risk.labels(*where, horizon).set(row[column])
+        action.labels(*where, row["action"]).set(SEVERITY[row["action"]])
+    counts = dict(risk_list.group_by("action").len().iter_rows()) if risk_list.height else {}
+    for name in ACTIONS:
+        units.labels(name).set(counts.get(name, 0))
+    Gauge("foreshock_new_drains", "Drains granted by the last publish", registry=registry).set(new_drains)
+    Gauge("foreshock_publish_timestamp_seconds", "When the risk list was published (Unix time)", registry=registry).set(
+        generated_at.timestamp()
+    )
+    if scores_at is not None:
+        Gauge(
+            "foreshock_scores_timestamp_seconds", "Newest score snapshot behind the list (Unix time)", registry=registry
+        ).set(scores_at.timestamp())
+        Gauge(
+            "foreshock_score_age_seconds", "Age of the newest scores when the list was published", registry=registry
+        ).set((generated_at - scores_at).total_seconds())
+    info = Gauge(
+        "foreshock_model_info",
+        "Model behind the risk list",
+        ["model_name", "model_version", "run_id"],
+        registry=registry,
+    )
+    if risk_list.height:
+        models = risk_list.select("model_name", "model_version", "run_id").unique().drop_nulls("model_name")
+        for name, version, run_id in models.iter_rows():
+            info.labels(name, version or "", run_id or "").set(1)
+    return generate_latest(registry).decode()
+
+
+def write_textfile(path: Path, text: str) -> Path:
+    """Replace the textfile atomically (node-exporter never reads half a file)."""
+    atomic_write_text(Path(path), text)
+    return Path(path)
