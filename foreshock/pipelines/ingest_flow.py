@@ -17,10 +17,11 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
-from foreshock.errors import UserError
+from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, UserError
 from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
 from foreshock.ingest.context import check_timezone
 from foreshock.ingest.run import finish_report, planned_from_dict, planned_to_dict
+from foreshock.pipelines.progress import track
 
 
 def _io_error(task_, task_run, state) -> bool:
@@ -72,7 +73,7 @@ def ingest(
     plan = plan_ingest(path, config, source, force=force)
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
-    for number, batch in enumerate(plan.batches):
+    for number, batch in track(list(enumerate(plan.batches)), "ingest: batches"):
         # Sequential on purpose: inventory must land before the batches that check units
         # against it, and a day's XID gauge reads the previous day's stored events.
         done = ingest_batch_task(
@@ -102,7 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scrape-time", help="when timestamp-less Prometheus scrapes were taken (ISO 8601 with Z)")
     parser.add_argument("--force", action="store_true", help="read files again even if the manifest lists them")
     parser.add_argument(
-        "--strict", action="store_true", help="exit with status 1 when a file is rejected or a row quarantined"
+        "--strict",
+        action="store_true",
+        help="exit with status 1 when a file is rejected or a row quarantined (without it: 3 when a file is rejected)",
     )
     parser.set_defaults(func=run)
 
@@ -131,4 +134,6 @@ def run(args: argparse.Namespace, config) -> int:
     report.seconds = result["seconds"]
     print(report.render())
     problems = report.by_status("rejected") or report.totals["rows_quarantined"]
-    return 1 if args.strict and problems else 0
+    if args.strict and problems:
+        return EXIT_FAILURE
+    return EXIT_PARTIAL if report.by_status("rejected") else EXIT_OK

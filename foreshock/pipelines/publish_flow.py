@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
 from foreshock.errors import MissingInputError, UserError
+from foreshock.pipelines.runtime import add_json_flag, print_json
 
 SINFO_FORMAT = "%N|%T|%E"
 
@@ -88,6 +89,15 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
         )
     )
     risk_list = read_risk_list(directory / "risk_list.parquet")
+    if args.json:
+        print_json(
+            {
+                "outbox": str(directory),
+                "files": sorted(p.name for p in directory.iterdir()),
+                "top": risk_list.head(args.top).to_dicts(),
+            }
+        )
+        return 0
     print(format_top(risk_list, args.top))
     print(f"\noutbox: {directory}")
     for name in sorted(p.name for p in directory.iterdir()):
@@ -107,4 +117,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     states.add_argument("--sinfo", action="store_true", help="read node states from the live Slurm (sinfo)")
     publish.add_argument("--model", help="model to use when the scores hold several (the `model` column)")
     publish.add_argument("--top", type=int, default=10, help="rows of the list to print (default 10)")
+    add_json_flag(publish)
     publish.set_defaults(func=run_publish)
