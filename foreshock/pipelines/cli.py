@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("foreshock.pipelines.replay_flow", "replay the drain policy over the backtest history"),
     "reliability": ("foreshock.pipelines.reliability_cmd", "Kaplan-Meier, Weibull and Cox reliability by cohort"),
     "demo": ("foreshock.pipelines.demo", "run the whole pipeline on a simulated fleet"),
+    "status": ("foreshock.pipelines.status_cmd", "freshness of lake, features, scores, outbox and champion"),
 }
 
 # global options that take a value (the command is the first other word)
