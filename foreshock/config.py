@@ -139,6 +139,11 @@ class Config:
         return self.data_dir / "ingest_runs"
 
     @property
+    def pull_dir(self) -> Path:
+        """``foreshock pull``: fetched responses (``<run>/``) and the per-series resume state."""
+        return self.data_dir / "pull"
+
+    @property
     def simulated_dir(self) -> Path:
         """Where ``simulate`` and ``demo`` write a simulated fleet's raw files."""
         return self.raw_dir / "sim"
@@ -157,6 +162,7 @@ class Config:
             self.reports_dir,
             self.mlflow_dir,
             self.ingest_runs_dir,
+            self.pull_dir,
         ]
 
     def to_settings(self, config_file: str | None = None) -> dict[str, Any]:

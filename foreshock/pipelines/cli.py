@@ -46,6 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reliability": ("foreshock.pipelines.reliability_cmd", "Kaplan-Meier, Weibull and Cox reliability by cohort"),
     "demo": ("foreshock.pipelines.demo", "run the whole pipeline on a simulated fleet"),
     "status": ("foreshock.pipelines.status_cmd", "freshness of lake, features, scores, outbox and champion"),
+    "serve": ("foreshock.pipelines.serve_cmd", "serve the scheduled Prefect deployments (ingest, cycle, retrain)"),
+    "pull": ("foreshock.pipelines.pull_cmd", "pull dcgm-exporter series from a Prometheus server into the lake"),
 }
 
 # global options that take a value (the command is the first other word)

@@ -22,20 +22,12 @@ from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, pa
 from foreshock.ingest.context import check_timezone
 from foreshock.ingest.run import finish_report, planned_from_dict, planned_to_dict
 from foreshock.pipelines.progress import track
+from foreshock.pipelines.runtime import retry_on_io_error
 
 
-def _io_error(task_, task_run, state) -> bool:
-    """Retry only when the batch failed on I/O (a full disk, a flaky NFS mount)."""
-    try:
-        state.result(raise_on_failure=True)
-    except OSError:
-        return True
-    except Exception:  # noqa: BLE001 - any other failure is not worth a retry
-        return False
-    return False
-
-
-@task(name="ingest-batch", retries=2, retry_delay_seconds=2, retry_condition_fn=_io_error, cache_policy=NO_CACHE)
+@task(
+    name="ingest-batch", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_on_io_error, cache_policy=NO_CACHE
+)
 def ingest_batch_task(
     files: list[dict],
     settings: dict,
@@ -86,6 +78,16 @@ def ingest(
     return report.to_dict()
 
 
+def report_from_dict(result: dict) -> IngestReport:
+    """The run report back from the flow's plain-dict result."""
+    report = IngestReport(run_id=result["run_id"], source=result["source"], path=result["path"])
+    report.files = [FileReport(**f) for f in result["files"]]
+    report.quarantine_files = result["quarantine_files"]
+    report.notes = result["notes"]
+    report.seconds = result["seconds"]
+    return report
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ingest",
@@ -127,11 +129,7 @@ def run(args: argparse.Namespace, config) -> int:
         scrape_time=args.scrape_time,
         force=args.force,
     )
-    report = IngestReport(run_id=result["run_id"], source=result["source"], path=result["path"])
-    report.files = [FileReport(**f) for f in result["files"]]
-    report.quarantine_files = result["quarantine_files"]
-    report.notes = result["notes"]
-    report.seconds = result["seconds"]
+    report = report_from_dict(result)
     print(report.render())
     problems = report.by_status("rejected") or report.totals["rows_quarantined"]
     if args.strict and problems:

@@ -46,6 +46,18 @@ def quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def retry_on_io_error(task_, task_run, state) -> bool:
+    """A Prefect ``retry_condition_fn``: retry only a failure caused by I/O (a full disk, a
+    flaky NFS mount, a network error); a bad input fails at once."""
+    try:
+        state.result(raise_on_failure=True)
+    except OSError:
+        return True
+    except Exception:  # noqa: BLE001 - any other failure is not worth a retry
+        return False
+    return False
+
+
 def print_json(value: object) -> None:
     """A command's result as one JSON document on stdout (``--json``); times as ISO 8601."""
     print(json.dumps(value, indent=2, default=_plain))
