@@ -62,7 +62,21 @@ def write_outbox(
 def publish_flow(
     settings: dict, scores_path: str | None = None, node_states_path: str | None = None, model: str | None = None
 ) -> str:
-    return write_outbox(settings, scores_path, node_states_path, model)
+    directory = write_outbox(settings, scores_path, node_states_path, model)
+    _attach_risk_list(directory)
+    return directory
+
+
+def _attach_risk_list(directory: str, top: int = 20) -> None:
+    """The top of the new risk list as a markdown artifact on this flow run (Prefect UI)."""
+    from prefect.artifacts import create_markdown_artifact
+
+    from foreshock.drain.outbox import format_top
+    from foreshock.drain.risk_list import read_risk_list
+
+    risk_list = read_risk_list(Path(directory) / "risk_list.parquet")
+    markdown = f"# foreshock risk list {Path(directory).name}\n\n```\n{format_top(risk_list, top)}\n```\n\noutbox: `{directory}`\n"
+    create_markdown_artifact(markdown=markdown, key="foreshock-risk-list", description=f"top {top} of {directory}")
 
 
 def run_publish(args: argparse.Namespace, config: Config) -> int:
