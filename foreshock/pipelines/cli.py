@@ -21,7 +21,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 from foreshock.config import load_config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
-from foreshock.pipelines.runtime import LOG_FORMATS, configure_logging, log_level  # before Prefect loads
+from foreshock.pipelines.runtime import (  # before Prefect loads
+    LOG_FORMATS,
+    configure_logging,
+    configure_served_runs,
+    log_level,
+)
 
 log = logging.getLogger("foreshock.cli")
 
@@ -123,6 +128,8 @@ def _prefect_verbosity(argv: list[str]) -> None:
     level once, when it configures its logging)."""
     if "-vv" in argv or argv.count("-v") + argv.count("--verbose") >= 2:
         os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
+    if _requested_command(argv) == "serve":
+        configure_served_runs()
 
 
 def main(argv: list[str] | None = None) -> int:

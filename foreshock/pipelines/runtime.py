@@ -23,9 +23,23 @@ PREFECT_DEFAULTS = {
 }
 
 
+# the defaults this process set (not exported by the user): a command may change them
+DEFAULTED: set[str] = set()
+
+
 def configure_prefect() -> None:
     for key, value in PREFECT_DEFAULTS.items():
-        os.environ.setdefault(key, value)
+        if key not in os.environ:
+            DEFAULTED.add(key)
+            os.environ[key] = value
+
+
+def configure_served_runs() -> None:
+    """Flow runs of ``foreshock serve`` (subprocesses of the runner) send INFO lines and the
+    ``foreshock`` loggers' lines to the Prefect server, so the UI shows what a run did."""
+    if "PREFECT_LOGGING_LEVEL" in DEFAULTED:
+        os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "foreshock")
 
 
 def configure_mlflow(store: Path) -> str:

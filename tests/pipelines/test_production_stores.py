@@ -118,7 +118,7 @@ def test_mlflow_server_on_postgresql_registers_and_loads_a_model(postgres, tmp_p
         "1",
     ]
     with running(argv, tmp_path / "mlflow.log", env=_env()) as server:
-        wait_http(f"http://127.0.0.1:{port}/health", 240, server, tmp_path / "mlflow.log")
+        wait_http(f"http://127.0.0.1:{port}/health", 900, server, tmp_path / "mlflow.log")
         script = textwrap.dedent(
             """
             import json, mlflow, pandas as pd
@@ -166,7 +166,7 @@ def test_prefect_server_on_postgresql_records_flow_runs(postgres, tmp_path):
     argv = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     with running(argv, tmp_path / "prefect.log", env=env) as server:
         api = f"http://127.0.0.1:{port}/api"
-        wait_http(f"{api}/health", 300, server, tmp_path / "prefect.log")
+        wait_http(f"{api}/health", 600, server, tmp_path / "prefect.log")
         landing = tmp_path / "landing"
         landing.mkdir()
         (landing / "inventory.csv").write_text(
