@@ -13,12 +13,12 @@ import json
 import logging
 import os
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import polars as pl
 
 from foreshock.config import Config
-from foreshock.durations import format_duration, parse_duration
+from foreshock.durations import parse_duration
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from foreshock.lake import scan_table
 from foreshock.pipelines.runtime import add_json_flag, print_json
@@ -45,8 +45,21 @@ class PartStatus:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["newest"] = self.newest.isoformat() if self.newest else None
-        out["age"] = format_duration(timedelta(seconds=int(self.age_seconds))) if self.age_seconds else None
+        out["age"] = human_age(self.age_seconds) if self.age_seconds is not None else None
         return out
+
+
+def human_age(seconds: float) -> str:
+    """``20d11h``, ``3h05m``, ``19m``, ``42s``: two units at most, for a person scanning a table."""
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m" if minutes else f"{secs}s"
 
 
 def _utc(value: datetime | None) -> datetime | None:
