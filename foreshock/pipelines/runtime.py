@@ -40,6 +40,7 @@ def configure_served_runs() -> None:
     if "PREFECT_LOGGING_LEVEL" in DEFAULTED:
         os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "foreshock")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # serve's own lines
 
 
 def configure_mlflow(store: Path) -> str:

@@ -81,7 +81,7 @@ def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
     site.write_text('[schedule]\ningest = ""\ncycle = "0 0 1 1 *"\n')
     base = [*FORESHOCK, "--config", str(site), "--data-dir", str(data)]
     demo = subprocess.run(
-        [*base, "demo", "--units", "24", "--days", "10", "--seed", "5"],
+        [*base, "demo", "--units", "32", "--days", "12", "--seed", "3"],
         env=env,
         capture_output=True,
         text=True,
@@ -102,7 +102,9 @@ def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
         assert set(by_name) == {"foreshock-ingest", "foreshock-cycle", "foreshock-retrain"}
         cycle = by_name["foreshock-cycle"]
         assert cycle["parameters"] == {"data_dir": str(data), "config_path": str(site)}
-        assert cycle["concurrency_limit"] == 1
+        limit = cycle.get("global_concurrency_limit") or {}
+        assert limit.get("limit") == 1 or cycle.get("concurrency_limit") == 1, cycle
+        assert (cycle.get("concurrency_options") or {}).get("collision_strategy") == "ENQUEUE", cycle
         assert [s["schedule"]["cron"] for s in cycle["schedules"]] == ["0 0 1 1 *"]
         assert [s["schedule"]["cron"] for s in by_name["foreshock-retrain"]["schedules"]] == ["0 3 * * 0"]
         assert by_name["foreshock-ingest"]["schedules"] == []
