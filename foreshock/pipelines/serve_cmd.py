@@ -59,7 +59,7 @@ def _stage_flows() -> dict[str, Callable[..., Any]]:
     }
 
 
-@task(name="stage", cache_policy=NO_CACHE)
+@task(name="stage", task_run_name="stage-{name}", cache_policy=NO_CACHE)
 def stage(name: str, settings: dict, parameters: dict) -> Any:
     """One stage: its flow runs as a subflow of this task (retried on I/O errors)."""
     return _stage_flows()[name](settings, **parameters)
