@@ -1,7 +1,9 @@
 """One place for configuration: paths, metric catalog, windows, horizons, budgets.
 
 Loaded once (:func:`load_config`) and passed down.  The built-in defaults live in
-``foreshock/foreshock.toml``; a user file overrides them key by key.
+``foreshock/foreshock.toml``; a user file overrides them key by key, and
+``FORESHOCK_<SECTION>_<KEY>`` environment variables override the file.  Every key is
+checked against the schema in :mod:`foreshock.config_schema`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from foreshock.catalog import Catalog, load_catalog
+from foreshock.config_schema import (
+    ConfigError,
+    check_shape,
+    check_types,
+    env_name,
+    environment_overrides,
+    section_models,
+)
 from foreshock.durations import parse_duration
 
 DEFAULT_CONFIG_NAME = "foreshock.toml"
@@ -129,6 +139,11 @@ class Config:
         return self.data_dir / "ingest_runs"
 
     @property
+    def pull_dir(self) -> Path:
+        """``foreshock pull``: fetched responses (``<run>/``) and the per-series resume state."""
+        return self.data_dir / "pull"
+
+    @property
     def simulated_dir(self) -> Path:
         """Where ``simulate`` and ``demo`` write a simulated fleet's raw files."""
         return self.raw_dir / "sim"
@@ -147,6 +162,7 @@ class Config:
             self.reports_dir,
             self.mlflow_dir,
             self.ingest_runs_dir,
+            self.pull_dir,
         ]
 
     def to_settings(self, config_file: str | None = None) -> dict[str, Any]:
@@ -181,17 +197,22 @@ def load_config(
     data_dir: str | Path | None = None,
     catalog: str | Path | None = None,
 ) -> Config:
-    """Load configuration.
+    """Load and validate configuration.
 
-    Precedence: explicit arguments > ``FORESHOCK_DATA_DIR`` > the file (``path``, else
-    ``./foreshock.toml`` if present) > built-in defaults.  Relative paths in the file are
-    resolved against the file's directory.
+    Precedence: explicit arguments > ``FORESHOCK_DATA_DIR`` > ``FORESHOCK_<SECTION>_<KEY>``
+    variables > the file (``path``, else ``./foreshock.toml`` if present) > built-in
+    defaults.  Relative paths in the file are resolved against the file's directory.
+    Unknown sections or keys and wrong types raise :class:`ConfigError` naming the key and
+    the file or variable (:mod:`foreshock.config_schema`).
     """
-    settings = default_settings()
+    defaults_text = resources.files("foreshock").joinpath(DEFAULT_CONFIG_NAME).read_text()
+    models = section_models(defaults_text)
+    settings = tomllib.loads(defaults_text)
     source = "<defaults>"
     base = Path.cwd()
     if path is None and Path(DEFAULT_CONFIG_NAME).is_file():
         path = DEFAULT_CONFIG_NAME
+    user: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
         try:
@@ -199,48 +220,35 @@ def load_config(
         except FileNotFoundError:
             raise FileNotFoundError(f"config file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: not valid TOML: {exc}") from None
-        settings = _merge(settings, user)
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
         source = str(path)
+        check_shape(user, models, source)
+        settings = _merge(settings, user)
         base = path.resolve().parent
+    env = environment_overrides(models)
+    settings = _merge(settings, env)
+
+    def origin(section: str, key: str) -> str:
+        if key in env.get(section, {}):
+            return env_name(section, key)
+        return source if key in user.get(section, {}) else f"{DEFAULT_CONFIG_NAME} (built-in)"
+
+    check_types(settings, models, origin)
     chosen_dir = data_dir or os.environ.get("FORESHOCK_DATA_DIR") or settings["paths"]["data_dir"]
     chosen_dir = Path(chosen_dir)
     if not chosen_dir.is_absolute():
-        chosen_dir = (Path.cwd() if data_dir or os.environ.get("FORESHOCK_DATA_DIR") else base) / chosen_dir
+        from_cwd = data_dir or os.environ.get("FORESHOCK_DATA_DIR") or "data_dir" in env.get("paths", {})
+        chosen_dir = (Path.cwd() if from_cwd else base) / chosen_dir
     catalog_path = catalog or settings["paths"].get("catalog") or None
     if catalog_path and not Path(catalog_path).is_absolute() and not catalog:
         catalog_path = base / catalog_path
     settings["paths"]["data_dir"] = str(chosen_dir)
-    _validate(settings, source)
     return Config(
         settings=settings,
         data_dir=chosen_dir.resolve(),
         catalog=load_catalog(catalog_path),
         source=source,
     )
-
-
-def _validate(settings: dict[str, Any], source: str) -> None:
-    for section, key in (
-        ("features", "snapshot_every"),
-        ("features", "baseline_window"),
-        ("ingest", "max_future"),
-        ("backtest", "alert_window"),
-        ("backtest", "min_lead_time"),
-    ):
-        try:
-            parse_duration(settings[section][key])
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"{source}: [{section}] {key}: {exc}") from None
-    for section, key in (("features", "windows"), ("labels", "horizons")):
-        values = settings[section][key]
-        if not values:
-            raise ValueError(f"{source}: [{section}] {key} must list at least one duration")
-        for value in values:
-            try:
-                parse_duration(value)
-            except ValueError as exc:
-                raise ValueError(f"{source}: [{section}] {key}: {exc}") from None
 
 
 if __name__ == "__main__":  # `python -m foreshock.config generated-dirs [DATA_DIR]`: used by `make clean`

@@ -3,6 +3,15 @@
 Every stage raises :class:`UserError` (or a subclass) for bad usage or input it can
 explain in one line — a missing file, an empty lake, no champion yet — and the CLI prints
 that line and exits 2 without a traceback. Anything else is a failure of the run (exit 1).
+A run that did its job but left part of its input behind (ingest rejected some files)
+exits 3, so cron and the scheduler can tell "partly done" from "failed".
+
+| code | meaning |
+|---|---|
+| 0 | ok |
+| 1 | failure (traceback logged) |
+| 2 | bad usage or input (one line) |
+| 3 | partial: ingest rejected some files; `status`: stale is 1, broken is 2 |
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_PARTIAL = 3
 
 
 class UserError(Exception):

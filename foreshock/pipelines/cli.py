@@ -1,4 +1,8 @@
-"""``foreshock [--config FILE] [--data-dir DIR] COMMAND [options]``.
+"""``foreshock [--config FILE] [--data-dir DIR] [-v|-q] [--log-format text|json] COMMAND [options]``.
+
+Results a user asked for go to stdout (``--json`` on status, lake, score and publish);
+progress and diagnostics are log lines on stderr with a UTC timestamp and a level.
+Exit codes (:mod:`foreshock.errors`): 0 ok, 1 failure, 2 bad usage or input, 3 partial.
 
 Each command module in ``foreshock/pipelines/`` (named for its command) contributes its commands through ``register(sub)``
 and receives the parsed arguments plus the loaded :class:`~foreshock.config.Config`.
@@ -10,12 +14,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
-import traceback
+from importlib.metadata import PackageNotFoundError, version
 
-import foreshock.pipelines.runtime  # noqa: F401  (environment defaults before Prefect loads)
 from foreshock.config import load_config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
+from foreshock.pipelines.runtime import (  # before Prefect loads
+    LOG_FORMATS,
+    configure_logging,
+    configure_served_runs,
+    log_level,
+)
+
+log = logging.getLogger("foreshock.cli")
 
 # command -> (module that registers it, one-line help for the command list)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,7 +50,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("foreshock.pipelines.replay_flow", "replay the drain policy over the backtest history"),
     "reliability": ("foreshock.pipelines.reliability_cmd", "Kaplan-Meier, Weibull and Cox reliability by cohort"),
     "demo": ("foreshock.pipelines.demo", "run the whole pipeline on a simulated fleet"),
+    "status": ("foreshock.pipelines.status_cmd", "freshness of lake, features, scores, outbox and champion"),
+    "serve": ("foreshock.pipelines.serve_cmd", "serve the scheduled Prefect deployments (ingest, cycle, retrain)"),
+    "pull": ("foreshock.pipelines.pull_cmd", "pull dcgm-exporter series from a Prometheus server into the lake"),
 }
+
+# global options that take a value (the command is the first other word)
+VALUE_OPTIONS = {"--config", "--data-dir", "--log-format"}
 
 
 def _requested_command(argv: list[str]) -> str | None:
@@ -47,7 +66,7 @@ def _requested_command(argv: list[str]) -> str | None:
         if skip:
             skip = False
             continue
-        if word in ("--config", "--data-dir"):
+        if word in VALUE_OPTIONS:
             skip = True
             continue
         if word.startswith("-"):
@@ -64,6 +83,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="configuration file (default: ./foreshock.toml if present)")
     parser.add_argument("--data-dir", help="data directory (default: FORESHOCK_DATA_DIR or ./data)")
+    parser.add_argument("--version", action="version", version=f"foreshock {package_version()}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-vv: Prefect's too)")
+    parser.add_argument("-q", "--quiet", action="count", default=0, help="warnings and errors only (-qq: errors)")
+    parser.add_argument(
+        "--log-format", choices=LOG_FORMATS, default="text", help="log lines as text or JSON lines (default text)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = _requested_command(argv) if argv is not None else None
     modules = {module for command, (module, _) in COMMANDS.items() if argv is None or wanted in (command, "demo")}
@@ -82,6 +107,13 @@ USER_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, ValueError, Loo
 BUG_ERRORS = (KeyError, IndexError)
 
 
+def package_version() -> str:
+    try:
+        return version("foreshock")
+    except PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
+
+
 def exit_code(exc: BaseException) -> int:
     """The one mapping from an exception to the process exit status (docs/architecture.md)."""
     if isinstance(exc, KeyboardInterrupt):
@@ -91,24 +123,36 @@ def exit_code(exc: BaseException) -> int:
     return EXIT_FAILURE
 
 
+def _prefect_verbosity(argv: list[str]) -> None:
+    """``-vv`` shows Prefect's own log lines; set before Prefect is imported (it reads the
+    level once, when it configures its logging)."""
+    if "-vv" in argv or argv.count("-v") + argv.count("--verbose") >= 2:
+        os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
+    if _requested_command(argv) == "serve":
+        configure_served_runs()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    _prefect_verbosity(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)  # bad usage: argparse prints it and exits 2
+    configure_logging(log_level(args.verbose, args.quiet), args.log_format)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
     where = f"foreshock {args.command}" if args.command else "foreshock"
     try:
         config = load_config(args.config, data_dir=args.data_dir)
+        log.debug("%s: configuration %s, data directory %s", where, config.source, config.data_dir)
         return int(args.func(args, config) or EXIT_OK)
     except BaseException as exc:  # noqa: BLE001 - every error leaves through the one mapping
         if isinstance(exc, SystemExit):
             raise
         code = exit_code(exc)
-        if code == EXIT_FAILURE:
-            traceback.print_exc(file=sys.stderr)
-        print(f"{where}: {exc}" if str(exc) else f"{where}: {type(exc).__name__}", file=sys.stderr)
+        message = f"{where}: {exc}" if str(exc) else f"{where}: {type(exc).__name__}"
+        # a failure keeps its traceback for the report; bad input is one line
+        log.error(message, exc_info=code == EXIT_FAILURE)
         return code
 
 

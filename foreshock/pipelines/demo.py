@@ -8,9 +8,12 @@ Each step is the same command a user would run; the demo only strings them toget
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 
 from foreshock.config import Config
+
+log = logging.getLogger("foreshock.demo")
 
 
 def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str]]]:
@@ -53,15 +56,15 @@ def run_demo(args: argparse.Namespace, config: Config) -> int:
         base = ["--config", args.config, *base]
     started = time.perf_counter()
     for name, argv in _steps(args, config):
-        print(f"\n== {name}: foreshock {' '.join(argv)}", flush=True)
+        log.info("== %s: foreshock %s", name, " ".join(argv))
         step_start = time.perf_counter()
         sub_args = parser.parse_args([*base, *argv])
         rc = int(sub_args.func(sub_args, config) or 0)
-        print(f"   ({name} took {time.perf_counter() - step_start:.1f} s)")
+        log.info("%s took %.1f s", name, time.perf_counter() - step_start)
         if rc != 0:
-            print(f"demo stopped: {name} exited with {rc}")
+            log.error("demo stopped: %s exited with %d", name, rc)
             return rc
-    print(f"\ndemo finished in {time.perf_counter() - started:.0f} s; data under {config.data_dir}")
+    log.info("demo finished in %.0f s; data under %s", time.perf_counter() - started, config.data_dir)
     return 0
 
 

@@ -23,6 +23,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from foreshock.config import Config
 from foreshock.features.build import finalize_day, plan_update, stage_shard
+from foreshock.pipelines.progress import track
 
 
 @task(name="features-shard", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
@@ -54,10 +55,10 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
         for lo, hi in plan.blocks()
         for shard in range(plan.shards)
     ]
-    staged_files = [future.result() for future in staged]
+    staged_files = [future.result() for future in track(staged, "features: shard blocks")]
     # Each date waits for every shard's first pass (the peer features need all of them).
     rows = [finalize_day_task.submit(settings, day.isoformat(), staged_files) for day in plan.days]
-    written = sum(future.result() for future in rows)
+    written = sum(future.result() for future in track(rows, "features: dates"))
     return {
         "snapshots_from": plan.first.isoformat(),
         "snapshots_to": plan.last.isoformat(),

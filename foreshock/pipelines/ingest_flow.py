@@ -17,24 +17,17 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
-from foreshock.errors import UserError
+from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, UserError
 from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
 from foreshock.ingest.context import check_timezone
 from foreshock.ingest.run import finish_report, planned_from_dict, planned_to_dict
+from foreshock.pipelines.progress import track
+from foreshock.pipelines.runtime import retry_on_io_error
 
 
-def _io_error(task_, task_run, state) -> bool:
-    """Retry only when the batch failed on I/O (a full disk, a flaky NFS mount)."""
-    try:
-        state.result(raise_on_failure=True)
-    except OSError:
-        return True
-    except Exception:  # noqa: BLE001 - any other failure is not worth a retry
-        return False
-    return False
-
-
-@task(name="ingest-batch", retries=2, retry_delay_seconds=2, retry_condition_fn=_io_error, cache_policy=NO_CACHE)
+@task(
+    name="ingest-batch", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_on_io_error, cache_policy=NO_CACHE
+)
 def ingest_batch_task(
     files: list[dict],
     settings: dict,
@@ -72,7 +65,7 @@ def ingest(
     plan = plan_ingest(path, config, source, force=force)
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
-    for number, batch in enumerate(plan.batches):
+    for number, batch in track(list(enumerate(plan.batches)), "ingest: batches"):
         # Sequential on purpose: inventory must land before the batches that check units
         # against it, and a day's XID gauge reads the previous day's stored events.
         done = ingest_batch_task(
@@ -83,6 +76,16 @@ def ingest(
             quarantine_files.append(done["quarantine_file"])
     report: IngestReport = finish_report(plan, reports, quarantine_files, started, config)
     return report.to_dict()
+
+
+def report_from_dict(result: dict) -> IngestReport:
+    """The run report back from the flow's plain-dict result."""
+    report = IngestReport(run_id=result["run_id"], source=result["source"], path=result["path"])
+    report.files = [FileReport(**f) for f in result["files"]]
+    report.quarantine_files = result["quarantine_files"]
+    report.notes = result["notes"]
+    report.seconds = result["seconds"]
+    return report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,7 +105,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scrape-time", help="when timestamp-less Prometheus scrapes were taken (ISO 8601 with Z)")
     parser.add_argument("--force", action="store_true", help="read files again even if the manifest lists them")
     parser.add_argument(
-        "--strict", action="store_true", help="exit with status 1 when a file is rejected or a row quarantined"
+        "--strict",
+        action="store_true",
+        help="exit with status 1 when a file is rejected or a row quarantined (without it: 3 when a file is rejected)",
     )
     parser.set_defaults(func=run)
 
@@ -124,11 +129,9 @@ def run(args: argparse.Namespace, config) -> int:
         scrape_time=args.scrape_time,
         force=args.force,
     )
-    report = IngestReport(run_id=result["run_id"], source=result["source"], path=result["path"])
-    report.files = [FileReport(**f) for f in result["files"]]
-    report.quarantine_files = result["quarantine_files"]
-    report.notes = result["notes"]
-    report.seconds = result["seconds"]
+    report = report_from_dict(result)
     print(report.render())
     problems = report.by_status("rejected") or report.totals["rows_quarantined"]
-    return 1 if args.strict and problems else 0
+    if args.strict and problems:
+        return EXIT_FAILURE
+    return EXIT_PARTIAL if report.by_status("rejected") else EXIT_OK

@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
 from foreshock.errors import MissingInputError, UserError
+from foreshock.pipelines.runtime import add_json_flag, print_json
 
 SINFO_FORMAT = "%N|%T|%E"
 
@@ -70,7 +71,21 @@ def publish_flow(
     model: str | None = None,
     allow_stale: bool = False,
 ) -> str:
-    return write_outbox(settings, scores_path, node_states_path, model, allow_stale)
+    directory = write_outbox(settings, scores_path, node_states_path, model, allow_stale)
+    _attach_risk_list(directory)
+    return directory
+
+
+def _attach_risk_list(directory: str, top: int = 20) -> None:
+    """The top of the new risk list as a markdown artifact on this flow run (Prefect UI)."""
+    from prefect.artifacts import create_markdown_artifact
+
+    from foreshock.drain.outbox import format_top
+    from foreshock.drain.risk_list import read_risk_list
+
+    risk_list = read_risk_list(Path(directory) / "risk_list.parquet")
+    markdown = f"# foreshock risk list {Path(directory).name}\n\n```\n{format_top(risk_list, top)}\n```\n\noutbox: `{directory}`\n"
+    create_markdown_artifact(markdown=markdown, key="foreshock-risk-list", description=f"top {top} of {directory}")
 
 
 def run_publish(args: argparse.Namespace, config: Config) -> int:
@@ -98,6 +113,15 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
         )
     )
     risk_list = read_risk_list(directory / "risk_list.parquet")
+    if args.json:
+        print_json(
+            {
+                "outbox": str(directory),
+                "files": sorted(p.name for p in directory.iterdir()),
+                "top": risk_list.head(args.top).to_dicts(),
+            }
+        )
+        return 0
     print(format_top(risk_list, args.top))
     print(f"\noutbox: {directory}")
     for name in sorted(p.name for p in directory.iterdir()):
@@ -123,4 +147,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--allow-stale", action="store_true", help="publish scores older than [policy] max_score_age anyway"
     )
     publish.add_argument("--top", type=int, default=10, help="rows of the list to print (default 10)")
+    add_json_flag(publish)
     publish.set_defaults(func=run_publish)

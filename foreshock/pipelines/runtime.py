@@ -7,8 +7,11 @@ already exported win.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,9 +23,24 @@ PREFECT_DEFAULTS = {
 }
 
 
+# the defaults this process set (not exported by the user): a command may change them
+DEFAULTED: set[str] = set()
+
+
 def configure_prefect() -> None:
     for key, value in PREFECT_DEFAULTS.items():
-        os.environ.setdefault(key, value)
+        if key not in os.environ:
+            DEFAULTED.add(key)
+            os.environ[key] = value
+
+
+def configure_served_runs() -> None:
+    """Flow runs of ``foreshock serve`` (subprocesses of the runner) send INFO lines and the
+    ``foreshock`` loggers' lines to the Prefect server, so the UI shows what a run did."""
+    if "PREFECT_LOGGING_LEVEL" in DEFAULTED:
+        os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "foreshock")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # serve's own lines
 
 
 def configure_mlflow(store: Path) -> str:
@@ -43,9 +61,85 @@ def quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def retry_on_io_error(task_, task_run, state) -> bool:
+    """A Prefect ``retry_condition_fn``: retry only a failure caused by I/O (a full disk, a
+    flaky NFS mount, a network error); a bad input fails at once."""
+    try:
+        state.result(raise_on_failure=True)
+    except OSError:
+        return True
+    except Exception:  # noqa: BLE001 - any other failure is not worth a retry
+        return False
+    return False
+
+
+def print_json(value: object) -> None:
+    """A command's result as one JSON document on stdout (``--json``); times as ISO 8601."""
+    print(json.dumps(value, indent=2, default=_plain))
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def add_json_flag(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
+
+
 def stamp() -> str:
     """A UTC timestamp for run and file names: ``20261203T101500Z``."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+class _UTCFormatter(logging.Formatter):
+    converter = time.gmtime
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(record.created)) + f".{int(record.msecs):03d}Z"
+
+
+class JSONLineFormatter(_UTCFormatter):
+    """One JSON object per line: ``{"ts", "level", "logger", "message"[, "exc"]}``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "ts": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+LOG_FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+
+
+def log_level(verbose: int, quiet: int) -> int:
+    """INFO by default; ``-v`` DEBUG, ``-q`` WARNING, ``-qq`` ERROR."""
+    return min(max(logging.INFO - 10 * verbose + 10 * quiet, logging.DEBUG), logging.ERROR)
+
+
+def configure_logging(level: int = logging.INFO, fmt: str = "text") -> None:
+    """The ``foreshock`` loggers write timestamped, levelled lines to stderr (results a user
+    asked for go to stdout). Replaces the handler of an earlier call (tests call main many
+    times, each with its own stderr)."""
+    logger = logging.getLogger("foreshock")
+    for handler in list(logger.handlers):
+        if getattr(handler, "_foreshock", False):
+            logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler._foreshock = True  # type: ignore[attr-defined]
+    handler.setFormatter(JSONLineFormatter() if fmt == "json" else _UTCFormatter(TEXT_FORMAT))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
 
 
 configure_prefect()

@@ -7,6 +7,7 @@ directory. The scoring itself lives in :mod:`foreshock.models.scoring`.
 from __future__ import annotations
 
 import argparse
+import logging
 
 import polars as pl
 from prefect import flow, task
@@ -16,7 +17,9 @@ from foreshock.config import Config
 from foreshock.errors import missing
 from foreshock.lake import atomic_write_parquet
 from foreshock.pipelines import inputs
-from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow, stamp
+from foreshock.pipelines.runtime import add_json_flag, configure_mlflow, print_json, quiet_mlflow, stamp
+
+log = logging.getLogger("foreshock.score")
 
 
 @task(cache_policy=NO_CACHE)
@@ -52,6 +55,20 @@ def run_score(args: argparse.Namespace, config: Config) -> int:
     horizon = decision_horizon(config)
     top = scores.filter(pl.col("horizon") == horizon).sort("risk", descending=True).head(args.top)
     first = scores.row(0, named=True) if scores.height else {}
+    log.info("scores written to %s", path)
+    if args.json:
+        print_json(
+            {
+                "scores": path,
+                "units": scores["unit_id"].n_unique(),
+                "model_name": first.get("model_name"),
+                "model_version": first.get("model_version"),
+                "run_id": first.get("run_id"),
+                "horizon": horizon,
+                "top": top.to_dicts(),
+            }
+        )
+        return 0
     print(
         f"scored {scores['unit_id'].n_unique()} units with {first.get('model_name')} "
         f"version {first.get('model_version')} (run {first.get('run_id')}), horizon {horizon}:"
@@ -59,11 +76,11 @@ def run_score(args: argparse.Namespace, config: Config) -> int:
     for row in top.iter_rows(named=True):
         signals = ", ".join(f"{s['signal']}={s['value']:.3g}" for s in (row["top_signals"] or []))
         print(f"  {row['unit_id']:<24} risk {row['risk']:.3f}  {signals}")
-    print(f"written to {path}")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     score = sub.add_parser("score", help="risk per unit and horizon from models:/<name>@champion")
     score.add_argument("--top", type=int, default=10, help="how many units to print (default 10)")
+    add_json_flag(score)
     score.set_defaults(func=run_score)

@@ -1,0 +1,175 @@
+"""The configuration schema: which keys exist and what type each holds.
+
+A key is known when ``foreshock/foreshock.toml`` (the built-in defaults) sets it, or when
+:data:`OPTIONAL_KEYS` declares it (keys without a default, where the code's own choice
+applies).  Its type is its default's type (a string default that reads as a duration makes
+the key a duration) unless :data:`REFINED` says more.  Deriving the schema from the
+defaults file keeps one place for every key: a new key in foreshock.toml is validated
+without a second declaration here.
+
+Unknown sections and keys and wrong types are :class:`ConfigError` naming the key and
+where it came from (the file, or the ``FORESHOCK_<SECTION>_<KEY>`` variable).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, create_model
+
+from foreshock.durations import parse_duration
+from foreshock.errors import UserError
+
+ENV_PREFIX = "FORESHOCK_"
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration problem, one line naming the file (or variable), section and key."""
+
+
+def _duration(text: str) -> str:
+    parse_duration(text)  # raises ValueError with an example of the expected spelling
+    return text
+
+
+Duration = Annotated[str, AfterValidator(_duration)]
+Durations = Annotated[list[Duration], Field(min_length=1)]
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+
+# Keys foreshock.toml does not set: no default there, the consuming code decides.
+OPTIONAL_KEYS: dict[tuple[str, str], Any] = {
+    ("review", "window"): Duration,
+    ("backtest", "folds"): Annotated[int, Field(ge=1)],
+    ("backtest", "test_fraction"): Share,
+    ("models", "primary"): str,
+    ("models", "gbm"): dict[str, Any],
+    ("models", "cox"): dict[str, Any],
+}
+
+# Keys that need more than their default's type.
+REFINED: dict[tuple[str, str], Any] = {
+    ("features", "windows"): Durations,
+    ("labels", "horizons"): Durations,
+    ("ingest", "violation_unit"): Literal["us", "ns"],
+    ("lake", "shards"): Annotated[int, Field(ge=1)],
+    ("backtest", "drain_budget_per_day"): Annotated[float, Field(gt=0)],
+    ("backtest", "target_precision"): Share,
+    ("baseline", "sbe_increase_per_day"): float,
+}
+
+
+def _is_duration(value: object) -> bool:
+    try:
+        parse_duration(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _type_of(default: object) -> Any:
+    """The type a key holds, read from its default value."""
+    if isinstance(default, bool):
+        return bool
+    if isinstance(default, int):
+        return int
+    if isinstance(default, float):
+        return float
+    if isinstance(default, str):
+        return Duration if default and _is_duration(default) else str
+    if isinstance(default, list):
+        return list[_type_of(default[0])] if default else list[Any]
+    if isinstance(default, dict):
+        return dict[str, Any]
+    return Any
+
+
+@cache
+def section_models(defaults_text: str) -> dict[str, type]:
+    """One strict pydantic model per section (extra keys forbidden)."""
+    defaults = tomllib.loads(defaults_text)
+    fields: dict[str, dict[str, tuple[Any, Any]]] = {}
+    for section, values in defaults.items():
+        for key, value in values.items():
+            fields.setdefault(section, {})[key] = (REFINED.get((section, key), _type_of(value)), ...)
+    for (section, key), kind in OPTIONAL_KEYS.items():
+        fields.setdefault(section, {})[key] = (kind | None, None)
+    strict = ConfigDict(extra="forbid", strict=True)
+    return {name: create_model(f"{name}_section", __config__=strict, **spec) for name, spec in fields.items()}
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def check_shape(user: dict[str, Any], models: dict[str, type], where: str) -> None:
+    """Unknown sections and keys in one file's settings, named with the file."""
+    problems = []
+    for section, values in user.items():
+        if section not in models:
+            problems.append(f"unknown section [{section}]{_suggest(section, sorted(models))}")
+        elif not isinstance(values, dict):
+            problems.append(f"{section} must be a [{section}] section, not a value")
+        else:
+            known = sorted(models[section].model_fields)
+            problems += [f"[{section}] {key}: unknown key{_suggest(key, known)}" for key in values if key not in known]
+    if problems:
+        raise ConfigError(f"{where}: " + "; ".join(problems))
+
+
+def _env_value(text: str) -> Any:
+    """A variable's value read as a TOML value (``0.6``, ``["24h"]``, ``true``), else as text."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def environment_overrides(models: dict[str, type], environ: os._Environ | dict | None = None) -> dict[str, dict]:
+    """``FORESHOCK_<SECTION>_<KEY>=VALUE`` for every known section, as settings.
+
+    Variables naming no known section (``FORESHOCK_DATA_DIR``) are not overrides; a known
+    section with an unknown key is an error naming the variable.
+    """
+    environ = os.environ if environ is None else environ
+    overrides: dict[str, dict] = {}
+    for name, text in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        section = next((s for s in sorted(models, key=len, reverse=True) if rest.startswith(f"{s}_")), None)
+        if section is None:
+            continue
+        key = rest[len(section) + 1 :]
+        if key not in models[section].model_fields:
+            raise ConfigError(
+                f"{name}: [{section}] {key}: unknown key{_suggest(key, sorted(models[section].model_fields))}"
+            )
+        overrides.setdefault(section, {})[key] = _env_value(text)
+    return overrides
+
+
+def env_name(section: str, key: str) -> str:
+    return f"{ENV_PREFIX}{section.upper()}_{key.upper()}"
+
+
+def check_types(settings: dict[str, Any], models: dict[str, type], origin) -> None:
+    """Validate every section's values; ``origin(section, key)`` names where a value came from."""
+    problems: dict[str, list[str]] = {}
+    for section, model in models.items():
+        try:
+            model.model_validate(settings.get(section, {}))
+        except ValidationError as exc:
+            for error in exc.errors():
+                key = str(error["loc"][0]) if error["loc"] else ""
+                where = "".join(f"[{part}]" for part in error["loc"][1:])
+                message = error["msg"].removeprefix("Value error, ")
+                if error["type"] == "missing":
+                    message = "missing (foreshock.toml sets every key)"
+                problems.setdefault(origin(section, key), []).append(f"[{section}] {key}{where}: {message}")
+    if problems:
+        raise ConfigError("; ".join(f"{where}: " + "; ".join(lines) for where, lines in problems.items()))

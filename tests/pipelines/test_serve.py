@@ -1,0 +1,139 @@
+"""``foreshock serve`` against a real Prefect server: the scheduled deployments exist with
+their cron schedules, a triggered ``foreshock-cycle`` completes with a new outbox and a
+risk-list artifact, and a second trigger waits for the first (concurrency limit 1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.pipelines.services import free_port, running, wait_http
+
+pytestmark = pytest.mark.slow
+FORESHOCK = [sys.executable, "-m", "foreshock.pipelines.cli"]
+
+
+def _api(base: str, path: str, body: dict | None = None) -> object:
+    request = urllib.request.Request(
+        f"{base}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null")
+
+
+def _env(tmp: Path, api: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING_URI"))}
+    env.update(
+        PREFECT_HOME=str(tmp / "prefect-home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_UI_ENABLED="false",
+        MLFLOW_DISABLE_TELEMETRY="true",
+    )
+    if api:
+        env["PREFECT_API_URL"] = api
+    return env
+
+
+@pytest.fixture(scope="module")
+def prefect_api(tmp_path_factory):
+    if shutil.which("prefect") is None and not (Path(sys.executable).parent / "prefect").exists():
+        pytest.skip("the prefect command is not installed")
+    tmp = tmp_path_factory.mktemp("prefect-server")
+    port = free_port()
+    prefect = str(Path(sys.executable).parent / "prefect")
+    log = tmp / "server.log"
+    with running(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], log, env=_env(tmp)
+    ) as server:
+        api = f"http://127.0.0.1:{port}/api"
+        wait_http(f"{api}/health", 240, server, log)  # 40-70 s on two busy cores
+        yield api, tmp
+
+
+def _wait_state(api: str, run_id: str, states: set[str], timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = _api(api, f"/flow_runs/{run_id}")
+        if run["state_type"] in states:
+            return run
+        time.sleep(2)
+    raise TimeoutError(f"flow run {run_id} still {run['state_type']} ({run['state_name']}) after {timeout:.0f} s")
+
+
+def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
+    api, server_tmp = prefect_api
+    env = _env(server_tmp, api)
+    data = tmp_path / "data"
+    site = tmp_path / "site.toml"
+    # the cycle's schedule is kept far away so only the test's triggers run it
+    site.write_text('[schedule]\ningest = ""\ncycle = "0 0 1 1 *"\n')
+    base = [*FORESHOCK, "--config", str(site), "--data-dir", str(data)]
+    demo = subprocess.run(
+        [*base, "demo", "--units", "32", "--days", "12", "--seed", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    outboxes = sorted(p.name for p in (data / "outbox").iterdir() if p.is_dir())
+
+    with running([*base, "serve"], tmp_path / "serve.log", env=env) as serve:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            found = _api(api, "/deployments/filter", {})
+            if len(found) == 3:
+                break
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(2)
+        by_name = {d["name"]: d for d in found}
+        assert set(by_name) == {"foreshock-ingest", "foreshock-cycle", "foreshock-retrain"}
+        cycle = by_name["foreshock-cycle"]
+        assert cycle["parameters"] == {"data_dir": str(data), "config_path": str(site)}
+        limit = cycle.get("global_concurrency_limit") or {}
+        assert limit.get("limit") == 1 or cycle.get("concurrency_limit") == 1, cycle
+        assert (cycle.get("concurrency_options") or {}).get("collision_strategy") == "ENQUEUE", cycle
+        assert [s["schedule"]["cron"] for s in cycle["schedules"]] == ["0 0 1 1 *"]
+        assert [s["schedule"]["cron"] for s in by_name["foreshock-retrain"]["schedules"]] == ["0 3 * * 0"]
+        assert by_name["foreshock-ingest"]["schedules"] == []
+
+        first = _api(api, f"/deployments/{cycle['id']}/create_flow_run", {})
+        _wait_state(api, first["id"], {"RUNNING", "COMPLETED", "FAILED", "CRASHED"}, 300)
+        second = _api(api, f"/deployments/{cycle['id']}/create_flow_run", {})
+        done = _wait_state(api, first["id"], {"COMPLETED", "FAILED", "CRASHED"}, 600)
+        assert done["state_type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]
+        later = _wait_state(api, second["id"], {"COMPLETED", "FAILED", "CRASHED"}, 600)
+        assert later["state_type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]
+        # the second run started only after the first had finished
+        assert datetime.fromisoformat(later["start_time"]) >= datetime.fromisoformat(done["end_time"])
+
+    new = sorted(p.name for p in (data / "outbox").iterdir() if p.is_dir() and p.name not in outboxes)
+    assert len(new) == 2 and all((data / "outbox" / name / "risk_list.parquet").is_file() for name in new)
+    artifacts = _api(api, "/artifacts/filter", {"artifacts": {"key": {"any_": ["foreshock-risk-list"]}}})
+    assert len(artifacts) >= 2 and all(a["type"] == "markdown" for a in artifacts)
+    assert any(name in a["data"] for a in artifacts for name in new)
+
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "prefect"), "deployment", "ls"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    print(listed.stdout)
+    assert "cycle/foreshock-cycle" in listed.stdout and "retrain/foreshock-retrain" in listed.stdout
+    status = subprocess.run([*base, "status"], env=env, capture_output=True, text=True, timeout=300)
+    print(status.stdout)
+    assert "scores" in status.stdout and "champion" in status.stdout
