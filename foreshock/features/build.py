@@ -204,12 +204,12 @@ def cached_day_rollup(
     meta = where / "rollup.json"
     if meta.exists() and meta.read_text() == stamp:
         try:
-            return Rollup(*(pl.read_parquet(where / f"{name}.parquet") for name in ("pieces", "scrapes", "events")))
-        except (OSError, pl.exceptions.ComputeError):
+            return Rollup(*(store.read_scratch(where / f"{name}.arrow") for name in ("pieces", "scrapes", "events")))
+        except (OSError, pl.exceptions.PolarsError):
             pass  # a damaged cache entry is recomputed
     rollup = _day_rollup(lake_dir, spec, shard, day, failures)
     for name in ("pieces", "scrapes", "events"):
-        store.write_scratch(getattr(rollup, name), where / f"{name}.parquet")
+        store.write_scratch(getattr(rollup, name), where / f"{name}.arrow")
     atomic_write_text(meta, stamp)
     return rollup
 
@@ -408,7 +408,7 @@ def finalize_day(config: Config, day: date) -> int:
     staged = store.staged_files(config.features_dir, day)
     if not staged:
         return 0
-    frame = _finish(pl.concat([pl.read_parquet(p) for p in staged], how="diagonal_relaxed"), spec)
+    frame = _finish(pl.concat([store.read_scratch(p) for p in staged], how="diagonal_relaxed"), spec)
     rows = store.write_features(frame, config.features_dir, lake_shards(config.lake_dir, config.shards))
     shutil.rmtree(store.staging_day_dir(config.features_dir, day), ignore_errors=True)
     return rows

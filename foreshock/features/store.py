@@ -21,6 +21,8 @@ from foreshock.lake import PART_NAME, atomic_write_parquet, shard_of
 
 STAGING = "_staging"
 ROLLUPS = "_rollups"
+# Intermediate files are Arrow IPC: written and read at memory speed, never kept.
+SCRATCH_NAME = "part.arrow"
 KEY = ["unit_id", "ts"]
 
 
@@ -38,17 +40,22 @@ def staging_day_dir(features_dir: Path, day: date) -> Path:
 
 
 def staging_path(features_dir: Path, day: date, shard: int) -> Path:
-    return staging_day_dir(features_dir, day) / f"shard={shard:02d}" / PART_NAME
+    return staging_day_dir(features_dir, day) / f"shard={shard:02d}" / SCRATCH_NAME
 
 
 def write_scratch(frame: pl.DataFrame, path: Path) -> None:
     """Write an intermediate file (staging, rollup cache): renamed into place like the
-    store's files, but lz4 and no fsync, since a lost one is simply recomputed."""
+    store's files, but uncompressed Arrow IPC and no fsync (a lost one is recomputed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    frame.write_parquet(tmp, compression="lz4", statistics=False)
+    frame.write_ipc(tmp, compression="uncompressed")
     os.replace(tmp, path)
+
+
+def read_scratch(path: Path) -> pl.DataFrame:
+    """Read a file written by :func:`write_scratch`."""
+    return pl.scan_ipc(path).collect()
 
 
 def write_staged(frame: pl.DataFrame, path: Path) -> None:
@@ -57,7 +64,7 @@ def write_staged(frame: pl.DataFrame, path: Path) -> None:
 
 def staged_files(features_dir: Path, day: date | None) -> list[Path]:
     root = Path(features_dir) / STAGING
-    pattern = f"date={day.isoformat()}/shard=*/{PART_NAME}" if day else f"date=*/shard=*/{PART_NAME}"
+    pattern = f"date={day.isoformat()}/shard=*/{SCRATCH_NAME}" if day else f"date=*/shard=*/{SCRATCH_NAME}"
     return sorted(root.glob(pattern))
 
 
