@@ -7,6 +7,7 @@ Layout under ``<data_dir>/lake/``::
     failures/date=.../shard=../part.parquet
     inventory/part.parquet
     _lake.json            # {"shards": N}: fixed for the life of the lake
+    _changes.jsonl        # time span of rows stored per telemetry partition, until features read it
 
 Every write is a merge on the table's natural key, written under a temporary name and
 renamed into place, so a crash never leaves a partial file visible.  An exclusive lock file
@@ -41,6 +42,7 @@ import polars as pl
 from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN, conform
 
 PART_NAME = "part.parquet"
+CHANGES_NAME = "_changes.jsonl"
 
 
 @dataclass
@@ -226,8 +228,44 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
                 stored = _merge_one(partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table)
                 result.rows_stored += stored
                 result.partitions_written += int(stored > 0)
+                if stored:
+                    _record_change(lake_dir, table, day, shard, part.get_column(time_col))
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
+
+
+def _record_change(lake_dir: Path, table: str, day: date, shard: int, times: pl.Series) -> None:
+    """Append which partition received rows and their time span (under the lake lock), so
+    the features stage can recompute exactly the snapshots late rows affect."""
+    line = {
+        "table": table,
+        "date": day.isoformat(),
+        "shard": int(shard),
+        "first": times.min().isoformat(),
+        "last": times.max().isoformat(),
+    }
+    with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def read_changes(lake_dir: Path) -> list[dict]:
+    """Partitions changed since the features stage last consumed the change log (one dict per
+    merge: ``table, date, shard, first, last``)."""
+    path = Path(lake_dir) / CHANGES_NAME
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def consume_changes(lake_dir: Path, count: int) -> None:
+    """Drop the first ``count`` entries of the change log (those a features run handled);
+    entries appended since stay."""
+    path = Path(lake_dir) / CHANGES_NAME
+    if count <= 0 or not path.exists():
+        return
+    with lake_lock(lake_dir):
+        rest = path.read_text().splitlines(keepends=True)[count:]
+        atomic_write_text(path, "".join(rest))
 
 
 def partition_files(
