@@ -13,9 +13,9 @@ import importlib
 import sys
 import traceback
 
-import foreshock.pipelines.runtime  # noqa: F401  (environment defaults before Prefect loads)
 from foreshock.config import load_config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
+from foreshock.pipelines import runtime  # environment defaults before Prefect loads
 
 # command -> (module that registers it, one-line help for the command list)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -47,7 +47,7 @@ def _requested_command(argv: list[str]) -> str | None:
         if skip:
             skip = False
             continue
-        if word in ("--config", "--data-dir"):
+        if word in ("--config", "--data-dir", "--runner", "--dask-address"):
             skip = True
             continue
         if word.startswith("-"):
@@ -64,6 +64,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="configuration file (default: ./foreshock.toml if present)")
     parser.add_argument("--data-dir", help="data directory (default: FORESHOCK_DATA_DIR or ./data)")
+    parser.add_argument(
+        "--runner", choices=runtime.RUNNERS, help="where partitioned tasks run (default: [runner] kind, local)"
+    )
+    parser.add_argument("--dask-address", help="Dask scheduler, e.g. tcp://HOST:8786 (implies --runner dask)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = _requested_command(argv) if argv is not None else None
     modules = {module for command, (module, _) in COMMANDS.items() if argv is None or wanted in (command, "demo")}
@@ -101,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     where = f"foreshock {args.command}" if args.command else "foreshock"
     try:
         config = load_config(args.config, data_dir=args.data_dir)
+        config = config.with_overrides(runtime.runner_overrides(args.runner, args.dask_address))
         return int(args.func(args, config) or EXIT_OK)
     except BaseException as exc:  # noqa: BLE001 - every error leaves through the one mapping
         if isinstance(exc, SystemExit):

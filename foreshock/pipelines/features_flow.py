@@ -20,10 +20,10 @@ from datetime import date, datetime
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
-from prefect.task_runners import ThreadPoolTaskRunner
 
 from foreshock.config import Config
 from foreshock.features.build import finalize_day, finish_update, plan_update, stage_shard
+from foreshock.pipelines.runtime import task_runner
 
 
 @task(name="features-shard", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
@@ -40,7 +40,7 @@ def finalize_day_task(settings: dict, day: str, lo: str, hi: str, staged: list[l
     )
 
 
-@flow(name="features", validate_parameters=False, task_runner=ThreadPoolTaskRunner(max_workers=2))
+@flow(name="features", validate_parameters=False)
 def features_flow(settings: dict, start: str | None = None, end: str | None = None, full: bool = False) -> dict:
     """Compute and store missing feature snapshots; returns what was done."""
     config = Config.from_settings(settings)
@@ -74,7 +74,8 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    result = features_flow(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
+    flow_run = features_flow.with_options(task_runner=task_runner(config))
+    result = flow_run(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
     if not result["rows"]:
         print("features: up to date, nothing to compute")
         return 0
