@@ -133,22 +133,22 @@ def partition_path(lake_dir: Path, table: str, day: date | None = None, shard: i
     return Path(lake_dir) / table / f"date={day.isoformat()}" / f"shard={shard:02d}" / PART_NAME
 
 
-def _merge_one(path: Path, new: pl.DataFrame, table: str) -> int:
-    """Merge ``new`` into the file at ``path``; returns how many rows were newly stored."""
+def _merge_one(path: Path, new: pl.DataFrame, table: str) -> pl.DataFrame:
+    """Merge ``new`` into the file at ``path``; returns the rows newly stored."""
     key = list(KEYS[table])
     fresh = new.unique(subset=key, keep="first", maintain_order=True)
     if path.exists():
         existing = pl.read_parquet(path)
         fresh = fresh.join(existing.select(key), on=key, how="anti", nulls_equal=True)
         if fresh.height == 0:
-            return 0
+            return fresh
         merged = pl.concat([existing, fresh], how="diagonal_relaxed")
     else:
         merged = fresh
     time_col = TIME_COLUMN[table]
     order = ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
     atomic_write_parquet(merged.sort(order), path)
-    return fresh.height
+    return fresh
 
 
 def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str]) -> tuple[int, int]:
@@ -219,17 +219,17 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
             result.rows_updated += updated
             result.partitions_written += int(stored + updated > 0)
         elif time_col is None:
-            stored = _merge_one(partition_path(lake_dir, table), df, table)
+            stored = _merge_one(partition_path(lake_dir, table), df, table).height
             result.rows_stored += stored
             result.partitions_written += int(stored > 0)
         else:
             keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
             for (day, shard), part in keyed.group_by(["_date", "shard"], maintain_order=True):
-                stored = _merge_one(partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table)
-                result.rows_stored += stored
-                result.partitions_written += int(stored > 0)
-                if stored:
-                    _record_change(lake_dir, table, day, shard, part.get_column(time_col))
+                fresh = _merge_one(partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table)
+                result.rows_stored += fresh.height
+                result.partitions_written += int(fresh.height > 0)
+                if fresh.height:
+                    _record_change(lake_dir, table, day, shard, fresh.get_column(time_col))
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
 
