@@ -6,7 +6,7 @@ DATA ?= data
 .PHONY: setup demo test test-fast lint format bench clean
 
 setup:
-	$(UV) sync --frozen
+	$(UV) sync --frozen --all-extras
 
 demo: setup
 	$(UV) run --frozen foreshock --data-dir $(DATA) demo

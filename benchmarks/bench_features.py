@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -149,13 +150,29 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process, all threads (steadier than wall time on a
+    shared machine)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _measured(started: float, cpu_started: float, rows: int) -> dict:
+    return {
+        "seconds": time.perf_counter() - started,
+        "cpu": _cpu_seconds() - cpu_started,
+        "rows": rows,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
 def worker_features(data_dir: Path) -> dict:
     from foreshock.features.build import update_features
 
     config = _config(data_dir)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
     rows = update_features(config, full=True)
-    return {"seconds": time.perf_counter() - started, "rows": rows, "peak_rss_mb": _peak_rss_mb()}
+    return _measured(started, cpu_started, rows)
 
 
 def worker_floor(data_dir: Path, hourly: bool = False) -> dict:
@@ -163,14 +180,14 @@ def worker_floor(data_dir: Path, hourly: bool = False) -> dict:
     with ``hourly``: the snapshot grain any hourly feature must reach), mean/max/count."""
     files = partition_files(_config(data_dir).lake_dir, "samples")
     keys = [pl.col("unit_id"), pl.col("metric")] + ([pl.col("ts").dt.truncate("1h")] if hourly else [])
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
     out = (
         pl.scan_parquet(files)
         .group_by(keys)
         .agg(pl.col("value").mean().alias("mean"), pl.col("value").max().alias("max"), pl.len())
         .collect()
     )
-    return {"seconds": time.perf_counter() - started, "rows": out.height, "peak_rss_mb": _peak_rss_mb()}
+    return _measured(started, cpu_started, out.height)
 
 
 def worker_floor_hourly(data_dir: Path) -> dict:
@@ -183,7 +200,7 @@ def worker_pandas(data_dir: Path) -> dict:
     import pandas as pd
 
     files = partition_files(_config(data_dir).lake_dir, "samples")
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
     raw = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     raw = raw.sort_values(["unit_id", "metric", "ts"])
     snapshots = []
@@ -206,7 +223,7 @@ def worker_pandas(data_dir: Path) -> dict:
             frame["snapshot"] = frame["ts"].dt.ceil("1h")
             snapshots.append(frame.groupby(["unit_id", "snapshot"])["value"].last().rename(f"{metric}_{how}_{window}"))
     result = pd.concat(snapshots, axis=1)
-    return {"seconds": time.perf_counter() - started, "rows": len(result), "peak_rss_mb": _peak_rss_mb()}
+    return _measured(started, cpu_started, len(result))
 
 
 WORKERS = {
@@ -247,9 +264,11 @@ def main() -> None:
         "per hour too (the snapshot grain)"
     )
     print(
-        f"{'GPUs':>6} {'samples':>12} {'gen s':>7} {'floor s':>8} {'floor-h s':>10} {'features s':>11} "
-        f"{'x floor':>8} {'x floor-h':>10} {'s/1k GPU':>9} {'peak RSS MB':>12} {'rows':>9} {'load':>5}"
+        f"{'GPUs':>6} {'samples':>12} {'gen s':>7} {'floor s':>8} {'floor cpu':>9} {'floor-h s':>10} "
+        f"{'features s':>11} {'feat cpu':>9} {'x floor':>8} {'x fl cpu':>9} {'x floor-h':>10} {'s/1k GPU':>9} "
+        f"{'peak RSS MB':>12} {'rows':>9} {'load':>5}"
     )
+    measured: dict[int, dict] = {}
     for units in args.sizes:
         data_dir = Path(tempfile.mkdtemp(prefix=f"bench-features-{units}-"))
         try:
@@ -260,9 +279,11 @@ def main() -> None:
             floor = _run_worker("floor", data_dir)
             floor_h = _run_worker("floor-hourly", data_dir)
             feats = _run_worker("features", data_dir)
+            measured[units] = feats
             print(
-                f"{units:>6} {samples:>12,} {generated:>7.1f} {floor['seconds']:>8.2f} {floor_h['seconds']:>10.2f} "
-                f"{feats['seconds']:>11.2f} {feats['seconds'] / floor['seconds']:>8.2f} "
+                f"{units:>6} {samples:>12,} {generated:>7.1f} {floor['seconds']:>8.2f} {floor['cpu']:>9.2f} "
+                f"{floor_h['seconds']:>10.2f} {feats['seconds']:>11.2f} {feats['cpu']:>9.2f} "
+                f"{feats['seconds'] / floor['seconds']:>8.2f} {feats['cpu'] / floor['cpu']:>9.2f} "
                 f"{feats['seconds'] / floor_h['seconds']:>10.2f} {feats['seconds'] / units * 1000:>9.2f} "
                 f"{feats['peak_rss_mb']:>12.0f} {feats['rows']:>9,} {os.getloadavg()[0]:>5.1f}",
                 flush=True,
@@ -276,6 +297,12 @@ def main() -> None:
                 )
         finally:
             shutil.rmtree(data_dir, ignore_errors=True)
+    if len(measured) >= 2:
+        small, large = min(measured), max(measured)
+        for what in ("seconds", "cpu"):
+            exponent = math.log(measured[large][what] / measured[small][what]) / math.log(large / small)
+            label = "wall" if what == "seconds" else "CPU"
+            print(f"size exponent {small}->{large} GPUs ({label} time): {exponent:.3f}  (linear = 1.0, target <= 1.05)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Layout under ``<data_dir>/lake/``::
     failures/date=.../shard=../part.parquet
     inventory/part.parquet
     _lake.json            # {"shards": N}: fixed for the life of the lake
+    _changes.jsonl        # time span of rows stored per telemetry partition, until features read it
 
 Every write is a merge on the table's natural key, written under a temporary name and
 renamed into place, so a crash never leaves a partial file visible.  An exclusive lock file
@@ -41,6 +42,7 @@ import polars as pl
 from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN, conform
 
 PART_NAME = "part.parquet"
+CHANGES_NAME = "_changes.jsonl"
 
 
 @dataclass
@@ -131,22 +133,22 @@ def partition_path(lake_dir: Path, table: str, day: date | None = None, shard: i
     return Path(lake_dir) / table / f"date={day.isoformat()}" / f"shard={shard:02d}" / PART_NAME
 
 
-def _merge_one(path: Path, new: pl.DataFrame, table: str) -> int:
-    """Merge ``new`` into the file at ``path``; returns how many rows were newly stored."""
+def _merge_one(path: Path, new: pl.DataFrame, table: str) -> pl.DataFrame:
+    """Merge ``new`` into the file at ``path``; returns the rows newly stored."""
     key = list(KEYS[table])
     fresh = new.unique(subset=key, keep="first", maintain_order=True)
     if path.exists():
         existing = pl.read_parquet(path)
         fresh = fresh.join(existing.select(key), on=key, how="anti", nulls_equal=True)
         if fresh.height == 0:
-            return 0
+            return fresh
         merged = pl.concat([existing, fresh], how="diagonal_relaxed")
     else:
         merged = fresh
     time_col = TIME_COLUMN[table]
     order = ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
     atomic_write_parquet(merged.sort(order), path)
-    return fresh.height
+    return fresh
 
 
 def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str]) -> tuple[int, int]:
@@ -217,17 +219,53 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
             result.rows_updated += updated
             result.partitions_written += int(stored + updated > 0)
         elif time_col is None:
-            stored = _merge_one(partition_path(lake_dir, table), df, table)
+            stored = _merge_one(partition_path(lake_dir, table), df, table).height
             result.rows_stored += stored
             result.partitions_written += int(stored > 0)
         else:
             keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
             for (day, shard), part in keyed.group_by(["_date", "shard"], maintain_order=True):
-                stored = _merge_one(partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table)
-                result.rows_stored += stored
-                result.partitions_written += int(stored > 0)
+                fresh = _merge_one(partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table)
+                result.rows_stored += fresh.height
+                result.partitions_written += int(fresh.height > 0)
+                if fresh.height:
+                    _record_change(lake_dir, table, day, shard, fresh.get_column(time_col))
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
+
+
+def _record_change(lake_dir: Path, table: str, day: date, shard: int, times: pl.Series) -> None:
+    """Append which partition received rows and their time span (under the lake lock), so
+    the features stage can recompute exactly the snapshots late rows affect."""
+    line = {
+        "table": table,
+        "date": day.isoformat(),
+        "shard": int(shard),
+        "first": times.min().isoformat(),
+        "last": times.max().isoformat(),
+    }
+    with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def read_changes(lake_dir: Path) -> list[dict]:
+    """Partitions changed since the features stage last consumed the change log (one dict per
+    merge: ``table, date, shard, first, last``)."""
+    path = Path(lake_dir) / CHANGES_NAME
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def consume_changes(lake_dir: Path, count: int) -> None:
+    """Drop the first ``count`` entries of the change log (those a features run handled);
+    entries appended since stay."""
+    path = Path(lake_dir) / CHANGES_NAME
+    if count <= 0 or not path.exists():
+        return
+    with lake_lock(lake_dir):
+        rest = path.read_text().splitlines(keepends=True)[count:]
+        atomic_write_text(path, "".join(rest))
 
 
 def partition_files(

@@ -45,9 +45,11 @@ from foreshock.features.windows import error_activity_columns, metric_feature_na
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
 from foreshock.lake import (
     atomic_write_text,
+    consume_changes,
     lake_shards,
     partition_dates,
     partition_files,
+    read_changes,
     read_table,
     scan_table,
     shard_of,
@@ -201,12 +203,12 @@ def cached_day_rollup(
     meta = where / "rollup.json"
     if meta.exists() and meta.read_text() == stamp:
         try:
-            return Rollup(*(pl.read_parquet(where / f"{name}.parquet") for name in ("pieces", "scrapes", "events")))
-        except (OSError, pl.exceptions.ComputeError):
+            return Rollup(*(store.read_scratch(where / f"{name}.arrow") for name in ("pieces", "scrapes", "events")))
+        except (OSError, pl.exceptions.PolarsError):
             pass  # a damaged cache entry is recomputed
     rollup = _day_rollup(lake_dir, spec, shard, day, failures)
     for name in ("pieces", "scrapes", "events"):
-        store.write_scratch(getattr(rollup, name), where / f"{name}.parquet")
+        store.write_scratch(getattr(rollup, name), where / f"{name}.arrow")
     atomic_write_text(meta, stamp)
     return rollup
 
@@ -333,29 +335,86 @@ def build_features(
 
 @dataclass(frozen=True)
 class UpdatePlan:
-    """Snapshots an incremental run computes: ``first..last`` in blocks of whole days."""
+    """Snapshots a run computes: one or more spans ``(first, last)``, in blocks of whole
+    days, and how many entries of the lake's change log the run handles.
 
-    first: datetime
-    last: datetime
+    Spans are the snapshots after the last stored one, plus, for rows that arrived late
+    (older than snapshots already stored), the snapshots those rows can affect.  Every
+    span is computed for every shard (the peer features of a snapshot need all of them).
+    """
+
+    spans: tuple[tuple[datetime, datetime], ...]
     shards: int
+    changes: int = 0
+
+    @property
+    def first(self) -> datetime:
+        return self.spans[0][0]
+
+    @property
+    def last(self) -> datetime:
+        return self.spans[-1][1]
 
     @property
     def days(self) -> list[date]:
-        return _days(self.first, self.last)
+        return [day for day, _, _ in self.day_spans()]
+
+    def day_spans(self) -> list[tuple[date, datetime, datetime]]:
+        """``(date, lo, hi)``: the snapshots of each date the plan computes."""
+        out = []
+        for lo, hi in self.spans:
+            for day in _days(lo, hi):
+                start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+                out.append((day, max(lo, start), min(hi, start + timedelta(days=1) - timedelta(microseconds=1))))
+        return out
 
     def blocks(self) -> list[tuple[datetime, datetime]]:
         # Blocks end at midnight so that a date's staged file comes from one block; a
         # remainder shorter than a day joins the block before it (a block of one snapshot
         # would cost a whole lookback of work).
-        out, lo = [], self.first
-        while lo <= self.last:
-            midnight = datetime.combine(lo.date(), datetime.min.time(), tzinfo=UTC) + MAX_BLOCK
-            hi = min(self.last, midnight - timedelta(microseconds=1))
-            if self.last - hi < timedelta(days=1):
-                hi = self.last
-            out.append((lo, hi))
-            lo = hi + timedelta(microseconds=1)
+        out = []
+        for first, last in self.spans:
+            lo = first
+            while lo <= last:
+                midnight = datetime.combine(lo.date(), datetime.min.time(), tzinfo=UTC) + MAX_BLOCK
+                hi = min(last, midnight - timedelta(microseconds=1))
+                if last - hi < timedelta(days=1):
+                    hi = last
+                out.append((lo, hi))
+                lo = hi + timedelta(microseconds=1)
         return out
+
+
+def late_spans(changes: list[dict], spec: FeatureSpec, stored: datetime) -> list[tuple[datetime, datetime]]:
+    """Stored snapshots that rows merged into the lake since the last run can change.
+
+    A sample or event at ``t`` reaches the snapshots ``T`` with ``t <= T < t + lookback``
+    (a window, the counter step it starts, the thermal baseline); a failure ticket changes
+    the unit's lives, its lot's and cohort's rates from ``failed_at`` on.  Only snapshots
+    up to ``stored`` are returned: later ones are new snapshots anyway.
+    """
+    spans = []
+    for change in changes:
+        lo = _ceil(_as_utc(datetime.fromisoformat(change["first"])), spec.every)
+        if change["table"] == "failures":
+            hi = stored
+        else:
+            reach = _as_utc(datetime.fromisoformat(change["last"])) + spec.lookback - timedelta(microseconds=1)
+            hi = min(stored, _floor(reach, spec.every))
+        if lo <= hi:
+            spans.append((lo, hi))
+    return spans
+
+
+def _merged(spans: list[tuple[datetime, datetime]], every: timedelta) -> tuple[tuple[datetime, datetime], ...]:
+    # Spans that touch, overlap or share a date become one (a date is staged once per run).
+    out: list[tuple[datetime, datetime]] = []
+    for lo, hi in sorted(spans):
+        if out and (lo <= out[-1][1] + every or lo.date() == out[-1][1].date()):
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
 
 
 def plan_update(
@@ -365,19 +424,35 @@ def plan_update(
     full: bool = False,
 ) -> UpdatePlan | None:
     """What a run must compute: snapshots after the last one stored (all of them with
-    ``full``), within ``start..end``, up to the newest complete snapshot of the lake."""
+    ``full``) and the stored ones that late rows can change, within ``start..end``, up to
+    the newest complete snapshot of the lake.  None when there is nothing to compute."""
     spec = feature_spec(config)
+    changes = read_changes(config.lake_dir)
+    # The change log is handled only by a run that covers every snapshot it may touch.
+    handled = len(changes) if start is None and end is None else 0
     span = snapshot_range(config.lake_dir, spec, start, end)
     if span is None:
         return None
     first, last = span
+    spans = [(first, last)]
     if not full:
         stored = store.last_snapshot(config.features_dir)
         if stored is not None:
-            first = max(first, stored + spec.every)
-    if first > last:
+            late = [(max(lo, first), min(hi, last)) for lo, hi in late_spans(changes, spec, stored)]
+            spans = [(lo, hi) for lo, hi in late if lo <= hi]
+            if max(first, stored + spec.every) <= last:
+                spans.append((max(first, stored + spec.every), last))
+    if not spans:
+        consume_changes(config.lake_dir, handled)  # nothing they could change is stored
         return None
-    return UpdatePlan(first=first, last=last, shards=lake_shards(config.lake_dir, config.shards))
+    return UpdatePlan(
+        spans=_merged(spans, spec.every), shards=lake_shards(config.lake_dir, config.shards), changes=handled
+    )
+
+
+def finish_update(config: Config, plan: UpdatePlan) -> None:
+    """After every date of ``plan`` is stored: drop the change-log entries it handled."""
+    consume_changes(config.lake_dir, plan.changes)
 
 
 def stage_shard(config: Config, shard: int, first: datetime, last: datetime) -> list[str]:
@@ -398,15 +473,19 @@ def stage_shard(config: Config, shard: int, first: datetime, last: datetime) -> 
     return sorted(written)
 
 
-def finalize_day(config: Config, day: date) -> int:
-    """Second pass for one date: peer features over all staged shards, then the rows are
-    merged into the feature store.  Returns the number of rows written."""
+def finalize_day(config: Config, day: date, lo: datetime, hi: datetime) -> int:
+    """Second pass for one date: peer features over all staged shards, then the rows replace
+    the stored snapshots ``lo..hi`` of that date.  Returns the number of rows written."""
     spec = feature_spec(config)
     staged = store.staged_files(config.features_dir, day)
-    if not staged:
-        return 0
-    frame = _finish(pl.concat([pl.read_parquet(p) for p in staged], how="diagonal_relaxed"), spec)
-    rows = store.write_features(frame, config.features_dir, lake_shards(config.lake_dir, config.shards))
+    if staged:
+        frame = _finish(pl.concat([store.read_scratch(p) for p in staged], how="diagonal_relaxed"), spec)
+    else:
+        frame = pl.DataFrame(schema=output_schema(spec))
+    frame = frame.filter(pl.col("ts").is_between(lo, hi))
+    rows = store.write_features(
+        frame, config.features_dir, lake_shards(config.lake_dir, config.shards), replace=(lo, hi)
+    )
     shutil.rmtree(store.staging_day_dir(config.features_dir, day), ignore_errors=True)
     return rows
 
@@ -417,15 +496,17 @@ def update_features(
     end: date | None = None,
     full: bool = False,
 ) -> int:
-    """Compute and store the snapshots :func:`plan_update` finds missing, without Prefect
-    (the flow runs the same steps as tasks).  Returns the number of rows written."""
+    """Compute and store the snapshots :func:`plan_update` finds missing or changed, without
+    Prefect (the flow runs the same steps as tasks).  Returns the number of rows written."""
     plan = plan_update(config, start, end, full)
     if plan is None:
         return 0
     for lo, hi in plan.blocks():
         for shard in range(plan.shards):
             stage_shard(config, shard, lo, hi)
-    return sum(finalize_day(config, day) for day in plan.days)
+    rows = sum(finalize_day(config, day, lo, hi) for day, lo, hi in plan.day_spans())
+    finish_update(config, plan)
+    return rows
 
 
 __all__ = [
@@ -433,6 +514,8 @@ __all__ = [
     "build_features",
     "error_activity_columns",
     "finalize_day",
+    "finish_update",
+    "late_spans",
     "output_schema",
     "plan_update",
     "shard_unit_features",

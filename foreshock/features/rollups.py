@@ -148,66 +148,43 @@ def _unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:
     )
 
 
-def _edges(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """Mark the first and last row of each (unit, life, bucket) run of one metric's rows,
-    which are in unit-then-time order, so first/last values become plain max aggregations
-    (one non-null per group): fast, and independent of the engine's row order in groups."""
-    return frame.with_columns(
-        (pl.col("_key") != pl.col("_key").shift(1)).fill_null(True).alias("_is_first"),
-        (pl.col("_key") != pl.col("_key").shift(-1)).fill_null(True).alias("_is_last"),
-    )
-
-
-def _counter_pieces(samples: pl.LazyFrame, metric: str, max_gap: timedelta) -> pl.LazyFrame:
-    """Pieces of one counter metric; ``samples`` holds only that metric, sorted by unit and
-    time, so the row before a sample is the previous sample of the same series when the
-    packed key says it is the same unit and life."""
+def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
+    """Pieces of one counter metric; ``samples`` holds only that metric in unit-then-time
+    order, so the row before a sample is the previous sample of the same series when the
+    packed key says it is the same unit and life, and each (unit, life, bucket) group is a
+    contiguous run whose first and last rows are its first and last samples."""
     same_series = ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_key").shift(1) // _BUCKET_SLOTS)).fill_null(False)
     recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
     delta = pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("value").shift(1)))
-    stepped = (
-        _edges(samples)
-        .with_columns(delta.alias("_delta"), (~same_series).alias("_head"))
-        .with_columns(
-            pl.when(pl.col("_delta") > 0).then(pl.col("ts")).alias("_inc_ts"),
-            pl.when("_is_first").then(pl.col("value")).alias("_first_v"),
-            pl.when("_is_last").then(pl.col("value")).alias("_last_v"),
-        )
+    stepped = samples.with_columns(delta.alias("_delta"), (~same_series).alias("_head")).with_columns(
+        pl.when(pl.col("_delta") > 0).then(pl.col("ts")).alias("_inc_ts")
     )
-    return (
-        stepped.group_by(_SERIES)
-        .agg(
-            pl.len().cast(pl.Int64).alias("n"),
-            pl.col("value").sum().alias("sum"),
-            (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
-            pl.col("value").max().alias("max"),
-            pl.col("ts").min().alias("first_ts"),
-            pl.col("_first_v").max().alias("first_v"),
-            pl.col("ts").max().alias("last_ts"),
-            pl.col("_last_v").max().alias("last_v"),
-            pl.col("_delta").sum().alias("inc"),
-            pl.col("_inc_ts").min().alias("first_inc_ts"),
-            pl.col("_inc_ts").max().alias("last_inc_ts"),
-            pl.col("_head").any().alias("head"),
-        )
-        .with_columns(pl.lit(metric).alias("metric"))
+    return stepped.group_by(_SERIES).agg(
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("value").sum().alias("sum"),
+        (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
+        pl.col("value").max().alias("max"),
+        pl.col("ts").first().alias("first_ts"),
+        pl.col("value").first().alias("first_v"),
+        pl.col("ts").last().alias("last_ts"),
+        pl.col("value").last().alias("last_v"),
+        pl.col("_delta").sum().alias("inc"),
+        pl.col("_inc_ts").min().alias("first_inc_ts"),
+        pl.col("_inc_ts").max().alias("last_inc_ts"),
+        # Only a series' first row can start it, and that row opens its group.
+        pl.col("_head").first().alias("head"),
     )
 
 
-def _gauge_pieces(samples: pl.LazyFrame, metric: str) -> pl.LazyFrame:
+def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     """Pieces of one gauge metric (rows of that metric only, unit-then-time order)."""
-    marked = _edges(samples).with_columns(pl.when("_is_last").then(pl.col("value")).alias("_last_v"))
-    return (
-        marked.group_by(_SERIES)
-        .agg(
-            pl.len().cast(pl.Int64).alias("n"),
-            pl.col("value").sum().alias("sum"),
-            (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
-            pl.col("value").max().alias("max"),
-            pl.col("ts").max().alias("last_ts"),
-            pl.col("_last_v").max().alias("last_v"),
-        )
-        .with_columns(pl.lit(metric).alias("metric"))
+    return samples.group_by(_SERIES).agg(
+        pl.len().cast(pl.Int64).alias("n"),
+        pl.col("value").sum().alias("sum"),
+        (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
+        pl.col("value").max().alias("max"),
+        pl.col("ts").last().alias("last_ts"),
+        pl.col("value").last().alias("last_v"),
     )
 
 
@@ -280,29 +257,45 @@ def rollup_samples(
     )
     units = samples.filter("_new_unit").select("_unit", "unit_id")
     samples = _with_sample_lives(samples, units, failures)
-    work = samples.select(_packed_key(every), "ts", "metric", "value", "_new_ts").lazy()
-    present = set(samples.get_column("metric").unique().to_list())
-    queries = [
-        (_counter_pieces if metric.is_counter else _gauge_pieces)(
-            work.filter(pl.col("metric") == metric.name).select("_key", "ts", "value"),
-            metric.name,
-            *([max_gap] if metric.is_counter else []),
-        )
-        for metric in catalog
-        if metric.name in present
-    ]
-    queries.append(
-        work.filter("_new_ts")
-        .group_by(_SERIES)
-        .agg(pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
+    # The packed key is sorted (units in order, then time, and life and bucket grow with
+    # time): group-bys over it run as one linear pass over contiguous runs, no hashing.
+    # Metrics become small integers once, then the rows are split by metric in one pass
+    # (each part keeps the unit-then-time order a counter step needs).
+    names = catalog.names()
+    work = samples.select(
+        _packed_key(every).set_sorted(),
+        "ts",
+        pl.col("metric").cast(pl.Enum(names)).to_physical().alias("_metric"),
+        "value",
+        "_new_ts",
     )
-    # One go: the group-bys run side by side on Polars' thread pool.
-    *parts, scrapes = pl.collect_all(queries)
-    pieces = pl.concat([_unpacked(p, every).join(units, on="_unit") for p in parts], how="diagonal_relaxed")
+    scrapes = (
+        work.lazy()
+        .group_by(_SERIES)
+        .agg(pl.col("_new_ts").sum().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
+    )
+    counters = {m.name for m in catalog if m.is_counter}
+    queries, present = [], []
+    for (code,), part in (
+        work.select("_key", "ts", "value", "_metric")
+        .partition_by("_metric", as_dict=True, maintain_order=True, include_key=False)
+        .items()
+    ):
+        name = names[code]
+        sorted_part = part.lazy().with_columns(pl.col("_key").set_sorted())
+        queries.append(_counter_pieces(sorted_part, max_gap) if name in counters else _gauge_pieces(sorted_part))
+        present.append(name)
+    queries.append(scrapes)
+    *parts, scrapes_frame = pl.collect_all(queries, engine="in-memory")
+    pieces = pl.concat(
+        [p.with_columns(pl.lit(name).alias("metric")) for name, p in zip(present, parts, strict=True)],
+        how="diagonal_relaxed",
+    )
+    pieces = _unpacked(pieces, every).join(units, on="_unit")
     pieces = pieces.select(
         [pl.col(c).cast(t) if c in pieces.columns else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]
     )
-    return pieces, _unpacked(scrapes, every).join(units, on="_unit").select(list(SCRAPE_SCHEMA))
+    return pieces, _unpacked(scrapes_frame, every).join(units, on="_unit").select(list(SCRAPE_SCHEMA))
 
 
 def rollup_events(events: pl.DataFrame, failures: pl.DataFrame, every: timedelta) -> pl.DataFrame:

@@ -22,6 +22,8 @@ from foreshock.lake import PART_NAME, atomic_write_parquet, shard_of
 
 STAGING = "_staging"
 ROLLUPS = "_rollups"
+# Intermediate files are Arrow IPC: written and read at memory speed, never kept.
+SCRATCH_NAME = "part.arrow"
 KEY = list(SNAPSHOT_KEY)
 
 
@@ -39,17 +41,22 @@ def staging_day_dir(features_dir: Path, day: date) -> Path:
 
 
 def staging_path(features_dir: Path, day: date, shard: int) -> Path:
-    return staging_day_dir(features_dir, day) / f"shard={shard:02d}" / PART_NAME
+    return staging_day_dir(features_dir, day) / f"shard={shard:02d}" / SCRATCH_NAME
 
 
 def write_scratch(frame: pl.DataFrame, path: Path) -> None:
     """Write an intermediate file (staging, rollup cache): renamed into place like the
-    store's files, but lz4 and no fsync, since a lost one is simply recomputed."""
+    store's files, but uncompressed Arrow IPC and no fsync (a lost one is recomputed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    frame.write_parquet(tmp, compression="lz4", statistics=False)
+    frame.write_ipc(tmp, compression="uncompressed")
     os.replace(tmp, path)
+
+
+def read_scratch(path: Path) -> pl.DataFrame:
+    """Read a file written by :func:`write_scratch`."""
+    return pl.scan_ipc(path).collect()
 
 
 def write_staged(frame: pl.DataFrame, path: Path) -> None:
@@ -58,7 +65,7 @@ def write_staged(frame: pl.DataFrame, path: Path) -> None:
 
 def staged_files(features_dir: Path, day: date | None) -> list[Path]:
     root = Path(features_dir) / STAGING
-    pattern = f"date={day.isoformat()}/shard=*/{PART_NAME}" if day else f"date=*/shard=*/{PART_NAME}"
+    pattern = f"date={day.isoformat()}/shard=*/{SCRATCH_NAME}" if day else f"date=*/shard=*/{SCRATCH_NAME}"
     return sorted(root.glob(pattern))
 
 
@@ -67,30 +74,61 @@ def feature_files(features_dir: Path) -> list[Path]:
     return sorted(Path(features_dir).glob(f"date=*/shard=*/{PART_NAME}"))
 
 
-def write_features(frame: pl.DataFrame, features_dir: Path, shards: int) -> int:
+def write_features(
+    frame: pl.DataFrame,
+    features_dir: Path,
+    shards: int,
+    replace: tuple[datetime, datetime] | None = None,
+) -> int:
     """Merge feature rows into their partitions; rows already stored for the same
     ``unit_id, ts`` are replaced (a recomputation is authoritative).
+
+    Parameters
+    ----------
+    frame : pl.DataFrame
+        Feature rows (any dates and shards).
+    features_dir : Path
+        The feature store.
+    shards : int
+        The lake's shard count.
+    replace : (datetime, datetime), optional
+        Snapshots ``lo..hi`` (inclusive) that ``frame`` recomputed for every unit: stored
+        rows in that span that ``frame`` does not hold are removed too (a unit that late
+        data put out of service, or into a new life, must not keep its old row).
 
     Returns
     -------
     int
         Rows written (new or replaced).
     """
-    if frame.height == 0:
-        return 0
     units = frame.get_column("unit_id").unique().to_list()
     mapping = pl.DataFrame(
         {"unit_id": units, "_shard": [shard_of(u, shards) for u in units]},
         schema={"unit_id": pl.String, "_shard": pl.Int32},
     )
     keyed = frame.join(mapping, on="unit_id").with_columns(pl.col("ts").dt.date().alias("_day"))
-    for (day, shard), part in keyed.group_by(["_day", "_shard"]):
-        part = part.drop("_day", "_shard")
+    parts = {(day, shard): part.drop("_day", "_shard") for (day, shard), part in keyed.group_by(["_day", "_shard"])}
+    if replace is not None:
+        lo, hi = replace
+        for path in feature_files(features_dir):
+            day = date.fromisoformat(path.parent.parent.name.split("=", 1)[1])
+            shard = int(path.parent.name.split("=", 1)[1])
+            if lo.date() <= day <= hi.date():
+                parts.setdefault((day, shard), frame.head(0))
+    for (day, shard), part in parts.items():
         path = partition_path(features_dir, day, shard)
         if path.exists():
-            kept = pl.read_parquet(path).join(part.select(KEY), on=KEY, how="anti")
-            part = pl.concat([kept, part], how="diagonal_relaxed").select(part.columns)
-        atomic_write_parquet(part.sort(KEY), path)
+            stored = pl.read_parquet(path)
+            kept = stored.join(part.select(KEY), on=KEY, how="anti")
+            if replace is not None:
+                kept = kept.filter(~pl.col("ts").is_between(replace[0], replace[1]))
+            if part.height == 0 and kept.height == stored.height:
+                continue
+            part = pl.concat([kept, part], how="diagonal_relaxed").select(part.columns or kept.columns)
+        if part.height:
+            atomic_write_parquet(part.sort(KEY), path)
+        elif path.exists():
+            path.unlink()
     return frame.height
 
 

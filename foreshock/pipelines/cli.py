@@ -26,6 +26,7 @@ from foreshock.pipelines.runtime import (  # before Prefect loads
     configure_logging,
     configure_served_runs,
     log_level,
+    runner_overrides,
 )
 
 log = logging.getLogger("foreshock.cli")
@@ -56,7 +57,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 # global options that take a value (the command is the first other word)
-VALUE_OPTIONS = {"--config", "--data-dir", "--log-format"}
+VALUE_OPTIONS = {"--config", "--data-dir", "--log-format", "--runner", "--dask-address"}
 
 
 def _requested_command(argv: list[str]) -> str | None:
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, data_dir=args.data_dir)
         log.debug("%s: configuration %s, data directory %s", where, config.source, config.data_dir)
+        config = config.with_overrides(runner_overrides(args.runner, args.dask_address))
         return int(args.func(args, config) or EXIT_OK)
     except BaseException as exc:  # noqa: BLE001 - every error leaves through the one mapping
         if isinstance(exc, SystemExit):

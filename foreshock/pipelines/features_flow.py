@@ -9,7 +9,8 @@ Wiring only; the work lives in :mod:`features.build`.  Two kinds of coarse tasks
   ``data/features/date=.../shard=.../part.parquet``.
 
 Tasks take and return plain values (settings, shard numbers, ISO times, paths, counts).
-Runs are incremental: only snapshots after the last stored one are computed.
+Runs are incremental: only snapshots after the last stored one are computed, plus the
+stored snapshots that rows ingested late can change (the lake's change log).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from datetime import date, datetime
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
-from prefect.task_runners import ThreadPoolTaskRunner
 
 from foreshock.config import Config
-from foreshock.features.build import finalize_day, plan_update, stage_shard
+from foreshock.features.build import finalize_day, finish_update, plan_update, stage_shard
 from foreshock.pipelines.progress import track
+from foreshock.pipelines.runtime import task_runner
 
 
 @task(name="features-shard", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
@@ -34,11 +35,13 @@ def stage_shard_task(settings: dict, shard: int, first: str, last: str) -> list[
 
 
 @task(name="features-date", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def finalize_day_task(settings: dict, day: str, staged: list[list[str]]) -> int:
-    return finalize_day(Config.from_settings(settings), date.fromisoformat(day))
+def finalize_day_task(settings: dict, day: str, lo: str, hi: str, staged: list[list[str]]) -> int:
+    return finalize_day(
+        Config.from_settings(settings), date.fromisoformat(day), datetime.fromisoformat(lo), datetime.fromisoformat(hi)
+    )
 
 
-@flow(name="features", validate_parameters=False, task_runner=ThreadPoolTaskRunner(max_workers=2))
+@flow(name="features", validate_parameters=False)
 def features_flow(settings: dict, start: str | None = None, end: str | None = None, full: bool = False) -> dict:
     """Compute and store missing feature snapshots; returns what was done."""
     config = Config.from_settings(settings)
@@ -57,8 +60,12 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
     ]
     staged_files = [future.result() for future in track(staged, "features: shard blocks")]
     # Each date waits for every shard's first pass (the peer features need all of them).
-    rows = [finalize_day_task.submit(settings, day.isoformat(), staged_files) for day in plan.days]
+    rows = [
+        finalize_day_task.submit(settings, day.isoformat(), lo.isoformat(), hi.isoformat(), staged_files)
+        for day, lo, hi in plan.day_spans()
+    ]
     written = sum(future.result() for future in track(rows, "features: dates"))
+    finish_update(config, plan)
     return {
         "snapshots_from": plan.first.isoformat(),
         "snapshots_to": plan.last.isoformat(),
@@ -68,7 +75,8 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    result = features_flow(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
+    flow_run = features_flow.with_options(task_runner=task_runner(config))
+    result = flow_run(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
     if not result["rows"]:
         print("features: up to date, nothing to compute")
         return 0

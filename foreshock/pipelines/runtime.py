@@ -14,6 +14,14 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prefect.task_runners import TaskRunner
+
+    from foreshock.config import Config
+
+RUNNERS = ("local", "dask")
 
 PREFECT_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
@@ -140,6 +148,42 @@ def configure_logging(level: int = logging.INFO, fmt: str = "text") -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+
+
+def task_runner(config: Config) -> TaskRunner:
+    """The Prefect task runner ``[runner]`` asks for: a thread pool of ``local_workers``
+    threads, or prefect-dask's ``DaskTaskRunner`` on the cluster at ``dask_address`` (a
+    ``LocalCluster`` of ``local_workers`` single-threaded processes when it is empty).
+    Tasks pass settings and paths, never frames, so either runner gives the same results."""
+    section = config.section("runner")
+    kind, workers = section["kind"], int(section["local_workers"])
+    if kind == "local":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=workers)
+    if kind != "dask":
+        raise ValueError(f"[runner] kind: {kind!r} is not one of {', '.join(RUNNERS)}")
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise ValueError(
+            "[runner] kind = dask needs the dask extra: uv sync --extra dask (make setup installs it)"
+        ) from None
+    if section["dask_address"]:
+        return DaskTaskRunner(address=section["dask_address"])
+    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True})
+
+
+def runner_overrides(runner: str | None, dask_address: str | None) -> dict:
+    """Config overrides for the global ``--runner`` / ``--dask-address`` options (an address
+    alone implies the Dask runner)."""
+    section = {}
+    if runner:
+        section["kind"] = runner
+    if dask_address:
+        section["dask_address"] = dask_address
+        section.setdefault("kind", "dask")
+    return {"runner": section} if section else {}
 
 
 configure_prefect()
