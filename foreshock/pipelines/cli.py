@@ -23,6 +23,7 @@ from foreshock.config import load_config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
 from foreshock.pipelines.runtime import (  # before Prefect loads
     LOG_FORMATS,
+    RUNNERS,
     configure_logging,
     configure_served_runs,
     log_level,
@@ -90,6 +91,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-format", choices=LOG_FORMATS, default="text", help="log lines as text or JSON lines (default text)"
     )
+    parser.add_argument("--runner", choices=RUNNERS, help="where partitioned tasks run (default: [runner] kind, local)")
+    parser.add_argument("--dask-address", help="Dask scheduler, e.g. tcp://HOST:8786 (implies --runner dask)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = _requested_command(argv) if argv is not None else None
     modules = {module for command, (module, _) in COMMANDS.items() if argv is None or wanted in (command, "demo")}
