@@ -19,6 +19,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.lake import lake_summary, read_table
+from foreshock.models.base import label_column
 from foreshock.models.plots import calibration_table
 from foreshock.models.training import labelled_until
 
@@ -125,7 +126,7 @@ def backtest_calibration(config: Config, horizon: str, bins: int = 10) -> pl.Dat
         return None
     labelled = labelled_until(
         scores.select("unit_id", "ts").unique(), failures, [horizon], until=scores["ts"].max()
-    ).select("unit_id", "ts", pl.col(f"fails_within_{horizon}").alias("label"))
+    ).select("unit_id", "ts", pl.col(label_column(horizon)).alias("label"))
     scored = scores.join(labelled, on=["unit_id", "ts"], how="inner").drop_nulls("label")
     return calibration_table(scored.select("model", "risk", "label"), bins) if scored.height else None
 

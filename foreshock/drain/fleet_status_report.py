@@ -58,11 +58,15 @@ def _when(value: datetime | None) -> str:
     return "–" if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
 
 
-def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
-    head = "".join(f'<th class="{"l" if i < left else ""}">{_esc(h)}</th>' for i, h in enumerate(headers))
+def _table(headers: list[str], rows: list[list[str]], left: int = 1, text_columns: tuple[int, ...] = ()) -> str:
+    """A table; the first ``left`` columns and ``text_columns`` are left-aligned."""
+
+    def cls(i: int) -> str:
+        return "l" if i < left or i in text_columns else ""
+
+    head = "".join(f'<th class="{cls(i)}">{_esc(h)}</th>' for i, h in enumerate(headers))
     body = "".join(
-        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{cell}</td>' for i, cell in enumerate(row)) + "</tr>"
-        for row in rows
+        "<tr>" + "".join(f'<td class="{cls(i)}">{cell}</td>' for i, cell in enumerate(row)) + "</tr>" for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -191,7 +195,12 @@ def _top_units(status: FleetStatus) -> str:
                 _esc(r.get("signals") or ""),
             ]
         )
-    table = _table(["unit", "node", "action", f"risk ({status.horizon})", "expected lead", "top signals"], rows, left=3)
+    table = _table(
+        ["unit", "node", "action", f"risk ({status.horizon})", "expected lead", "top signals"],
+        rows,
+        left=3,
+        text_columns=(5,),
+    )
     fig = risk_over_time_figure(status)
     plot = f'<div class="plots">{svg(fig)}</div>' if fig is not None else _missing("No risk history for these units.")
     return table + plot
@@ -314,7 +323,7 @@ def _freshness(status: FleetStatus) -> str:
                 _esc(f.note),
             ]
         )
-    return _table(["stage", "last written", "data until", "state", "note"], rows, left=1)
+    return _table(["stage", "last written", "data until", "state", "note"], rows, left=1, text_columns=(4,))
 
 
 def render_fleet_page(status: FleetStatus) -> str:
