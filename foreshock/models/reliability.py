@@ -312,8 +312,11 @@ def cumulative_incidence(
             if n_events == 0:
                 continue
             ajf = AalenJohansenFitter(seed=seed, calculate_variance=True)
-            with np.errstate(all="ignore"):
-                ajf.fit(durations, code, event_of_interest=k, entry=entry if (entry > 0).any() else None)
+            try:
+                with np.errstate(all="ignore"):
+                    ajf.fit(durations, code, event_of_interest=k, entry=entry if (entry > 0).any() else None)
+            except StatError:
+                continue  # late entries leave the early risk set empty: not estimable by age
             curve = ajf.cumulative_density_.iloc[:, 0]
             bounds = ajf.confidence_interval_
             idx = np.searchsorted(curve.index.to_numpy(), ages, side="right") - 1
@@ -358,6 +361,7 @@ def job_interruptions(
     observed_from: datetime,
     observed_until: datetime,
     placement: tuple[str, ...] = ("rack", "node", "unit_id"),
+    fitted_on: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Interruptions of a synchronous job of N units: expected from the fitted hazard
     against observed in the history.
@@ -378,6 +382,12 @@ def job_interruptions(
     the variance over mean of the per-job counts (1 for independent units; clustering
     pushes it up).
 
+    A Weibull fitted by maximum likelihood to the same lives it is checked on reproduces
+    their total failure count exactly (the score equation of its scale), so over the whole
+    fleet ``ratio`` is then 1 by construction.  Pass ``fitted_on`` — the lives of an
+    earlier period (:func:`unit_lives` with an earlier ``observed_until``) — to check the
+    hazard out of sample.
+
     Returns
     -------
     One row per N: ``job_gpus, jobs, expected_per_day, mttf_job_h, mttf_job_h_constant,
@@ -396,8 +406,9 @@ def job_interruptions(
     exposure = float((clipped["_a1"] - clipped["_a0"]).sum())
     events = int(clipped["_ev"].sum())
     rate = events / exposure if exposure > 0 else float("nan")  # per unit-day
+    fit = lives if fitted_on is None else fitted_on
     weibull = WeibullFitter().fit(
-        lives["duration_days"].to_numpy(), lives["event"].to_numpy(), entry=lives["entry_days"].to_numpy()
+        fit["duration_days"].to_numpy(), fit["event"].to_numpy(), entry=fit["entry_days"].to_numpy()
     )
     rho, lam = float(weibull.rho_), float(weibull.lambda_)
     per_unit = (
@@ -669,6 +680,9 @@ def analyse_fleet(
     if modes.len() > 1:
         incidence = cumulative_incidence(lives, ages)
         incidence_curves = cumulative_incidence(lives)
+        if incidence.height == 0:
+            incidence = incidence_curves = None
+            notes.append("competing risks by age not estimable: every life entered observation late")
     elif modes.len() == 1:
         notes.append(f"one failure mode ({modes[0]}): no competing risks")
     jobs = None

@@ -104,7 +104,8 @@ def jobs_section(result: FleetReliability) -> list[str]:
         "Any unit's failure stops the job: MTTF_job ≈ MTTF_device / N under independence. Expected from the "
         "fitted (Weibull) hazard of the units the job occupies, against the interruptions the history shows "
         "for jobs placed on consecutive nodes; job dispersion is the variance/mean of interruptions per job "
-        "(1 when units fail independently).",
+        "(1 when units fail independently). Fitted on the same history, observed/expected is 1 over the whole "
+        "fleet by construction of the fit: the job dispersion is the test here.",
         "",
         "| N GPUs | jobs | MTTF_job (fitted) | MTTF_device/N (constant rate) | expected / job-day | observed / job-day (95% CI) | observed / expected | job dispersion |",
         "|---:|---:|---:|---:|---:|---|---:|---:|",
