@@ -20,7 +20,6 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.lake import lake_summary, read_table
 from foreshock.models.base import label_column
-from foreshock.models.plots import calibration_table
 from foreshock.models.training import labelled_until
 
 OUTBOX_LATEST = "LATEST"
@@ -51,7 +50,7 @@ class FleetStatus:
     exit_risk: float
     horizon: str
     backtest: dict | None
-    calibration: pl.DataFrame | None
+    calibration: pl.DataFrame | None  # model, risk, label of the backtest
     replay: dict | None
     champion: dict | None
     freshness: list[Freshness] = field(default_factory=list)
@@ -100,7 +99,7 @@ def risk_history(config: Config, units: list[str], model: str | None, horizon: s
         if model is not None:
             scores = scores.filter(pl.col("model") == model)
         parts.append(scores.select("unit_id", "ts", "risk", pl.lit("backtest").alias("source")).collect())
-    live = sorted((config.data_dir / "scores").glob("scores-*.parquet"))
+    live = sorted(config.scores_dir.glob("scores-*.parquet"))
     if live:
         frame = pl.concat([pl.read_parquet(p, columns=["unit_id", "ts", "horizon", "risk"]) for p in live])
         parts.append(
@@ -114,9 +113,9 @@ def risk_history(config: Config, units: list[str], model: str | None, horizon: s
     return history.unique(["unit_id", "ts", "source"]).sort("unit_id", "ts")
 
 
-def backtest_calibration(config: Config, horizon: str, bins: int = 10) -> pl.DataFrame | None:
-    """Equal-count calibration bins of every backtest model at ``horizon``, labelled with
-    the failures known at the end of the backtest."""
+def backtest_outcomes(config: Config, horizon: str) -> pl.DataFrame | None:
+    """``model, risk, label`` of every backtest snapshot at ``horizon`` whose outcome is
+    known at the end of the backtest (for the calibration plot)."""
     path = config.backtest_dir / "scores.parquet"
     if not path.is_file():
         return None
@@ -128,7 +127,7 @@ def backtest_calibration(config: Config, horizon: str, bins: int = 10) -> pl.Dat
         scores.select("unit_id", "ts").unique(), failures, [horizon], until=scores["ts"].max()
     ).select("unit_id", "ts", pl.col(label_column(horizon)).alias("label"))
     scored = scores.join(labelled, on=["unit_id", "ts"], how="inner").drop_nulls("label")
-    return calibration_table(scored.select("model", "risk", "label"), bins) if scored.height else None
+    return scored.select("model", "risk", "label") if scored.height else None
 
 
 def champion_summary(config: Config) -> dict | None:
@@ -175,7 +174,7 @@ def freshness(config: Config, champion: dict | None, outbox: Path | None, summar
         Freshness("features", feature_written, None, "features"),
         Freshness("backtest", _mtime(config.backtest_dir / "report.json"), None, "backtest"),
         Freshness("train", champion["registered_at"] if champion else None, None, "train / review"),
-        Freshness("score", _mtime(config.data_dir / "scores" / "latest.parquet"), None, "score"),
+        Freshness("score", _mtime(config.latest_scores), None, "score"),
         Freshness("publish", _mtime(outbox / "risk_list.parquet") if outbox else None, None, "publish"),
         Freshness("replay", _mtime(config.reports_dir / "replay" / "replay.json"), None, "replay"),
     ]
@@ -222,7 +221,7 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         summary["actions"] = dict(risk_list.group_by("action").len().iter_rows())
         summary["risk_list"] = outbox.name
         units = top_units(risk_list, top)
-    latest = config.data_dir / "scores" / "latest.parquet"
+    latest = config.latest_scores
     if latest.is_file():
         live_model = pl.read_parquet(latest, columns=["model"])["model"].first()
         if units is None:
@@ -247,7 +246,7 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         exit_risk=float(policy["exit_risk"]),
         horizon=horizon,
         backtest=backtest,
-        calibration=backtest_calibration(config, horizon),
+        calibration=backtest_outcomes(config, horizon),
         replay=json.loads(replay_json.read_text()) if replay_json.is_file() else None,
         champion=champion,
         freshness=freshness(config, champion, outbox, summary),

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from foreshock.drain.fleet_status import FleetStatus
 from foreshock.lake import atomic_write_text
+from foreshock.models.plots import calibration_curve
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
@@ -125,35 +126,6 @@ def risk_over_time_figure(status: FleetStatus) -> Figure | None:
     return fig
 
 
-def calibration_figure(table: pl.DataFrame, title: str) -> Figure:
-    """Observed failure frequency against mean risk in equal-count bins, log–log, with the
-    bins' sizes; bins with no failure are drawn on the floor of the axis."""
-    fig = Figure(figsize=(5.5, 4.2))
-    ax = fig.subplots()
-    positive = table.filter(pl.col("mean_risk") > 0)
-    low = float(positive["mean_risk"].min()) if positive.height else 1e-4
-    seen = table.filter(pl.col("observed") > 0)
-    low = min(low, float(seen["observed"].min()) if seen.height else low)
-    floor = 10 ** math.floor(math.log10(max(low, 1e-6)) - 0.3)
-    ax.plot([floor, 1], [floor, 1], linestyle=":", color="black", linewidth=0.8, label="perfect")
-    for i, part in enumerate(table.partition_by("model", maintain_order=True)):
-        x = np.clip(part["mean_risk"].to_numpy(), floor, 1)
-        y = np.clip(part["observed"].to_numpy(), floor, 1)
-        ax.plot(x, y, marker="o", color=f"C{i}", label=str(part["model"][0]))
-        zero = part["observed"].to_numpy() == 0
-        ax.plot(x[zero], y[zero], "v", color=f"C{i}", markersize=8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(floor, 1.2)
-    ax.set_ylim(floor, 1.2)
-    ax.set(xlabel="mean predicted risk (bin)", ylabel="observed failure frequency", title=title)
-    ax.text(0.98, 0.02, "▼ bin with no failure", transform=ax.transAxes, ha="right", fontsize=8, color="#555")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="upper left", fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
 # --- sections ------------------------------------------------------------------------
 
 
@@ -252,7 +224,7 @@ def _backtest(status: FleetStatus) -> str:
         )
     )
     if status.calibration is not None and status.calibration.height:
-        fig = calibration_figure(status.calibration, f"Calibration, backtest, {status.horizon} (equal-count bins)")
+        fig = calibration_curve(status.calibration, title=f"Calibration, backtest, {status.horizon} (equal-count bins)")
         parts.append(f'<div class="plots">{svg(fig)}</div>')
     return "".join(parts)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from foreshock.config import Config
+from foreshock.errors import missing
 from foreshock.pipelines.runtime import configure_mlflow
 
 
@@ -17,9 +18,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from foreshock.drain.fleet_status_report import write_fleet_page
 
     if not config.lake_dir.is_dir():
-        print(f"foreshock report: no lake at {config.lake_dir}: ingest first (or foreshock demo)")
-        return 2
-    configure_mlflow(config.data_dir)
+        raise missing("no lake", config.lake_dir, "ingest")
+    configure_mlflow(config.mlflow_dir)
     status = fleet_status(config, top=args.top)
     path = write_fleet_page(status, config.reports_dir)
     print(f"fleet risk page: {path}")
