@@ -55,7 +55,7 @@ def convert(src: Path, out: Path) -> tuple[int, int]:
         pl.col("installed_at").dt.strftime(fmt),
         pl.col("cage").cast(pl.String).alias("cage"),
         # location within the cabinet and the room, the SC '20 Cox covariates
-        pl.col("node").cast(pl.String).alias("position"),
+        pl.col("node").str.extract(r"n(\d+)$").alias("position"),
         pl.col("col").cast(pl.String).alias("column"),
         # a serial number has one life: it leaves service at its failure, or is censored at
         # a removal without failure before the study ended
