@@ -15,6 +15,14 @@ DEMO_UNITS = 64
 DEMO_DAYS = 14
 DEMO_SEED = 11
 DEMO_FAILURE_RATE = 20.0  # per 1,000 unit-days
+# Its own registered model name: the session's MLflow store is shared with other tests.
+DEMO_CONFIG = '[models]\nname = "foreshock-demo-fleet"\n'
+
+
+def demo_config_file(data_dir: Path) -> Path:
+    """The configuration the demo data was built with (``foreshock.toml`` beside ``data_dir``):
+    run a notebook or a command from that directory, or pass it as ``--config``."""
+    return Path(data_dir).parent / "foreshock.toml"
 
 
 def build_demo_data(data_dir: Path) -> Path:
@@ -23,10 +31,13 @@ def build_demo_data(data_dir: Path) -> Path:
     from foreshock.simulate import simulate_fleet
 
     data_dir = Path(data_dir)
+    config_file = demo_config_file(data_dir)
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(DEMO_CONFIG)
     sim = data_dir / "raw" / "sim"
     simulate_fleet(sim, units=DEMO_UNITS, days=DEMO_DAYS, seed=DEMO_SEED, failures_per_1000_unit_days=DEMO_FAILURE_RATE)
     truth = str(sim / "ground_truth.parquet")
-    base = ["--data-dir", str(data_dir)]
+    base = ["--config", str(config_file), "--data-dir", str(data_dir)]
     steps = [
         ["ingest", "--path", str(sim), "--timezone", "UTC"],
         ["features"],

@@ -27,13 +27,16 @@ def _page_path(capsys) -> Path:
 
 @pytest.mark.slow
 def test_fleet_report_page_renders_in_chromium(demo_data_dir, tmp_path, capsys):
-    assert main(["--data-dir", str(demo_data_dir), "report", "--top", "4"]) == 0
+    from demo_fleet import demo_config_file
+
+    config = str(demo_config_file(demo_data_dir))
+    assert main(["--config", config, "--data-dir", str(demo_data_dir), "report", "--top", "4"]) == 0
     page = _page_path(capsys)
     text = page.read_text()
     assert (demo_data_dir / "reports" / "fleet.html").read_text() == text
     for section in ("Fleet", "Top units", "Latest backtest", "Drain replay", "Champion model", "Pipeline freshness"):
         assert f"<h2>{section}</h2>" in text
-    assert "version 1" in text and "T*" in text  # the champion and the checkpoint interval
+    assert "models:/foreshock-demo-fleet@champion (version" in text and "T*" in text  # champion, checkpoint
     # self-contained: nothing to fetch, no script
     assert not re.search(r"""(src|href)\s*=\s*["'](https?:|//)""", text)
     assert "<script" not in text and "@import" not in text
