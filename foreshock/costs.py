@@ -32,6 +32,9 @@ class DrainCosts:
         GPUs in the synchronous job a unit belongs to.
     checkpoint_interval
         Time between the job's checkpoints.
+    checkpoint_write
+        Time the job spends writing one checkpoint (with ``restart_time``: the restart
+        cost of the Young/Daly checkpoint interval).
     restart_time
         Time for the job to restart after an interruption.
     drain_overhead
@@ -42,6 +45,7 @@ class DrainCosts:
 
     job_gpus: int = 1024
     checkpoint_interval: timedelta = timedelta(hours=2)
+    checkpoint_write: timedelta = timedelta(minutes=5)
     restart_time: timedelta = timedelta(minutes=20)
     drain_overhead: timedelta = timedelta(minutes=10)
     repair_turnaround: timedelta = timedelta(days=3)
@@ -60,6 +64,7 @@ class DrainCosts:
         return cls(
             job_gpus=job_gpus,
             checkpoint_interval=duration("checkpoint_interval", defaults.checkpoint_interval),
+            checkpoint_write=duration("checkpoint_write", defaults.checkpoint_write),
             restart_time=duration("restart_time", defaults.restart_time),
             drain_overhead=duration("drain_overhead", defaults.drain_overhead),
             repair_turnaround=duration("repair_turnaround", defaults.repair_turnaround),
@@ -69,6 +74,11 @@ class DrainCosts:
     def failure_loss_gpu_hours(self) -> float:
         """GPU-hours one unplanned failure costs: ``job_gpus * (checkpoint_interval/2 + restart_time)``."""
         return self.job_gpus * (_hours(self.checkpoint_interval) / 2.0 + _hours(self.restart_time))
+
+    @property
+    def restart_cost_hours(self) -> float:
+        """Restart cost ``tau`` of an interruption in hours: one checkpoint write plus a restart."""
+        return _hours(self.checkpoint_write) + _hours(self.restart_time)
 
     @property
     def drain_cost_gpu_hours(self) -> float:

@@ -5,8 +5,9 @@ into foreshock's canonical tables, so it goes through the ordinary ingest path.
     uv run foreshock --data-dir /tmp/titan ingest --source canonical --path OUT_DIR
     uv run foreshock --data-dir /tmp/titan reliability --by cage,lot
 
-Unit = GPU serial number, placed at its longest-stay location; lot = replacement batch
-(old / new); failures = DBE (double-bit ECC) and OTB (off the bus) removals; GPUs removed
+Unit = GPU serial number, placed at its longest-stay location (``cage`` 0-2 bottom to
+top of the cabinet, ``position`` = node 0-3 on its blade, ``column`` = cabinet column of
+the room); lot = replacement batch (old / new); failures = DBE (double-bit ECC) and OTB (off the bus) removals; GPUs removed
 without a failure are censored at removal, failed ones leave service at failure
 (``retired_at``).  Service nodes are excluded.
 """
@@ -53,6 +54,9 @@ def convert(src: Path, out: Path) -> tuple[int, int]:
         pl.col("batch").alias("lot"),
         pl.col("installed_at").dt.strftime(fmt),
         pl.col("cage").cast(pl.String).alias("cage"),
+        # location within the cabinet and the room, the SC '20 Cox covariates
+        pl.col("node").str.extract(r"n(\d+)$").alias("position"),
+        pl.col("col").cast(pl.String).alias("column"),
         # a serial number has one life: it leaves service at its failure, or is censored at
         # a removal without failure before the study ended
         pl.when(pl.col("mode").is_not_null() | (pl.col("removed_at") < study_end))

@@ -51,3 +51,12 @@ def seed(request) -> int:
     value = random.randrange(2**31) if chosen == "random" else int(chosen)
     print(f"seed={value}")
     return value
+
+
+@pytest.fixture(scope="session")
+def demo_data_dir(tmp_path_factory, prefect_server, mlflow_uri):
+    """One small demo fleet through the whole pipeline, built once per session
+    (``tests/demo_fleet.py``): the notebooks and the fleet report page read it."""
+    from demo_fleet import build_demo_data
+
+    return build_demo_data(tmp_path_factory.mktemp("demo") / "data")

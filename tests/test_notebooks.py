@@ -1,5 +1,12 @@
-"""Notebooks are thin clients of the package and must run top to bottom."""
+"""Notebooks are thin clients of the package and must run top to bottom, each saving its
+plots under ``data/reports/notebooks/``.
 
+A notebook whose metadata says ``foreshock.data = "own"`` builds its own data (1.0
+simulates a fleet); the others read the session's demo data directory (one small demo
+fleet through the whole pipeline, ``tests/demo_fleet.py``).
+"""
+
+import time
 from pathlib import Path
 
 import nbformat
@@ -9,13 +16,42 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("FORESHOCK_DATA_DIR", str(tmp_path / "data"))
+def _run(path: Path, data_dir: Path, workdir: Path, monkeypatch) -> list[Path]:
+    monkeypatch.setenv("FORESHOCK_DATA_DIR", str(data_dir))
+    started = time.time()
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
     ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    number = path.name.split("-", 1)[0]
+    saved = list((data_dir / "reports" / "notebooks").glob(f"{number}-*.png"))
+    return [p for p in saved if p.stat().st_mtime >= started - 1 and p.stat().st_size > 5000]
+
+
+def test_notebooks_are_saved_without_outputs():
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        code = [c for c in notebook.cells if c.cell_type == "code"]
+        assert code and not any(c.outputs or c.execution_count for c in code), path.name
+        assert notebook.metadata.get("foreshock", {}).get("data") in ("own", "demo"), path.name
+
+
+OWN = [p for p in NOTEBOOKS if nbformat.read(p, as_version=4).metadata.get("foreshock", {}).get("data") == "own"]
+DEMO = [p for p in NOTEBOOKS if p not in OWN]
+
+
+@pytest.mark.parametrize("path", OWN, ids=[p.name for p in OWN])
+def test_notebook_on_its_own_data(path, tmp_path, monkeypatch):
+    saved = _run(path, tmp_path / "data", tmp_path, monkeypatch)
     assert (tmp_path / "data" / "lake" / "samples").is_dir()
+    assert saved, "the notebook saved no plot"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", DEMO, ids=[p.name for p in DEMO])
+def test_notebook_on_the_demo_data(path, demo_data_dir, tmp_path, monkeypatch):
+    # run beside the demo's foreshock.toml (its registered model name), as a user would
+    saved = _run(path, demo_data_dir, demo_data_dir.parent, monkeypatch)
+    assert saved, "the notebook saved no plot"

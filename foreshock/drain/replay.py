@@ -21,16 +21,32 @@ GPU-hours (``F`` = failure loss, ``D`` = drain cost, see
     effective training time = 1 - lost / (fleet units * replay hours)
 
 "No prediction" never drains: every failure is unplanned.
+
+Checkpoint interval (Young 1974, Daly 2006, first order): a synchronous job of ``N`` GPUs
+(``job_gpus``) on a fleet of ``U`` units observed for ``h`` hours is interrupted unplanned
+at ``lambda = N * (failures - drained_ahead) / (U * h)`` per hour and drained at
+``lambda_p = N * drains / (U * h)``.  With restart cost ``tau`` (one checkpoint write plus
+a restart, :attr:`~foreshock.costs.DrainCosts.restart_cost_hours`) the interval that
+minimises the waste is ``T* = sqrt(2 tau / lambda)``, and the share of time the job
+trains at interval ``T`` is::
+
+    effective(T) = 1 - (C / T + lambda * (T / 2 + R) + lambda_p * D)
+
+(``C`` checkpoint write, ``R`` restart, ``D`` drain overhead: checkpoints written, work
+lost and restarts after unplanned interruptions, planned drains).  Prediction lowers
+``lambda`` by the failures drained ahead, so the job can checkpoint less often.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
 
+from foreshock.costs import DrainCosts
 from foreshock.drain.policy import DrainPolicy, PolicySettings, fleet_table, unit_risk_table
 from foreshock.drain.state import PolicyState
 from foreshock.models.metrics import (  # the lead-time metrics' own definition
@@ -65,6 +81,53 @@ class ReplayOutcome:
         return self.drained_ahead / self.failures if self.failures else None
 
 
+def young_daly_interval(tau_h: float, interruptions_per_h: float) -> float:
+    """The checkpoint interval ``T* = sqrt(2 tau / lambda)`` in hours (``inf`` when
+    ``lambda`` is 0: never interrupted, never worth a checkpoint for failures)."""
+    if interruptions_per_h <= 0:
+        return math.inf
+    return math.sqrt(2.0 * tau_h / interruptions_per_h)
+
+
+@dataclass
+class CheckpointPlan:
+    """The checkpoint interval of one policy variant's interruption rates."""
+
+    variant: str
+    unplanned_per_day: float
+    planned_per_day: float
+    optimal_interval_h: float
+    effective_at_optimum: float
+    effective_at_configured: float
+
+
+def checkpoint_plan(outcome: ReplayOutcome, costs: DrainCosts, fleet_units: int, hours: float) -> CheckpointPlan:
+    """Young/Daly interval and effective training time of a job of ``costs.job_gpus`` GPUs
+    with the failure and drain rates one variant showed over the replay."""
+    share = costs.job_gpus / (fleet_units * hours)  # per-unit-hour rate -> the job's rate per hour
+    unplanned = (outcome.failures - outcome.drained_ahead) * share
+    planned = outcome.drains * share
+    write_h = costs.checkpoint_write.total_seconds() / 3600
+    restart_h = costs.restart_time.total_seconds() / 3600
+    drain_h = costs.drain_overhead.total_seconds() / 3600
+
+    def effective(interval_h: float) -> float:
+        if math.isinf(interval_h):
+            return max(0.0, 1.0 - planned * drain_h)
+        waste = write_h / interval_h + unplanned * (interval_h / 2 + restart_h) + planned * drain_h
+        return max(0.0, 1.0 - waste)
+
+    optimum = young_daly_interval(costs.restart_cost_hours, unplanned)
+    return CheckpointPlan(
+        variant=outcome.variant,
+        unplanned_per_day=unplanned * 24,
+        planned_per_day=planned * 24,
+        optimal_interval_h=optimum,
+        effective_at_optimum=effective(optimum),
+        effective_at_configured=effective(costs.checkpoint_interval.total_seconds() / 3600),
+    )
+
+
 @dataclass
 class ReplayReport:
     """All variants of one replay, plus the drain log and the settings it ran with."""
@@ -75,6 +138,7 @@ class ReplayReport:
     outcomes: list[ReplayOutcome]
     drains: pl.DataFrame
     settings: dict[str, Any] = field(default_factory=dict)
+    checkpoint: list[CheckpointPlan] = field(default_factory=list)
 
     @property
     def days(self) -> float:
@@ -336,6 +400,7 @@ def replay(
         fleet_units=units,
         outcomes=outcomes,
         drains=drain_log,
+        checkpoint=[checkpoint_plan(o, costs, units, hours) for o in outcomes],
         settings={
             "horizon": settings.horizon,
             "enter_risk": settings.enter_risk,
@@ -346,6 +411,8 @@ def replay(
             "job_gpus": costs.job_gpus,
             "failure_loss_gpu_h": costs.failure_loss_gpu_hours,
             "drain_cost_gpu_h": costs.drain_cost_gpu_hours,
+            "checkpoint_interval_h": costs.checkpoint_interval.total_seconds() / 3600,
+            "restart_cost_h": costs.restart_cost_hours,
             "alert_window_h": alert_window.total_seconds() / 3600,
             "min_lead_time_h": min_lead_time.total_seconds() / 3600,
         },

@@ -6,6 +6,7 @@ The computation lives in :mod:`foreshock.drain.replay`; this module only renders
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from foreshock.drain.replay import ReplayReport
@@ -38,6 +39,40 @@ def markdown_table(report: ReplayReport) -> str:
             cells.append("-" if value is None else fmt.format(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _interval(hours: float) -> str:
+    if hours == float("inf"):
+        return "∞"
+    return f"{hours / 24:.1f} d" if hours >= 72 else f"{hours:.1f} h"
+
+
+def checkpoint_markdown(report: ReplayReport) -> list[str]:
+    """The Young/Daly checkpoint section: lambda, T* and effective training time per variant."""
+    if not report.checkpoint:
+        return []
+    s = report.settings
+    lines = [
+        "## Checkpoint interval",
+        "",
+        (
+            f"A job of {s['job_gpus']} GPUs with the failure rate of this fleet; restart cost tau = "
+            f"{s['restart_cost_h'] * 60:.0f} min (checkpoint write + restart). Young/Daly interval "
+            "T* = sqrt(2 tau / lambda), lambda = the job's unplanned interruptions; drains add planned ones. "
+            f"Effective training time at T* and at the configured {s['checkpoint_interval_h']:g} h interval."
+        ),
+        "",
+        "| policy | lambda (unplanned / day) | planned drains / day | T* | effective at T* | "
+        f"effective at {s['checkpoint_interval_h']:g} h |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for plan in report.checkpoint:
+        lines.append(
+            f"| {plan.variant} | {plan.unplanned_per_day:.2f} | {plan.planned_per_day:.2f} | "
+            f"{_interval(plan.optimal_interval_h)} | {plan.effective_at_optimum:.2%} | "
+            f"{plan.effective_at_configured:.2%} |"
+        )
+    return [*lines, ""]
 
 
 def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -> dict[str, Path]:
@@ -80,6 +115,7 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
             "such jobs; effective training time is pessimistic here (set `[policy] job_gpus`).",
             "",
         ]
+    md += checkpoint_markdown(report)
     if any(o.precursor_failures is not None for o in report.outcomes):
         md += ["Failures with a precursor (simulator ground truth) drained ahead:", ""]
         for o in report.outcomes:
@@ -96,6 +132,7 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
         "fleet_units": report.fleet_units,
         "settings": report.settings,
         "outcomes": report.table().to_dicts(),
+        "checkpoint": [asdict(plan) for plan in report.checkpoint],
     }
     files["replay.json"] = directory / "replay.json"
     atomic_write_text(files["replay.json"], json.dumps(payload, indent=2, default=str) + "\n")

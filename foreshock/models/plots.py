@@ -85,19 +85,38 @@ def pr_curve(scored: pl.DataFrame, title: str = "Precision-recall") -> Figure:
 
 
 def calibration_curve(scored: pl.DataFrame, bins: int = 10, title: str = "Calibration") -> Figure:
-    """Observed failure frequency against mean predicted risk, in equal-count risk bins.
+    """Observed failure frequency against mean predicted risk, in equal-count risk bins,
+    on log–log axes.
 
     Equal-count bins keep every point backed by the same number of snapshots; with rare
-    failures most of the mass sits near zero risk and fixed-width bins would be empty
-    above it.
+    failures most of the mass sits near zero risk, so on linear axes every bin would sit
+    in the bottom-left corner.  Log axes spread them out; bins with no failure at all are
+    drawn as triangles on the floor of the axis.
     """
+    table = (
+        calibration_table(scored, bins)
+        if scored.height
+        else pl.DataFrame(schema={"model": pl.String, "mean_risk": pl.Float64, "observed": pl.Float64})
+    )
     fig = Figure(figsize=(6, 4.5))
     ax = fig.add_subplot()
-    ax.plot([0, 1], [0, 1], linestyle=":", color="black", linewidth=0.8, label="perfect")
-    for i, table in enumerate(calibration_table(scored, bins).partition_by("model", maintain_order=True)):
-        model = table["model"][0]
-        ax.plot(table["mean_risk"], table["observed"], marker="o", label=model, color=_colour(model, i))
-    ax.set(xlabel="mean predicted risk", ylabel="observed failure frequency", xlim=(0, 1), ylim=(0, 1), title=title)
+    values = [v for v in [*table["mean_risk"].to_list(), *table["observed"].to_list()] if v and v > 0]
+    floor = 10 ** np.floor(np.log10(max(min(values, default=1e-4), 1e-6)) - 0.3)
+    ax.plot([floor, 1], [floor, 1], linestyle=":", color="black", linewidth=0.8, label="perfect")
+    for i, part in enumerate(table.partition_by("model", maintain_order=True) if table.height else []):
+        model = part["model"][0]
+        x = np.clip(part["mean_risk"].to_numpy(), floor, 1)
+        y = np.clip(part["observed"].to_numpy(), floor, 1)
+        ax.plot(x, y, marker="o", label=model, color=_colour(model, i))
+        none = part["observed"].to_numpy() == 0
+        ax.plot(x[none], y[none], "v", markersize=8, color=_colour(model, i))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(xlabel="mean predicted risk (bin)", ylabel="observed failure frequency", title=title)
+    ax.set_xlim(floor, 1.2)
+    ax.set_ylim(floor, 1.2)
+    ax.text(0.98, 0.02, "▼ bin with no failure", transform=ax.transAxes, ha="right", fontsize=8, color="#555")
+    ax.grid(alpha=0.3, which="both")
     ax.legend(loc="upper left", fontsize="small")
     return fig
 

@@ -51,6 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "replay": ("foreshock.pipelines.replay_flow", "replay the drain policy over the backtest history"),
     "reliability": ("foreshock.pipelines.reliability_cmd", "Kaplan-Meier, Weibull and Cox reliability by cohort"),
+    "report": ("foreshock.pipelines.report_cmd", "the fleet risk page: one self-contained HTML file"),
     "demo": ("foreshock.pipelines.demo", "run the whole pipeline on a simulated fleet"),
     "status": ("foreshock.pipelines.status_cmd", "freshness of lake, features, scores, outbox and champion"),
     "serve": ("foreshock.pipelines.serve_cmd", "serve the scheduled Prefect deployments (ingest, cycle, retrain)"),

@@ -107,3 +107,33 @@ def test_drain_too_close_to_the_failure_does_not_count(small_case):
     gbm = next(o for o in report.outcomes if o.variant == "gbm")
     assert gbm.drained_ahead == 0  # 47h lead < 48h needed
     assert gbm.gpu_hours_saved == pytest.approx(-2 * 10)
+
+
+def test_checkpoint_interval_matches_a_hand_computation(small_case, tmp_path):
+    """Young/Daly: T* = sqrt(2 tau / lambda), checked with the numbers written out."""
+    scores, failures, settings = small_case
+    report = replay(scores, failures, settings, alert_window=timedelta(days=7), min_lead_time=timedelta(hours=1))
+    plans = {p.variant: p for p in report.checkpoint}
+    # A job of 100 GPUs on a 4-unit fleet seen for 119 h: each unit-hour of failures is
+    # 100 / (4 * 119) job interruptions per hour.  tau = 5 min write + 30 min restart.
+    tau = 35 / 60
+    none_rate = 2 * 100 / (4 * 119)  # both failures unplanned
+    assert plans[NO_PREDICTION].unplanned_per_day == pytest.approx(24 * 0.42016807)
+    assert plans[NO_PREDICTION].optimal_interval_h == pytest.approx((2 * tau / none_rate) ** 0.5)
+    assert plans[NO_PREDICTION].optimal_interval_h == pytest.approx(1.66633, rel=1e-5)
+    # gbm drained A ahead: one unplanned failure left, two planned drains (6 min each)
+    gbm_rate = 1 * 100 / (4 * 119)
+    gbm = plans["gbm"]
+    assert gbm.optimal_interval_h == pytest.approx(2.35655, rel=1e-5)
+    assert gbm.planned_per_day == pytest.approx(24 * 2 * 100 / (4 * 119))
+    waste_at_optimum = (5 / 60) / gbm.optimal_interval_h + gbm_rate * (gbm.optimal_interval_h / 2 + 0.5)
+    waste_at_optimum += (2 * 100 / (4 * 119)) * 0.1
+    assert gbm.effective_at_optimum == pytest.approx(1 - waste_at_optimum)
+    waste_at_2h = (5 / 60) / 2 + gbm_rate * (2 / 2 + 0.5) + (2 * 100 / (4 * 119)) * 0.1
+    assert gbm.effective_at_configured == pytest.approx(1 - waste_at_2h)
+    # prediction lets the job checkpoint less often
+    assert gbm.optimal_interval_h > plans[NO_PREDICTION].optimal_interval_h
+
+    text = write_report(report, tmp_path / "replay", plots=False)["replay.md"].read_text()
+    assert "## Checkpoint interval" in text
+    assert "| no prediction | 10.08 | 0.00 | 1.7 h |" in text

@@ -1,0 +1,253 @@
+"""The fleet at a glance: what the risk page (``foreshock report``) shows, gathered from a
+data directory the pipeline has filled.
+
+Everything here reads what earlier stages wrote — the lake, the feature store, the
+backtest, the live scores, the outbox, the replay and the MLflow registry — and returns
+plain frames and dicts; :mod:`foreshock.drain.fleet_status_report` renders them.  A part
+whose inputs are missing is ``None`` and the page says which command makes it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from foreshock.config import Config
+from foreshock.lake import lake_summary, read_table
+from foreshock.models.base import label_column
+from foreshock.models.training import labelled_until
+
+OUTBOX_LATEST = "LATEST"
+
+
+@dataclass
+class Freshness:
+    """When one stage last wrote its output and the data time it covers."""
+
+    stage: str
+    written_at: datetime | None
+    data_until: datetime | None
+    command: str
+    stale: bool = False
+    note: str = ""
+
+
+@dataclass
+class FleetStatus:
+    """Everything the fleet risk page shows (see module docstring)."""
+
+    generated_at: datetime
+    summary: dict[str, Any]
+    top_units: pl.DataFrame | None
+    risk_history: pl.DataFrame | None
+    top_failures: pl.DataFrame | None
+    enter_risk: float
+    exit_risk: float
+    horizon: str
+    backtest: dict | None
+    calibration: pl.DataFrame | None  # model, risk, label of the backtest
+    replay: dict | None
+    champion: dict | None
+    freshness: list[Freshness] = field(default_factory=list)
+
+
+def _mtime(path: Path) -> datetime | None:
+    return datetime.fromtimestamp(path.stat().st_mtime, UTC) if path.exists() else None
+
+
+def latest_outbox(config: Config) -> Path | None:
+    """The newest outbox directory (named in ``outbox/LATEST``), or None."""
+    pointer = config.outbox_dir / OUTBOX_LATEST
+    if not pointer.is_file():
+        return None
+    directory = config.outbox_dir / pointer.read_text().strip()
+    return directory if (directory / "risk_list.parquet").is_file() else None
+
+
+def _signals_text(signals: list[dict] | None, top: int = 3) -> str:
+    if not signals:
+        return ""
+    return "; ".join(f"{s['signal']}={s['value']:.3g}" for s in signals[:top] if s.get("signal"))
+
+
+def top_units(risk_list: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The ``top`` units of a risk list, most severe action then highest risk first."""
+    ranked = risk_list.sort(["severity", "risk", "unit_id"], descending=[True, True, False]).head(top)
+    signals = [_signals_text(s) for s in ranked["top_signals"].to_list()] if "top_signals" in ranked.columns else None
+    out = ranked.select(
+        [
+            c
+            for c in ("unit_id", "node", "rack", "action", "risk", "expected_lead_time_h", "reason")
+            if c in ranked.columns
+        ]
+    )
+    return out.with_columns(pl.Series("signals", signals or [""] * out.height, dtype=pl.String))
+
+
+def risk_history(config: Config, units: list[str], model: str | None, horizon: str) -> pl.DataFrame | None:
+    """Risk over time of ``units``: the backtest's out-of-sample series of the live model
+    (``source = backtest``) followed by every live scoring run (``source = live``)."""
+    parts = []
+    backtest = config.backtest_dir / "scores.parquet"
+    if backtest.is_file():
+        scores = pl.scan_parquet(backtest).filter(pl.col("unit_id").is_in(units) & (pl.col("horizon") == horizon))
+        if model is not None:
+            scores = scores.filter(pl.col("model") == model)
+        parts.append(scores.select("unit_id", "ts", "risk", pl.lit("backtest").alias("source")).collect())
+    live = sorted(config.scores_dir.glob("scores-*.parquet"))
+    if live:
+        frame = pl.concat([pl.read_parquet(p, columns=["unit_id", "ts", "horizon", "risk"]) for p in live])
+        parts.append(
+            frame.filter(pl.col("unit_id").is_in(units) & (pl.col("horizon") == horizon)).select(
+                "unit_id", "ts", "risk", pl.lit("live").alias("source")
+            )
+        )
+    if not parts:
+        return None
+    history = pl.concat(parts).with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC")))
+    return history.unique(["unit_id", "ts", "source"]).sort("unit_id", "ts")
+
+
+def backtest_outcomes(config: Config, horizon: str) -> pl.DataFrame | None:
+    """``model, risk, label`` of every backtest snapshot at ``horizon`` whose outcome is
+    known at the end of the backtest (for the calibration plot)."""
+    path = config.backtest_dir / "scores.parquet"
+    if not path.is_file():
+        return None
+    scores = pl.read_parquet(path).filter(pl.col("horizon") == horizon)
+    failures = read_table(config.lake_dir, "failures")
+    if scores.height == 0:
+        return None
+    labelled = labelled_until(
+        scores.select("unit_id", "ts").unique(), failures, [horizon], until=scores["ts"].max()
+    ).select("unit_id", "ts", pl.col(label_column(horizon)).alias("label"))
+    scored = scores.join(labelled, on=["unit_id", "ts"], how="inner").drop_nulls("label")
+    return scored.select("model", "risk", "label") if scored.height else None
+
+
+def champion_summary(config: Config) -> dict | None:
+    """The registered champion, its review verdict and the newest review report's decision.
+
+    MLflow must already point at the store (``MLFLOW_TRACKING_URI``)."""
+    try:
+        from foreshock.models import registry
+
+        version = registry.alias_version(config.model_name, "champion")
+    except Exception:  # no store, no registered model
+        return None
+    if version is None:
+        return None
+    challenger = registry.alias_version(config.model_name, "challenger")
+    reviews = sorted(config.reports_dir.glob("review-*.md"))
+    decision = None
+    if reviews:
+        for line in reviews[-1].read_text().splitlines():
+            if line.startswith("**Decision:**"):
+                decision = line.removeprefix("**Decision:**").strip()
+    return {
+        "name": config.model_name,
+        "version": str(version.version),
+        "run_id": version.run_id,
+        "registered_at": datetime.fromtimestamp(version.creation_timestamp / 1000, UTC),
+        "review": (version.tags or {}).get("foreshock.review", "not reviewed"),
+        "challenger": str(challenger.version) if challenger is not None else None,
+        "latest_review": reviews[-1].name if reviews else None,
+        "latest_decision": decision,
+    }
+
+
+def freshness(config: Config, champion: dict | None, outbox: Path | None, summary: dict) -> list[Freshness]:
+    """Each stage's last output in pipeline order; a stage is stale when its upstream
+    wrote after it (its output no longer reflects the newest input)."""
+    features = sorted(config.features_dir.rglob("*.parquet")) if config.features_dir.is_dir() else []
+    feature_written = max((_mtime(p) for p in features), default=None)
+    lake_files = sorted(config.lake_dir.rglob("*.parquet")) if config.lake_dir.is_dir() else []
+    stages = [
+        Freshness(
+            "ingest", max((_mtime(p) for p in lake_files), default=None), summary.get("telemetry_until"), "ingest"
+        ),
+        Freshness("features", feature_written, None, "features"),
+        Freshness("backtest", _mtime(config.backtest_dir / "report.json"), None, "backtest"),
+        Freshness("train", champion["registered_at"] if champion else None, None, "train / review"),
+        Freshness("score", _mtime(config.latest_scores), None, "score"),
+        Freshness("publish", _mtime(outbox / "risk_list.parquet") if outbox else None, None, "publish"),
+        Freshness("replay", _mtime(config.reports_dir / "replay" / "replay.json"), None, "replay"),
+    ]
+    upstream = {"features": "ingest", "backtest": "features", "score": "features", "publish": "score"}
+    by_stage = {s.stage: s for s in stages}
+    for stage in stages:
+        parent = by_stage.get(upstream.get(stage.stage, ""))
+        if stage.written_at is None:
+            stage.note = f"never run: foreshock {stage.command}"
+        elif parent is not None and parent.written_at is not None and parent.written_at > stage.written_at:
+            stage.stale = True
+            stage.note = f"older than the last {parent.stage}: rerun foreshock {stage.command}"
+    return stages
+
+
+def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -> FleetStatus:
+    """Gather the fleet risk page's content from ``config.data_dir``."""
+    now = now or datetime.now(UTC)
+    policy = config.section("policy")
+    horizon = str(config.settings["models"]["horizon"])
+    inventory = read_table(config.lake_dir, "inventory")
+    failures = read_table(config.lake_dir, "failures")
+    lake = lake_summary(config.lake_dir)
+    telemetry_until = lake["samples"].get("last")
+    summary: dict[str, Any] = {
+        "units": inventory.height,
+        "nodes": inventory["node"].n_unique() if inventory.height else 0,
+        "racks": inventory["rack"].n_unique() if inventory.height else 0,
+        "telemetry_from": lake["samples"].get("first"),
+        "telemetry_until": telemetry_until,
+        "failures": failures.height,
+        "failures_by_mode": (
+            dict(failures.group_by("mode").len().sort("mode", nulls_last=True).iter_rows()) if failures.height else {}
+        ),
+    }
+    if telemetry_until is not None and failures.height:
+        recent = failures.filter(pl.col("failed_at") > pl.lit(telemetry_until) - pl.duration(days=7))
+        summary["failures_last_7d"] = recent.height
+    outbox = latest_outbox(config)
+    units = history = top_failures = None
+    live_model = None
+    if outbox is not None:
+        risk_list = pl.read_parquet(outbox / "risk_list.parquet")
+        summary["actions"] = dict(risk_list.group_by("action").len().iter_rows())
+        summary["risk_list"] = outbox.name
+        units = top_units(risk_list, top)
+    latest = config.latest_scores
+    if latest.is_file():
+        live_model = pl.read_parquet(latest, columns=["model"])["model"].first()
+        if units is None:
+            scores = pl.read_parquet(latest).filter(pl.col("horizon") == horizon)
+            units = top_units(scores.with_columns(pl.lit(0).alias("severity")), top)
+    if units is not None and units.height:
+        ids = units["unit_id"].to_list()
+        history = risk_history(config, ids, live_model, horizon)
+        top_failures = failures.filter(pl.col("unit_id").is_in(ids)).select("unit_id", "failed_at", "mode")
+    backtest = None
+    if (config.backtest_dir / "report.json").is_file():
+        backtest = json.loads((config.backtest_dir / "report.json").read_text())
+    replay_json = config.reports_dir / "replay" / "replay.json"
+    champion = champion_summary(config)
+    return FleetStatus(
+        generated_at=now,
+        summary=summary,
+        top_units=units,
+        risk_history=history,
+        top_failures=top_failures,
+        enter_risk=float(policy["enter_risk"]),
+        exit_risk=float(policy["exit_risk"]),
+        horizon=horizon,
+        backtest=backtest,
+        calibration=backtest_outcomes(config, horizon),
+        replay=json.loads(replay_json.read_text()) if replay_json.is_file() else None,
+        champion=champion,
+        freshness=freshness(config, champion, outbox, summary),
+    )
