@@ -90,9 +90,18 @@ def test_replay_command_writes_the_report(prefect_server, drain_config, capsys):
 
     assert main(["--data-dir", str(data_dir), "replay", "--no-plots"]) == 0
     out = capsys.readouterr().out
-    rows_by_policy = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
-    assert rows_by_policy["gbm"].split("|")[3].strip() == "1"  # drained ahead
-    assert rows_by_policy["baseline"].split("|")[3].strip() == "0"
+    lines = out.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if line.startswith("| ") and "drained ahead" in line)
+    header = [cell.strip() for cell in lines[header_at].split("|")]
+    column = header.index("drained ahead")
+    rows_by_policy = {}
+    for line in lines[header_at + 2 :]:
+        if not line.startswith("| "):
+            break
+        cells = [cell.strip() for cell in line.split("|")]
+        rows_by_policy[cells[1]] = cells
+    assert rows_by_policy["gbm"][column] == "1"
+    assert rows_by_policy["baseline"][column] == "0"
     assert (data_dir / "reports" / "replay" / "replay.json").is_file()
 
 
