@@ -22,7 +22,7 @@ import polars as pl
 
 from foreshock.contract import ID_PATTERN
 from foreshock.ingest.context import IngestContext
-from foreshock.ingest.reading import read_text, text_lines
+from foreshock.ingest.reading import read_lines
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.timestamps import parse_local
 
@@ -76,8 +76,10 @@ def parse_header(line: str) -> tuple[list[str], dict[str, str]]:
 
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
-    text = read_text(path)
-    lines = text_lines(text).filter(pl.col("_text").str.strip_chars() != "")
+    source = read_lines(path)
+    lines = source.lines.filter(pl.col("_text").str.strip_chars() != "")
+    if source.bad.height and source.bad.get_column("_line").min() < lines.get_column("_line")[0]:
+        raise UnreadableFile(f"header line is not text: {source.bad.get_column('_reason')[0]}")
     header_text = lines.get_column("_text")[0]
     if re.match(r"^\s*\d{4}/\d{2}/\d{2} ", header_text) or "timestamp" not in header_text:
         raise UnreadableFile(
@@ -102,7 +104,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         .unnest("_parts")
         .with_columns([pl.col(name).str.strip_chars() for name in names])
     )
-    parsed = ParsedFile(path=path, raw_lines=text_lines(text).get_column("_text"))
+    parsed = ParsedFile(path=path, raw_lines=source.raw_lines)
+    if source.bad.height:
+        parsed.add("samples", source.bad)
     if ragged.height:
         parsed.add(
             "samples",

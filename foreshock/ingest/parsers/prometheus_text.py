@@ -16,7 +16,7 @@ import polars as pl
 
 from foreshock.ingest import dcgm
 from foreshock.ingest.context import IngestContext
-from foreshock.ingest.reading import read_text, text_lines
+from foreshock.ingest.reading import read_lines
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.timestamps import unix_seconds_to_utc
 
@@ -44,8 +44,8 @@ def _label(name: str) -> pl.Expr:
 
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
-    text = read_text(path)
-    lines = text_lines(text)
+    source = read_lines(path)
+    lines = source.lines
     body = lines.filter((pl.col("_text").str.strip_chars() != "") & ~pl.col("_text").str.starts_with("#"))
     if body.height == 0:
         raise UnreadableFile("no samples (only comments or blank lines)")
@@ -79,7 +79,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         name=pl.col("name").fill_null("<malformed>"),
     )
     staged = dcgm.stage_series(frame, ctx, declared_units(lines.get_column("_text")))
-    parsed = ParsedFile(path=path, raw_lines=lines.get_column("_text"))
+    parsed = ParsedFile(path=path, raw_lines=source.raw_lines)
+    if source.bad.height:
+        parsed.add("samples", source.bad)
     for table, rows in staged.items():
         parsed.add(
             table,
