@@ -11,7 +11,10 @@ A catalog is YAML::
 or ``gauge`` (instantaneous).  ``family`` is one of error, thermal, power, other.
 ``aliases`` are the names the metric has in source formats (dcgm-exporter field names,
 ``nvidia-smi --query-gpu`` fields); ingest maps them to the canonical name.  ``min`` and
-``max`` bound plausible values: outside them a row is quarantined as absurd.
+``max`` bound plausible values: outside them a row is quarantined as absurd.  A counter's
+``max_rate`` (units per second) bounds how fast it can grow: a step from the previous
+reading of the same unit that is faster is quarantined as implausible (a counter that
+jumps from 10 to 5e11 in 20 minutes is a corrupt reading, not an error storm).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Metric:
     aliases: tuple[str, ...] = ()
     min: float | None = None
     max: float | None = None
+    max_rate: float | None = None
     description: str = ""
 
     @property
@@ -105,6 +109,7 @@ def parse_catalog(data: dict, source: str = "<dict>") -> Catalog:
             aliases=tuple(str(a) for a in aliases),
             min=None if spec.get("min") is None else float(spec["min"]),
             max=None if spec.get("max") is None else float(spec["max"]),
+            max_rate=None if spec.get("max_rate") is None else float(spec["max_rate"]),
             description=str(spec.get("description", "")),
         )
     return Catalog(metrics=metrics, source=source)

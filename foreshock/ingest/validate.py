@@ -8,7 +8,11 @@ Checks, in order (the first failure names the row's reason and field):
   ``now + [ingest] max_future``;
 * units are in the inventory when one exists (DIMMs: their host is a known node);
 * samples: the metric is in the catalog, the value is finite, a counter is not negative,
-  the value lies within the catalog's ``min``/``max`` (an absurd value is a broken reading);
+  the value lies within the catalog's ``min``/``max`` (an absurd value is a broken reading),
+  and a counter does not grow faster than the catalog's ``max_rate`` from the unit's
+  previous reading (this batch's, or the last one stored the day before or on the same
+  days); the rate is taken over at least ``MIN_RATE_INTERVAL`` so that two sources'
+  readings a few milliseconds apart do not look like a storm;
 * events: a non-negative code and count, a valid source name.
 
 A counter that goes *down* is not an error: resets happen on driver reload and reboot, so
@@ -17,15 +21,18 @@ raw values are stored and features take increases.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
 from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
+from foreshock.lake import scan_table
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+MIN_RATE_INTERVAL = 60.0  # seconds
+STEP_COLUMNS = ("_step_rate", "_max_rate", "_previous", "_seconds")
 ID_RULE = "letters, digits and . _ : - only: no spaces, shell metacharacters or path separators"
 
 
@@ -90,6 +97,7 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
             unknown = pl.when(host_level).then(host_unknown).otherwise(unknown)
         checks.append((unknown, pl.format("unknown unit '{}' (not in the inventory)", pl.col("unit_id")), "unit_id"))
     if table == "samples":
+        frame = with_counter_steps(frame, ctx)
         checks += _sample_checks(frame, ctx)
     if table == "events":
         checks += [
@@ -161,7 +169,62 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
             pl.format("absurd value {} for {}: outside the catalog range [{}, {}]", value, metric, low, high),
             "value",
         ),
+        (
+            pl.col("_step_rate") > pl.col("_max_rate"),
+            pl.format(
+                "implausible counter step for {}: {} -> {} in {} s, faster than the catalog's max_rate {}/s",
+                metric,
+                pl.col("_previous"),
+                value,
+                pl.col("_seconds").round(1),
+                pl.col("_max_rate"),
+            ),
+            "value",
+        ),
     ]
+
+
+def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
+    """``frame`` with the growth rate of each counter reading from the unit's previous one
+    (``_step_rate``, null for gauges, resets and first readings) and its ``_max_rate``."""
+    limits = {m.name: m.max_rate for m in ctx.catalog if m.is_counter and m.max_rate is not None}
+    empty = [pl.lit(None, dtype=pl.Float64).alias(c) for c in STEP_COLUMNS]
+    candidates = (
+        frame.with_row_index("_row")
+        .filter(
+            pl.col("_reason").is_null()
+            & pl.col("metric").is_in(list(limits))
+            & pl.col("value").is_finite()
+            & pl.col("ts").is_not_null()
+            & pl.col("unit_id").is_not_null()
+        )
+        .select("_row", "unit_id", "ts", "metric", "value")
+    )
+    if not limits or candidates.height == 0:
+        return frame.with_columns(empty)
+    first_day = candidates.get_column("ts").min().date() - timedelta(days=1)
+    stored = (
+        scan_table(ctx.lake_dir, "samples", start=first_day, end=candidates.get_column("ts").max())
+        .filter(pl.col("metric").is_in(list(limits)))
+        .join(candidates.lazy().select("unit_id", "metric").unique(), on=["unit_id", "metric"], how="semi")
+        .select("unit_id", "ts", "metric", "value")
+        .collect()
+    )
+    readings = pl.concat(
+        [stored.with_columns(_row=pl.lit(None, dtype=pl.UInt32)), candidates], how="diagonal_relaxed"
+    ).sort("unit_id", "metric", "ts", pl.col("_row").is_not_null(), "_row")
+    previous = pl.col("value").shift(1).over("unit_id", "metric")
+    seconds = (pl.col("ts") - pl.col("ts").shift(1).over("unit_id", "metric")).dt.total_microseconds() / 1e6
+    steps = (
+        readings.with_columns(_previous=previous, _seconds=seconds)
+        .filter(pl.col("_row").is_not_null() & (pl.col("value") > pl.col("_previous")))
+        .with_columns(
+            _step_rate=(pl.col("value") - pl.col("_previous")) / pl.max_horizontal("_seconds", MIN_RATE_INTERVAL),
+            _max_rate=pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64),
+        )
+        .select("_row", *STEP_COLUMNS)
+    )
+    return frame.with_row_index("_row").join(steps, on="_row", how="left", maintain_order="left").drop("_row")
 
 
 def _lookup(column: pl.Expr, mapping: dict[str, float]) -> pl.Expr:
