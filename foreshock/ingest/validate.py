@@ -33,12 +33,13 @@ from foreshock.lake import scan_table
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
 STEP_COLUMNS = ("_step_rate", "_max_rate", "_previous", "_seconds")
+ID_RUST_PATTERN = "^(?:" + ID_PATTERN.pattern.removesuffix("\\Z") + ")$"  # Rust regex: $ is the end of text
 ID_RULE = "letters, digits and . _ : - only: no spaces, shell metacharacters or path separators"
 
 
 def _bad_id(frame: pl.DataFrame, column: str) -> tuple[pl.Expr, pl.Expr, str]:
     # Ids repeat on every row: check each distinct value once.
-    bad = [v for v in frame.get_column(column).unique().drop_nulls().to_list() if not ID_PATTERN.match(v)]
+    bad = [v for v in frame.get_column(column).unique().drop_nulls().to_list() if not ID_PATTERN.fullmatch(v)]
     value = pl.col(column)
     return (
         value.is_in(pl.Series(bad, dtype=pl.String).implode()) if bad else pl.lit(False),
@@ -102,7 +103,7 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
     if table == "events":
         checks += [
             (
-                pl.col("source").is_null() | ~pl.col("source").str.contains(ID_PATTERN.pattern),
+                pl.col("source").is_null() | ~pl.col("source").str.contains(ID_RUST_PATTERN),
                 pl.lit("missing or invalid event source"),
                 "source",
             ),
@@ -120,7 +121,52 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
     if table == "inventory":
         for name in ("node", "rack", "model"):
             checks.append((pl.col(name).is_null(), pl.lit(f"missing {name}"), name))
-    return _apply(frame, checks)
+    good, bad = _apply(frame, checks)
+    if table == "inventory" and "uuid" in good.columns:
+        good, shared = _shared_uuids(good, ctx)
+        bad = pl.concat([bad, shared], how="diagonal_relaxed")
+    return good, bad
+
+
+def _shared_uuids(good: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Move inventory rows whose GPU ``uuid`` another unit holds to the quarantine.
+
+    A uuid names one GPU, so tickets and scrapes matched by uuid would silently go to
+    whichever unit came last.  The fleet after this batch is the stored inventory with
+    each incoming unit's last row over it; a uuid on two units there quarantines the
+    incoming rows that carry it, naming every unit involved.
+    """
+    incoming = good.with_row_index("_row").filter(
+        pl.col("uuid").is_not_null() & (pl.col("uuid").str.strip_chars() != "")
+    )
+    if incoming.height == 0:
+        return good, good.head(0)
+    latest = incoming.unique(subset=["unit_id"], keep="last", maintain_order=True).select("unit_id", "uuid")
+    fleet = latest
+    if ctx.has_inventory and "uuid" in ctx.inventory.columns:
+        stored = ctx.inventory.select("unit_id", pl.col("uuid").cast(pl.String)).filter(pl.col("uuid").is_not_null())
+        fleet = pl.concat([stored.join(latest, on="unit_id", how="anti"), latest])
+    holders = fleet.group_by("uuid").agg(pl.col("unit_id").unique().sort().alias("_units"))
+    shared = holders.filter(pl.col("_units").list.len() > 1)
+    if shared.height == 0:
+        return good, good.head(0)
+    hits = incoming.join(shared, on="uuid", how="inner")
+    rows = hits.get_column("_row")
+    reasons = hits.select(
+        "_row",
+        _uuid_reason=pl.format(
+            "uuid '{}' is on more than one unit ({}): a GPU uuid names one unit",
+            pl.col("uuid").str.slice(0, 80),
+            pl.col("_units").list.join(", "),
+        ),
+    )
+    indexed = good.with_row_index("_row")
+    moved = (
+        indexed.join(reasons, on="_row", how="inner")
+        .with_columns(_reason=pl.col("_uuid_reason"), _field=pl.lit("uuid"))
+        .drop("_row", "_uuid_reason")
+    )
+    return indexed.filter(~pl.col("_row").is_in(rows.implode())).drop("_row"), moved
 
 
 def _apply(frame: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr, str]]) -> tuple[pl.DataFrame, pl.DataFrame]:
