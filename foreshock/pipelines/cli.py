@@ -16,6 +16,8 @@ import traceback
 import foreshock.pipelines.runtime  # noqa: F401  (environment defaults before Prefect loads)
 from foreshock.config import load_config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
+from foreshock.lake import remove_temp_files
+from foreshock.pipelines.runtime import stop_servers_on_signals
 
 # command -> (module that registers it, one-line help for the command list)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -99,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     where = f"foreshock {args.command}" if args.command else "foreshock"
+    stop_servers_on_signals()
     try:
         config = load_config(args.config, data_dir=args.data_dir)
+        remove_temp_files(config.data_dir, only_dead_writers=True)  # left by a killed run
         return int(args.func(args, config) or EXIT_OK)
     except BaseException as exc:  # noqa: BLE001 - every error leaves through the one mapping
         if isinstance(exc, SystemExit):
