@@ -128,3 +128,43 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
     return parse_catalog(data, source=str(path))
+
+
+def catalog_to_dict(catalog: Catalog) -> dict:
+    """The YAML form :func:`parse_catalog` reads back."""
+    metrics = {}
+    for metric in catalog:
+        spec = {"kind": metric.kind, "family": metric.family, "unit": metric.unit}
+        if metric.aliases:
+            spec["aliases"] = list(metric.aliases)
+        for name in ("min", "max", "max_rate"):
+            if getattr(metric, name) is not None:
+                spec[name] = getattr(metric, name)
+        if metric.description:
+            spec["description"] = metric.description
+        metrics[metric.name] = spec
+    return {"metrics": metrics}
+
+
+def merge_catalogs(base: Catalog, over: Catalog, source: str | None = None) -> Catalog:
+    """``base`` with ``over``'s metrics added (``over`` wins where both define a name)."""
+    return Catalog(metrics={**base.metrics, **over.metrics}, source=source or f"{base.source} + {over.source}")
+
+
+# The catalog a lake was ingested with, merged across runs (see foreshock.lake).
+LAKE_CATALOG = "_catalog.yaml"
+
+
+def lake_catalog_path(lake_dir: str | Path) -> Path:
+    return Path(lake_dir) / LAKE_CATALOG
+
+
+def read_lake_catalog(lake_dir: str | Path) -> Catalog | None:
+    """The catalog recorded in a lake by its ingests (None when none was recorded)."""
+    path = lake_catalog_path(lake_dir)
+    return load_catalog(path) if path.is_file() else None
+
+
+def is_file_catalog(catalog: Catalog) -> bool:
+    """True when the catalog was loaded from one file (its source can be loaded again)."""
+    return Path(catalog.source).is_file()

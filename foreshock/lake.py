@@ -7,6 +7,7 @@ Layout under ``<data_dir>/lake/``::
     failures/date=.../shard=../part.parquet
     inventory/part.parquet
     _lake.json            # {"shards": N}: fixed for the life of the lake
+    _catalog.yaml         # the metric catalog the lake was ingested with, merged across runs
 
 Every write is a merge on the table's natural key, written under a temporary name
 (``.part.parquet.tmp-<pid>-<thread>``), fsynced, renamed into place and its directory
@@ -393,6 +394,12 @@ def lake_summary(lake_dir: Path) -> dict[str, dict]:
         row["partitions"] = len(partition_files(lake_dir, table))
         summary[table] = row
     return summary
+
+
+def lake_metrics(lake_dir: Path) -> list[str]:
+    """The distinct metric names stored in ``samples``, sorted."""
+    frame = scan_table(lake_dir, "samples").select(pl.col("metric").unique()).collect()
+    return sorted(frame.get_column("metric").drop_nulls().to_list())
 
 
 def format_lake_summary(summary: dict[str, dict]) -> str:

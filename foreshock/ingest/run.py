@@ -25,8 +25,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+import yaml
 
-from foreshock.catalog import Catalog, load_catalog
+from foreshock.catalog import (
+    Catalog,
+    catalog_to_dict,
+    lake_catalog_path,
+    load_catalog,
+    merge_catalogs,
+    read_lake_catalog,
+)
 from foreshock.config import Config
 from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN
 from foreshock.ingest import manifest
@@ -40,6 +48,7 @@ from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.validate import validate
 from foreshock.lake import (
     atomic_write_parquet,
+    atomic_write_text,
     lake_lock,
     lake_shards,
     merge_into_lake,
@@ -356,6 +365,8 @@ def ingest_batch(
                 report.rows_read - report.rows_quarantined - report.duplicates_dropped - report.rows_updated
             )
 
+    if parsed:
+        record_catalog(config.lake_dir, ctx.catalog)
     quarantine_file = None
     if quarantined:
         target = config.quarantine_dir / f"run={run_id}" / f"batch-{batch_number:04d}.parquet"
@@ -384,6 +395,19 @@ def ingest_batch(
         ],
     )
     return reports, quarantine_file
+
+
+def record_catalog(lake_dir: Path, catalog: Catalog) -> None:
+    """Merge the run's metric catalog into the one the lake records (``_catalog.yaml``), so
+    later stages know every metric the lake holds without being told the file again."""
+    with lake_lock(lake_dir):
+        recorded = read_lake_catalog(lake_dir)
+        merged = catalog if recorded is None else merge_catalogs(recorded, catalog)
+        if recorded is None or catalog_to_dict(merged) != catalog_to_dict(recorded):
+            text = yaml.safe_dump(catalog_to_dict(merged), sort_keys=True, allow_unicode=True)
+            atomic_write_text(
+                lake_catalog_path(lake_dir), "# written by foreshock ingest: the lake's metric catalog\n" + text
+            )
 
 
 def _upsert_inventory(

@@ -23,6 +23,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from foreshock.config import Config
 from foreshock.features.build import finalize_day, plan_update, stage_shard
+from foreshock.pipelines.inputs import lake_metrics_in_catalog
 
 
 @task(name="features-shard", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
@@ -67,6 +68,7 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    lake_metrics_in_catalog(config, "features")  # one line and exit 2 before a flow run
     result = features_flow(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
     if not result["rows"]:
         print("features: up to date, nothing to compute")
