@@ -28,6 +28,15 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UnreadableFile(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise UnreadableFile("JSON nested too deeply to be a Prometheus API response") from None
+    try:
+        return _parse_document(doc, text, path, ctx)
+    except RecursionError:  # a deeply nested value inside a series
+        raise UnreadableFile("JSON nested too deeply to be a Prometheus API response") from None
+
+
+def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFile:
     if not isinstance(doc, dict) or "status" not in doc:
         raise UnreadableFile("not a Prometheus API response (no 'status')")
     if doc.get("status") != "success":
@@ -58,11 +67,14 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
             labels = series.get("metric", {}) if isinstance(series, dict) else {}
             labels = labels if isinstance(labels, dict) else {}
         descriptions.append(description[:300])
-        points = series.get("values") if kind == "matrix" else [series.get("value")]
+        if not isinstance(series, dict):
+            points = [series]
+        else:
+            points = series.get("values") if kind == "matrix" else [series.get("value")]
         if not isinstance(points, list):
             points = [None]
         try:  # the common, well-formed case without a Python step per sample
-            if not all(len(p) == 2 for p in points):
+            if not all(isinstance(p, list) and len(p) == 2 for p in points):
                 raise TypeError
             times, values = zip(*points) if points else ((), ())
             times = [str(t) for t in times]
