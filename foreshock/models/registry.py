@@ -32,6 +32,8 @@ from urllib.parse import unquote, urlparse
 
 import polars as pl
 
+from foreshock.models.trusted_bundle import SOURCE_TAG, load_trusted_bundle, version_tags
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities.model_registry import ModelVersion
@@ -43,6 +45,7 @@ CHALLENGER = "challenger"
 DEFAULT_EXPERIMENT = "foreshock"
 PYFUNC_FILE = Path(__file__).with_name("mlflow_pyfunc.py")
 BUNDLE_MODEL_NAME = "risk-bundle"  # logged-model name of the pyfunc inside a run
+TRUSTED_SOURCE = "foreshock train"  # the foreshock.source tag of training runs
 # What a logged model needs to load.  Listing them skips MLflow's inference, which
 # re-imports the model in a subprocess (seconds per model); versions are pinned to the
 # ones installed, so a restored environment computes the same risks.
@@ -413,7 +416,7 @@ def log_training(
     started = datetime.now(UTC)
 
     with mlflow.start_run(experiment_id=exp_id, run_name=f"train-{started:%Y%m%dT%H%M%SZ}") as run:
-        mlflow.set_tags({"foreshock.kind": "training", "foreshock.model_name": name})
+        mlflow.set_tags({"foreshock.kind": "training", "foreshock.model_name": name, SOURCE_TAG: TRUSTED_SOURCE})
         params = flatten_params(config.settings)
         params.update(
             {
@@ -495,6 +498,7 @@ def log_training(
         "foreshock.primary": bundle.primary,
         "foreshock.horizons": ",".join(bundle.horizons),
         "foreshock.registered_at": started.isoformat(),
+        **version_tags(),
     }
     if first:
         tags.update(_promotion_tags("first version", by="foreshock train", reason="no champion yet"))
@@ -617,18 +621,20 @@ class LoadedBundle:
         return iter((self.bundle, self.version, self.run_id))
 
 
-def load_version(name: str, version: str | int) -> LoadedBundle:
-    """Load a registered version through its pyfunc (``models:/<name>/<version>``)."""
-    import mlflow
-
+def load_version(
+    name: str, version: str | int, *, trusted_runs_only: bool = False, trusted_source: str = TRUSTED_SOURCE
+) -> LoadedBundle:
+    """Load a registered version's bundle as data, never running its pyfunc
+    (:mod:`foreshock.models.trusted_bundle`: a version foreshock did not log is refused)."""
     client = _client()
     model_version = client.get_model_version(name, str(version))
-    pyfunc = mlflow.pyfunc.load_model(f"models:/{name}/{model_version.version}")
-    bundle = pyfunc.unwrap_python_model().bundle
+    bundle = load_trusted_bundle(
+        client, name, model_version.version, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source
+    )
     return LoadedBundle(bundle, name, str(model_version.version), model_version.run_id or "")
 
 
-def load_alias(name: str, alias: str) -> LoadedBundle:
+def load_alias(name: str, alias: str, **trust) -> LoadedBundle:
     """Load the version an alias points at.
 
     The alias is resolved once and that exact version is loaded, so a promotion that
@@ -642,12 +648,15 @@ def load_alias(name: str, alias: str) -> LoadedBundle:
     model_version = alias_version(name, alias)
     if model_version is None:
         raise LookupError(f"registered model {name!r} has no version with alias {alias!r}: run `foreshock train` first")
-    return load_version(name, model_version.version)
+    return load_version(name, model_version.version, **trust)
 
 
-def load_champion(name: str) -> LoadedBundle:
-    """Load ``models:/<name>@champion``: unpack as ``bundle, version, run_id``."""
-    return load_alias(name, CHAMPION)
+def load_champion(name: str, **trust) -> LoadedBundle:
+    """Load ``models:/<name>@champion``: unpack as ``bundle, version, run_id``.
+
+    ``trust``: ``trusted_runs_only`` and ``trusted_source`` (``[registry]``), see
+    :func:`load_version`."""
+    return load_alias(name, CHAMPION, **trust)
 
 
 # --------------------------------------------------------------------------------------

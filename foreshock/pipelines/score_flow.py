@@ -25,7 +25,12 @@ def score_task(settings: dict) -> str:
     from foreshock.models.registry import latest_snapshots, live_scores, load_champion
 
     config = Config.from_settings(settings)
-    champion = load_champion(config.model_name)
+    registry = config.section("registry")
+    champion = load_champion(
+        config.model_name,
+        trusted_runs_only=bool(registry["trusted_runs_only"]),
+        trusted_source=str(registry["trusted_source"]),
+    )
     snapshots = latest_snapshots(scan_features(config))
     if snapshots.height == 0:
         raise missing("no feature snapshots", config.features_dir, "features")
