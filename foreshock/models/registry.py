@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlparse
 
 import polars as pl
 
-from foreshock.models.trusted_bundle import SOURCE_TAG, load_trusted_bundle, version_tags
+from foreshock.models.trusted_bundle import SOURCE_TAG, check_version, load_trusted_bundle, version_tags
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -649,6 +649,28 @@ def load_alias(name: str, alias: str, **trust) -> LoadedBundle:
     if model_version is None:
         raise LookupError(f"registered model {name!r} has no version with alias {alias!r}: run `foreshock train` first")
     return load_version(name, model_version.version, **trust)
+
+
+def check_champion(name: str, *, trusted_runs_only: bool = False, trusted_source: str = TRUSTED_SOURCE) -> str:
+    """The champion's version after the cheap checks (alias, tags, run tag), without
+    downloading it: a CLI calls this before a flow run so a user error stays one line.
+
+    Raises
+    ------
+    MissingInputError
+        No champion yet.
+    UntrustedModelError
+        The champion was not registered by foreshock (see :mod:`.trusted_bundle`).
+    """
+    from foreshock.errors import MissingInputError
+
+    client = _client()
+    model_version = alias_version(name, CHAMPION, client=client)
+    if model_version is None:
+        raise MissingInputError(f"registered model {name!r} has no champion: run `foreshock train` first")
+    run_tags = client.get_run(model_version.run_id).data.tags if model_version.run_id else {}
+    check_version(model_version, run_tags, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source)
+    return str(model_version.version)
 
 
 def load_champion(name: str, **trust) -> LoadedBundle:

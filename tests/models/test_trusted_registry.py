@@ -78,3 +78,27 @@ def test_a_foreshock_version_loads_as_data_and_trusted_runs_only_checks_its_run(
         assert registry.load_version(NAME, trained.version).version == str(trained.version)  # the default
     finally:
         client.set_tag(trained.run_id, SOURCE_TAG, registry.TRUSTED_SOURCE)
+
+
+def test_score_without_a_champion_is_one_line_and_exit_2(mlflow_uri, tmp_path, capsys):
+    from foreshock.pipelines.cli import main
+
+    features = tmp_path / "data" / "features" / "date=2026-11-01" / "shard=00"
+    features.mkdir(parents=True)
+    synthetic_fleet(seed=3)[0].head(10).write_parquet(features / "part.parquet")
+    config = tmp_path / "foreshock.toml"
+    config.write_text('[models]\nname = "never-trained-model"\n')
+    assert main(["--config", str(config), "--data-dir", str(tmp_path / "data"), "score"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "foreshock score: registered model 'never-trained-model' has no champion: run `foreshock train` first"
+    ]
+
+
+def test_an_untrusted_champion_is_refused_before_any_flow_run(trained, tmp_path):
+    register_evil(tmp_path, fake_tags=False)
+    try:
+        with pytest.raises(UntrustedModelError, match="not registered by foreshock"):
+            registry.check_champion(NAME)
+    finally:
+        registry.set_champion(NAME, trained.version, action="rollback", by="test", reason="back to the real model")
+    assert registry.check_champion(NAME, trusted_runs_only=True) == str(trained.version)
