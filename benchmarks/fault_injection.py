@@ -243,16 +243,29 @@ def start_prefect_server(work: Path) -> tuple[subprocess.Popen, str]:
     url = f"http://127.0.0.1:{port}/api"
     import urllib.request
 
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return server, url
-        except OSError:
-            time.sleep(1)
-    os.killpg(server.pid, signal.SIGKILL)
-    raise SystemExit("the Prefect server did not start")
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return server, url
+            except OSError:
+                time.sleep(1)
+        raise SystemExit("the Prefect server did not start")
+    except BaseException:
+        stop_server(server)
+        raise
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """Stop the server's whole session (the CLI and the uvicorn child it starts)."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def prepare(work: Path, units: int, days: int, seed: int, api_url: str) -> Harness:
@@ -357,12 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = any(t.mismatches or t.stale_lock or t.partial for t in trials)
         return 1 if failed else 0
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_server(server)
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
 
