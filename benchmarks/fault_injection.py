@@ -347,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import tempfile
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup below
     work = args.work or Path(tempfile.mkdtemp(prefix="foreshock-faults-"))
     work.mkdir(parents=True, exist_ok=True)
     server, url = start_prefect_server(work)
