@@ -87,10 +87,11 @@ class Harness:
                 process.wait()
             log.close()
 
-    def clean_run(self) -> None:
+    def clean_run(self, until: str = STAGES[-1]) -> None:
+        """Run the stages up to ``until`` cleanly, copying the data directory after each."""
         clean = self.data("clean")
         shutil.copytree(self.data("empty"), clean)
-        for stage in STAGES:
+        for stage in STAGES[: STAGES.index(until) + 1]:
             started = time.monotonic()
             code, _ = self.run(stage, clean)
             self.clean_seconds[stage] = time.monotonic() - started
@@ -354,10 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     started, cpu = time.monotonic(), os.times()
     try:
         harness = prepare(work, args.units, args.days, args.seed, url)
-        harness.clean_run()
+        stages = [s for s in args.stages.split(",") if s]
+        harness.clean_run(until=max(stages, key=STAGES.index))
         rng = random.Random(args.seed)
         trials = []
-        stages = [s for s in args.stages.split(",") if s]
         for round_number in range(args.kills):
             for stage in stages:
                 trials.append(inject(harness, stage, rng, len(trials)))
