@@ -11,7 +11,10 @@ A catalog is YAML::
 or ``gauge`` (instantaneous).  ``family`` is one of error, thermal, power, other.
 ``aliases`` are the names the metric has in source formats (dcgm-exporter field names,
 ``nvidia-smi --query-gpu`` fields); ingest maps them to the canonical name.  ``min`` and
-``max`` bound plausible values: outside them a row is quarantined as absurd.
+``max`` bound plausible values: outside them a row is quarantined as absurd.  A counter's
+``max_rate`` (units per second) bounds how fast it can grow: a step from the previous
+reading of the same unit that is faster is quarantined as implausible (a counter that
+jumps from 10 to 5e11 in 20 minutes is a corrupt reading, not an error storm).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Metric:
     aliases: tuple[str, ...] = ()
     min: float | None = None
     max: float | None = None
+    max_rate: float | None = None
     description: str = ""
 
     @property
@@ -105,6 +109,7 @@ def parse_catalog(data: dict, source: str = "<dict>") -> Catalog:
             aliases=tuple(str(a) for a in aliases),
             min=None if spec.get("min") is None else float(spec["min"]),
             max=None if spec.get("max") is None else float(spec["max"]),
+            max_rate=None if spec.get("max_rate") is None else float(spec["max_rate"]),
             description=str(spec.get("description", "")),
         )
     return Catalog(metrics=metrics, source=source)
@@ -123,3 +128,43 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
     return parse_catalog(data, source=str(path))
+
+
+def catalog_to_dict(catalog: Catalog) -> dict:
+    """The YAML form :func:`parse_catalog` reads back."""
+    metrics = {}
+    for metric in catalog:
+        spec = {"kind": metric.kind, "family": metric.family, "unit": metric.unit}
+        if metric.aliases:
+            spec["aliases"] = list(metric.aliases)
+        for name in ("min", "max", "max_rate"):
+            if getattr(metric, name) is not None:
+                spec[name] = getattr(metric, name)
+        if metric.description:
+            spec["description"] = metric.description
+        metrics[metric.name] = spec
+    return {"metrics": metrics}
+
+
+def merge_catalogs(base: Catalog, over: Catalog, source: str | None = None) -> Catalog:
+    """``base`` with ``over``'s metrics added (``over`` wins where both define a name)."""
+    return Catalog(metrics={**base.metrics, **over.metrics}, source=source or f"{base.source} + {over.source}")
+
+
+# The catalog a lake was ingested with, merged across runs (see foreshock.lake).
+LAKE_CATALOG = "_catalog.yaml"
+
+
+def lake_catalog_path(lake_dir: str | Path) -> Path:
+    return Path(lake_dir) / LAKE_CATALOG
+
+
+def read_lake_catalog(lake_dir: str | Path) -> Catalog | None:
+    """The catalog recorded in a lake by its ingests (None when none was recorded)."""
+    path = lake_catalog_path(lake_dir)
+    return load_catalog(path) if path.is_file() else None
+
+
+def is_file_catalog(catalog: Catalog) -> bool:
+    """True when the catalog was loaded from one file (its source can be loaded again)."""
+    return Path(catalog.source).is_file()

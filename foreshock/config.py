@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from foreshock.catalog import Catalog, load_catalog
+from foreshock.catalog import Catalog, is_file_catalog, load_catalog, merge_catalogs, read_lake_catalog
 from foreshock.config_schema import (
     ConfigError,
     check_shape,
@@ -170,7 +170,7 @@ class Config:
         (:meth:`from_settings`): tasks take values, not objects.  Every section travels,
         so overrides made in code (tests, notebooks) reach the tasks too."""
         overrides = {name: value for name, value in self.settings.items() if name != "paths"}
-        if self.catalog.source and not self.catalog.source.endswith("(built-in)"):
+        if is_file_catalog(self.catalog):  # else the default, which from_settings finds again
             overrides["paths"] = {"catalog": self.catalog.source}
         return {"config_file": config_file, "data_dir": str(self.data_dir), "overrides": overrides}
 
@@ -188,6 +188,8 @@ class Config:
         data_dir = self.data_dir
         if "paths" in overrides and "data_dir" in overrides["paths"]:
             data_dir = Path(settings["paths"]["data_dir"]).resolve()
+            if not is_file_catalog(catalog) and "catalog" not in overrides["paths"]:
+                catalog = default_catalog(data_dir / "lake")
         return Config(settings=settings, data_dir=data_dir, catalog=catalog, source=self.source)
 
 
@@ -246,9 +248,19 @@ def load_config(
     return Config(
         settings=settings,
         data_dir=chosen_dir.resolve(),
-        catalog=load_catalog(catalog_path),
+        catalog=load_catalog(catalog_path) if catalog_path else default_catalog(chosen_dir.resolve() / "lake"),
         source=source,
     )
+
+
+def default_catalog(lake_dir: Path) -> Catalog:
+    """The built-in catalog with the catalog the lake was ingested with over it: a lake
+    ingested with ``--catalog FILE`` keeps its metrics for every later stage."""
+    builtin = load_catalog(None)
+    recorded = read_lake_catalog(lake_dir)
+    if recorded is None:
+        return builtin
+    return merge_catalogs(builtin, recorded, source=f"{recorded.source} (the lake's, over the built-in catalog)")
 
 
 if __name__ == "__main__":  # `python -m foreshock.config generated-dirs [DATA_DIR]`: used by `make clean`

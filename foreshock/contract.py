@@ -73,11 +73,13 @@ REQUIRED_INVENTORY = ("unit_id", "node", "rack", "model", "installed_at")
 
 # Unit, node and rack ids end up in file paths, shell commands (scontrol, kubectl) and
 # Prometheus selectors: allow what real hostnames, GPU UUIDs and PCI ids use, nothing else.
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}$")
+# Checked with a full match (``re.fullmatch``): ``$`` alone also matches before a trailing
+# newline, which would let ``"n1\n"`` through.  ``\Z`` keeps ``ID_PATTERN.match`` safe too.
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}\Z")
 
 
 def is_valid_id(value: object) -> bool:
-    return isinstance(value, str) and bool(ID_PATTERN.match(value))
+    return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
 
 
 def empty(table: str) -> pl.DataFrame:

@@ -8,10 +8,14 @@ Layout under ``<data_dir>/lake/``::
     inventory/part.parquet
     _lake.json            # {"shards": N}: fixed for the life of the lake
     _changes.jsonl        # time span of rows stored per telemetry partition, until features read it
+    _catalog.yaml         # the metric catalog the lake was ingested with, merged across runs
 
-Every write is a merge on the table's natural key, written under a temporary name and
-renamed into place, so a crash never leaves a partial file visible.  An exclusive lock file
-serialises writers (two ingests at once are safe).
+Every write is a merge on the table's natural key, written under a temporary name
+(``.part.parquet.tmp-<pid>-<thread>``), fsynced, renamed into place and its directory
+fsynced, so a crash never leaves a partial file visible and a power loss never loses a
+rename that was reported done.  An exclusive lock file serialises writers (two ingests at
+once are safe); the lock is an ``flock``, so a killed holder never leaves it stale.  A
+temp file left by a killed writer is removed the next time the lock is taken.
 
 * Telemetry (samples, events, failures) is append-only: on a key collision the row already
   in the lake wins, so a rerun never changes what is stored.
@@ -30,6 +34,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -96,35 +102,124 @@ def _record_shards(lake_dir: Path, shards: int) -> None:
         atomic_write_text(meta, json.dumps({"shards": shards}) + "\n")
 
 
+_held = threading.local()  # lake dirs whose lock this thread holds, with the nesting depth
+TEMP_NAME = re.compile(r"^\..+\.tmp-(\d+)(?:-\d+)?$")
+
+
 @contextmanager
 def lake_lock(lake_dir: Path) -> Iterator[None]:
-    """Exclusive, blocking lock over the lake (released even if the holder crashes)."""
+    """Exclusive, blocking lock over the lake (released even if the holder crashes).
+
+    Re-entrant within a thread, so a caller can hold it over a read-check-merge sequence
+    that calls :func:`merge_into_lake`.  Taking it (outermost) removes temp files a killed
+    writer left in the lake: every lake write happens under this lock, so none is live.
+    """
     lake_dir = Path(lake_dir)
-    lake_dir.mkdir(parents=True, exist_ok=True)
-    with open(lake_dir / ".lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    key = str(lake_dir.resolve())
+    depth = getattr(_held, "depth", None)
+    if depth is None:
+        depth = _held.depth = {}
+    if depth.get(key):
+        depth[key] += 1
         try:
             yield
         finally:
+            depth[key] -= 1
+        return
+    lake_dir.mkdir(parents=True, exist_ok=True)
+    with open(lake_dir / ".lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        depth[key] = 1
+        try:
+            remove_temp_files(lake_dir)
+            yield
+        finally:
+            depth[key] = 0
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def remove_temp_files(root: Path, *, only_dead_writers: bool = False) -> list[Path]:
+    """Remove temp files (``.<name>.tmp-<pid>[-<thread>]``) under ``root``; returns them.
+
+    With ``only_dead_writers``, a file is removed only when the process that wrote it is
+    gone (for directories written without a lock: a live writer's file is left alone).
+    """
+    removed = []
+    root = Path(root)
+    if not root.is_dir():
+        return removed
+    for directory, _, files in os.walk(root):
+        for name in files:
+            match = TEMP_NAME.match(name)
+            if not match or (only_dead_writers and _process_alive(int(match.group(1)))):
+                continue
+            path = Path(directory) / name
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            removed.append(path)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_durably(tmp: Path, path: Path) -> None:
+    try:
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
 def atomic_write_parquet(df: pl.DataFrame, path: Path) -> None:
+    """Write ``df`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    df.write_parquet(tmp, compression="zstd", statistics=True)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    tmp = _temp_path(path)
+    try:
+        df.write_parquet(tmp, compression="zstd", statistics=True)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _replace_durably(tmp, path)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    tmp = _temp_path(path)
+    try:
+        tmp.write_text(text)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _replace_durably(tmp, path)
 
 
 def partition_path(lake_dir: Path, table: str, day: date | None = None, shard: int | None = None) -> Path:
@@ -337,6 +432,12 @@ def lake_summary(lake_dir: Path) -> dict[str, dict]:
         row["partitions"] = len(partition_files(lake_dir, table))
         summary[table] = row
     return summary
+
+
+def lake_metrics(lake_dir: Path) -> list[str]:
+    """The distinct metric names stored in ``samples``, sorted."""
+    frame = scan_table(lake_dir, "samples").select(pl.col("metric").unique()).collect()
+    return sorted(frame.get_column("metric").drop_nulls().to_list())
 
 
 def format_lake_summary(summary: dict[str, dict]) -> str:

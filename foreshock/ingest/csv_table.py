@@ -13,16 +13,18 @@ from pathlib import Path
 
 import polars as pl
 
-from foreshock.ingest.reading import read_text, text_lines
+from foreshock.ingest.reading import read_lines
 from foreshock.ingest.staged import UnreadableFile
 
 
 def read_csv_table(path: Path) -> tuple[pl.DataFrame, pl.Series]:
     """``(table, raw_lines)``: one String column per header field plus ``_line``,
-    ``_reason`` and ``_field`` (set on lines with the wrong number of fields)."""
-    text = read_text(path)
-    all_lines = text_lines(text)
-    lines = all_lines.filter(pl.col("_text").str.strip_chars() != "")
+    ``_reason`` and ``_field`` (set on lines with the wrong number of fields or bytes that
+    are not text, see :mod:`foreshock.ingest.reading`)."""
+    source = read_lines(path)
+    lines = source.lines.filter(pl.col("_text").str.strip_chars() != "")
+    if source.bad.height and (lines.height == 0 or source.bad.get_column("_line").min() < lines.get_column("_line")[0]):
+        raise UnreadableFile(f"header line is not text: {source.bad.get_column('_reason')[0]}")
     header = next(csv.reader([lines.get_column("_text")[0]]))
     names = [h.strip() for h in header]
     if len(set(names)) != len(names) or any(not n for n in names):
@@ -50,7 +52,10 @@ def read_csv_table(path: Path) -> tuple[pl.DataFrame, pl.Series]:
             pl.when(ok).then(pl.lit(None, dtype=pl.String)).otherwise(pl.lit("line")).alias("_field"),
         ]
     ).drop("_parts")
-    return table, all_lines.get_column("_text")
+    if source.bad.height:
+        undecodable = source.bad.drop("_raw")
+        table = pl.concat([table, undecodable], how="diagonal_relaxed").sort("_line")
+    return table, source.raw_lines
 
 
 def read_csv_header(path: Path, limit: int = 65536) -> list[str] | None:

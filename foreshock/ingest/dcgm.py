@@ -34,6 +34,15 @@ def _none() -> pl.Expr:
     return pl.lit(None, dtype=pl.String)
 
 
+def resolve_series_name(ctx: IngestContext, name: str) -> str | None:
+    """The catalog metric of a series name; OpenMetrics adds ``_total`` to a counter's
+    family name, so ``X_total`` is also tried as ``X``."""
+    metric = ctx.catalog.resolve(name)
+    if metric is None and name.endswith("_total"):
+        metric = ctx.catalog.resolve(name.removesuffix("_total"))
+    return metric
+
+
 def stage_series(
     frame: pl.DataFrame, ctx: IngestContext, declared_units: dict[str, str] | None = None
 ) -> dict[str, pl.DataFrame]:
@@ -52,7 +61,7 @@ def stage_series(
     frame = frame.with_columns(value=pl.col("value_text").str.strip_chars().cast(pl.Float64, strict=False))
 
     names = frame.get_column("name").unique().drop_nulls().to_list()
-    resolved = {n: ctx.catalog.resolve(n) for n in names if n != XID_GAUGE}
+    resolved = {n: resolve_series_name(ctx, n) for n in names if n != XID_GAUGE}
     factors = {}
     for name, metric in resolved.items():
         if metric is None:

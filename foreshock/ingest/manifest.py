@@ -3,7 +3,11 @@
 ``<lake>/_manifest.parquet`` holds one row per ingested file: ``path``, ``context``,
 ``sha256``, ``size``, ``mtime_ns``, ``format``, ``rows_read``, ``rows_stored``,
 ``rows_quarantined``, ``duplicates_dropped``, ``ingested_at``, ``run_id``, ``rows_updated``
-(added later: null in rows of an older manifest).  A file is
+and ``path_bytes`` (added later: null in rows of an older manifest).  File names are
+stored losslessly: ``path_bytes`` holds the name's bytes as the file system has them, and
+``path`` a readable text form (bytes that are not UTF-8 shown as ``\\xNN``), so a landing
+file with any name can be recorded; a name that has no bytes form is rejected when the
+run is planned, before any row is merged.  A file is
 already ingested when a row has the same content hash and context (the part of the path
 a parser reads meaning from: the node directory of an nvidia-smi or rasdaemon file), so
 the same file twice is a no-op and a changed file is read again.  Rows are added under the
@@ -15,6 +19,7 @@ deduplication makes that exact).
 from __future__ import annotations
 
 import hashlib
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,6 +42,7 @@ SCHEMA: dict[str, pl.DataType] = {
     "ingested_at": pl.Datetime("us", "UTC"),
     "run_id": pl.String(),
     "rows_updated": pl.Int64(),
+    "path_bytes": pl.Binary(),
 }
 # Formats whose parser takes the node from the file's directory name.
 DIRECTORY_CONTEXT = {"nvidia-smi", "rasdaemon"}
@@ -50,8 +56,38 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def shown_name(name: str | os.PathLike) -> str:
+    """A file name as valid text: bytes that are not UTF-8 (held by Python as lone
+    surrogates) shown as ``\\xNN``.  Unchanged for every name that is UTF-8."""
+    text = os.fspath(name)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", errors="backslashreplace")
+    return text
+
+
+def name_bytes(path: str | os.PathLike) -> bytes:
+    """The file system's bytes of a name.
+
+    Raises
+    ------
+    ValueError
+        When the name has no bytes form (a lone surrogate that did not come from the file
+        system): the manifest could not record it.
+    """
+    try:
+        return os.fsencode(path)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"file name cannot be represented as bytes: {shown_name(path)!r} ({exc.reason})") from None
+
+
+def path_from_bytes(raw: bytes) -> Path:
+    return Path(os.fsdecode(raw))
+
+
 def file_context(path: Path, fmt: str) -> str:
-    return Path(path).parent.name if fmt in DIRECTORY_CONTEXT else ""
+    return shown_name(Path(path).parent.name) if fmt in DIRECTORY_CONTEXT else ""
 
 
 def manifest_path(lake_dir: Path) -> Path:

@@ -25,8 +25,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+import yaml
 
-from foreshock.catalog import Catalog, load_catalog
+from foreshock.catalog import (
+    Catalog,
+    catalog_to_dict,
+    lake_catalog_path,
+    load_catalog,
+    merge_catalogs,
+    read_lake_catalog,
+)
 from foreshock.config import Config
 from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN
 from foreshock.ingest import manifest
@@ -38,10 +46,19 @@ from foreshock.ingest.parsers.canonical import table_of
 from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.validate import validate
-from foreshock.lake import atomic_write_parquet, lake_shards, merge_into_lake, partition_path, with_shard
+from foreshock.lake import (
+    atomic_write_parquet,
+    atomic_write_text,
+    lake_lock,
+    lake_shards,
+    merge_into_lake,
+    partition_path,
+    with_shard,
+)
 
 SOURCES = ("auto", *FORMATS)
 MAX_BATCH_BYTES = 256 * 1024 * 1024
+DETECT_BYTES = 65536
 DAY_IN_PATH = re.compile(r"(\d{4}-\d{2}-\d{2})")
 # Values read from two sources for the same key (a scrape and nvidia-smi) are rounded
 # differently (nvidia-smi prints power with two decimals): within this they are duplicates.
@@ -70,6 +87,11 @@ class PlannedFile:
     context: str
     day: str | None = None
     inventory: bool = False
+    # The name's bytes (hex): ``path`` is the readable text form (see manifest.shown_name).
+    path_hex: str = ""
+
+    def open_path(self) -> Path:
+        return manifest.path_from_bytes(bytes.fromhex(self.path_hex)) if self.path_hex else Path(self.path)
 
 
 @dataclass
@@ -112,11 +134,12 @@ def load_run_catalog(config: Config, catalog_path: str | None) -> Catalog:
 
 def _unreadable_reason(path: Path) -> str:
     try:
-        data = path.read_bytes()[:65536]
+        with open(path, "rb") as handle:
+            data = handle.read(DETECT_BYTES)  # a bounded prefix: a 3 GB file is not read whole
     except OSError as exc:
         return f"cannot read: {exc.strerror}"
     if not data.strip():
-        return "empty file"
+        return "empty file" if len(data) < DETECT_BYTES else "unrecognised format (starts with blank space)"
     if b"\x00" in data:
         return "binary content, not a recognised format"
     try:
@@ -125,6 +148,28 @@ def _unreadable_reason(path: Path) -> str:
         if exc.start < len(data) - 4:
             return f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
     return "unrecognised format (use --source to name it)"
+
+
+def landing_files(root: Path, follow_symlinks: bool) -> tuple[list[Path], list[Path]]:
+    """``(files, symlinks)`` under ``root``, sorted; symbolic links are listed apart and
+    not followed (into directories either) unless ``follow_symlinks``."""
+    if root.is_file():
+        return [root], []
+    files, links = [], []
+    seen: set[tuple[int, int]] = set()
+    for directory, dirs, names in os.walk(root, followlinks=follow_symlinks):
+        info = os.stat(directory)
+        if (info.st_dev, info.st_ino) in seen:  # a link loop
+            dirs[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        for name in [*names, *(d for d in dirs if not follow_symlinks)]:
+            path = Path(directory) / name
+            if path.is_symlink() and not follow_symlinks:
+                links.append(path)
+            elif name in names and path.is_file():
+                files.append(path)
+    return sorted(files), sorted(links)
 
 
 def _is_inventory(path: Path, fmt: str) -> bool:
@@ -148,6 +193,7 @@ def plan_ingest(
     force: bool = False,
     run_id: str | None = None,
     max_batch_bytes: int = MAX_BATCH_BYTES,
+    follow_symlinks: bool = False,
 ) -> IngestPlan:
     """Find, recognise and batch the files under ``path`` that are not ingested yet.
 
@@ -164,7 +210,10 @@ def plan_ingest(
     if not root.exists():
         raise FileNotFoundError(f"ingest path not found: {root}")
     plan = IngestPlan(run_id=run_id or new_run_id(), root=str(root), source=source)
-    candidates = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    candidates, links = landing_files(root, follow_symlinks)
+    for link in links:
+        reason = "symbolic link, not followed (use --follow-symlinks to read what it points to)"
+        plan.reports.append(FileReport(manifest.shown_name(link), None, "skipped", reason=reason))
     if root.is_dir():
         for name in ("catalog.yaml", "catalog.yml"):
             if (root / name).is_file():
@@ -183,7 +232,12 @@ def plan_ingest(
     in_run: dict[tuple[str, str], str] = {}
     planned: list[PlannedFile] = []
     for file in candidates:
-        shown = str(file)
+        shown = manifest.shown_name(file)
+        try:
+            raw_name = manifest.name_bytes(file)
+        except ValueError as exc:  # rejected before any row is merged
+            plan.reports.append(FileReport(shown, None, "rejected", reason=str(exc)))
+            continue
         reason = skip_reason(file)
         if reason:
             plan.reports.append(FileReport(shown, None, "skipped", reason=reason))
@@ -207,7 +261,7 @@ def plan_ingest(
             continue
         in_run[key] = shown
         relative = file.relative_to(root) if root.is_dir() else Path(file.name)
-        day = DAY_IN_PATH.search(str(relative))
+        day = DAY_IN_PATH.search(manifest.shown_name(relative))
         planned.append(
             PlannedFile(
                 path=shown,
@@ -218,6 +272,7 @@ def plan_ingest(
                 context=context,
                 day=day.group(1) if day else None,
                 inventory=_is_inventory(file, fmt),
+                path_hex=raw_name.hex(),
             )
         )
     plan.batches = _batches(planned, max_batch_bytes)
@@ -269,7 +324,7 @@ def ingest_batch(
     parsed: dict[int, ParsedFile] = {}
     for index, planned in enumerate(files):
         try:
-            parsed[index] = PARSERS[planned.format](Path(planned.path), ctx)
+            parsed[index] = PARSERS[planned.format](planned.open_path(), ctx)
         except UnreadableFile as exc:
             reports[index].status, reports[index].reason = "rejected", str(exc)
         except OSError:
@@ -301,13 +356,17 @@ def ingest_batch(
         if bad.height:
             for i, count in _count_by_file(bad).items():
                 reports[i].rows_quarantined += count
-            quarantined += [_quarantine_rows(parsed[i], part, table, run_id) for (i,), part in bad.group_by("_file")]
+            quarantined += [
+                _quarantine_rows(parsed[i], files[i].path, part, table, run_id) for (i,), part in bad.group_by("_file")
+            ]
     for report in reports:
         if report.status == "ingested":
             report.rows_stored = (
                 report.rows_read - report.rows_quarantined - report.duplicates_dropped - report.rows_updated
             )
 
+    if parsed:
+        record_catalog(config.lake_dir, ctx.catalog)
     quarantine_file = None
     if quarantined:
         target = config.quarantine_dir / f"run={run_id}" / f"batch-{batch_number:04d}.parquet"
@@ -329,12 +388,26 @@ def ingest_batch(
                 "duplicates_dropped": r.duplicates_dropped,
                 "rows_updated": r.rows_updated,
                 "run_id": run_id,
+                "path_bytes": bytes.fromhex(f.path_hex) if f.path_hex else manifest.name_bytes(f.path),
             }
             for f, r in zip(files, reports)
             if r.status == "ingested"
         ],
     )
     return reports, quarantine_file
+
+
+def record_catalog(lake_dir: Path, catalog: Catalog) -> None:
+    """Merge the run's metric catalog into the one the lake records (``_catalog.yaml``), so
+    later stages know every metric the lake holds without being told the file again."""
+    with lake_lock(lake_dir):
+        recorded = read_lake_catalog(lake_dir)
+        merged = catalog if recorded is None else merge_catalogs(recorded, catalog)
+        if recorded is None or catalog_to_dict(merged) != catalog_to_dict(recorded):
+            text = yaml.safe_dump(catalog_to_dict(merged), sort_keys=True, allow_unicode=True)
+            atomic_write_text(
+                lake_catalog_path(lake_dir), "# written by foreshock ingest: the lake's metric catalog\n" + text
+            )
 
 
 def _upsert_inventory(
@@ -361,20 +434,21 @@ def _upsert_inventory(
 def _merge_telemetry(
     table: str, good: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext
 ) -> pl.DataFrame:
-    """Merge checked telemetry rows (the stored row wins); returns the conflicts to quarantine."""
-    unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+    """Merge checked telemetry rows (the stored row wins); returns the conflicts to quarantine.
+
+    The comparison with the stored rows and the merge happen under one hold of the lake
+    lock: a concurrent ingest of the same keys either stored its rows before (ours are
+    then duplicates or conflicts, compared value by value) or after (theirs are).
+    """
+    with lake_lock(config.lake_dir):
+        unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+        result = merge_into_lake(
+            config.lake_dir, table, unique.select(_lake_columns(table, unique)), shards=config.shards
+        )
+    if result.rows_stored != unique.height:  # cannot happen under the lock: fail loudly
+        raise RuntimeError(f"{table}: {unique.height} new rows checked but {result.rows_stored} stored")
     for i, count in _count_by_file(duplicates).items():
         reports[i].duplicates_dropped += count
-    result = merge_into_lake(config.lake_dir, table, unique.select(_lake_columns(table, unique)), shards=config.shards)
-    # Rows another ingest stored between our check and our merge are duplicates too.
-    raced = unique.height - result.rows_stored
-    if raced > 0:
-        for i, count in sorted(_count_by_file(unique).items(), reverse=True):
-            moved = min(raced, count)
-            reports[i].duplicates_dropped += moved
-            raced -= moved
-            if raced == 0:
-                break
     return conflicts
 
 
@@ -498,11 +572,11 @@ def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataF
     return stored.with_columns(_present=pl.lit(True))
 
 
-def _quarantine_rows(parsed: ParsedFile, rows: pl.DataFrame, table: str, run_id: str) -> pl.DataFrame:
+def _quarantine_rows(parsed: ParsedFile, shown: str, rows: pl.DataFrame, table: str, run_id: str) -> pl.DataFrame:
     raw = parsed.raw_text(rows)
     return pl.DataFrame(
         {
-            "source_file": [str(parsed.path)] * rows.height,
+            "source_file": [shown] * rows.height,
             "line": rows.get_column("_line"),
             "table": [table] * rows.height,
             "field": rows.get_column("_field"),
@@ -536,6 +610,7 @@ def ingest_path(
     *,
     scrape_time: datetime | str | None = None,
     force: bool = False,
+    follow_symlinks: bool = False,
 ) -> IngestReport:
     """Ingest a file or a landing directory into the lake (see module notes).
 
@@ -553,6 +628,9 @@ def ingest_path(
         When timestamp-less Prometheus scrapes were taken.
     force
         Read files even if the manifest says they were ingested.
+    follow_symlinks
+        Read the files symbolic links in the landing directory point to (default: skip
+        them, since they may lead outside it).
 
     Returns
     -------
@@ -562,7 +640,7 @@ def ingest_path(
     started = time.monotonic()
     if isinstance(scrape_time, str):
         scrape_time = parse_scrape_time(scrape_time)
-    plan = plan_ingest(path, config, source, force=force)
+    plan = plan_ingest(path, config, source, force=force, follow_symlinks=follow_symlinks)
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
     for number, batch in enumerate(plan.batches):

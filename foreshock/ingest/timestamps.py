@@ -5,6 +5,13 @@ Sources write time in many ways: RFC 3339 with an offset (``...+00:00``, ``...+0
 time (nvidia-smi: ``2026/11/01 00:10:00.000``) or unix seconds (Prometheus).  A naive time
 is only accepted when the run has a timezone (``--timezone`` or ``[ingest] timezone``):
 guessing would shift every sample of a node by its UTC offset.
+
+When clocks fall back (DST end), an hour of local time happens twice.  A naive time in
+that hour is resolved by the order of the file's rows (:func:`resolve_fall_back`): a
+series' first reading of a local time takes the earlier offset (summer time), a reading
+whose local time is not later than one the series already had takes the later offset.
+An ambiguous reading with no other reading of its series in that hour cannot be ordered
+and is quarantined ("ambiguous local time").
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from __future__ import annotations
 import polars as pl
 
 from foreshock.contract import UTC_TS
+
+HAS_OFFSET = r"T\d{2}:\d{2}(:\d{2}(\.\d+)?)?[+-]\d{2}:?\d{2}$"
 
 ISO_NAIVE = "%Y-%m-%dT%H:%M:%S%.f"
 ISO_AWARE = "%Y-%m-%dT%H:%M:%S%.f%z"
@@ -54,7 +63,7 @@ def parse_utc(text: pl.Expr, timezone: str | None, naive_format: str = ISO_NAIVE
     timestamp was rejected and is null when it was accepted.
     """
     t = _normalise(text)
-    has_offset = t.str.contains(r"T\d{2}:\d{2}(:\d{2}(\.\d+)?)?[+-]\d{2}:?\d{2}$")
+    has_offset = t.str.contains(HAS_OFFSET)
     aware = t.str.to_datetime(ISO_AWARE, strict=False, time_unit="us")
     naive_text = t if naive_format == ISO_NAIVE else text.str.strip_chars()
     naive = naive_text.str.to_datetime(naive_format, strict=False, time_unit="us")
@@ -82,6 +91,64 @@ def parse_utc(text: pl.Expr, timezone: str | None, naive_format: str = ISO_NAIVE
         .otherwise(pl.lit(None, dtype=pl.String))
     )
     return ts, reason
+
+
+def is_naive(text: pl.Expr) -> pl.Expr:
+    """True where a timestamp text has no UTC offset (what :func:`parse_utc` localises)."""
+    return ~_normalise(text).str.contains(HAS_OFFSET)
+
+
+def resolve_fall_back(
+    frame: pl.DataFrame, time_col: str, group: list[str], timezone: str | None, reason_col: str = "_reason"
+) -> pl.DataFrame:
+    """Resolve naive times in a DST fall-back hour by the file's row order (module notes).
+
+    ``frame`` holds ``time_col`` already localised with the earlier offset, ``_line`` (the
+    file order), the ``group`` columns that name one series and optionally ``_naive``
+    (False for rows whose text had an offset: they are left alone).  Rows whose time is
+    ambiguous get the later offset when they repeat an earlier local time of their
+    series, or a reason in ``reason_col`` when they are their series' only ambiguous row.
+    """
+    if not timezone or frame.height == 0:
+        return frame
+    ts = pl.col(time_col)
+    local = ts.dt.convert_time_zone(timezone).dt.replace_time_zone(None)
+    later = (
+        local.dt.replace_time_zone(timezone, ambiguous="latest", non_existent="null")
+        .dt.convert_time_zone("UTC")
+        .cast(UTC_TS)
+    )
+    naive = pl.col("_naive") if "_naive" in frame.columns else pl.lit(True)
+    ambiguous = (naive & ts.is_not_null() & (later != ts)).fill_null(False)
+    flagged = frame.with_columns(_ambiguous=ambiguous)
+    if not flagged.get_column("_ambiguous").any():
+        return frame
+    order = flagged.with_row_index("_row")
+    rows = (
+        order.filter("_ambiguous")
+        .select("_row", "_line", *group, _local=local, _later=later)
+        .sort("_line", "_row")
+        .with_columns(
+            _prior=pl.col("_local").cum_max().shift(1).over(group),
+            _count=pl.len().over(group),
+        )
+        .with_columns(
+            _repeat=(pl.col("_prior") >= pl.col("_local")).fill_null(False),
+            _lone=pl.col("_count") == 1,
+        )
+        .select("_row", "_later", "_repeat", "_lone", "_local")
+    )
+    message = pl.format(
+        "ambiguous local time '{}' in {} (clocks fell back; no other reading of this series in that hour "
+        "to order it): give times with a UTC offset",
+        pl.col("_local").dt.strftime("%Y-%m-%d %H:%M:%S"),
+        pl.lit(timezone),
+    )
+    resolved = order.join(rows, on="_row", how="left", maintain_order="left").with_columns(
+        pl.when(pl.col("_repeat") & ~pl.col("_lone")).then(pl.col("_later")).otherwise(ts).alias(time_col),
+        pl.coalesce(pl.col(reason_col), pl.when(pl.col("_lone")).then(message)).alias(reason_col),
+    )
+    return resolved.drop("_row", "_later", "_repeat", "_lone", "_local", "_ambiguous")
 
 
 def datetime_to_utc(column: pl.Expr, dtype: pl.DataType, timezone: str | None) -> tuple[pl.Expr, pl.Expr]:

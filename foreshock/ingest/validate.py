@@ -8,7 +8,11 @@ Checks, in order (the first failure names the row's reason and field):
   ``now + [ingest] max_future``;
 * units are in the inventory when one exists (DIMMs: their host is a known node);
 * samples: the metric is in the catalog, the value is finite, a counter is not negative,
-  the value lies within the catalog's ``min``/``max`` (an absurd value is a broken reading);
+  the value lies within the catalog's ``min``/``max`` (an absurd value is a broken reading),
+  and a counter does not grow faster than the catalog's ``max_rate`` from the unit's
+  previous reading (this batch's, or the last one stored the day before or on the same
+  days); the rate is taken over at least ``MIN_RATE_INTERVAL`` so that two sources'
+  readings a few milliseconds apart do not look like a storm;
 * events: a non-negative code and count, a valid source name.
 
 A counter that goes *down* is not an error: resets happen on driver reload and reboot, so
@@ -17,21 +21,25 @@ raw values are stored and features take increases.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
 from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
+from foreshock.lake import scan_table
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+MIN_RATE_INTERVAL = 60.0  # seconds
+STEP_COLUMNS = ("_step_rate", "_max_rate", "_previous", "_seconds")
+ID_RUST_PATTERN = "^(?:" + ID_PATTERN.pattern.removesuffix("\\Z") + ")$"  # Rust regex: $ is the end of text
 ID_RULE = "letters, digits and . _ : - only: no spaces, shell metacharacters or path separators"
 
 
 def _bad_id(frame: pl.DataFrame, column: str) -> tuple[pl.Expr, pl.Expr, str]:
     # Ids repeat on every row: check each distinct value once.
-    bad = [v for v in frame.get_column(column).unique().drop_nulls().to_list() if not ID_PATTERN.match(v)]
+    bad = [v for v in frame.get_column(column).unique().drop_nulls().to_list() if not ID_PATTERN.fullmatch(v)]
     value = pl.col(column)
     return (
         value.is_in(pl.Series(bad, dtype=pl.String).implode()) if bad else pl.lit(False),
@@ -90,11 +98,12 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
             unknown = pl.when(host_level).then(host_unknown).otherwise(unknown)
         checks.append((unknown, pl.format("unknown unit '{}' (not in the inventory)", pl.col("unit_id")), "unit_id"))
     if table == "samples":
+        frame = with_counter_steps(frame, ctx)
         checks += _sample_checks(frame, ctx)
     if table == "events":
         checks += [
             (
-                pl.col("source").is_null() | ~pl.col("source").str.contains(ID_PATTERN.pattern),
+                pl.col("source").is_null() | ~pl.col("source").str.contains(ID_RUST_PATTERN),
                 pl.lit("missing or invalid event source"),
                 "source",
             ),
@@ -112,7 +121,52 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
     if table == "inventory":
         for name in ("node", "rack", "model"):
             checks.append((pl.col(name).is_null(), pl.lit(f"missing {name}"), name))
-    return _apply(frame, checks)
+    good, bad = _apply(frame, checks)
+    if table == "inventory" and "uuid" in good.columns:
+        good, shared = _shared_uuids(good, ctx)
+        bad = pl.concat([bad, shared], how="diagonal_relaxed")
+    return good, bad
+
+
+def _shared_uuids(good: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Move inventory rows whose GPU ``uuid`` another unit holds to the quarantine.
+
+    A uuid names one GPU, so tickets and scrapes matched by uuid would silently go to
+    whichever unit came last.  The fleet after this batch is the stored inventory with
+    each incoming unit's last row over it; a uuid on two units there quarantines the
+    incoming rows that carry it, naming every unit involved.
+    """
+    incoming = good.with_row_index("_row").filter(
+        pl.col("uuid").is_not_null() & (pl.col("uuid").str.strip_chars() != "")
+    )
+    if incoming.height == 0:
+        return good, good.head(0)
+    latest = incoming.unique(subset=["unit_id"], keep="last", maintain_order=True).select("unit_id", "uuid")
+    fleet = latest
+    if ctx.has_inventory and "uuid" in ctx.inventory.columns:
+        stored = ctx.inventory.select("unit_id", pl.col("uuid").cast(pl.String)).filter(pl.col("uuid").is_not_null())
+        fleet = pl.concat([stored.join(latest, on="unit_id", how="anti"), latest])
+    holders = fleet.group_by("uuid").agg(pl.col("unit_id").unique().sort().alias("_units"))
+    shared = holders.filter(pl.col("_units").list.len() > 1)
+    if shared.height == 0:
+        return good, good.head(0)
+    hits = incoming.join(shared, on="uuid", how="inner")
+    rows = hits.get_column("_row")
+    reasons = hits.select(
+        "_row",
+        _uuid_reason=pl.format(
+            "uuid '{}' is on more than one unit ({}): a GPU uuid names one unit",
+            pl.col("uuid").str.slice(0, 80),
+            pl.col("_units").list.join(", "),
+        ),
+    )
+    indexed = good.with_row_index("_row")
+    moved = (
+        indexed.join(reasons, on="_row", how="inner")
+        .with_columns(_reason=pl.col("_uuid_reason"), _field=pl.lit("uuid"))
+        .drop("_row", "_uuid_reason")
+    )
+    return indexed.filter(~pl.col("_row").is_in(rows.implode())).drop("_row"), moved
 
 
 def _apply(frame: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr, str]]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -161,7 +215,62 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
             pl.format("absurd value {} for {}: outside the catalog range [{}, {}]", value, metric, low, high),
             "value",
         ),
+        (
+            pl.col("_step_rate") > pl.col("_max_rate"),
+            pl.format(
+                "implausible counter step for {}: {} -> {} in {} s, faster than the catalog's max_rate {}/s",
+                metric,
+                pl.col("_previous"),
+                value,
+                pl.col("_seconds").round(1),
+                pl.col("_max_rate"),
+            ),
+            "value",
+        ),
     ]
+
+
+def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
+    """``frame`` with the growth rate of each counter reading from the unit's previous one
+    (``_step_rate``, null for gauges, resets and first readings) and its ``_max_rate``."""
+    limits = {m.name: m.max_rate for m in ctx.catalog if m.is_counter and m.max_rate is not None}
+    empty = [pl.lit(None, dtype=pl.Float64).alias(c) for c in STEP_COLUMNS]
+    candidates = (
+        frame.with_row_index("_row")
+        .filter(
+            pl.col("_reason").is_null()
+            & pl.col("metric").is_in(list(limits))
+            & pl.col("value").is_finite()
+            & pl.col("ts").is_not_null()
+            & pl.col("unit_id").is_not_null()
+        )
+        .select("_row", "unit_id", "ts", "metric", "value")
+    )
+    if not limits or candidates.height == 0:
+        return frame.with_columns(empty)
+    first_day = candidates.get_column("ts").min().date() - timedelta(days=1)
+    stored = (
+        scan_table(ctx.lake_dir, "samples", start=first_day, end=candidates.get_column("ts").max())
+        .filter(pl.col("metric").is_in(list(limits)))
+        .join(candidates.lazy().select("unit_id", "metric").unique(), on=["unit_id", "metric"], how="semi")
+        .select("unit_id", "ts", "metric", "value")
+        .collect()
+    )
+    readings = pl.concat(
+        [stored.with_columns(_row=pl.lit(None, dtype=pl.UInt32)), candidates], how="diagonal_relaxed"
+    ).sort("unit_id", "metric", "ts", pl.col("_row").is_not_null(), "_row")
+    previous = pl.col("value").shift(1).over("unit_id", "metric")
+    seconds = (pl.col("ts") - pl.col("ts").shift(1).over("unit_id", "metric")).dt.total_microseconds() / 1e6
+    steps = (
+        readings.with_columns(_previous=previous, _seconds=seconds)
+        .filter(pl.col("_row").is_not_null() & (pl.col("value") > pl.col("_previous")))
+        .with_columns(
+            _step_rate=(pl.col("value") - pl.col("_previous")) / pl.max_horizontal("_seconds", MIN_RATE_INTERVAL),
+            _max_rate=pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64),
+        )
+        .select("_row", *STEP_COLUMNS)
+    )
+    return frame.with_row_index("_row").join(steps, on="_row", how="left", maintain_order="left").drop("_row")
 
 
 def _lookup(column: pl.Expr, mapping: dict[str, float]) -> pl.Expr:

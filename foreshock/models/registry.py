@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from foreshock.models.trusted_bundle import TRUSTED_SOURCE, check_version, load_trusted_bundle
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities.model_registry import ModelVersion
@@ -158,18 +160,20 @@ class LoadedBundle:
         return iter((self.bundle, self.version, self.run_id))
 
 
-def load_version(name: str, version: str | int) -> LoadedBundle:
-    """Load a registered version through its pyfunc (``models:/<name>/<version>``)."""
-    import mlflow
-
+def load_version(
+    name: str, version: str | int, *, trusted_runs_only: bool = False, trusted_source: str = TRUSTED_SOURCE
+) -> LoadedBundle:
+    """Load a registered version's bundle as data, never running its pyfunc
+    (:mod:`foreshock.models.trusted_bundle`: a version foreshock did not log is refused)."""
     client = _client()
     model_version = client.get_model_version(name, str(version))
-    pyfunc = mlflow.pyfunc.load_model(f"models:/{name}/{model_version.version}")
-    bundle = pyfunc.unwrap_python_model().bundle
+    bundle = load_trusted_bundle(
+        client, name, model_version.version, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source
+    )
     return LoadedBundle(bundle, name, str(model_version.version), model_version.run_id or "")
 
 
-def load_alias(name: str, alias: str) -> LoadedBundle:
+def load_alias(name: str, alias: str, **trust) -> LoadedBundle:
     """Load the version an alias points at.
 
     The alias is resolved once and that exact version is loaded, so a promotion that
@@ -183,9 +187,34 @@ def load_alias(name: str, alias: str) -> LoadedBundle:
     model_version = alias_version(name, alias)
     if model_version is None:
         raise LookupError(f"registered model {name!r} has no version with alias {alias!r}: run `foreshock train` first")
-    return load_version(name, model_version.version)
+    return load_version(name, model_version.version, **trust)
 
 
-def load_champion(name: str) -> LoadedBundle:
-    """Load ``models:/<name>@champion``: unpack as ``bundle, version, run_id``."""
-    return load_alias(name, CHAMPION)
+def check_champion(name: str, *, trusted_runs_only: bool = False, trusted_source: str = TRUSTED_SOURCE) -> str:
+    """The champion's version after the cheap checks (alias, tags, run tag), without
+    downloading it: a CLI calls this before a flow run so a user error stays one line.
+
+    Raises
+    ------
+    MissingInputError
+        No champion yet.
+    UntrustedModelError
+        The champion was not registered by foreshock (see :mod:`.trusted_bundle`).
+    """
+    from foreshock.errors import MissingInputError
+
+    client = _client()
+    model_version = alias_version(name, CHAMPION, client=client)
+    if model_version is None:
+        raise MissingInputError(f"registered model {name!r} has no champion: run `foreshock train` first")
+    run_tags = client.get_run(model_version.run_id).data.tags if model_version.run_id else {}
+    check_version(model_version, run_tags, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source)
+    return str(model_version.version)
+
+
+def load_champion(name: str, **trust) -> LoadedBundle:
+    """Load ``models:/<name>@champion``: unpack as ``bundle, version, run_id``.
+
+    ``trust``: ``trusted_runs_only`` and ``trusted_source`` (``[registry]``), see
+    :func:`load_version`."""
+    return load_alias(name, CHAMPION, **trust)

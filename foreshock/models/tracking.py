@@ -37,6 +37,7 @@ from foreshock.models.lead_times import lead_times_at_budget
 from foreshock.models.model_env import WHEEL_ARTIFACT, bundle_requirements, foreshock_wheel, pinned_requirements
 from foreshock.models.registry import register_version
 from foreshock.models.training_report import training_figures
+from foreshock.models.trusted_bundle import SOURCE_TAG, TRUSTED_SOURCE, version_tags
 
 if TYPE_CHECKING:
     from foreshock.models.bundle import RiskBundle
@@ -302,7 +303,7 @@ def log_training(
     started = datetime.now(UTC)
 
     with mlflow.start_run(experiment_id=exp_id, run_name=f"train-{started:%Y%m%dT%H%M%SZ}") as run:
-        mlflow.set_tags({"foreshock.kind": "training", "foreshock.model_name": name})
+        mlflow.set_tags({"foreshock.kind": "training", "foreshock.model_name": name, SOURCE_TAG: TRUSTED_SOURCE})
         params = flatten_params(config.settings)
         params.update(
             {
@@ -374,6 +375,7 @@ def log_training(
         "foreshock.primary": bundle.primary,
         "foreshock.horizons": ",".join(bundle.horizons),
         "foreshock.registered_at": started.isoformat(),
+        **version_tags(),
     }
     version = register_version(name, info.model_uri, tags, client=client)
     return TrainingRecord(run_id=run.info.run_id, version=version, model_name=name)

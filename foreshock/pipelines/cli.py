@@ -21,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from foreshock.config import load_config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
+from foreshock.lake import remove_temp_files
 from foreshock.pipelines.runtime import (  # before Prefect loads
     LOG_FORMATS,
     RUNNERS,
@@ -28,6 +29,7 @@ from foreshock.pipelines.runtime import (  # before Prefect loads
     configure_served_runs,
     log_level,
     runner_overrides,
+    stop_servers_on_signals,
 )
 
 log = logging.getLogger("foreshock.cli")
@@ -147,10 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     where = f"foreshock {args.command}" if args.command else "foreshock"
+    stop_servers_on_signals()
     try:
         config = load_config(args.config, data_dir=args.data_dir)
         log.debug("%s: configuration %s, data directory %s", where, config.source, config.data_dir)
         config = config.with_overrides(runner_overrides(args.runner, args.dask_address))
+        remove_temp_files(config.data_dir, only_dead_writers=True)  # left by a killed run
         return int(args.func(args, config) or EXIT_OK)
     except BaseException as exc:  # noqa: BLE001 - every error leaves through the one mapping
         if isinstance(exc, SystemExit):

@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
 from foreshock.features.build import finalize_day, finish_update, plan_update, stage_shard
+from foreshock.pipelines.inputs import lake_metrics_in_catalog
 from foreshock.pipelines.progress import track
 from foreshock.pipelines.runtime import task_runner
 
@@ -75,6 +76,7 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    lake_metrics_in_catalog(config, "features")  # one line and exit 2 before a flow run
     flow_run = features_flow.with_options(task_runner=task_runner(config))
     result = flow_run(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
     if not result["rows"]:

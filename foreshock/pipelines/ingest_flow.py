@@ -58,11 +58,12 @@ def ingest(
     timezone: str | None = None,
     scrape_time: str | None = None,
     force: bool = False,
+    follow_symlinks: bool = False,
 ) -> dict:
     """Ingest a file or landing directory; returns the run report as a dict."""
     started = time.monotonic()
     config = Config.from_settings(settings)
-    plan = plan_ingest(path, config, source, force=force)
+    plan = plan_ingest(path, config, source, force=force, follow_symlinks=follow_symlinks)
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
     for number, batch in track(list(enumerate(plan.batches)), "ingest: batches"):
@@ -105,6 +106,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scrape-time", help="when timestamp-less Prometheus scrapes were taken (ISO 8601 with Z)")
     parser.add_argument("--force", action="store_true", help="read files again even if the manifest lists them")
     parser.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="read the files symbolic links in the landing directory point to (default: skip them)",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="exit with status 1 when a file is rejected or a row quarantined (without it: 3 when a file is rejected)",
@@ -128,6 +134,7 @@ def run(args: argparse.Namespace, config) -> int:
         timezone=args.timezone,
         scrape_time=args.scrape_time,
         force=args.force,
+        follow_symlinks=args.follow_symlinks,
     )
     report = report_from_dict(result)
     print(report.render())

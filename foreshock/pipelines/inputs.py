@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import polars as pl
 
 from foreshock.config import Config
-from foreshock.errors import missing
-from foreshock.lake import read_table
+from foreshock.errors import UserError, missing
+from foreshock.lake import lake_metrics, read_table
 
 
 def features(config: Config) -> pl.DataFrame:
@@ -27,3 +29,27 @@ def require_features(config: Config) -> None:
 
 def failures(config: Config) -> pl.DataFrame:
     return read_table(config.lake_dir, "failures")
+
+
+def lake_metrics_in_catalog(config: Config, stage: str) -> list[str]:
+    """The lake's metrics the configured catalog knows.
+
+    An empty lake is a user error (run ``ingest``); so is a lake none of whose metrics
+    the catalog knows.  Metrics outside the catalog are named on stderr: the stage ignores
+    them, and the user should know how many and which.
+    """
+    stored = lake_metrics(config.lake_dir)
+    if not stored:
+        raise missing("no samples in the lake", config.lake_dir, "ingest")
+    known = [m for m in stored if m in config.catalog]
+    outside = [m for m in stored if m not in config.catalog]
+    if outside:
+        shown = ", ".join(outside[:20]) + (f", ... ({len(outside) - 20} more)" if len(outside) > 20 else "")
+        note = (
+            f"{len(outside)} of the lake's {len(stored)} metrics are not in the catalog {config.catalog.source} "
+            f"and are ignored: {shown}"
+        )
+        if not known:
+            raise UserError(f"{note}; name the catalog the lake was ingested with ([paths] catalog or --catalog)")
+        print(f"foreshock {stage}: note: {note}", file=sys.stderr)
+    return known

@@ -1,8 +1,13 @@
-"""Environment defaults for Prefect and MLflow, set before either is imported.
+"""Environment defaults for Prefect and MLflow, set before either is imported, and the
+process's own cleanup.
 
 Prefect's ephemeral server can miss its default start timeout on a 2-core machine, and
 MLflow phones home unless told not to (see docs/design.md, known pitfalls).  Values the user
 already exported win.
+
+Without ``PREFECT_API_URL`` a flow run starts a temporary Prefect server as a child
+process and stops it at interpreter exit; a CLI killed by SIGTERM never gets there and the
+server is orphaned.  :func:`stop_servers_on_signals` makes SIGTERM and SIGINT stop it first.
 """
 
 from __future__ import annotations
@@ -10,7 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -96,6 +103,33 @@ def _plain(value: object) -> object:
 
 def add_json_flag(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
+
+
+def stop_ephemeral_servers() -> int:
+    """Stop the temporary Prefect servers this process started; returns how many."""
+    module = sys.modules.get("prefect.server.api.server")
+    if module is None:  # Prefect not imported: no server was started
+        return 0
+    servers = list(getattr(module.SubprocessASGIServer, "_instances", {}).values())
+    for server in servers:
+        server.stop()
+    return len(servers)
+
+
+def stop_servers_on_signals() -> None:
+    """On SIGTERM or SIGINT, stop this process's temporary Prefect server, then exit as
+    the signal asks (SIGINT: KeyboardInterrupt, exit 130; SIGTERM: exit 143)."""
+
+    def handler(signum, frame):  # noqa: ARG001 - the signal module's signature
+        stop_ephemeral_servers()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (a CLI called from a worker thread)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handler)
 
 
 def stamp() -> str:

@@ -29,7 +29,7 @@ def score_task(settings: dict) -> str:
     from foreshock.models.scoring import latest_snapshots, live_scores
 
     config = Config.from_settings(settings)
-    champion = load_champion(config.model_name)
+    champion = load_champion(config.model_name, **trust_settings(config))
     snapshots = latest_snapshots(scan_features(config))
     if snapshots.height == 0:
         raise missing("no feature snapshots", config.features_dir, "features")
@@ -39,6 +39,15 @@ def score_task(settings: dict) -> str:
     return str(config.latest_scores)
 
 
+def trust_settings(config: Config) -> dict:
+    """``[registry]`` settings for loading the champion (see models.trusted_bundle)."""
+    registry = config.section("registry")
+    return {
+        "trusted_runs_only": bool(registry["trusted_runs_only"]),
+        "trusted_source": str(registry["trusted_source"]),
+    }
+
+
 @flow(name="score", log_prints=True, validate_parameters=False)
 def score_flow(settings: dict) -> str:
     return score_task(settings)
@@ -46,10 +55,12 @@ def score_flow(settings: dict) -> str:
 
 def run_score(args: argparse.Namespace, config: Config) -> int:
     from foreshock.models.base import decision_horizon
+    from foreshock.models.registry import check_champion
 
     configure_mlflow(config.mlflow_dir)
     quiet_mlflow()
     inputs.require_features(config)
+    check_champion(config.model_name, **trust_settings(config))  # one line before a flow run
     path = score_flow(config.to_settings(args.config))
     scores = pl.read_parquet(path)
     horizon = decision_horizon(config)

@@ -209,13 +209,31 @@ CASES = [
     Case("empty file", "samples-empty.csv", b"", "empty file", rejected=True),
     Case(
         "non-UTF-8 bytes",
-        "gpu-node001/2026-11-02.csv",
-        SMI_FIELDS.encode() + b"\n2026/11/02 00:00:00.000, 0, \xff\xfe\n",
-        "not UTF-8 text: byte 0xff",
-        rejected=True,
+        "gpu-node001/2026-11-01.csv",
+        smi() + b"2026/11/01 00:20:00.000, 0, \xff\xfe\n",
+        "undecodable bytes (not UTF-8): byte 0xff",
+        13,
+        "line",
+    ),
+    Case(
+        "NUL byte in a scrape",
+        "node.prom",
+        b'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="gpu-node001"} 41 1793491200000\nDCGM_FI_DEV_GPU_TEMP{gpu="1",Hostname="gpu-node001"} 4\x001 1793491200000\n',
+        "NUL byte at column",
+        1,
+        "line",
+    ),
+    Case(
+        "non-UTF-8 label in Prometheus JSON",
+        "replay.json",
+        prom_json("5").replace(b'"gpu-node001"', b'"gpu-node\xff01"'),
+        "undecodable bytes (not UTF-8) in this series",
+        0,
+        "timestamp",
     ),
     Case("truncated Parquet", "samples-broken.parquet", truncated_parquet(), "cannot read Parquet", rejected=True),
     Case("binary junk", "blob.bin", bytes(range(256)) * 4, "binary content", rejected=True),
+    Case("one line, all bytes bad", "samples-bad.csv", b"\xff\xfe\x00\x01", "binary content", rejected=True),
 ]
 
 
@@ -290,3 +308,26 @@ def test_quarantine_never_reaches_the_lake_with_a_bad_id(tmp_path, config):
     assert failures["mode"].to_list() == [None]
     assert report.totals["rows_quarantined"] == 1
     assert datetime(2026, 11, 1, tzinfo=UTC) == failures["failed_at"][0]
+
+
+def test_stray_bytes_quarantine_only_their_lines(tmp_path, config):
+    """A canonical CSV with a non-UTF-8 byte and a NUL on two lines keeps every other row."""
+    good = [f"u{i % 7},2026-11-01T{i // 60:02d}:{i % 60:02d}:00Z,gpu_temp_c,{40 + i % 5}" for i in range(1440)]
+    lines = ["unit_id,ts,metric,value", *good]
+    lines.insert(700, "u1,2026-11-01T23:59:59Z,gpu_temp_c,4\udcff2")
+    lines.insert(1200, "u2,2026-11-01T23:59:58Z,gpu_\x00temp_c,42")
+    path = tmp_path / "samples.csv"
+    path.write_bytes("\n".join(lines).encode("utf-8", errors="surrogateescape") + b"\n")
+
+    report = ingest_path(path, config)
+
+    assert report.adds_up
+    assert read_table(config.lake_dir, "samples").height == 1440
+    assert report.totals["rows_quarantined"] == 2
+    quarantine = pl.concat([pl.read_parquet(q) for q in report.quarantine_files]).sort("line")
+    assert quarantine["line"].to_list() == [701, 1201]
+    assert "byte 0xff" in quarantine["reason"][0] and "NUL byte" in quarantine["reason"][1]
+    assert quarantine["raw"].to_list() == [
+        "u1,2026-11-01T23:59:59Z,gpu_temp_c,4\\xff2",
+        "u2,2026-11-01T23:59:58Z,gpu_\\x00temp_c,42",
+    ]

@@ -24,7 +24,7 @@ def test_cli_runs_the_ingest_flow_and_prints_the_accounting(tmp_path, prefect_se
 
     out = capsys.readouterr().out
     assert code == 1  # one file was rejected, and --strict makes the exit code say so
-    assert "2026-11-03.csv  [rejected: not UTF-8 text" in out
+    assert "2026-11-03.csv  [rejected: binary content" in out
     assert "total: read" in out and "DOES NOT ADD UP" not in out
     assert read_table(data_dir / "lake", "samples").height == landing.smi_samples + landing.dcgm_samples
     (record,) = (data_dir / "ingest_runs").glob("*.json")

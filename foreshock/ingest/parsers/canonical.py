@@ -14,11 +14,11 @@ from pathlib import Path
 
 import polars as pl
 
-from foreshock.contract import REQUIRED_INVENTORY, SCHEMAS
+from foreshock.contract import KEYS, REQUIRED_INVENTORY, SCHEMAS, TIME_COLUMN
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_table
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
-from foreshock.ingest.timestamps import datetime_to_utc, parse_utc
+from foreshock.ingest.timestamps import datetime_to_utc, is_naive, parse_utc, resolve_fall_back
 
 REQUIRED: dict[str, tuple[str, ...]] = {
     "inventory": REQUIRED_INVENTORY,
@@ -90,8 +90,12 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
         if isinstance(dtype, pl.Datetime):
             if isinstance(source_dtype, pl.Datetime):
                 value, reason = datetime_to_utc(column, source_dtype, ctx.timezone)
+                naive = pl.lit(getattr(source_dtype, "time_zone", None) is None)
             else:
                 value, reason = parse_utc(text, ctx.timezone)
+                naive = is_naive(text).fill_null(False)
+            if name == TIME_COLUMN[table]:
+                exprs["_naive"] = naive.alias("_naive")
         elif dtype == pl.Float64:
             value = (
                 column.cast(pl.Float64, strict=False)
@@ -134,6 +138,13 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
         _reason=pl.coalesce(reasons),
         _field=pl.coalesce(fields),
     )
+    time_col = TIME_COLUMN[table]
+    if time_col and "_naive" in staged.columns:
+        group = [k for k in KEYS[table] if k != time_col]
+        staged = resolve_fall_back(staged, time_col, group, ctx.timezone).with_columns(
+            _field=pl.coalesce("_field", pl.when(pl.col("_reason").str.starts_with("ambiguous")).then(pl.lit(time_col)))
+        )
+        staged = staged.drop("_naive")
     if table == "samples":
         names = staged.get_column("metric").drop_nulls().unique().to_list()
         mapping = {n: ctx.catalog.resolve(n) or n for n in names}

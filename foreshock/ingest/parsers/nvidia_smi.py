@@ -22,9 +22,10 @@ import polars as pl
 
 from foreshock.contract import ID_PATTERN
 from foreshock.ingest.context import IngestContext
-from foreshock.ingest.reading import read_text, text_lines
+from foreshock.ingest.manifest import shown_name
+from foreshock.ingest.reading import read_lines
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
-from foreshock.ingest.timestamps import parse_local
+from foreshock.ingest.timestamps import parse_local, resolve_fall_back
 
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
 # Fields that describe the GPU rather than measure it: read for identity or ignored.
@@ -76,8 +77,10 @@ def parse_header(line: str) -> tuple[list[str], dict[str, str]]:
 
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
-    text = read_text(path)
-    lines = text_lines(text).filter(pl.col("_text").str.strip_chars() != "")
+    source = read_lines(path)
+    lines = source.lines.filter(pl.col("_text").str.strip_chars() != "")
+    if source.bad.height and source.bad.get_column("_line").min() < lines.get_column("_line")[0]:
+        raise UnreadableFile(f"header line is not text: {source.bad.get_column('_reason')[0]}")
     header_text = lines.get_column("_text")[0]
     if re.match(r"^\s*\d{4}/\d{2}/\d{2} ", header_text) or "timestamp" not in header_text:
         raise UnreadableFile(
@@ -102,7 +105,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         .unnest("_parts")
         .with_columns([pl.col(name).str.strip_chars() for name in names])
     )
-    parsed = ParsedFile(path=path, raw_lines=text_lines(text).get_column("_text"))
+    parsed = ParsedFile(path=path, raw_lines=source.raw_lines)
+    if source.bad.height:
+        parsed.add("samples", source.bad)
     if ragged.height:
         parsed.add(
             "samples",
@@ -114,6 +119,7 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         )
     ts, ts_reason = parse_local(pl.col("timestamp"), ctx.timezone, TIMESTAMP_FORMAT)
     good = good.with_columns(ts=ts, _ts_reason=ts_reason).with_columns(_unit_id=_unit_expr(path, names, ctx))
+    good = resolve_fall_back(good, "ts", ["_unit_id"], ctx.timezone, "_ts_reason")
     good = good.with_columns(
         _line_reason=pl.coalesce(
             pl.col("_ts_reason"),
@@ -192,10 +198,10 @@ def _number(text: pl.Expr, unit: str | None) -> pl.Expr:
 
 
 def _unit_expr(path: Path, names: list[str], ctx: IngestContext) -> pl.Expr:
-    node = path.parent.name
+    node = shown_name(path.parent.name)
     index_ok = pl.col("index").str.contains(r"^\d{1,3}$") if "index" in names else pl.lit(False)
     by_dir = pl.when(index_ok).then(pl.format("{}-gpu{}", pl.lit(node), pl.col("index")))
-    node_known = node in ctx.known_node_names() if ctx.has_inventory else bool(ID_PATTERN.match(node))
+    node_known = node in ctx.known_node_names() if ctx.has_inventory else bool(ID_PATTERN.fullmatch(node))
     uuid_map = ctx.unit_by_uuid()
     if node_known or "uuid" not in names or not uuid_map:
         return by_dir.otherwise(pl.lit(None, dtype=pl.String))

@@ -15,7 +15,7 @@ import polars as pl
 
 from foreshock.ingest import dcgm
 from foreshock.ingest.context import IngestContext
-from foreshock.ingest.reading import read_text
+from foreshock.ingest.reading import escape_bytes, has_undecodable, read_text
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.timestamps import unix_seconds_to_utc
 
@@ -28,6 +28,15 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UnreadableFile(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise UnreadableFile("JSON nested too deeply to be a Prometheus API response") from None
+    try:
+        return _parse_document(doc, text, path, ctx)
+    except RecursionError:  # a deeply nested value inside a series
+        raise UnreadableFile("JSON nested too deeply to be a Prometheus API response") from None
+
+
+def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFile:
     if not isinstance(doc, dict) or "status" not in doc:
         raise UnreadableFile("not a Prometheus API response (no 'status')")
     if doc.get("status") != "success":
@@ -43,16 +52,29 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         raise UnreadableFile("'data.result' is not a list")
 
     descriptions: list[str] = []
+    undecodable: list[int] = []  # series holding bytes that are not UTF-8: quarantined whole
+    check_bytes = has_undecodable(text)
     columns: dict[str, list] = {"_line": [], "name": [], "t": [], "value_text": [], **{k: [] for k in LABELS}}
     for number, series in enumerate(result, start=1):
         labels = series.get("metric", {}) if isinstance(series, dict) else {}
         labels = labels if isinstance(labels, dict) else {}
-        descriptions.append(json.dumps(labels, sort_keys=True)[:300])
-        points = series.get("values") if kind == "matrix" else [series.get("value")]
+        description = json.dumps(labels, sort_keys=True, ensure_ascii=False)
+        if check_bytes and has_undecodable(dumped := json.dumps(series, ensure_ascii=False)):
+            undecodable.append(number)
+            description = escape_bytes(description.encode("utf-8", errors="surrogateescape"))
+            # The frame needs valid text: the bad bytes become U+FFFD (the row is quarantined).
+            series = json.loads(dumped.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace"))
+            labels = series.get("metric", {}) if isinstance(series, dict) else {}
+            labels = labels if isinstance(labels, dict) else {}
+        descriptions.append(description[:300])
+        if not isinstance(series, dict):
+            points = [series]
+        else:
+            points = series.get("values") if kind == "matrix" else [series.get("value")]
         if not isinstance(points, list):
             points = [None]
         try:  # the common, well-formed case without a Python step per sample
-            if not all(len(p) == 2 for p in points):
+            if not all(isinstance(p, list) and len(p) == 2 for p in points):
                 raise TypeError
             times, values = zip(*points) if points else ((), ())
             times = [str(t) for t in times]
@@ -81,7 +103,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     seconds = pl.col("t").cast(pl.Float64, strict=False)
     frame = frame.with_columns(
         ts=unix_seconds_to_utc(seconds),
-        ts_reason=pl.when(pl.col("t").is_null())
+        ts_reason=pl.when(pl.col("_line").is_in(pl.Series(undecodable, dtype=pl.Int64).implode()))
+        .then(pl.lit("undecodable bytes (not UTF-8) in this series"))
+        .when(pl.col("t").is_null())
         .then(pl.format('malformed sample {} (expected [time, "value"])', pl.col("value_text")))
         .when(seconds.is_null() | ~seconds.is_finite())
         .then(pl.format("bad timestamp '{}'", pl.col("t")))

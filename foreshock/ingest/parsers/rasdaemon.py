@@ -25,6 +25,7 @@ import polars as pl
 
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_table
+from foreshock.ingest.manifest import shown_name
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.timestamps import parse_utc
 
@@ -39,14 +40,14 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         magic = handle.read(len(SQLITE_MAGIC))
     if magic == SQLITE_MAGIC:
         table, raw_lines = _read_sqlite(path), None
-        host = pl.lit(path.parent.name)
+        host = pl.lit(shown_name(path.parent.name))
     else:
         table, raw_lines = read_csv_table(path)
         missing = [c for c in ("timestamp", "err_count", "err_type") if c not in table.columns]
         if missing:
             raise UnreadableFile(f"rasdaemon CSV lacks column(s) {missing}")
         host_col = "host" if "host" in table.columns else "hostname" if "hostname" in table.columns else None
-        host = pl.col(host_col).str.strip_chars() if host_col else pl.lit(path.parent.name)
+        host = pl.col(host_col).str.strip_chars() if host_col else pl.lit(shown_name(path.parent.name))
     for name in COLUMNS:
         if name not in table.columns:
             table = table.with_columns(pl.lit(None, dtype=pl.String).alias(name))

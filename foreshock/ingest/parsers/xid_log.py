@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.ingest.context import IngestContext, normalise_pci
-from foreshock.ingest.reading import read_text, text_lines
+from foreshock.ingest.reading import read_lines
 from foreshock.ingest.staged import ParsedFile
 from foreshock.ingest.timestamps import parse_utc
 
@@ -26,8 +26,8 @@ XID_LINE = r"^(\S+)\s+(\S+)\s+kernel:\s*(?:\[\s*[\d.]+\]\s*)?NVRM: Xid \(PCI:([0
 
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
-    text = read_text(path)
-    lines = text_lines(text)
+    source = read_lines(path)
+    lines = source.lines
     xid = lines.filter(pl.col("_text").str.contains("NVRM: Xid", literal=True))
     xid = xid.with_columns(pl.col("_text").str.extract_groups(XID_LINE).alias("m")).unnest("m")
     xid = xid.rename({"1": "stamp", "2": "host", "3": "pci", "4": "code_text"})
@@ -71,7 +71,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         source=pl.lit("xid"),
         count=pl.lit(1, dtype=pl.Int64),
     )
-    parsed = ParsedFile(path=path, raw_lines=lines.get_column("_text"))
+    parsed = ParsedFile(path=path, raw_lines=source.raw_lines)
+    # A line that is not text is quarantined when it is an Xid report; other kernel
+    # noise with stray bytes is not counted, like any other noise line.
+    xid_bad = source.bad.filter(pl.col("_raw").str.contains("NVRM: Xid", literal=True))
+    if xid_bad.height:
+        parsed.add("events", xid_bad)
     parsed.add("events", staged.select("unit_id", "ts", "source", "code", "count", "_line", "_field", "_reason"))
     if xid.height == 0:
         parsed.notes.append("no NVRM Xid lines")
