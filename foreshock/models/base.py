@@ -27,6 +27,9 @@ KEY_COLUMNS = ("unit_id", "ts")
 CONTEXT_COLUMNS = ("node", "rack", "model", "lot", "life", "life_start")
 LABEL_PREFIX = "fails_within_"
 LABEL_COLUMNS_EXTRA = ("time_to_failure_h",)
+# Columns the training loader may add to a feature frame; never model inputs.
+TRAINING_COLUMNS = ("sample_weight", "censored_at", "at_failure")
+WEIGHT_PREFIX = "label_weight_"
 
 SCORE_SCHEMA = {
     "unit_id": pl.String(),
@@ -98,23 +101,33 @@ def label_column(horizon: str) -> str:
 
 def feature_columns(frame: pl.DataFrame) -> list[str]:
     """Every numeric column that is not a key, context or label column (architecture.md)."""
-    excluded = set(KEY_COLUMNS) | set(CONTEXT_COLUMNS) | set(LABEL_COLUMNS_EXTRA)
+    excluded = set(KEY_COLUMNS) | set(CONTEXT_COLUMNS) | set(LABEL_COLUMNS_EXTRA) | set(TRAINING_COLUMNS)
     return [
         name
         for name, dtype in frame.schema.items()
-        if name not in excluded and not name.startswith(LABEL_PREFIX) and dtype.is_numeric()
+        if name not in excluded and not name.startswith((LABEL_PREFIX, WEIGHT_PREFIX)) and dtype.is_numeric()
     ]
 
 
-def feature_matrix(frame: pl.DataFrame, names: list[str]) -> np.ndarray:
-    """A float64 matrix of ``names`` (missing columns are NaN, so old models keep working
-    on a frame where a metric stopped being reported)."""
-    exprs = [
-        pl.col(n).cast(pl.Float64) if n in frame.columns else pl.lit(None, dtype=pl.Float64).alias(n) for n in names
-    ]
+def feature_matrix(frame: pl.DataFrame, names: list[str], dtype: type = np.float64) -> np.ndarray:
+    """A matrix of ``names`` (missing columns are NaN, so old models keep working on a
+    frame where a metric stopped being reported); ``np.float32`` halves the memory."""
+    target = pl.Float32 if dtype == np.float32 else pl.Float64
+    exprs = [pl.col(n).cast(target) if n in frame.columns else pl.lit(None, dtype=target).alias(n) for n in names]
     if not names:
-        return np.zeros((frame.height, 0))
-    return frame.select(exprs).to_numpy().astype(np.float64, copy=False)
+        return np.zeros((frame.height, 0), dtype=dtype)
+    return frame.select(exprs).to_numpy().astype(dtype, copy=False)
+
+
+def monotone_in_horizon(risks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Risk per horizon made non-decreasing in the horizon's length (a running maximum from
+    the shortest horizon up): failing within 24 h implies failing within 72 h, so
+    P(fail within 24 h) > P(fail within 72 h) is never reported."""
+    out, running = {}, None
+    for h in sorted(risks, key=horizon_hours):
+        running = risks[h] if running is None else np.maximum(running, risks[h])
+        out[h] = running
+    return out
 
 
 def require_columns(frame: pl.DataFrame, columns: tuple[str, ...] | list[str], what: str) -> None:
