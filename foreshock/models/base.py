@@ -130,6 +130,23 @@ def monotone_in_horizon(risks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def monotone_risk(risk: pl.DataFrame) -> pl.DataFrame:
+    """Long-format risk (``unit_id, ts, horizon, risk``) made non-decreasing in the horizon
+    for every unit and snapshot (:func:`monotone_in_horizon` for any model's output)."""
+    horizons = risk.get_column("horizon").unique().to_list()
+    if len(horizons) < 2:
+        return risk
+    order = {h: horizon_hours(h) for h in horizons}
+    return (
+        risk.with_row_index("_row")
+        .with_columns(pl.col("horizon").replace_strict(order, return_dtype=pl.Float64).alias("_hours"))
+        .sort("unit_id", "ts", "_hours")
+        .with_columns(pl.col("risk").cum_max().over("unit_id", "ts"))
+        .sort("_row")
+        .drop("_row", "_hours")
+    )
+
+
 def require_columns(frame: pl.DataFrame, columns: tuple[str, ...] | list[str], what: str) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:

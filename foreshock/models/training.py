@@ -75,6 +75,14 @@ def labelled_until(
     return add_labels(frame, failures, horizons, _as_utc(until), weights=True)
 
 
+def known_failures(failures: pl.DataFrame, until: datetime) -> pl.DataFrame:
+    """The failures known at ``until``: detected (``detected_at``, else ``failed_at``) by then."""
+    known_at = pl.col("failed_at").cast(UTC_TS)
+    if "detected_at" in failures.columns:
+        known_at = pl.coalesce(pl.col("detected_at").cast(UTC_TS), known_at)
+    return failures.filter(known_at <= pl.lit(_as_utc(until)).cast(UTC_TS))
+
+
 def unresolved_rows(labelled: pl.DataFrame, horizons: list[str]) -> dict[str, int]:
     """Rows per horizon whose outcome is not fully known (label weight below 1)."""
     return {h: int(labelled.filter(pl.col(weight_name(h)) < 1).height) for h in horizons}
