@@ -133,6 +133,27 @@ class PlattCalibrator:
     def predict(self, score: np.ndarray) -> np.ndarray:
         return expit(self.slope_ * _transform(score, self.link) + self.intercept_)
 
+    def shifted_to_mean(self, score: np.ndarray, target: float, weight: np.ndarray | None = None) -> PlattCalibrator:
+        """The same slope with the intercept moved so the mean prediction on ``score`` is
+        ``target`` (uses no outcome: the scores may come from a model that saw these rows)."""
+        x = self.slope_ * _transform(score, self.link)
+        w = np.ones_like(x) if weight is None else np.asarray(weight, dtype=np.float64)
+        lo, hi = -50.0, 50.0
+        for _ in range(100):  # the mean is increasing in the intercept: bisection
+            mid = (lo + hi) / 2
+            if np.average(expit(x + mid), weights=w) < target:
+                lo = mid
+            else:
+                hi = mid
+        return PlattCalibrator(
+            link=self.link,
+            prior_slope=self.prior_slope,
+            slope_sd=self.slope_sd,
+            intercept_sd=self.intercept_sd,
+            slope_=self.slope_,
+            intercept_=(lo + hi) / 2,
+        )
+
     def to_dict(self) -> dict:
         return {
             "link": self.link,

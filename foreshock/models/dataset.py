@@ -153,7 +153,7 @@ class FeatureSource:
                 yield part
             t = stop
 
-    def latest(self, lookback: timedelta = timedelta(days=2)) -> pl.DataFrame:
+    def latest(self, lookback: timedelta = timedelta(days=7)) -> pl.DataFrame:
         """The most recent snapshot of every unit (units silent for longer than ``lookback``
         before the newest snapshot are left out); reads only the last days' partitions."""
         _, last = self.span()

@@ -69,7 +69,7 @@ DEFAULT_PARAMS = {
     "objective": "binary",
     "learning_rate": 0.05,
     "num_leaves": 15,
-    "min_data_in_leaf": 100,
+    "min_data_in_leaf": 100,  # at most; fewer when there are few positive rows (_params)
     "feature_fraction": 0.8,
     "bagging_fraction": 0.8,
     "bagging_freq": 1,
@@ -120,6 +120,10 @@ class GradientBoostedRisk:
         stopping (``fallback_rounds``) and no calibration (recorded in ``notes_``).
     fallback_rounds
         Boosting rounds without early stopping.
+    min_rounds
+        Fewest rounds kept after early stopping: the first rounds' held-out score on a few
+        dozen failures is mostly noise, and a handful of trees ties most rows on a few
+        risk values.
     seed
         LightGBM seed (bagging, feature sampling).
     monotone_increasing
@@ -142,6 +146,7 @@ class GradientBoostedRisk:
     refit_full: bool = True
     min_holdout_failures: int = 8
     fallback_rounds: int = 100
+    min_rounds: int = 30
     seed: int = 7
     monotone_increasing: list[str] = field(default_factory=lambda: list(MONOTONE_INCREASING))
     exclude: list[str] = field(default_factory=lambda: list(EXCLUDED_FEATURES))
@@ -159,9 +164,13 @@ class GradientBoostedRisk:
     def __post_init__(self) -> None:
         self.horizons = horizon_names(self.horizons)
 
-    def _params(self) -> dict:
+    def _params(self, positive_rows: int) -> dict:
+        """LightGBM parameters; a leaf needs at most 1/20 of the positive rows, so the
+        high-risk region can still be split on a small (e.g. daily) data set instead of
+        tying all its rows on one risk."""
         monotone = [int(_matches(n, self.monotone_increasing)) for n in self.feature_names_]
-        params = {**DEFAULT_PARAMS, **self.params, "seed": self.seed}
+        leaf = int(np.clip(positive_rows // 20, 5, DEFAULT_PARAMS["min_data_in_leaf"]))
+        params = {**DEFAULT_PARAMS, "min_data_in_leaf": leaf, **self.params, "seed": self.seed}
         if any(monotone):
             params.setdefault("monotone_constraints", monotone)
             params.setdefault("monotone_constraints_method", "intermediate")
@@ -203,7 +212,7 @@ class GradientBoostedRisk:
                 raise ValueError(f"horizon {h}: no failure among {y.size} labelled snapshots; cannot train")
             pos_weight = self._pos_weight(y, w)
             class_w = np.where(y > 0, pos_weight, 1.0)
-            params = self._params()
+            params = self._params(int(y.sum()))
             split = purged_holdout(
                 ts, y > 0, failure_id[known], until, h, self.min_holdout_failures, self.max_holdout_fraction
             )
@@ -219,7 +228,7 @@ class GradientBoostedRisk:
                     valid_sets=[dvalid],
                     callbacks=[lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
                 )
-                rounds = max(booster.best_iteration or self.num_boost_round, 1)
+                rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
                 margin = booster.predict(x[hold], num_iteration=rounds, raw_score=True)
                 calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
                 self.holdouts_[h] = {
@@ -230,9 +239,16 @@ class GradientBoostedRisk:
                     "fit_rows": int(fit.sum()),
                 }
                 del dtrain, dvalid
-                booster = (
-                    lgb.train(params, full, num_boost_round=rounds) if self.refit_full else _truncate(booster, rounds)
-                )
+                if self.refit_full:
+                    booster = lgb.train(params, full, num_boost_round=rounds)
+                    # The refitted trees start from another average (LightGBM boosts from the
+                    # weighted base rate of its rows): move the intercept so they predict the
+                    # same mean risk over the holdout as the calibrated early-stopped trees.
+                    target = float(np.average(calibrator.predict(margin), weights=w[hold]))
+                    refit_margin = booster.predict(x[hold], raw_score=True)
+                    calibrator = calibrator.shifted_to_mean(refit_margin, target, w[hold])
+                else:
+                    booster = _truncate(booster, rounds)
             else:
                 self.notes_.append(
                     f"horizon {h}: fewer than {self.min_holdout_failures} failures in a purged holdout ending "
@@ -330,6 +346,7 @@ class GradientBoostedRisk:
             "refit_full": self.refit_full,
             "min_holdout_failures": self.min_holdout_failures,
             "fallback_rounds": self.fallback_rounds,
+            "min_rounds": self.min_rounds,
             "seed": self.seed,
             "monotone_increasing": self.monotone_increasing,
             "exclude": self.exclude,
@@ -362,6 +379,7 @@ class GradientBoostedRisk:
                 "refit_full",
                 "min_holdout_failures",
                 "fallback_rounds",
+                "min_rounds",
                 "seed",
                 "monotone_increasing",
                 "exclude",

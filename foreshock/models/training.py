@@ -133,6 +133,7 @@ def purged_holdout(
     horizon: str,
     min_failures: int,
     max_fraction: float = 0.5,
+    min_fraction: float = 0.0,
 ) -> Holdout | None:
     """The latest block of time ending at ``until - H`` that holds ``min_failures`` failures.
 
@@ -149,8 +150,10 @@ def purged_holdout(
         The training cutoff and the label horizon.
     min_failures
         Distinct failures the holdout must hold (for early stopping and calibration).
-    max_fraction
-        The holdout may span at most this share of the labelled time before ``until - H``.
+    max_fraction, min_fraction
+        The holdout spans at most / at least this share of the labelled time before
+        ``until - H`` (at least: a single day of a daily fleet would calibrate on a few
+        hundred rows).
 
     Returns
     -------
@@ -174,7 +177,7 @@ def purged_holdout(
     frame = pl.DataFrame({"id": ids, "t": t[pos]}).group_by("id").agg(pl.col("t").max()).sort("t", descending=True)
     if frame.height < min_failures:
         return None
-    start = int(frame.get_column("t")[min_failures - 1])
+    start = min(int(frame.get_column("t")[min_failures - 1]), end - int(min_fraction * (end - first)))
     if end - start > max_fraction * (end - first):
         return None
     holdout = (t >= start) & (t <= end)

@@ -21,12 +21,11 @@ from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow, stamp
 
 @task(cache_policy=NO_CACHE)
 def score_task(settings: dict) -> str:
-    from foreshock.features.store import scan_features
-    from foreshock.models.registry import latest_snapshots, live_scores, load_champion
+    from foreshock.models.registry import live_scores, load_champion
 
     config = Config.from_settings(settings)
     champion = load_champion(config.model_name)
-    snapshots = latest_snapshots(scan_features(config))
+    snapshots = inputs.feature_source(config).latest()  # the last days' partitions only
     if snapshots.height == 0:
         raise missing("no feature snapshots", config.features_dir, "features")
     scores = live_scores(champion, snapshots)
