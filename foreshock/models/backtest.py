@@ -57,7 +57,6 @@ from foreshock.models.training import (
 
 DEFAULT_FOLDS = 4
 DEFAULT_TEST_FRACTION = 0.4
-DEFAULT_SCORE_BATCH_ROWS = 200_000
 
 
 @dataclass(frozen=True)
@@ -225,7 +224,7 @@ def walk_forward(
     section = config.section("backtest")
     folds = int(folds or section.get("folds", DEFAULT_FOLDS))
     test_fraction = float(test_fraction or section.get("test_fraction", DEFAULT_TEST_FRACTION))
-    batch_rows = int(section.get("score_batch_rows", DEFAULT_SCORE_BATCH_ROWS))
+    batch_rows = int(section["score_batch_rows"])
     factories = factories or model_factories(config)
     horizons = config_horizons(config)
     sample = TrainingSample.from_config(config, horizons)
