@@ -1,6 +1,6 @@
 """The canonical data contract ("bring your own telemetry").
 
-Every source parser produces these four tables; everything downstream reads only them.
+Every source parser produces these tables; everything downstream reads only them.
 
 =========  ===========================================================  ==================
 table      columns                                                      natural key
@@ -9,8 +9,15 @@ inventory  unit_id, node, rack, model, lot (nullable), installed_at,    unit_id
            + any extra fault-domain columns
 samples    unit_id, ts (UTC), metric, value (f64)                       unit_id, ts, metric
 events     unit_id, ts (UTC), source, code, count                       unit_id, ts, source, code
-failures   unit_id, failed_at (UTC), mode (nullable)                    unit_id, failed_at
+failures   unit_id, failed_at (UTC), mode (nullable),                   unit_id, failed_at
+           detected_at (UTC, nullable: when the ticket made it known)
+drains     unit_id, drained_at (UTC), returned_at (UTC, nullable),      unit_id, drained_at
+           action (nullable), source (nullable)
 =========  ===========================================================  ==================
+
+A failure is known from ``detected_at`` (default ``failed_at``): features and training
+labels only see it from then.  A drain censors the unit's outcome: a unit drained and then
+repaired never failed on its own, so it is not a negative (``features.labels``).
 
 Counters are stored as the raw cumulative values the source reported; features take
 increases (with reset handling).
@@ -41,7 +48,14 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "code": pl.Int64(),
         "count": pl.Int64(),
     },
-    "failures": {"unit_id": pl.String(), "failed_at": UTC_TS, "mode": pl.String()},
+    "failures": {"unit_id": pl.String(), "failed_at": UTC_TS, "mode": pl.String(), "detected_at": UTC_TS},
+    "drains": {
+        "unit_id": pl.String(),
+        "drained_at": UTC_TS,
+        "returned_at": UTC_TS,
+        "action": pl.String(),
+        "source": pl.String(),
+    },
 }
 
 KEYS: dict[str, tuple[str, ...]] = {
@@ -49,6 +63,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "samples": ("unit_id", "ts", "metric"),
     "events": ("unit_id", "ts", "source", "code"),
     "failures": ("unit_id", "failed_at"),
+    "drains": ("unit_id", "drained_at"),
 }
 
 # The time column that partitions a table by date (inventory is not time-partitioned).
@@ -57,10 +72,17 @@ TIME_COLUMN: dict[str, str | None] = {
     "samples": "ts",
     "events": "ts",
     "failures": "failed_at",
+    "drains": "drained_at",
 }
 
 TABLES = tuple(SCHEMAS)
 REQUIRED_INVENTORY = ("unit_id", "node", "rack", "model", "installed_at")
+# Columns a table may lack (read as null).
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "inventory": ("lot",),
+    "failures": ("mode", "detected_at"),
+    "drains": ("returned_at", "action", "source"),
+}
 
 # Unit, node and rack ids end up in file paths, shell commands (scontrol, kubectl) and
 # Prometheus selectors: allow what real hostnames, GPU UUIDs and PCI ids use, nothing else.
@@ -78,7 +100,7 @@ def empty(table: str) -> pl.DataFrame:
 def conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
     """Cast to the contract's types and order (extra inventory columns kept as strings)."""
     schema = SCHEMAS[table]
-    missing = [c for c in schema if c not in df.columns and not (table == "inventory" and c == "lot")]
+    missing = [c for c in schema if c not in df.columns and c not in OPTIONAL.get(table, ())]
     if missing:
         raise ValueError(f"{table}: missing column(s) {missing}")
     exprs = []

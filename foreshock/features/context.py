@@ -106,8 +106,8 @@ def add_lot_failure_rates(
     when the lot is unknown."""
     lots = inventory.select("unit_id", pl.col("lot").cast(pl.String)).drop_nulls("lot")
     lot_size = lots.group_by("lot").agg(pl.len().cast(pl.Float64).alias("_lot_units"))
-    lot_failures = failures.with_columns(known_at(failures).alias("failed_at")).join(lots, on="unit_id").select(
-        "lot", "failed_at"
+    lot_failures = (
+        failures.with_columns(known_at(failures).alias("failed_at")).join(lots, on="unit_id").select("lot", "failed_at")
     )
     asked = frame.select("lot", "ts").drop_nulls("lot").unique()
     names = [f"lot_failure_rate_{spec.name(w)}" for w in spec.windows]

@@ -240,7 +240,7 @@ def walk_forward(
             known = known_failures(failures, fold.cutoff)
             train = training_frame(source, known, fold.cutoff, sample, drains=drains)
             unresolved = unresolved_rows(
-                labelled_until(train.select(_label_keys(train)), known, horizons, fold.cutoff), horizons
+                labelled_until(train.select(_label_keys(train)), known, horizons, fold.cutoff, weighted=True), horizons
             )
             train_rows, healthy_weight = train.height, float(train.get_column(SAMPLE_WEIGHT).max() or 1.0)
             models, notes = fit_models(train, known, factories, until=fold.cutoff)

@@ -190,7 +190,9 @@ class TrainingSample:
         section = config.section("models")
         longest = max((parse_duration(h) for h in horizons), default=timedelta(days=3))
         adjacent = parse_duration(section["sample_adjacent"]) if section.get("sample_adjacent") else 2 * longest
-        return cls(max_healthy_rows=int(section["max_healthy_rows"]), adjacent=adjacent, seed=int(section["sample_seed"]))
+        return cls(
+            max_healthy_rows=int(section["max_healthy_rows"]), adjacent=adjacent, seed=int(section["sample_seed"])
+        )
 
     def choose(self, keys: pl.DataFrame, failures: pl.DataFrame, until: datetime) -> pl.DataFrame:
         """``keys`` of the rows kept, with ``sample_weight`` (1 for adjacent rows, the inverse

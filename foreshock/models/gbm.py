@@ -184,7 +184,7 @@ class GradientBoostedRisk:
         """
         if until is None:
             until = frame.get_column("ts").max()
-        labelled = labelled_until(frame, failures, self.horizons, until)
+        labelled = labelled_until(frame, failures, self.horizons, until, weighted=True)
         self.feature_names_ = [n for n in feature_columns(frame) if not _matches(n, self.exclude)]
         if not self.feature_names_:
             raise ValueError("no numeric feature columns to train on")

@@ -24,7 +24,8 @@ import numpy as np
 import polars as pl
 
 from foreshock.contract import UTC_TS
-from foreshock.features.labels import add_labels, label_name, survival_intervals, weight_name
+from foreshock.durations import parse_duration
+from foreshock.features.labels import CENSORED_AT, add_labels, label_name, survival_intervals, weight_name
 from foreshock.models.base import horizon_hours, require_columns
 
 # A frame column that multiplies every row's weight (1 / sampling rate of healthy rows).
@@ -43,8 +44,10 @@ def labelled_until(
     failures: pl.DataFrame,
     horizons: list[str],
     until: datetime | None = None,
+    *,
+    weighted: bool = False,
 ) -> pl.DataFrame:
-    """Add ``fails_within_<h>``, ``label_weight_<h>`` and ``time_to_failure_h`` as known at ``until``.
+    """Add ``fails_within_<h>`` and ``time_to_failure_h`` as known at ``until``.
 
     Parameters
     ----------
@@ -58,21 +61,37 @@ def labelled_until(
         Horizon spellings, e.g. ``["24h", "72h"]``.
     until
         The training cutoff; default the last snapshot in ``frame``.
+    weighted
+        True (training): every row with part of its horizon observed is labelled, a
+        positive when the failure fell in the observed part, else a negative whose
+        ``label_weight_<h>`` is the observed share.  False (evaluation, counting): only
+        the resolved rows, whose whole horizon was observed, are labelled, both classes
+        alike; the others are null (unresolved).  Both views come from the same rule
+        (:func:`foreshock.features.labels.outcome_labels`): the resolved rows are its
+        rows observed over the whole horizon.
 
     Returns
     -------
     polars.DataFrame
-        ``frame`` (same order) with one label and one weight column per horizon.  A label
-        is positive when the failure falls in the observed part of the horizon; a negative
-        carries the observed share of the horizon as its weight; the label is null when
-        nothing of the horizon is observed (the snapshot is at ``until`` or inside a
-        drain).  ``label_weight_<h> == 1`` selects the fully resolved rows.
+        ``frame`` (same order) with one label column per horizon (and one weight column
+        with ``weighted``).
     """
     require_columns(frame, ("unit_id", "ts"), "feature frame")
     require_columns(failures, ("unit_id", "failed_at"), "failures")
     if until is None:
         until = frame.get_column("ts").max() if frame.height else datetime.now().astimezone()
-    return add_labels(frame, failures, horizons, _as_utc(until), weights=True)
+    until = _as_utc(until)
+    labelled = add_labels(frame, failures, horizons, until, weights=True)
+    if weighted:
+        return labelled
+    limit = pl.lit(until).cast(UTC_TS)
+    if CENSORED_AT in labelled.columns:
+        limit = pl.min_horizontal(limit, pl.col(CENSORED_AT))
+    resolved = [
+        pl.when(pl.col("ts") + parse_duration(h) <= limit).then(pl.col(label_name(h))).alias(label_name(h))
+        for h in horizons
+    ]
+    return labelled.with_columns(resolved).drop([weight_name(h) for h in horizons])
 
 
 def known_failures(failures: pl.DataFrame, until: datetime) -> pl.DataFrame:
@@ -84,8 +103,15 @@ def known_failures(failures: pl.DataFrame, until: datetime) -> pl.DataFrame:
 
 
 def unresolved_rows(labelled: pl.DataFrame, horizons: list[str]) -> dict[str, int]:
-    """Rows per horizon whose outcome is not fully known (label weight below 1)."""
-    return {h: int(labelled.filter(pl.col(weight_name(h)) < 1).height) for h in horizons}
+    """Rows per horizon whose outcome is not fully known: a null label, or (weighted
+    labels) a negative with weight below 1."""
+    out = {}
+    for h in horizons:
+        open_ = pl.col(label_name(h)).is_null()
+        if weight_name(h) in labelled.columns:
+            open_ = open_ | (pl.col(weight_name(h)) < 1)
+        out[h] = int(labelled.filter(open_).height)
+    return out
 
 
 def label_cutoff_violations(labelled: pl.DataFrame, horizons: list[str], until: datetime) -> int:

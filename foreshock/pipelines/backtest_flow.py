@@ -27,7 +27,9 @@ def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dic
 
     config = Config.from_settings(settings)
     source, failures = inputs.feature_source(config), inputs.failures(config)
-    result = walk_forward(source, failures, config, ground_truth=read_ground_truth(ground_truth))
+    result = walk_forward(
+        source, failures, config, ground_truth=read_ground_truth(ground_truth), drains=inputs.drains(config)
+    )
     out = result.save(Path(out_dir))
     return {"out_dir": str(out), "scores": result.scores.height, "folds": len(result.folds)}
 

@@ -37,3 +37,8 @@ def require_features(config: Config) -> None:
 
 def failures(config: Config) -> pl.DataFrame:
     return read_table(config.lake_dir, "failures")
+
+
+def drains(config: Config) -> pl.DataFrame:
+    """Canonical drains (empty when none were ingested): they censor training labels."""
+    return read_table(config.lake_dir, "drains")

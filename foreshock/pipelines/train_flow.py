@@ -26,7 +26,7 @@ def fit_bundle(settings: dict, run_dir: str) -> str:
     from foreshock.models.bundle import train_bundle
 
     config = Config.from_settings(settings)
-    bundle = train_bundle(inputs.feature_source(config), inputs.failures(config), config)
+    bundle = train_bundle(inputs.feature_source(config), inputs.failures(config), config, drains=inputs.drains(config))
     bundle.save(Path(run_dir) / "bundle")
     return str(Path(run_dir) / "bundle")
 
@@ -38,7 +38,9 @@ def backtest_for_metrics(settings: dict, run_dir: str, ground_truth: str | None)
 
     config = Config.from_settings(settings)
     source, failures = inputs.feature_source(config), inputs.failures(config)
-    result = walk_forward(source, failures, config, ground_truth=read_ground_truth(ground_truth))
+    result = walk_forward(
+        source, failures, config, ground_truth=read_ground_truth(ground_truth), drains=inputs.drains(config)
+    )
     return str(result.save(Path(run_dir) / "backtest"))
 
 

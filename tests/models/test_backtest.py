@@ -26,7 +26,7 @@ class RecordingGBM(GradientBoostedRisk):
     seen: list = field(default_factory=list)
 
     def fit(self, frame, failures, *, until=None):
-        labelled = labelled_until(frame, failures, self.horizons, until)
+        labelled = labelled_until(frame, failures, self.horizons, until, weighted=True)
         self.seen.append(
             {
                 "until": until,
