@@ -5,10 +5,13 @@ test periods covering its last ``test_fraction`` (defaults 4 and 0.4, so a 30-da
 a 40-day daily data set gets out-of-sample scores for its last 40 %).  For the test period
 starting at cutoff ``c``, every model is trained on
 
-* snapshots taken before ``c``,
-* failures that happened by ``c``,
-* labels known at ``c``: a snapshot whose horizon ends after ``c`` is a positive only
-  when its failure already happened, never a negative (:mod:`models.training`),
+* snapshots taken before ``c`` (every failure-adjacent one and a weighted sample of the
+  healthy ones: :mod:`foreshock.models.dataset`),
+* failures detected by ``c``,
+* labels known at ``c`` by the one rule for both classes (:mod:`models.training`): a
+  snapshot whose horizon runs past ``c`` is positive when its failure fell in the observed
+  part, otherwise a negative weighted by the observed share of the horizon; the number of
+  such open rows is in each fold's notes,
 
 and scores the snapshots in ``[c, next cutoff)``.  The out-of-sample scores of all folds
 are then judged together with :mod:`models.metrics` at three operating points per model
@@ -20,6 +23,7 @@ lowest threshold meeting ``[backtest] target_precision``, and the policy's fixed
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,9 +35,18 @@ from foreshock.config import Config
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
 from foreshock.durations import format_duration
+from foreshock.features.labels import CENSORED_AT
 from foreshock.lake import atomic_write_parquet, atomic_write_text
-from foreshock.models.base import SCORE_SCHEMA, RiskModel, require_columns
+from foreshock.models.base import (
+    SAMPLE_WEIGHT,
+    SCORE_SCHEMA,
+    RiskModel,
+    config_horizons,
+    monotone_risk,
+    require_columns,
+)
 from foreshock.models.bundle import fit_models, model_factories
+from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
 from foreshock.models.metrics import (
     AlertWindow,
     lead_time_report,
@@ -41,7 +54,12 @@ from foreshock.models.metrics import (
     threshold_for_budget,
     threshold_for_precision,
 )
-from foreshock.models.training import snapshot_step
+from foreshock.models.training import (
+    known_failures,
+    labelled_until,
+    snapshot_step,
+    unresolved_rows,
+)
 
 DEFAULT_FOLDS = 4
 DEFAULT_TEST_FRACTION = 0.4
@@ -165,7 +183,7 @@ ModelFactories = dict[str, Callable[[], RiskModel]]
 
 
 def walk_forward(
-    features: pl.DataFrame,
+    features: pl.DataFrame | FeatureSource | FrameSource,
     failures: pl.DataFrame,
     config: Config,
     *,
@@ -173,19 +191,23 @@ def walk_forward(
     factories: ModelFactories | None = None,
     folds: int | None = None,
     test_fraction: float | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> BacktestResult:
     """Run the walk-forward backtest and judge its out-of-sample scores.
 
     Parameters
     ----------
     features
-        Feature snapshots (``unit_id, ts`` + features), e.g. ``scan_features(config).collect()``.
+        The feature store (:class:`~foreshock.models.dataset.FeatureSource`, read fold by
+        fold) or a feature frame in memory (``unit_id, ts`` + features).
     failures
         Canonical failures table.
     config
         ``[labels] horizons``, ``[backtest]`` (``alert_window``, ``min_lead_time``,
-        ``drain_budget_per_day``, ``target_precision``, optional ``folds`` and
-        ``test_fraction``), ``[policy]`` costs and ``enter_risk``, model settings.
+        ``drain_budget_per_day``, ``target_precision``, optional ``folds``,
+        ``test_fraction`` and ``score_batch_rows``), ``[policy]`` costs and
+        ``enter_risk``, model settings and the training sample (``[models]
+        max_healthy_rows``).
     ground_truth
         Optional: ``unit_id, failed_at`` and ``has_precursor`` or ``precursor_onset``
         (the simulator's ``ground_truth.parquet``) for recall with / without precursor.
@@ -193,46 +215,93 @@ def walk_forward(
         Model constructors by name (default: :func:`models.bundle.model_factories`).
     folds, test_fraction
         Override ``[backtest] folds`` / ``test_fraction``.
+    drains
+        Canonical drains (``unit_id, drained_at, returned_at``): a drain censors the
+        labels of the snapshots before it.
+
+    Memory: per fold only the training sample (keys first, then the sampled rows'
+    features as Float32) and one batch of test rows are held; each fold's scores go to a
+    file and are read back once at the end.
     """
-    require_columns(features, ("unit_id", "ts"), "feature frame")
+    source = as_source(features)
     require_columns(failures, ("unit_id", "failed_at"), "failures")
-    if features.height == 0:
+    if source.empty:
         raise ValueError("no feature snapshots to backtest")
     section = config.section("backtest")
     folds = int(folds or section.get("folds", DEFAULT_FOLDS))
     test_fraction = float(test_fraction or section.get("test_fraction", DEFAULT_TEST_FRACTION))
+    batch_rows = int(section["score_batch_rows"])
     factories = factories or model_factories(config)
-    features = features.with_columns(pl.col("ts").cast(UTC_TS)).sort("unit_id", "ts")
+    horizons = config_horizons(config)
+    sample = TrainingSample.from_config(config, horizons)
     failures = failures.with_columns(pl.col("failed_at").cast(UTC_TS))
-    step = snapshot_step(features)
-    ts = features.get_column("ts")
-    plan = plan_folds(ts.min(), ts.max(), step, folds, test_fraction)
+    step = source.step()
+    first, last = source.span()
+    plan = plan_folds(first, last, step, folds, test_fraction)
 
-    parts, fold_notes = [], []
-    for fold in plan:
-        cutoff = pl.lit(fold.cutoff).cast(UTC_TS)
-        train = features.filter(pl.col("ts") < cutoff)
-        known = failures.filter(pl.col("failed_at") <= cutoff)
-        test = features.filter((pl.col("ts") >= cutoff) & (pl.col("ts") < pl.lit(fold.test_end).cast(UTC_TS)))
-        models, notes = fit_models(train, known, factories, until=fold.cutoff)
-        fold_notes.append(
-            {
-                **fold.to_dict(),
-                "train_snapshots": train.height,
-                "train_failures": known.height,
-                "test_snapshots": test.height,
-                "models": sorted(models),
-                "notes": notes,
-            }
-        )
-        for name, model in models.items():
-            parts.append(model.predict_risk(test).with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
-    scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
+    fold_notes = []
+    with tempfile.TemporaryDirectory(prefix="foreshock-backtest-") as tmp:
+        fold_files = []
+        for fold in plan:
+            known = known_failures(failures, fold.cutoff)
+            train = training_frame(source, known, fold.cutoff, sample, drains=drains)
+            unresolved = unresolved_rows(
+                labelled_until(train.select(_label_keys(train)), known, horizons, fold.cutoff, weighted=True), horizons
+            )
+            train_rows, healthy_weight = train.height, float(train.get_column(SAMPLE_WEIGHT).max() or 1.0)
+            models, notes = fit_models(train, known, factories, until=fold.cutoff)
+            del train
+            notes = notes + [
+                f"fold {fold.index}: {n} of {train_rows} training rows have an open {h} outcome at the cutoff "
+                "(negatives weighted by the observed share of the horizon)"
+                for h, n in unresolved.items()
+            ]
+            notes += [
+                f"fold {fold.index}: {name}: {note}"
+                for name, model in models.items()
+                for note in getattr(model, "notes_", [])
+            ]
+            test_rows = 0
+            parts = []
+            for batch in source.batches(fold.cutoff, fold.test_end, batch_rows):
+                test_rows += batch.height
+                for name, model in models.items():
+                    risk = monotone_risk(model.predict_risk(batch))
+                    parts.append(risk.with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
+            fold_scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
+            path = Path(tmp) / f"fold-{fold.index}.parquet"
+            fold_scores.write_parquet(path)
+            fold_files.append(path)
+            del parts, fold_scores
+            fold_notes.append(
+                {
+                    **fold.to_dict(),
+                    "train_snapshots": train_rows,
+                    "train_healthy_weight": healthy_weight,
+                    "train_unresolved": unresolved,
+                    "train_failures": known.height,
+                    "test_snapshots": test_rows,
+                    "models": sorted(models),
+                    "notes": notes,
+                }
+            )
+        scores = pl.read_parquet(fold_files) if fold_files else pl.DataFrame(schema=SCORE_SCHEMA)
     scores = scores.sort("model", "horizon", "unit_id", "ts")
     report = judge_scores(scores, failures, config, ground_truth=ground_truth, step=step)
     report["folds"] = fold_notes
-    report["settings"].update({"folds": folds, "test_fraction": test_fraction, "snapshot_every": format_duration(step)})
+    report["settings"].update(
+        {
+            "folds": folds,
+            "test_fraction": test_fraction,
+            "snapshot_every": format_duration(step),
+            "max_healthy_rows": sample.max_healthy_rows,
+        }
+    )
     return BacktestResult(scores=scores, report=report, markdown=render_markdown(report), folds=plan)
+
+
+def _label_keys(frame: pl.DataFrame) -> list[str]:
+    return [c for c in ("unit_id", "ts", "life_start", CENSORED_AT) if c in frame.columns]
 
 
 def judge_scores(

@@ -26,7 +26,7 @@ class RecordingGBM(GradientBoostedRisk):
     seen: list = field(default_factory=list)
 
     def fit(self, frame, failures, *, until=None):
-        labelled = labelled_until(frame, failures, self.horizons, until)
+        labelled = labelled_until(frame, failures, self.horizons, until, weighted=True)
         self.seen.append(
             {
                 "until": until,
@@ -34,7 +34,14 @@ class RecordingGBM(GradientBoostedRisk):
                 "last_failure": failures.get_column("failed_at").max(),
                 "violations": label_cutoff_violations(labelled, self.horizons, until),
                 "labelled_rows": labelled.filter(pl.col("fails_within_3d").is_not_null()).height,
-                "last_labelled": labelled.filter(pl.col("fails_within_3d") == False).get_column("ts").max(),  # noqa: E712
+                "last_resolved_negative": labelled.filter(
+                    (pl.col("fails_within_3d") == False) & (pl.col("label_weight_3d") == 1)  # noqa: E712
+                )
+                .get_column("ts")
+                .max(),
+                "open_negatives": labelled.filter(
+                    (pl.col("fails_within_3d") == False) & (pl.col("label_weight_3d") < 1)  # noqa: E712
+                ).height,
             }
         )
         return super().fit(frame, failures, until=until)
@@ -65,8 +72,10 @@ def test_never_trains_on_labels_past_the_cutoff(rng):
         assert seen["last_snapshot"] < fold.cutoff
         assert seen["last_failure"] <= fold.cutoff
         assert seen["violations"] == 0
-        # the newest negative label is one whose whole 72 h horizon had passed
-        assert seen["last_labelled"] + timedelta(hours=72) <= fold.cutoff
+        # a negative counts fully only once its whole 72 h horizon has passed; the newer
+        # ones are kept, weighted by the share of the horizon observed by the cutoff
+        assert seen["last_resolved_negative"] + timedelta(hours=72) <= fold.cutoff
+        assert seen["open_negatives"] > 0
         fold_scores = result.scores.filter(
             (pl.col("ts") >= pl.lit(fold.cutoff).cast(UTC_TS)) & (pl.col("ts") < pl.lit(fold.test_end).cast(UTC_TS))
         )
