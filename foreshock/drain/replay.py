@@ -13,11 +13,11 @@ and state exactly as in production.  Drains and failures are then matched:
 - a drain is a **drain of a healthy unit** when its unit does not fail within ``W`` after it;
 - a failed unit is out of service for ``repair_turnaround`` after the failure.
 
-GPU-hours (``F`` = failure loss, ``D`` = drain cost, see
-:class:`~foreshock.costs.DrainCosts`)::
+GPU-hours (``F`` = failure loss, ``D`` = drain cost, ``R`` = idle capacity of a healthy
+drained unit over the repair turnaround, see :class:`~foreshock.costs.DrainCosts`)::
 
-    lost     = (failures - drained_ahead) * F + drains * D
-    saved    = lost(no prediction) - lost = drained_ahead * F - drains * D
+    lost     = (failures - drained_ahead) * F + drains * D + healthy_drains * R
+    saved    = lost(no prediction) - lost = drained_ahead * F - drains * D - healthy_drains * R
     effective training time = 1 - lost / (fleet units * replay hours)
 
 "No prediction" never drains: every failure is unplanned.
@@ -244,7 +244,7 @@ def outcome_of(
     ahead = int(failures.get_column("drained_ahead").sum()) if n_fail else 0
     n_drains = drains.height
     healthy = int((drains.get_column("outcome") == "healthy").sum()) if n_drains else 0
-    saved = gpu_hours_saved(ahead, n_drains, costs)
+    saved = gpu_hours_saved(ahead, n_drains, healthy, costs)
     lost = n_fail * costs.failure_loss_gpu_hours - saved
     capacity = fleet_units * hours
     precursor = precursor_ahead = None
