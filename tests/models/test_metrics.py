@@ -125,9 +125,7 @@ def test_one_alert_never_credits_two_failures():
     assert matched.get_column("caught").to_list() == [True, False]
     assert matched.get_column("lead_time_h").to_list() == [pytest.approx(20.0), None]
     # A second alert in the new life credits the second failure.
-    both = pl.concat(
-        [alerts, pl.DataFrame({"unit_id": ["A"], "alert_start": [T0 + 50 * HOUR]}, schema=alerts.schema)]
-    )
+    both = pl.concat([alerts, pl.DataFrame({"unit_id": ["A"], "alert_start": [T0 + 50 * HOUR]}, schema=alerts.schema)])
     assert match_failures(both, fails, WINDOW).get_column("caught").to_list() == [True, True]
 
 
