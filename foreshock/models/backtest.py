@@ -179,6 +179,7 @@ def walk_forward(
     factories: ModelFactories | None = None,
     folds: int | None = None,
     test_fraction: float | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> BacktestResult:
     """Run the walk-forward backtest and judge its out-of-sample scores.
 
@@ -199,6 +200,8 @@ def walk_forward(
         Model constructors by name (default: :func:`models.bundle.model_factories`).
     folds, test_fraction
         Override ``[backtest] folds`` / ``test_fraction``.
+    drains
+        Recorded drains: failures during one are reported apart (``drained_then_failed``).
     """
     require_columns(features, ("unit_id", "ts"), "feature frame")
     require_columns(failures, ("unit_id", "failed_at"), "failures")
@@ -242,7 +245,7 @@ def walk_forward(
     scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
     scores = scores.sort("model", "horizon", "unit_id", "ts")
     periods = [Period(f.cutoff, f.test_end) for f in plan]
-    report = evaluate(scores, failures, config, ground_truth=ground_truth, step=step, periods=periods)
+    report = evaluate(scores, failures, config, ground_truth=ground_truth, step=step, periods=periods, drains=drains)
     report["folds"] = fold_notes
     report["settings"].update({"folds": folds, "test_fraction": test_fraction, "snapshot_every": format_duration(step)})
     return BacktestResult(scores=scores, report=report, markdown=render_markdown(report), folds=plan)
@@ -256,6 +259,7 @@ def evaluate(
     ground_truth: pl.DataFrame | None = None,
     step: timedelta | None = None,
     periods: list[Period] | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> dict:
     """Metrics of every model and horizon of a scores table at each operating point.
 
@@ -268,6 +272,9 @@ def evaluate(
         are chosen from the scores before it (:mod:`models.operating_points`).  Default:
         the whole table is one period (a review window), so the budget point runs the
         daily cap alone and the target-precision point is not reached.
+    drains
+        Recorded drains (the ``drains`` table): failures during a drain are reported as
+        ``drained_then_failed``, apart from the judged failures.
     """
     window = AlertWindow.from_config(config)
     costs = DrainCosts.from_policy(config.section("policy"))
@@ -315,7 +322,15 @@ def evaluate(
             judged_series = series.filter(in_judged)
             alerts = policy_alerts(series, point.periods, point.rule, step)
             result = judge_alerts(
-                judged_series, alerts, failures, horizon, window, ground_truth=ground_truth, costs=costs, step=step
+                judged_series,
+                alerts,
+                failures,
+                horizon,
+                window,
+                ground_truth=ground_truth,
+                costs=costs,
+                step=step,
+                drains=drains,
             ).to_dict()
             thresholds = point.thresholds()
             result["threshold"] = thresholds[0] if len(set(thresholds)) == 1 else None
@@ -365,11 +380,12 @@ def _thresholds(r: dict) -> str:
 
 def _point_row(label: str, r: dict | None) -> str:
     if r is None:
-        return f"| {label} | not reached | | | | | | | | | | |"
+        return f"| {label} | not reached | | | | | | | | | | | |"
     return (
         f"| {label} | {_thresholds(r)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
         f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
         f"| {_fmt(r['precision'])} | {_fmt(r['precision_per_unit'])} | {r['late_alerts']} "
+        f"| {r.get('drained_then_failed', 0)} "
         f"| {_fmt(r['lead_time_p10_h'], 0)} / {_fmt(r['lead_time_p50_h'], 0)} / {_fmt(r['lead_time_p90_h'], 0)} "
         f"| {_fmt(r['false_alerts_per_1000_unit_days'])} | {_fmt(r['gpu_hours_saved'], 0)} |"
     )
@@ -411,9 +427,9 @@ def render_markdown(report: dict) -> str:
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [
                 "| model | threshold per fold | alerts/day | caught / failures | recall | recall with / without "
-                "precursor | precision per alert | precision per unit | late alerts | lead time p10 / p50 / p90 (h) "
-                "| false alerts per 1000 unit-days | GPU-hours saved |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|",
+                "precursor | precision per alert | precision per unit | late alerts | drained then failed "
+                "| lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days | GPU-hours saved |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             for model, per_h in models.items():
                 points = per_h.get(horizon, {}).get("operating_points", {})

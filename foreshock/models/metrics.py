@@ -334,6 +334,44 @@ def match_failures(
     )
 
 
+def split_drained(failures: pl.DataFrame, drains: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Failures in two: those of units in service, and those *drained then failed*.
+
+    A failure is drained-then-failed when its unit was in a recorded drain at the time
+    (``drained_at <= failed_at <= returned_at``, an open drain has no ``returned_at``):
+    the unit was already out (found broken in diagnostics, or failed in the shop), so the
+    failure is neither a catch nor a miss of any model and is reported apart.
+
+    Parameters
+    ----------
+    failures
+        ``unit_id, failed_at`` (+ any columns).
+    drains
+        The ``drains`` table (``unit_id, drained_at, returned_at``), or None.
+    """
+    if drains is None or drains.height == 0:
+        return failures, failures.clear()
+    spans = drains.select(
+        pl.col("unit_id").cast(pl.String),
+        pl.col("drained_at").cast(UTC_TS),
+        (pl.col("returned_at") if "returned_at" in drains.columns else pl.lit(None)).cast(UTC_TS).alias("returned_at"),
+    )
+    keyed = failures.with_row_index("_failure")
+    inside = (
+        keyed.select("_failure", pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS))
+        .join(spans, on="unit_id")
+        .filter(
+            (pl.col("drained_at") <= pl.col("failed_at"))
+            & (pl.col("returned_at").is_null() | (pl.col("failed_at") <= pl.col("returned_at")))
+        )
+        .get_column("_failure")
+        .unique()
+        .implode()
+    )
+    drained = pl.col("_failure").is_in(inside)
+    return keyed.filter(~drained).drop("_failure"), keyed.filter(drained).drop("_failure")
+
+
 def failures_in_scope(scores: pl.DataFrame, failures: pl.DataFrame, step: timedelta | None = None) -> pl.DataFrame:
     """The failures a series is judged on: of its units, inside its scored period."""
     step = step or snapshot_step(scores)
@@ -445,6 +483,7 @@ class LeadTimeReport:
     false_alerts: int
     late_alerts: int
     alerts_unresolved: int
+    drained_then_failed: int
     precision: float | None
     alerted_units: int
     true_units: int
@@ -519,6 +558,7 @@ def judge_alerts(
     costs: DrainCosts | None = None,
     step: timedelta | None = None,
     until: datetime | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> LeadTimeReport:
     """Every metric of a set of alerts raised on one risk series.
 
@@ -546,6 +586,9 @@ def judge_alerts(
         Snapshot interval (default: inferred).
     until
         End of observation of failures (default: last snapshot + one interval).
+    drains
+        Recorded drains (``unit_id, drained_at, returned_at``): failures during one are
+        counted apart as ``drained_then_failed`` (:func:`split_drained`), not judged.
     """
     step = step or snapshot_step(scores)
     start, end = _observed_span(scores, step)
@@ -566,7 +609,7 @@ def judge_alerts(
     alerted_units = lives.height
     true_units = int(lives.get_column("true").sum()) if alerted_units else 0
 
-    judged = failures_in_scope(scores, failures, step)
+    judged, drained_then_failed = split_drained(failures_in_scope(scores, failures, step), drains)
     if "mode" not in judged.columns:
         judged = judged.with_columns(pl.lit(None, dtype=pl.String).alias("mode"))
     judged = with_precursor_flags(judged, ground_truth)
@@ -599,6 +642,7 @@ def judge_alerts(
         false_alerts=false_alerts,
         late_alerts=late_alerts,
         alerts_unresolved=unresolved,
+        drained_then_failed=drained_then_failed.height,
         precision=_ratio(true_alerts, true_alerts + false_alerts),
         alerted_units=alerted_units,
         true_units=true_units,

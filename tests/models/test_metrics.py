@@ -16,6 +16,7 @@ from foreshock.models.metrics import (
     alerts_per_threshold,
     c_index,
     calibration_error,
+    judge_alerts,
     lead_time_report,
     match_failures,
     pr_auc,
@@ -199,3 +200,17 @@ def test_snapshot_metrics_leave_out_unresolved_snapshots(fleet_case):
     assert (m["snapshots"], m["unresolved_snapshots"]) == (scores.height - 49, 49)
     # positives: A h6..h24 (19), C h22..h24 (3), D h0..h19 (20)
     assert m["positive_snapshots"] == 42
+
+
+def test_failures_during_a_recorded_drain_are_reported_apart(fleet_case):
+    """A unit drained by operations and found broken: neither a catch nor a miss."""
+    scores, fails, _ = fleet_case
+    drains = pl.DataFrame(
+        {"unit_id": ["D", "A"], "drained_at": [T0 + 12 * HOUR, T0 + 40 * HOUR], "returned_at": [None, None]},
+        schema={"unit_id": pl.String, "drained_at": UTC_TS, "returned_at": UTC_TS},
+    )
+    plain = lead_time_report(scores, fails, 0.5, "24h", WINDOW, step=HOUR)
+    r = judge_alerts(scores, alert_starts(scores, 0.5, HOUR), fails, "24h", WINDOW, step=HOUR, drains=drains)
+    # D failed at h20 while drained since h12; A's drain came after its failure.
+    assert (plain.failures, plain.drained_then_failed) == (3, 0)
+    assert (r.failures, r.caught, r.drained_then_failed) == (2, 1, 1)
