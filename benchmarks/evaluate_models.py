@@ -153,15 +153,40 @@ def evaluate(data: DataSet, work: Path) -> dict:
             timings[argv[0]] = run([*base, *argv], directory / f"{argv[0]}.log")
         (directory / "READY").write_text("prepared\n")
     out = directory / "backtest-evaluate"
-    argv = [*base, "backtest", "--out", str(out)]
-    if data.ground_truth:
-        argv += ["--ground-truth", data.ground_truth]
+    # The backtest runs the library call the flow's task runs, in its own process (its
+    # peak RSS alone), without an ephemeral Prefect server (it times out on a busy machine).
+    argv = [
+        sys.executable,
+        __file__,
+        "--backtest-child",
+        str(config),
+        str(directory),
+        data.ground_truth or "",
+        str(out),
+    ]
     timings["backtest"] = run(argv, directory / "backtest-evaluate.log")
     report = json.loads((out / "report.json").read_text())
     return {"timings": timings, "report": report, "markdown": (out / "report.md").read_text()}
 
 
+def backtest_child(config_file: str, directory: str, ground_truth: str, out: str) -> None:
+    """``foreshock backtest``'s task body: features and failures of the lake -> walk_forward."""
+    sys.path.insert(0, str(ROOT))
+    from foreshock.config import load_config
+    from foreshock.models.backtest import read_ground_truth, walk_forward
+    from foreshock.pipelines import inputs
+
+    config = load_config(config_file, data_dir=directory)
+    result = walk_forward(
+        inputs.features(config), inputs.failures(config), config, ground_truth=read_ground_truth(ground_truth or None)
+    )
+    result.save(Path(out))
+
+
 def main() -> int:
+    if len(sys.argv) == 6 and sys.argv[1] == "--backtest-child":
+        backtest_child(*sys.argv[2:])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/foreshock-evaluate"))
     parser.add_argument("--only", nargs="*", help="data set names (default: all)")
