@@ -14,10 +14,13 @@ starting at cutoff ``c``, every model is trained on
   such open rows is in each fold's notes,
 
 and scores the snapshots in ``[c, next cutoff)``.  The out-of-sample scores of all folds
-are then judged together with :mod:`models.metrics` at three operating points per model
-and horizon: the drain budget (``[backtest] drain_budget_per_day`` alerts a day), the
-lowest threshold meeting ``[backtest] target_precision``, and the policy's fixed
-``[policy] enter_risk``.
+are then judged together with :mod:`models.metrics` at the operating points of
+:mod:`models.operating_points`, each fold's threshold chosen from the folds before it: the
+drain budget (at most ``[backtest] drain_budget_per_day`` new alerts a day), the lowest
+threshold meeting ``[backtest] target_precision``, the policy's fixed ``[policy]
+enter_risk``, and, labelled as an upper bound, the budget with its threshold chosen on the
+test period itself.  The threshold baseline's binary rules are scored as operators run
+them today (model ``rules``).
 """
 
 from __future__ import annotations
@@ -45,14 +48,17 @@ from foreshock.models.base import (
     monotone_risk,
     require_columns,
 )
+from foreshock.models.baseline import ThresholdBaseline
 from foreshock.models.bundle import fit_models, model_factories
 from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
-from foreshock.models.metrics import (
-    AlertWindow,
-    lead_time_report,
-    snapshot_metrics,
-    threshold_for_budget,
-    threshold_for_precision,
+from foreshock.models.metrics import AlertWindow, judge_alerts, snapshot_metrics
+from foreshock.models.operating_points import (
+    RULES_MODEL,
+    OperatingPoints,
+    Period,
+    choose_thresholds,
+    policy_alerts,
+    rules_point,
 )
 from foreshock.models.training import (
     known_failures,
@@ -217,7 +223,8 @@ def walk_forward(
         Override ``[backtest] folds`` / ``test_fraction``.
     drains
         Canonical drains (``unit_id, drained_at, returned_at``): a drain censors the
-        labels of the snapshots before it.
+        labels of the snapshots before it, and failures during one are reported apart
+        (``drained_then_failed``).
 
     Memory: per fold only the training sample (keys first, then the sampled rows'
     features as Float32) and one batch of test rows are held; each fold's scores go to a
@@ -268,6 +275,12 @@ def walk_forward(
                 for name, model in models.items():
                     risk = monotone_risk(model.predict_risk(batch))
                     parts.append(risk.with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
+                    if isinstance(model, ThresholdBaseline):  # the binary rules as run today, beside the ranked ones
+                        parts.append(
+                            model.predict_fires(batch)
+                            .with_columns(pl.lit(RULES_MODEL).alias("model"))
+                            .select(list(SCORE_SCHEMA))
+                        )
             fold_scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
             path = Path(tmp) / f"fold-{fold.index}.parquet"
             fold_scores.write_parquet(path)
@@ -287,7 +300,10 @@ def walk_forward(
             )
         scores = pl.read_parquet(fold_files) if fold_files else pl.DataFrame(schema=SCORE_SCHEMA)
     scores = scores.sort("model", "horizon", "unit_id", "ts")
-    report = judge_scores(scores, failures, config, ground_truth=ground_truth, step=step)
+    periods = [Period(f.cutoff, f.test_end) for f in plan]
+    report = judge_scores(
+        scores, failures, config, ground_truth=ground_truth, step=step, periods=periods, drains=drains
+    )
     report["folds"] = fold_notes
     report["settings"].update(
         {
@@ -311,49 +327,92 @@ def judge_scores(
     *,
     ground_truth: pl.DataFrame | None = None,
     step: timedelta | None = None,
+    periods: list[Period] | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> dict:
     """Metrics of every model and horizon of a scores table at each operating point.
 
     The same function judges backtests and the registry's challenger/champion review.
+
+    Parameters
+    ----------
+    periods
+        The test periods in time order (the walk-forward folds): each period's thresholds
+        are chosen from the scores before it (:mod:`models.operating_points`).  Default:
+        the whole table is one period (a review window), so the budget point runs the
+        daily cap alone and the target-precision point is not reached.
+    drains
+        Recorded drains (the ``drains`` table): failures during a drain are reported as
+        ``drained_then_failed``, apart from the judged failures.
     """
-    section = config.section("backtest")
     window = AlertWindow.from_config(config)
     costs = DrainCosts.from_policy(config.section("policy"))
-    budget = float(section.get("drain_budget_per_day", 2))
-    target = float(section.get("target_precision", 0.5))
-    enter_risk = float(config.section("policy").get("enter_risk", 0.5))
+    settings = OperatingPoints.from_config(config)
     step = step or snapshot_step(scores.filter(pl.col("model") == scores.get_column("model").first()))
+    if not periods:
+        ts = scores.get_column("ts")
+        periods = [Period(ts.min(), ts.max() + step)] if scores.height else []
     report: dict = {
         "settings": {
             "alert_window": format_duration(window.alert_window),
             "min_lead_time": format_duration(window.min_lead_time),
-            "drain_budget_per_day": budget,
-            "target_precision": target,
-            "enter_risk": enter_risk,
+            "drain_budget_per_day": settings.alerts_per_day,
+            "target_precision": settings.target_precision,
+            "enter_risk": settings.enter_risk,
+            "exit_risk": settings.exit_risk,
         },
         "scored": {
             "snapshots": scores.select("unit_id", "ts").unique().height,
             "units": scores.get_column("unit_id").n_unique(),
             "start": scores.get_column("ts").min().isoformat() if scores.height else None,
             "end": scores.get_column("ts").max().isoformat() if scores.height else None,
+            "periods": [{"start": p.start.isoformat(), "end": p.end.isoformat()} for p in periods],
         },
         "models": {},
     }
     for (model, horizon), series in scores.group_by(["model", "horizon"], maintain_order=True):
-        series = series.select("unit_id", "ts", "risk")
-        operating = {
-            "budget": threshold_for_budget(series, budget, step),
-            "target_precision": threshold_for_precision(series, failures, horizon, target, step),
-            "policy": enter_risk,
-        }
+        series = series.select("unit_id", "ts", "risk", *(["margin"] if "margin" in series.columns else []))
+        if model == RULES_MODEL:
+            chosen = rules_point(periods)
+        else:
+            chosen = choose_thresholds(series, failures, horizon, periods, settings, step)
         points = {}
-        for point, threshold in operating.items():
-            if threshold is None:
-                points[point] = None
+        for name, point in chosen.items():
+            judged = point.judged
+            if not judged:
+                points[name] = None
                 continue
-            points[point] = lead_time_report(
-                series, failures, threshold, horizon, window, ground_truth=ground_truth, costs=costs, step=step
+            in_judged = pl.any_horizontal(
+                [
+                    pl.col("ts").is_between(pl.lit(p.start).cast(UTC_TS), pl.lit(p.end).cast(UTC_TS), closed="left")
+                    for p in judged
+                ]
+            )
+            judged_series = series.filter(in_judged)
+            alerts = policy_alerts(series, point.periods, point.rule, step)
+            result = judge_alerts(
+                judged_series,
+                alerts,
+                failures,
+                horizon,
+                window,
+                ground_truth=ground_truth,
+                costs=costs,
+                step=step,
+                drains=drains,
             ).to_dict()
+            thresholds = point.thresholds()
+            result["threshold"] = thresholds[0] if len(set(thresholds)) == 1 else None
+            result.update(
+                {
+                    "thresholds": thresholds,
+                    "chosen_on": point.chosen_on,
+                    "daily_cap": point.rule.daily_cap,
+                    "exit_ratio": point.rule.exit_ratio,
+                    "judged_periods": len(judged),
+                }
+            )
+            points[name] = result
         report["models"].setdefault(model, {})[horizon] = {
             "snapshot": snapshot_metrics(series, failures, horizon, step=step),
             "operating_points": points,
@@ -364,10 +423,15 @@ def judge_scores(
 # -- Markdown ----------------------------------------------------------------------------
 
 _POINT_TITLES = {
-    "budget": "drain budget ({drain_budget_per_day:g} alerts/day)",
-    "target_precision": "target precision ({target_precision:g})",
-    "policy": "policy threshold (risk >= {enter_risk:g})",
+    "budget": "drain budget, prospective: at most {drain_budget_per_day:g} new alerts a day, top risk first, "
+    "floor chosen on the earlier folds only (first fold: the cap alone)",
+    "target_precision": "target precision {target_precision:g}, prospective: threshold chosen on the earlier folds "
+    "(first fold not judged)",
+    "policy": "policy threshold (enter at risk >= {enter_risk:g}, leave below {exit_risk:g})",
+    "budget_upper_bound": "UPPER BOUND, not achievable in operation: the drain budget with its floor chosen on the "
+    "test period itself",
 }
+RULES_TITLE = "rules (binary, as run today; no budget)"
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -378,6 +442,24 @@ def _fmt(value, digits: int = 2) -> str:
     return str(value)
 
 
+def _thresholds(r: dict) -> str:
+    values = r.get("thresholds") or [r.get("threshold")]
+    return " / ".join("–" if v is None else (v if isinstance(v, str) else f"{v:.4g}") for v in values)
+
+
+def _point_row(label: str, r: dict | None) -> str:
+    if r is None:
+        return f"| {label} | not reached | | | | | | | | | | | |"
+    return (
+        f"| {label} | {_thresholds(r)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
+        f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
+        f"| {_fmt(r['precision'])} | {_fmt(r['precision_per_unit'])} | {r['late_alerts']} "
+        f"| {r.get('drained_then_failed', 0)} "
+        f"| {_fmt(r['lead_time_p10_h'], 0)} / {_fmt(r['lead_time_p50_h'], 0)} / {_fmt(r['lead_time_p90_h'], 0)} "
+        f"| {_fmt(r['false_alerts_per_1000_unit_days'])} | {_fmt(r['gpu_hours_saved'], 0)} |"
+    )
+
+
 def render_markdown(report: dict) -> str:
     """The report as Markdown: snapshot metrics, then each operating point, models side by side."""
     s = report["settings"]
@@ -386,17 +468,20 @@ def render_markdown(report: dict) -> str:
         "",
         f"Out-of-sample period {report['scored']['start']} to {report['scored']['end']}, "
         f"{report['scored']['units']} units. A failure is caught by an alert started between "
-        f"{s['alert_window']} and {s['min_lead_time']} before it; an alert is true when its unit fails "
-        "within the horizon. Metric definitions: docs/metrics.md.",
+        f"{s['alert_window']} and {s['min_lead_time']} before it (one alert credits one failure); an alert "
+        "is true when its unit fails within the horizon, late when it fails sooner than "
+        f"{s['min_lead_time']} (neither caught nor true). Only snapshots and alerts whose horizon ended "
+        "within the data are labelled. Metric definitions: docs/metrics.md.",
         "",
     ]
     models = report["models"]
     horizons = sorted({h for m in models.values() for h in m}, key=lambda h: (len(h), h))
     for horizon in horizons:
-        lines += [f"## Horizon {horizon}", "", "Snapshot level:", ""]
+        lines += [f"## Horizon {horizon}", "", "Snapshot level (resolved snapshots only):", ""]
         lines += [
-            "| model | PR-AUC | C-index | calibration error | mean risk | failure rate |",
-            "|---|---|---|---|---|---|",
+            "| model | PR-AUC | C-index | calibration error | mean risk | failure rate | resolved / unresolved "
+            "| largest tie |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for model, per_h in models.items():
             if horizon not in per_h:
@@ -404,27 +489,24 @@ def render_markdown(report: dict) -> str:
             m = per_h[horizon]["snapshot"]
             lines.append(
                 f"| {model} | {_fmt(m['pr_auc'], 3)} | {_fmt(m['c_index'], 3)} | {_fmt(m['calibration_error'], 4)} "
-                f"| {_fmt(m['mean_risk'], 4)} | {_fmt(m['failure_rate'], 4)} |"
+                f"| {_fmt(m['mean_risk'], 4)} | {_fmt(m['failure_rate'], 4)} "
+                f"| {m['snapshots']} / {m['unresolved_snapshots']} | {_fmt(m['largest_tie_share'], 3)} |"
             )
         for point, title in _POINT_TITLES.items():
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [
-                "| model | threshold | alerts/day | caught / failures | recall | recall with / without precursor "
-                "| precision | lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days | GPU-hours saved |",
-                "|---|---|---|---|---|---|---|---|---|---|",
+                "| model | threshold per fold | alerts/day | caught / failures | recall | recall with / without "
+                "precursor | precision per alert | precision per unit | late alerts | drained then failed "
+                "| lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days | GPU-hours saved |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             for model, per_h in models.items():
-                r = per_h.get(horizon, {}).get("operating_points", {}).get(point)
-                if r is None:
-                    lines.append(f"| {model} | not reached | | | | | | | | |")
+                points = per_h.get(horizon, {}).get("operating_points", {})
+                if model == RULES_MODEL:
+                    if point == "budget":
+                        lines.append(_point_row(RULES_TITLE, points.get("as_run_today")))
                     continue
-                lines.append(
-                    f"| {model} | {_fmt(r['threshold'], 4)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
-                    f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
-                    f"| {_fmt(r['precision'])} | {_fmt(r['lead_time_p10_h'], 0)} / {_fmt(r['lead_time_p50_h'], 0)} / "
-                    f"{_fmt(r['lead_time_p90_h'], 0)} | {_fmt(r['false_alerts_per_1000_unit_days'])} "
-                    f"| {_fmt(r['gpu_hours_saved'], 0)} |"
-                )
+                lines.append(_point_row(model, points.get(point)))
         lines += ["", "By failure mode at the drain budget (recall, median lead time in h):", ""]
         modes = sorted(
             {
@@ -439,12 +521,14 @@ def render_markdown(report: dict) -> str:
             lines += ["| model | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
             for model, per_h in models.items():
                 r = (per_h.get(horizon, {}).get("operating_points", {}).get("budget") or {}).get("by_mode", {})
+                if model == RULES_MODEL:
+                    continue
                 cells = [
                     f"{r[m]['caught']}/{r[m]['failures']}, {_fmt(r[m]['lead_time_p50_h'], 0)}" if m in r else "–"
                     for m in modes
                 ]
                 lines.append(f"| {model} | " + " | ".join(cells) + " |")
-        lines.append("")
+    lines.append("")
     notes = [n for f in report.get("folds", []) for n in f["notes"]]
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
