@@ -1,6 +1,6 @@
 """The canonical data contract ("bring your own telemetry").
 
-Every source parser produces these four tables; everything downstream reads only them.
+Every source parser produces these tables; everything downstream reads only them.
 
 =========  ===========================================================  ==================
 table      columns                                                      natural key
@@ -9,8 +9,15 @@ inventory  unit_id, node, rack, model, lot (nullable), installed_at,    unit_id
            + any extra fault-domain columns
 samples    unit_id, ts (UTC), metric, value (f64)                       unit_id, ts, metric
 events     unit_id, ts (UTC), source, code, count                       unit_id, ts, source, code
-failures   unit_id, failed_at (UTC), mode (nullable)                    unit_id, failed_at
+failures   unit_id, failed_at (UTC), mode (nullable),                   unit_id, failed_at
+           detected_at (UTC, nullable: when the ticket made it known)
+drains     unit_id, drained_at (UTC), returned_at (UTC, nullable),      unit_id, drained_at
+           action (nullable), source (nullable)
 =========  ===========================================================  ==================
+
+A failure is known from ``detected_at`` (default ``failed_at``): features and training
+labels only see it from then.  A drain censors the unit's outcome: a unit drained and then
+repaired never failed on its own, so it is not a negative (``features.labels``).
 
 Counters are stored as the raw cumulative values the source reported; features take
 increases (with reset handling).
@@ -19,7 +26,8 @@ Feature snapshots (what the features stage writes and every model reads) are key
 ``unit_id, ts`` (:data:`SNAPSHOT_KEY`) and carry, besides the model features, the
 unit's inventory context (:data:`INVENTORY_CONTEXT_COLUMNS`) and its life
 (:data:`LIFE_COLUMNS`); labelled snapshots add ``fails_within_<h>`` per horizon
-(:func:`label_column`) and ``time_to_failure_h`` (:data:`TIME_TO_FAILURE`).
+(:func:`label_column`) and ``time_to_failure_h`` (:data:`TIME_TO_FAILURE`); labels at a
+cutoff may add ``label_weight_<h>`` (:func:`weight_column`).
 """
 
 from __future__ import annotations
@@ -50,7 +58,14 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "code": pl.Int64(),
         "count": pl.Int64(),
     },
-    "failures": {"unit_id": pl.String(), "failed_at": UTC_TS, "mode": pl.String()},
+    "failures": {"unit_id": pl.String(), "failed_at": UTC_TS, "mode": pl.String(), "detected_at": UTC_TS},
+    "drains": {
+        "unit_id": pl.String(),
+        "drained_at": UTC_TS,
+        "returned_at": UTC_TS,
+        "action": pl.String(),
+        "source": pl.String(),
+    },
 }
 
 KEYS: dict[str, tuple[str, ...]] = {
@@ -58,6 +73,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "samples": ("unit_id", "ts", "metric"),
     "events": ("unit_id", "ts", "source", "code"),
     "failures": ("unit_id", "failed_at"),
+    "drains": ("unit_id", "drained_at"),
 }
 
 # The time column that partitions a table by date (inventory is not time-partitioned).
@@ -66,10 +82,17 @@ TIME_COLUMN: dict[str, str | None] = {
     "samples": "ts",
     "events": "ts",
     "failures": "failed_at",
+    "drains": "drained_at",
 }
 
 TABLES = tuple(SCHEMAS)
 REQUIRED_INVENTORY = ("unit_id", "node", "rack", "model", "installed_at")
+# Columns a table may lack (read as null).
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "inventory": ("lot",),
+    "failures": ("mode", "detected_at"),
+    "drains": ("returned_at", "action", "source"),
+}
 
 # Unit, node and rack ids end up in file paths, shell commands (scontrol, kubectl) and
 # Prometheus selectors: allow what real hostnames, GPU UUIDs and PCI ids use, nothing else.
@@ -89,7 +112,7 @@ def empty(table: str) -> pl.DataFrame:
 def conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
     """Cast to the contract's types and order (extra inventory columns kept as strings)."""
     schema = SCHEMAS[table]
-    missing = [c for c in schema if c not in df.columns and not (table == "inventory" and c == "lot")]
+    missing = [c for c in schema if c not in df.columns and c not in OPTIONAL.get(table, ())]
     if missing:
         raise ValueError(f"{table}: missing column(s) {missing}")
     exprs = []
@@ -117,6 +140,8 @@ LIFE_COLUMNS = ("life", "life_start")
 SNAPSHOT_CONTEXT_COLUMNS = (*INVENTORY_CONTEXT_COLUMNS, *LIFE_COLUMNS)
 
 LABEL_PREFIX = "fails_within_"
+# How much of a snapshot's label is observed at a cutoff (foreshock.features.labels).
+WEIGHT_PREFIX = "label_weight_"
 TIME_TO_FAILURE = "time_to_failure_h"  # hours to the failure that ends the life (null: none known)
 
 
@@ -127,3 +152,8 @@ def label_column(horizon: str | timedelta) -> str:
     ``"72h"`` -> ``fails_within_3d``.
     """
     return f"{LABEL_PREFIX}{format_duration(parse_duration(horizon))}"
+
+
+def weight_column(horizon: str | timedelta) -> str:
+    """The label-weight column of a horizon (``label_weight_<h>``, spelled like :func:`label_column`)."""
+    return f"{WEIGHT_PREFIX}{format_duration(parse_duration(horizon))}"

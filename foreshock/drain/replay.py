@@ -13,11 +13,11 @@ and state exactly as in production.  Drains and failures are then matched:
 - a drain is a **drain of a healthy unit** when its unit does not fail within ``W`` after it;
 - a failed unit is out of service for ``repair_turnaround`` after the failure.
 
-GPU-hours (``F`` = failure loss, ``D`` = drain cost, see
-:class:`~foreshock.costs.DrainCosts`)::
+GPU-hours (``F`` = failure loss, ``D`` = drain cost, ``R`` = idle capacity of a healthy
+drained unit over the repair turnaround, see :class:`~foreshock.costs.DrainCosts`)::
 
-    lost     = (failures - drained_ahead) * F + drains * D
-    saved    = lost(no prediction) - lost = drained_ahead * F - drains * D
+    lost     = (failures - drained_ahead) * F + drains * D + healthy_drains * R
+    saved    = lost(no prediction) - lost = drained_ahead * F - drains * D - healthy_drains * R
     effective training time = 1 - lost / (fleet units * replay hours)
 
 "No prediction" never drains: every failure is unplanned.
@@ -53,6 +53,7 @@ from foreshock.models.metrics import (  # the lead-time metrics' own definition
     AlertWindow,
     gpu_hours_saved,
     match_failures,
+    split_drained,
     with_precursor_flags,
 )
 
@@ -75,6 +76,7 @@ class ReplayOutcome:
     precursor_failures: int | None = None
     precursor_drained_ahead: int | None = None
     median_lead_time_h: float | None = None
+    drained_then_failed: int = 0
 
     @property
     def recall(self) -> float | None:
@@ -299,7 +301,7 @@ def outcome_of(
     ahead = int(failures.get_column("drained_ahead").sum()) if n_fail else 0
     n_drains = drains.height
     healthy = int((drains.get_column("outcome") == "healthy").sum()) if n_drains else 0
-    saved = gpu_hours_saved(ahead, n_drains, costs)
+    saved = gpu_hours_saved(ahead, n_drains, healthy, costs)
     lost = n_fail * costs.failure_loss_gpu_hours - saved
     capacity = fleet_units * hours
     precursor = precursor_ahead = None
@@ -334,6 +336,7 @@ def replay(
     inventory: pl.DataFrame | None = None,
     ground_truth: pl.DataFrame | None = None,
     models: list[str] | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> ReplayReport:
     """Replay the policy for every model in the backtest scores, plus no prediction.
 
@@ -354,14 +357,19 @@ def replay(
         failures with and without a precursor.
     models
         Models to replay (default: every model in ``scores``).
+    drains
+        Drains that really happened (the ``drains`` table): a failure of a unit during
+        one is *drained then failed*, reported apart and not replayed as a failure any
+        variant could catch or miss.
     """
     if scores.height == 0:
         raise ValueError("backtest scores are empty: nothing to replay")
     if "model" not in scores.columns:
         scores = scores.with_columns(pl.lit("model").alias("model"))
     start, end = scores.get_column("ts").min(), scores.get_column("ts").max()
-    in_period = failures.filter((pl.col("failed_at") > start) & (pl.col("failed_at") <= end)).select(
-        "unit_id", "failed_at"
+    in_period, drained_then_failed = split_drained(
+        failures.filter((pl.col("failed_at") > start) & (pl.col("failed_at") <= end)).select("unit_id", "failed_at"),
+        drains,
     )
     if ground_truth is not None and "has_precursor" in ground_truth.columns:
         in_period = with_precursor_flags(in_period, ground_truth)
@@ -383,8 +391,8 @@ def replay(
     outcomes = [outcome_of(NO_PREDICTION, empty_drains, none_failures, settings, units, hours)]
     logs = []
     for model in variants:
-        drains = simulate_policy(all_risks[model], failures, settings, fleet=fleet)
-        matched, failures_out = match_drains(drains, failures, alert_window, min_lead_time)
+        granted = simulate_policy(all_risks[model], failures, settings, fleet=fleet)
+        matched, failures_out = match_drains(granted, failures, alert_window, min_lead_time)
         failures_out = in_period.join(
             failures_out.select("unit_id", "failed_at", "drained_ahead", "lead_time_h"),
             on=["unit_id", "failed_at"],
@@ -392,6 +400,8 @@ def replay(
         )
         outcomes.append(outcome_of(model, matched, failures_out, settings, units, hours))
         logs.append(matched.with_columns(pl.lit(model).alias("variant")))
+    for outcome in outcomes:
+        outcome.drained_then_failed = drained_then_failed.height
     drain_log = pl.concat(logs, how="diagonal_relaxed").select(list(_drain_log_schema())) if logs else empty_drains
     costs = settings.costs
     return ReplayReport(

@@ -16,6 +16,7 @@ from foreshock.lake import atomic_write_text
 _COLUMNS = (
     ("variant", "policy", "{}"),
     ("failures", "failures", "{}"),
+    ("drained_then_failed", "drained then failed (recorded drains)", "{}"),
     ("drained_ahead", "drained ahead", "{}"),
     ("healthy_drains", "healthy drains", "{}"),
     ("drains", "drains", "{}"),

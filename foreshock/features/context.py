@@ -18,28 +18,48 @@ from foreshock.features.spec import FeatureSpec
 _HOUR_US = 3_600_000_000.0
 
 
+def known_at(failures: pl.DataFrame) -> pl.Expr:
+    """When a failure became known: its ticket's ``detected_at``, else ``failed_at``.
+
+    Fleet-level features (lot and cohort failure rates) may only count a failure from
+    then: a ticket filed two days after the failure is invisible for those two days.
+    """
+    failed = pl.col("failed_at").cast(UTC_TS)
+    if "detected_at" in failures.columns:
+        return pl.max_horizontal(pl.coalesce(pl.col("detected_at").cast(UTC_TS), failed), failed)
+    return failed
+
+
 def life_table(inventory: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
-    """Every life of every unit: ``unit_id, life, life_start, life_end``.
+    """Every life of every unit: ``unit_id, life, life_start, life_end, end_known_at``.
 
     Life 0 starts at the unit's ``installed_at``; life ``k`` starts at the unit's ``k``-th
     failure (the replacement GPU takes over the slot) and ends at the next failure (null
-    while it is still running).
+    while it is still running); ``end_known_at`` is when that failure became known
+    (:func:`known_at`).
     """
     first = inventory.select(
-        "unit_id", pl.lit(0, pl.Int32).alias("life"), pl.col("installed_at").cast(UTC_TS).alias("life_start")
+        "unit_id",
+        pl.lit(0, pl.Int32).alias("life"),
+        pl.col("installed_at").cast(UTC_TS).alias("life_start"),
+        pl.lit(None, UTC_TS).alias("_start_known_at"),
     )
     later = (
-        failures.select("unit_id", "failed_at")
-        .unique()
+        failures.select("unit_id", pl.col("failed_at").cast(UTC_TS), known_at(failures).alias("_start_known_at"))
+        .unique(["unit_id", "failed_at"])
         .sort("unit_id", "failed_at")
         .select(
             "unit_id",
             pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over("unit_id").alias("life"),
             pl.col("failed_at").alias("life_start"),
+            "_start_known_at",
         )
     )
     lives = pl.concat([first, later]).sort("unit_id", "life")
-    return lives.with_columns(pl.col("life_start").shift(-1).over("unit_id").alias("life_end"))
+    return lives.with_columns(
+        pl.col("life_start").shift(-1).over("unit_id").alias("life_end"),
+        pl.col("_start_known_at").shift(-1).over("unit_id").alias("end_known_at"),
+    ).drop("_start_known_at")
 
 
 def snapshot_grid(
@@ -80,11 +100,14 @@ def add_inventory_context(frame: pl.DataFrame, inventory: pl.DataFrame) -> pl.Da
 def add_lot_failure_rates(
     frame: pl.DataFrame, inventory: pl.DataFrame, failures: pl.DataFrame, spec: FeatureSpec
 ) -> pl.DataFrame:
-    """Add ``lot_failure_rate_<w>``: failures of the lot's units in ``(ts - w, ts]`` per unit
-    of the lot (a bad manufacturing lot fails together).  Null when the lot is unknown."""
+    """Add ``lot_failure_rate_<w>``: failures of the lot's units known in ``(ts - w, ts]``
+    (:func:`known_at`) per unit of the lot (a bad manufacturing lot fails together).  Null
+    when the lot is unknown."""
     lots = inventory.select("unit_id", pl.col("lot").cast(pl.String)).drop_nulls("lot")
     lot_size = lots.group_by("lot").agg(pl.len().cast(pl.Float64).alias("_lot_units"))
-    lot_failures = failures.join(lots, on="unit_id").select("lot", "failed_at")
+    lot_failures = (
+        failures.with_columns(known_at(failures).alias("failed_at")).join(lots, on="unit_id").select("lot", "failed_at")
+    )
     asked = frame.select("lot", "ts").drop_nulls("lot").unique()
     names = [f"lot_failure_rate_{spec.name(w)}" for w in spec.windows]
     pairs = asked.join(lot_failures, on="lot", how="inner")
@@ -109,7 +132,7 @@ def _cohort_key() -> pl.Expr:
 
 
 def cohort_hazard_increments(lives: pl.DataFrame, inventory: pl.DataFrame, as_of: datetime) -> pl.DataFrame:
-    """Nelson–Aalen increments per cohort (model, lot) from failures before ``as_of``.
+    """Nelson–Aalen increments per cohort (model, lot) from failures known before ``as_of``.
 
     The time scale is the age of a life (hours since it started).  A life is at risk at age
     ``a`` when, by ``as_of``, it had run at least ``a`` hours without failing first.  Each
@@ -130,14 +153,16 @@ def cohort_hazard_increments(lives: pl.DataFrame, inventory: pl.DataFrame, as_of
         .with_columns(
             (
                 (
-                    pl.min_horizontal(pl.col("life_end").fill_null(as_of), pl.lit(as_of).cast(UTC_TS))
+                    pl.when(pl.col("end_known_at") < as_of)
+                    .then(pl.col("life_end"))
+                    .otherwise(pl.lit(as_of).cast(UTC_TS))  # a failure not yet known: still running
                     - pl.col("life_start")
                 )
                 .dt.total_microseconds()
                 .cast(pl.Float64)
                 / _HOUR_US
             ).alias("observed_h"),
-            (pl.col("life_end").is_not_null() & (pl.col("life_end") < as_of)).alias("failed"),
+            (pl.col("life_end").is_not_null() & (pl.col("end_known_at") < as_of)).alias("failed"),
         )
     )
     events = seen.filter("failed").select("cohort", pl.col("observed_h").alias("age_h"))

@@ -338,7 +338,7 @@ def ingest_batch(
                 reports[index].reason = "; ".join(parsed[index].notes)
 
     quarantined: list[pl.DataFrame] = []
-    for table in ("inventory", "samples", "events", "failures"):
+    for table in ("inventory", "samples", "events", "failures", "drains"):
         frames = [
             p.tables[table].with_columns(_file=pl.lit(i, dtype=pl.Int32))
             for i, p in parsed.items()

@@ -5,21 +5,28 @@ test periods covering its last ``test_fraction`` (defaults 4 and 0.4, so a 30-da
 a 40-day daily data set gets out-of-sample scores for its last 40 %).  For the test period
 starting at cutoff ``c``, every model is trained on
 
-* snapshots taken before ``c``,
-* failures that happened by ``c``,
-* labels known at ``c``: a snapshot whose horizon ends after ``c`` is a positive only
-  when its failure already happened, never a negative (:mod:`models.training`),
+* snapshots taken before ``c`` (every failure-adjacent one and a weighted sample of the
+  healthy ones: :mod:`foreshock.models.dataset`),
+* failures detected by ``c``,
+* labels known at ``c`` by the one rule for both classes (:mod:`models.training`): a
+  snapshot whose horizon runs past ``c`` is positive when its failure fell in the observed
+  part, otherwise a negative weighted by the observed share of the horizon; the number of
+  such open rows is in each fold's notes,
 
 and scores the snapshots in ``[c, next cutoff)``.  The out-of-sample scores of all folds
-are then judged together with :mod:`models.metrics` at three operating points per model
-and horizon: the drain budget (``[backtest] drain_budget_per_day`` alerts a day), the
-lowest threshold meeting ``[backtest] target_precision``, and the policy's fixed
-``[policy] enter_risk``.
+are then judged together with :mod:`models.metrics` at the operating points of
+:mod:`models.operating_points`, each fold's threshold chosen from the folds before it: the
+drain budget (at most ``[backtest] drain_budget_per_day`` new alerts a day), the lowest
+threshold meeting ``[backtest] target_precision``, the policy's fixed ``[policy]
+enter_risk``, and, labelled as an upper bound, the budget with its threshold chosen on the
+test period itself.  The threshold baseline's binary rules are scored as operators run
+them today (model ``rules``).
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,17 +38,34 @@ from foreshock.config import Config
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
 from foreshock.durations import format_duration
+from foreshock.features.labels import CENSORED_AT
 from foreshock.lake import atomic_write_parquet, atomic_write_text
-from foreshock.models.base import SCORE_SCHEMA, RiskModel, require_columns
-from foreshock.models.bundle import fit_models, model_factories
-from foreshock.models.metrics import (
-    AlertWindow,
-    lead_time_report,
-    snapshot_metrics,
-    threshold_for_budget,
-    threshold_for_precision,
+from foreshock.models.base import (
+    SAMPLE_WEIGHT,
+    SCORE_SCHEMA,
+    RiskModel,
+    config_horizons,
+    monotone_risk,
+    require_columns,
 )
-from foreshock.models.training import snapshot_step
+from foreshock.models.baseline import ThresholdBaseline
+from foreshock.models.bundle import fit_models, model_factories
+from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
+from foreshock.models.metrics import AlertWindow, judge_alerts, snapshot_metrics
+from foreshock.models.operating_points import (
+    RULES_MODEL,
+    OperatingPoints,
+    Period,
+    choose_thresholds,
+    policy_alerts,
+    rules_point,
+)
+from foreshock.models.training import (
+    known_failures,
+    labelled_until,
+    snapshot_step,
+    unresolved_rows,
+)
 
 DEFAULT_FOLDS = 4
 DEFAULT_TEST_FRACTION = 0.4
@@ -165,7 +189,7 @@ ModelFactories = dict[str, Callable[[], RiskModel]]
 
 
 def walk_forward(
-    features: pl.DataFrame,
+    features: pl.DataFrame | FeatureSource | FrameSource,
     failures: pl.DataFrame,
     config: Config,
     *,
@@ -173,19 +197,23 @@ def walk_forward(
     factories: ModelFactories | None = None,
     folds: int | None = None,
     test_fraction: float | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> BacktestResult:
     """Run the walk-forward backtest and judge its out-of-sample scores.
 
     Parameters
     ----------
     features
-        Feature snapshots (``unit_id, ts`` + features), e.g. ``scan_features(config).collect()``.
+        The feature store (:class:`~foreshock.models.dataset.FeatureSource`, read fold by
+        fold) or a feature frame in memory (``unit_id, ts`` + features).
     failures
         Canonical failures table.
     config
         ``[labels] horizons``, ``[backtest]`` (``alert_window``, ``min_lead_time``,
-        ``drain_budget_per_day``, ``target_precision``, optional ``folds`` and
-        ``test_fraction``), ``[policy]`` costs and ``enter_risk``, model settings.
+        ``drain_budget_per_day``, ``target_precision``, optional ``folds``,
+        ``test_fraction`` and ``score_batch_rows``), ``[policy]`` costs and
+        ``enter_risk``, model settings and the training sample (``[models]
+        max_healthy_rows``).
     ground_truth
         Optional: ``unit_id, failed_at`` and ``has_precursor`` or ``precursor_onset``
         (the simulator's ``ground_truth.parquet``) for recall with / without precursor.
@@ -193,46 +221,103 @@ def walk_forward(
         Model constructors by name (default: :func:`models.bundle.model_factories`).
     folds, test_fraction
         Override ``[backtest] folds`` / ``test_fraction``.
+    drains
+        Canonical drains (``unit_id, drained_at, returned_at``): a drain censors the
+        labels of the snapshots before it, and failures during one are reported apart
+        (``drained_then_failed``).
+
+    Memory: per fold only the training sample (keys first, then the sampled rows'
+    features as Float32) and one batch of test rows are held; each fold's scores go to a
+    file and are read back once at the end.
     """
-    require_columns(features, ("unit_id", "ts"), "feature frame")
+    source = as_source(features)
     require_columns(failures, ("unit_id", "failed_at"), "failures")
-    if features.height == 0:
+    if source.empty:
         raise ValueError("no feature snapshots to backtest")
     section = config.section("backtest")
     folds = int(folds or section.get("folds", DEFAULT_FOLDS))
     test_fraction = float(test_fraction or section.get("test_fraction", DEFAULT_TEST_FRACTION))
+    batch_rows = int(section["score_batch_rows"])
     factories = factories or model_factories(config)
-    features = features.with_columns(pl.col("ts").cast(UTC_TS)).sort("unit_id", "ts")
+    horizons = config_horizons(config)
+    sample = TrainingSample.from_config(config, horizons)
     failures = failures.with_columns(pl.col("failed_at").cast(UTC_TS))
-    step = snapshot_step(features)
-    ts = features.get_column("ts")
-    plan = plan_folds(ts.min(), ts.max(), step, folds, test_fraction)
+    step = source.step()
+    first, last = source.span()
+    plan = plan_folds(first, last, step, folds, test_fraction)
 
-    parts, fold_notes = [], []
-    for fold in plan:
-        cutoff = pl.lit(fold.cutoff).cast(UTC_TS)
-        train = features.filter(pl.col("ts") < cutoff)
-        known = failures.filter(pl.col("failed_at") <= cutoff)
-        test = features.filter((pl.col("ts") >= cutoff) & (pl.col("ts") < pl.lit(fold.test_end).cast(UTC_TS)))
-        models, notes = fit_models(train, known, factories, until=fold.cutoff)
-        fold_notes.append(
-            {
-                **fold.to_dict(),
-                "train_snapshots": train.height,
-                "train_failures": known.height,
-                "test_snapshots": test.height,
-                "models": sorted(models),
-                "notes": notes,
-            }
-        )
-        for name, model in models.items():
-            parts.append(model.predict_risk(test).with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
-    scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
+    fold_notes = []
+    with tempfile.TemporaryDirectory(prefix="foreshock-backtest-") as tmp:
+        fold_files = []
+        for fold in plan:
+            known = known_failures(failures, fold.cutoff)
+            train = training_frame(source, known, fold.cutoff, sample, drains=drains)
+            unresolved = unresolved_rows(
+                labelled_until(train.select(_label_keys(train)), known, horizons, fold.cutoff, weighted=True), horizons
+            )
+            train_rows, healthy_weight = train.height, float(train.get_column(SAMPLE_WEIGHT).max() or 1.0)
+            models, notes = fit_models(train, known, factories, until=fold.cutoff)
+            del train
+            notes = notes + [
+                f"fold {fold.index}: {n} of {train_rows} training rows have an open {h} outcome at the cutoff "
+                "(negatives weighted by the observed share of the horizon)"
+                for h, n in unresolved.items()
+            ]
+            notes += [
+                f"fold {fold.index}: {name}: {note}"
+                for name, model in models.items()
+                for note in getattr(model, "notes_", [])
+            ]
+            test_rows = 0
+            parts = []
+            for batch in source.batches(fold.cutoff, fold.test_end, batch_rows):
+                test_rows += batch.height
+                for name, model in models.items():
+                    risk = monotone_risk(model.predict_risk(batch))
+                    parts.append(risk.with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
+                    if isinstance(model, ThresholdBaseline):  # the binary rules as run today, beside the ranked ones
+                        parts.append(
+                            model.predict_fires(batch)
+                            .with_columns(pl.lit(RULES_MODEL).alias("model"))
+                            .select(list(SCORE_SCHEMA))
+                        )
+            fold_scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
+            path = Path(tmp) / f"fold-{fold.index}.parquet"
+            fold_scores.write_parquet(path)
+            fold_files.append(path)
+            del parts, fold_scores
+            fold_notes.append(
+                {
+                    **fold.to_dict(),
+                    "train_snapshots": train_rows,
+                    "train_healthy_weight": healthy_weight,
+                    "train_unresolved": unresolved,
+                    "train_failures": known.height,
+                    "test_snapshots": test_rows,
+                    "models": sorted(models),
+                    "notes": notes,
+                }
+            )
+        scores = pl.read_parquet(fold_files) if fold_files else pl.DataFrame(schema=SCORE_SCHEMA)
     scores = scores.sort("model", "horizon", "unit_id", "ts")
-    report = judge_scores(scores, failures, config, ground_truth=ground_truth, step=step)
+    periods = [Period(f.cutoff, f.test_end) for f in plan]
+    report = judge_scores(
+        scores, failures, config, ground_truth=ground_truth, step=step, periods=periods, drains=drains
+    )
     report["folds"] = fold_notes
-    report["settings"].update({"folds": folds, "test_fraction": test_fraction, "snapshot_every": format_duration(step)})
+    report["settings"].update(
+        {
+            "folds": folds,
+            "test_fraction": test_fraction,
+            "snapshot_every": format_duration(step),
+            "max_healthy_rows": sample.max_healthy_rows,
+        }
+    )
     return BacktestResult(scores=scores, report=report, markdown=render_markdown(report), folds=plan)
+
+
+def _label_keys(frame: pl.DataFrame) -> list[str]:
+    return [c for c in ("unit_id", "ts", "life_start", CENSORED_AT) if c in frame.columns]
 
 
 def judge_scores(
@@ -242,49 +327,92 @@ def judge_scores(
     *,
     ground_truth: pl.DataFrame | None = None,
     step: timedelta | None = None,
+    periods: list[Period] | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> dict:
     """Metrics of every model and horizon of a scores table at each operating point.
 
     The same function judges backtests and the registry's challenger/champion review.
+
+    Parameters
+    ----------
+    periods
+        The test periods in time order (the walk-forward folds): each period's thresholds
+        are chosen from the scores before it (:mod:`models.operating_points`).  Default:
+        the whole table is one period (a review window), so the budget point runs the
+        daily cap alone and the target-precision point is not reached.
+    drains
+        Recorded drains (the ``drains`` table): failures during a drain are reported as
+        ``drained_then_failed``, apart from the judged failures.
     """
-    section = config.section("backtest")
     window = AlertWindow.from_config(config)
     costs = DrainCosts.from_policy(config.section("policy"))
-    budget = float(section.get("drain_budget_per_day", 2))
-    target = float(section.get("target_precision", 0.5))
-    enter_risk = float(config.section("policy").get("enter_risk", 0.5))
+    settings = OperatingPoints.from_config(config)
     step = step or snapshot_step(scores.filter(pl.col("model") == scores.get_column("model").first()))
+    if not periods:
+        ts = scores.get_column("ts")
+        periods = [Period(ts.min(), ts.max() + step)] if scores.height else []
     report: dict = {
         "settings": {
             "alert_window": format_duration(window.alert_window),
             "min_lead_time": format_duration(window.min_lead_time),
-            "drain_budget_per_day": budget,
-            "target_precision": target,
-            "enter_risk": enter_risk,
+            "drain_budget_per_day": settings.alerts_per_day,
+            "target_precision": settings.target_precision,
+            "enter_risk": settings.enter_risk,
+            "exit_risk": settings.exit_risk,
         },
         "scored": {
             "snapshots": scores.select("unit_id", "ts").unique().height,
             "units": scores.get_column("unit_id").n_unique(),
             "start": scores.get_column("ts").min().isoformat() if scores.height else None,
             "end": scores.get_column("ts").max().isoformat() if scores.height else None,
+            "periods": [{"start": p.start.isoformat(), "end": p.end.isoformat()} for p in periods],
         },
         "models": {},
     }
     for (model, horizon), series in scores.group_by(["model", "horizon"], maintain_order=True):
-        series = series.select("unit_id", "ts", "risk")
-        operating = {
-            "budget": threshold_for_budget(series, budget, step),
-            "target_precision": threshold_for_precision(series, failures, horizon, target, step),
-            "policy": enter_risk,
-        }
+        series = series.select("unit_id", "ts", "risk", *(["margin"] if "margin" in series.columns else []))
+        if model == RULES_MODEL:
+            chosen = rules_point(periods)
+        else:
+            chosen = choose_thresholds(series, failures, horizon, periods, settings, step)
         points = {}
-        for point, threshold in operating.items():
-            if threshold is None:
-                points[point] = None
+        for name, point in chosen.items():
+            judged = point.judged
+            if not judged:
+                points[name] = None
                 continue
-            points[point] = lead_time_report(
-                series, failures, threshold, horizon, window, ground_truth=ground_truth, costs=costs, step=step
+            in_judged = pl.any_horizontal(
+                [
+                    pl.col("ts").is_between(pl.lit(p.start).cast(UTC_TS), pl.lit(p.end).cast(UTC_TS), closed="left")
+                    for p in judged
+                ]
+            )
+            judged_series = series.filter(in_judged)
+            alerts = policy_alerts(series, point.periods, point.rule, step)
+            result = judge_alerts(
+                judged_series,
+                alerts,
+                failures,
+                horizon,
+                window,
+                ground_truth=ground_truth,
+                costs=costs,
+                step=step,
+                drains=drains,
             ).to_dict()
+            thresholds = point.thresholds()
+            result["threshold"] = thresholds[0] if len(set(thresholds)) == 1 else None
+            result.update(
+                {
+                    "thresholds": thresholds,
+                    "chosen_on": point.chosen_on,
+                    "daily_cap": point.rule.daily_cap,
+                    "exit_ratio": point.rule.exit_ratio,
+                    "judged_periods": len(judged),
+                }
+            )
+            points[name] = result
         report["models"].setdefault(model, {})[horizon] = {
             "snapshot": snapshot_metrics(series, failures, horizon, step=step),
             "operating_points": points,
@@ -295,10 +423,15 @@ def judge_scores(
 # -- Markdown ----------------------------------------------------------------------------
 
 _POINT_TITLES = {
-    "budget": "drain budget ({drain_budget_per_day:g} alerts/day)",
-    "target_precision": "target precision ({target_precision:g})",
-    "policy": "policy threshold (risk >= {enter_risk:g})",
+    "budget": "drain budget, prospective: at most {drain_budget_per_day:g} new alerts a day, top risk first, "
+    "floor chosen on the earlier folds only (first fold: the cap alone)",
+    "target_precision": "target precision {target_precision:g}, prospective: threshold chosen on the earlier folds "
+    "(first fold not judged)",
+    "policy": "policy threshold (enter at risk >= {enter_risk:g}, leave below {exit_risk:g})",
+    "budget_upper_bound": "UPPER BOUND, not achievable in operation: the drain budget with its floor chosen on the "
+    "test period itself",
 }
+RULES_TITLE = "rules (binary, as run today; no budget)"
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -309,6 +442,24 @@ def _fmt(value, digits: int = 2) -> str:
     return str(value)
 
 
+def _thresholds(r: dict) -> str:
+    values = r.get("thresholds") or [r.get("threshold")]
+    return " / ".join("–" if v is None else (v if isinstance(v, str) else f"{v:.4g}") for v in values)
+
+
+def _point_row(label: str, r: dict | None) -> str:
+    if r is None:
+        return f"| {label} | not reached | | | | | | | | | | | |"
+    return (
+        f"| {label} | {_thresholds(r)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
+        f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
+        f"| {_fmt(r['precision'])} | {_fmt(r['precision_per_unit'])} | {r['late_alerts']} "
+        f"| {r.get('drained_then_failed', 0)} "
+        f"| {_fmt(r['lead_time_p10_h'], 0)} / {_fmt(r['lead_time_p50_h'], 0)} / {_fmt(r['lead_time_p90_h'], 0)} "
+        f"| {_fmt(r['false_alerts_per_1000_unit_days'])} | {_fmt(r['gpu_hours_saved'], 0)} |"
+    )
+
+
 def render_markdown(report: dict) -> str:
     """The report as Markdown: snapshot metrics, then each operating point, models side by side."""
     s = report["settings"]
@@ -317,17 +468,20 @@ def render_markdown(report: dict) -> str:
         "",
         f"Out-of-sample period {report['scored']['start']} to {report['scored']['end']}, "
         f"{report['scored']['units']} units. A failure is caught by an alert started between "
-        f"{s['alert_window']} and {s['min_lead_time']} before it; an alert is true when its unit fails "
-        "within the horizon. Metric definitions: docs/metrics.md.",
+        f"{s['alert_window']} and {s['min_lead_time']} before it (one alert credits one failure); an alert "
+        "is true when its unit fails within the horizon, late when it fails sooner than "
+        f"{s['min_lead_time']} (neither caught nor true). Only snapshots and alerts whose horizon ended "
+        "within the data are labelled. Metric definitions: docs/metrics.md.",
         "",
     ]
     models = report["models"]
     horizons = sorted({h for m in models.values() for h in m}, key=lambda h: (len(h), h))
     for horizon in horizons:
-        lines += [f"## Horizon {horizon}", "", "Snapshot level:", ""]
+        lines += [f"## Horizon {horizon}", "", "Snapshot level (resolved snapshots only):", ""]
         lines += [
-            "| model | PR-AUC | C-index | calibration error | mean risk | failure rate |",
-            "|---|---|---|---|---|---|",
+            "| model | PR-AUC | C-index | calibration error | mean risk | failure rate | resolved / unresolved "
+            "| largest tie |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for model, per_h in models.items():
             if horizon not in per_h:
@@ -335,27 +489,24 @@ def render_markdown(report: dict) -> str:
             m = per_h[horizon]["snapshot"]
             lines.append(
                 f"| {model} | {_fmt(m['pr_auc'], 3)} | {_fmt(m['c_index'], 3)} | {_fmt(m['calibration_error'], 4)} "
-                f"| {_fmt(m['mean_risk'], 4)} | {_fmt(m['failure_rate'], 4)} |"
+                f"| {_fmt(m['mean_risk'], 4)} | {_fmt(m['failure_rate'], 4)} "
+                f"| {m['snapshots']} / {m['unresolved_snapshots']} | {_fmt(m['largest_tie_share'], 3)} |"
             )
         for point, title in _POINT_TITLES.items():
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [
-                "| model | threshold | alerts/day | caught / failures | recall | recall with / without precursor "
-                "| precision | lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days | GPU-hours saved |",
-                "|---|---|---|---|---|---|---|---|---|---|",
+                "| model | threshold per fold | alerts/day | caught / failures | recall | recall with / without "
+                "precursor | precision per alert | precision per unit | late alerts | drained then failed "
+                "| lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days | GPU-hours saved |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             for model, per_h in models.items():
-                r = per_h.get(horizon, {}).get("operating_points", {}).get(point)
-                if r is None:
-                    lines.append(f"| {model} | not reached | | | | | | | | |")
+                points = per_h.get(horizon, {}).get("operating_points", {})
+                if model == RULES_MODEL:
+                    if point == "budget":
+                        lines.append(_point_row(RULES_TITLE, points.get("as_run_today")))
                     continue
-                lines.append(
-                    f"| {model} | {_fmt(r['threshold'], 4)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
-                    f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
-                    f"| {_fmt(r['precision'])} | {_fmt(r['lead_time_p10_h'], 0)} / {_fmt(r['lead_time_p50_h'], 0)} / "
-                    f"{_fmt(r['lead_time_p90_h'], 0)} | {_fmt(r['false_alerts_per_1000_unit_days'])} "
-                    f"| {_fmt(r['gpu_hours_saved'], 0)} |"
-                )
+                lines.append(_point_row(model, points.get(point)))
         lines += ["", "By failure mode at the drain budget (recall, median lead time in h):", ""]
         modes = sorted(
             {
@@ -370,12 +521,14 @@ def render_markdown(report: dict) -> str:
             lines += ["| model | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
             for model, per_h in models.items():
                 r = (per_h.get(horizon, {}).get("operating_points", {}).get("budget") or {}).get("by_mode", {})
+                if model == RULES_MODEL:
+                    continue
                 cells = [
                     f"{r[m]['caught']}/{r[m]['failures']}, {_fmt(r[m]['lead_time_p50_h'], 0)}" if m in r else "–"
                     for m in modes
                 ]
                 lines.append(f"| {model} | " + " | ".join(cells) + " |")
-        lines.append("")
+    lines.append("")
     notes = [n for f in report.get("folds", []) for n in f["notes"]]
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]

@@ -19,8 +19,21 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import polars as pl
 
-from foreshock.contract import LABEL_PREFIX, SNAPSHOT_CONTEXT_COLUMNS, SNAPSHOT_KEY, TIME_TO_FAILURE, UTC_TS
+from foreshock.contract import (
+    LABEL_PREFIX,
+    SNAPSHOT_CONTEXT_COLUMNS,
+    SNAPSHOT_KEY,
+    TIME_TO_FAILURE,
+    UTC_TS,
+    WEIGHT_PREFIX,
+)
 from foreshock.durations import format_duration, parse_duration
+from foreshock.features.labels import AT_FAILURE, CENSORED_AT
+
+# Per-row training weight the training loader adds (models.dataset); never a model input.
+SAMPLE_WEIGHT = "sample_weight"
+# Columns the training loader may add to a feature frame; never model inputs.
+TRAINING_COLUMNS = (SAMPLE_WEIGHT, CENSORED_AT, AT_FAILURE)
 
 SCORE_SCHEMA = {
     "unit_id": pl.String(),
@@ -83,25 +96,52 @@ def horizon_hours(horizon: str | timedelta) -> float:
 
 
 def frame_feature_columns(frame: pl.DataFrame) -> list[str]:
-    """Every numeric column of a snapshot frame that is not a key, context or label column
-    (architecture.md): what a model may learn from."""
-    excluded = {*SNAPSHOT_KEY, *SNAPSHOT_CONTEXT_COLUMNS, TIME_TO_FAILURE}
+    """Every numeric column of a snapshot frame that is not a key, context, label, label
+    weight or training column (architecture.md): what a model may learn from."""
+    excluded = {*SNAPSHOT_KEY, *SNAPSHOT_CONTEXT_COLUMNS, TIME_TO_FAILURE, *TRAINING_COLUMNS}
     return [
         name
         for name, dtype in frame.schema.items()
-        if name not in excluded and not name.startswith(LABEL_PREFIX) and dtype.is_numeric()
+        if name not in excluded and not name.startswith((LABEL_PREFIX, WEIGHT_PREFIX)) and dtype.is_numeric()
     ]
 
 
-def feature_matrix(frame: pl.DataFrame, names: list[str]) -> np.ndarray:
-    """A float64 matrix of ``names`` (missing columns are NaN, so old models keep working
-    on a frame where a metric stopped being reported)."""
-    exprs = [
-        pl.col(n).cast(pl.Float64) if n in frame.columns else pl.lit(None, dtype=pl.Float64).alias(n) for n in names
-    ]
+def feature_matrix(frame: pl.DataFrame, names: list[str], dtype: type = np.float64) -> np.ndarray:
+    """A matrix of ``names`` (missing columns are NaN, so old models keep working on a
+    frame where a metric stopped being reported); ``np.float32`` halves the memory."""
+    target = pl.Float32 if dtype == np.float32 else pl.Float64
+    exprs = [pl.col(n).cast(target) if n in frame.columns else pl.lit(None, dtype=target).alias(n) for n in names]
     if not names:
-        return np.zeros((frame.height, 0))
-    return frame.select(exprs).to_numpy().astype(np.float64, copy=False)
+        return np.zeros((frame.height, 0), dtype=dtype)
+    return frame.select(exprs).to_numpy().astype(dtype, copy=False)
+
+
+def monotone_in_horizon(risks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Risk per horizon made non-decreasing in the horizon's length (a running maximum from
+    the shortest horizon up): failing within 24 h implies failing within 72 h, so
+    P(fail within 24 h) > P(fail within 72 h) is never reported."""
+    out, running = {}, None
+    for h in sorted(risks, key=horizon_hours):
+        running = risks[h] if running is None else np.maximum(running, risks[h])
+        out[h] = running
+    return out
+
+
+def monotone_risk(risk: pl.DataFrame) -> pl.DataFrame:
+    """Long-format risk (``unit_id, ts, horizon, risk``) made non-decreasing in the horizon
+    for every unit and snapshot (:func:`monotone_in_horizon` for any model's output)."""
+    horizons = risk.get_column("horizon").unique().to_list()
+    if len(horizons) < 2:
+        return risk
+    order = {h: horizon_hours(h) for h in horizons}
+    return (
+        risk.with_row_index("_row")
+        .with_columns(pl.col("horizon").replace_strict(order, return_dtype=pl.Float64).alias("_hours"))
+        .sort("unit_id", "ts", "_hours")
+        .with_columns(pl.col("risk").cum_max().over("unit_id", "ts"))
+        .sort("_row")
+        .drop("_row", "_hours")
+    )
 
 
 def require_columns(frame: pl.DataFrame, columns: tuple[str, ...] | list[str], what: str) -> None:

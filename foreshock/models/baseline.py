@@ -250,6 +250,15 @@ class ThresholdBaseline:
         parts = [risk_frame(frame, h, self.calibrators_[h].predict(score)) for h in self.horizons]
         return pl.concat(parts) if parts else pl.DataFrame(schema=RISK_SCHEMA)
 
+    def predict_fires(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """The binary rules as operators run them, in the risk layout: risk 1.0 where
+        :meth:`fires`, else 0.0, for every horizon (the same alert whatever the horizon)."""
+        if not self.calibrators_ and not self.rules_:
+            raise RuntimeError("ThresholdBaseline is not fitted: call fit() or load()")
+        fired = self.fires(frame).astype(np.float64)
+        parts = [risk_frame(frame, h, fired) for h in self.horizons]
+        return pl.concat(parts) if parts else pl.DataFrame(schema=RISK_SCHEMA)
+
     def explain(self, frame: pl.DataFrame, top: int = 3) -> pl.DataFrame:
         """The rules nearest to (or furthest past) their thresholds; contribution = log ratio."""
         if not self.rules_:

@@ -24,17 +24,21 @@ from typing import Any
 import polars as pl
 
 from foreshock.config import Config
+from foreshock.contract import UTC_TS
 from foreshock.models.base import (
     EXPLANATION_SCHEMA,
     SCORE_SCHEMA,
     RiskModel,
     config_horizons,
     frame_feature_columns,
+    monotone_risk,
     require_columns,
 )
 from foreshock.models.baseline import ThresholdBaseline
 from foreshock.models.cox_time_varying import CoxTimeVaryingRisk
+from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
 from foreshock.models.gbm import GradientBoostedRisk
+from foreshock.models.training import known_failures
 
 BUNDLE_FORMAT = 1
 MODEL_CLASSES: dict[str, type] = {
@@ -84,7 +88,9 @@ class RiskBundle:
         """
         require_columns(frame, ("unit_id", "ts"), "feature frame")
         parts = [
-            model.predict_risk(frame).with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA))
+            monotone_risk(model.predict_risk(frame))
+            .with_columns(pl.lit(name).alias("model"))
+            .select(list(SCORE_SCHEMA))
             for name, model in self.models.items()
         ]
         if not parts:
@@ -178,47 +184,55 @@ def fit_models(
 
 
 def train_bundle(
-    features: pl.DataFrame,
+    features: pl.DataFrame | FeatureSource | FrameSource,
     failures: pl.DataFrame,
     config: Config,
     *,
     until: datetime | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> RiskBundle:
     """Train every model on all labelled history.
 
     Parameters
     ----------
     features
-        Feature snapshots (``features.store.scan_features(config).collect()``).
+        The feature store (:class:`~foreshock.models.dataset.FeatureSource`: only the
+        training sample is read) or a feature frame in memory.
     failures
         Canonical failures table.
     config
-        Horizons from ``[labels]``, model settings from ``[models]``, rules from
-        ``[baseline]``.
+        Horizons from ``[labels]``, model settings and the training sample from
+        ``[models]``, rules from ``[baseline]``.
     until
         Training cutoff (default: the last snapshot); labels only use what is known then.
+    drains
+        Canonical drains: a drain censors the labels of the snapshots before it.
 
     Raises
     ------
     ValueError
         When the primary model cannot be trained (e.g. no failure in the history).
     """
-    require_columns(features, ("unit_id", "ts"), "feature frame")
-    if features.height == 0:
+    source = as_source(features)
+    if source.empty:
         raise ValueError("no feature snapshots to train on")
+    first, last = source.span()
+    cutoff = until or last + source.step()  # the last snapshot is known when it is taken
+    sample = TrainingSample.from_config(config, config_horizons(config))
+    known = known_failures(failures.with_columns(pl.col("failed_at").cast(UTC_TS)), cutoff)
+    frame = training_frame(source, known, cutoff, sample, drains=drains)
     primary = str(config.section("models").get("primary", "gbm"))
-    models, notes = fit_models(features, failures, model_factories(config), until)
+    models, notes = fit_models(frame, known, model_factories(config), cutoff)
     if primary not in models:
         reason = next((n for n in notes if n.startswith(f"{primary}:")), "")
         raise ValueError(f"primary model {primary!r} could not be trained: {reason}")
-    ts = features.get_column("ts")
     return RiskBundle(
         models=models,
         primary=primary,
         horizons=config_horizons(config),
-        feature_names=frame_feature_columns(features),
-        trained_range=(ts.min(), until or ts.max()),
-        notes=notes,
+        feature_names=frame_feature_columns(frame.head(0)),
+        trained_range=(first, until or last),
+        notes=notes + [f"{name}: {n}" for name, model in models.items() for n in getattr(model, "notes_", [])],
     )
 
 

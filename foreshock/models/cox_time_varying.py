@@ -39,9 +39,11 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
-from foreshock.contract import label_column
+from foreshock.contract import label_column, weight_column
+from foreshock.features.labels import outcome_labels
 from foreshock.models.base import (
     RISK_SCHEMA,
+    SAMPLE_WEIGHT,
     feature_matrix,
     frame_feature_columns,
     horizon_hours,
@@ -49,7 +51,7 @@ from foreshock.models.base import (
     risk_frame,
     top_contributions,
 )
-from foreshock.models.training import intervals_until, labelled_until
+from foreshock.models.training import intervals_until
 
 MAX_PENALIZER = 1e-4
 _Z_CLIP = 8.0
@@ -107,7 +109,9 @@ class CoxTimeVaryingRisk:
     max_log_hazard_ratio
         A covariate whose fitted log hazard ratio per standard deviation exceeds this is a
         sign of quasi-separation (a rare count seen only before failures): it is dropped
-        and the model refitted.
+        and the model refitted, at most ``max_separation_passes`` fits in all.
+    screening_rows
+        Rows (besides every positive one) the covariates are screened on.
     """
 
     horizons: list[str]
@@ -117,6 +121,8 @@ class CoxTimeVaryingRisk:
     screening_horizon: str | None = None
     baseline_knots: int = 1
     max_log_hazard_ratio: float = 3.0
+    max_separation_passes: int = 4
+    screening_rows: int = 50_000
     kind: str = "cox"
     feature_names_: list[str] = field(default_factory=list)
     centers_: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -174,52 +180,84 @@ class CoxTimeVaryingRisk:
 
     # -- estimator ---------------------------------------------------------------------
     def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> CoxTimeVaryingRisk:
-        """Fit on the intervals known at ``until`` (default: the last snapshot)."""
+        """Fit on the intervals known at ``until`` (default: the last snapshot).
+
+        ``frame`` may carry ``sample_weight`` (subsampled healthy rows weighted by the
+        inverse rate: the partial likelihood then runs over sampled risk sets, each
+        interval weighted) and ``censored_at`` (drains end the observation).
+        """
         if until is None:
             until = frame.get_column("ts").max()
-        labelled = labelled_until(frame, failures, self.horizons, until)
         candidates = frame_feature_columns(frame)
         if not candidates:
             raise ValueError("no numeric feature columns to train on")
-        screen_h = horizon_names([self.screening_horizon])[0] if self.screening_horizon else self.horizons[-1]
-        y_screen = labelled.get_column(label_column(screen_h)).fill_null(False).to_numpy().astype(float)
-        x_labelled = feature_matrix(labelled, candidates)
-        compressed = heavy_tailed(x_labelled)
-        chosen = self._screen(compress(x_labelled, compressed), y_screen, candidates)
+        compressed, chosen = self._screen_sample(frame, failures, until, candidates)
         intervals = intervals_until(frame, failures, until)
         event = intervals.get_column("event").to_numpy().astype(bool)
         if not event.any():
             raise ValueError("no failure among the training intervals; cannot fit a Cox model")
+        rows = intervals.get_column("row").to_numpy()
+        weight = (
+            frame.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()[rows]
+            if SAMPLE_WEIGHT in frame.columns
+            else np.ones(rows.size)
+        )
         # Only the screened covariates are materialised for the intervals (memory: a fleet
         # has hundreds of feature columns and 10^5-10^6 intervals).
         pool = {j: i for i, j in enumerate(chosen)}
-        x_pool = compress(feature_matrix(intervals, [candidates[j] for j in chosen]), compressed[chosen])
+        x_pool = compress(feature_matrix(frame, [candidates[j] for j in chosen])[rows], compressed[chosen])
         start = intervals.get_column("start").to_numpy()
         stop = intervals.get_column("stop").to_numpy()
         ids = intervals.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
+        del intervals
 
-        for _ in range(4):
-            fitter, chosen, centers, scales, z = self._fit_lifelines(chosen, pool, x_pool, ids, start, stop, event)
-            names = [candidates[j] for j in chosen]
-            beta = fitter.params_.to_numpy(dtype=np.float64) if names else np.zeros(0)
+        # Drop quasi-separated covariates and refit, at most ``max_separation_passes`` fits.
+        # The loop only ever shrinks ``chosen`` before a fit, so what is saved (names,
+        # coefficients, standardisation, compression mask) is always what was fitted.
+        passes = 0
+        while True:
+            fitter, chosen, centers, scales, z = self._fit_lifelines(
+                chosen, pool, x_pool, ids, start, stop, event, weight
+            )
+            passes += 1
+            beta = fitter.params_.to_numpy(dtype=np.float64) if chosen else np.zeros(0)
             separated = [j for j, b in zip(chosen, beta) if abs(b) > self.max_log_hazard_ratio]
-            if not separated or len(separated) == len(chosen):
+            if not separated or len(separated) == len(chosen) or passes >= self.max_separation_passes:
                 break
             chosen = [j for j in chosen if j not in separated]
+        names = [candidates[j] for j in chosen]
         self.feature_names_ = names
         self.centers_, self.scales_, self.coefficients_ = centers, scales, beta
         self.compressed_ = compressed[chosen] if chosen else np.zeros(0, dtype=bool)
-        self._fit_baseline(start, stop, event, z @ beta if names else np.zeros(len(start)))
+        self._fit_baseline(start, stop, event, z @ beta if names else np.zeros(len(start)), weight)
         self.summary_ = {
             "n_intervals": int(len(start)),
             "n_events": int(event.sum()),
+            "separation_passes": passes,
             "log_hazard_ratio": dict(zip(names, map(float, beta))),
             "penalizer": self.penalizer,
             "baseline_rate_per_h": self.tail_rate_,
         }
         return self
 
-    def _fit_lifelines(self, chosen, pool, x_pool, ids, start, stop, event):
+    def _screen_sample(
+        self, frame: pl.DataFrame, failures: pl.DataFrame, until: datetime, candidates: list[str]
+    ) -> tuple[np.ndarray, list[int]]:
+        """Heavy-tail mask and screened covariates from every positive row and at most
+        ``screening_rows`` others (a fixed-seed sample: screening needs means, not every row)."""
+        screen_h = horizon_names([self.screening_horizon])[0] if self.screening_horizon else self.horizons[-1]
+        labels = outcome_labels(frame, failures, [screen_h], until)
+        y = labels.get_column(label_column(screen_h)).fill_null(False).to_numpy()
+        usable = labels.get_column(weight_column(screen_h)).to_numpy() > 0
+        negatives = np.flatnonzero(usable & ~y)
+        if negatives.size > self.screening_rows:
+            negatives = np.random.default_rng(0).choice(negatives, self.screening_rows, replace=False)
+        rows = np.sort(np.concatenate([np.flatnonzero(usable & y), negatives]))
+        x = feature_matrix(frame[rows], candidates)
+        compressed = heavy_tailed(x)
+        return compressed, self._screen(compress(x, compressed), y[rows].astype(float), candidates)
+
+    def _fit_lifelines(self, chosen, pool, x_pool, ids, start, stop, event, weight):
         """lifelines on the chosen covariates; halves them until the Newton steps converge."""
         from lifelines import CoxTimeVaryingFitter
         from lifelines.exceptions import ConvergenceError
@@ -232,11 +270,14 @@ class CoxTimeVaryingRisk:
             z = np.clip(np.nan_to_num((x - centers) / scales, nan=0.0), -_Z_CLIP, _Z_CLIP)
             data = pd.DataFrame(z, columns=[f"x{i}" for i in range(len(chosen))])
             data["id"], data["start"], data["stop"], data["event"] = ids, start, stop, event
+            data["weight"] = weight
             fitter = CoxTimeVaryingFitter(penalizer=self.penalizer)
             try:
                 with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    fitter.fit(data, id_col="id", event_col="event", start_col="start", stop_col="stop")
+                    warnings.simplefilter("ignore")  # non-integer weights are intended
+                    fitter.fit(
+                        data, id_col="id", event_col="event", start_col="start", stop_col="stop", weights_col="weight"
+                    )
                 break
             except (ConvergenceError, np.linalg.LinAlgError) as exc:
                 if len(chosen) <= 1:
@@ -244,13 +285,16 @@ class CoxTimeVaryingRisk:
                 chosen = chosen[: max(1, len(chosen) // 2)]  # fewer covariates, steadier fit
         return fitter, chosen, centers, scales, z
 
-    def _fit_baseline(self, start: np.ndarray, stop: np.ndarray, event: np.ndarray, lp: np.ndarray) -> None:
-        """H0 on knots: a constant rate (one bin) or Breslow's estimator over equal bins."""
-        risk = np.exp(np.clip(lp, -30, 30))
+    def _fit_baseline(
+        self, start: np.ndarray, stop: np.ndarray, event: np.ndarray, lp: np.ndarray, weight: np.ndarray
+    ) -> None:
+        """H0 on knots: a constant rate (one bin) or Breslow's estimator over equal bins
+        (intervals weighted by their sampling weight)."""
+        risk = weight * np.exp(np.clip(lp, -30, 30))
         lo, hi = float(start.min()), float(stop.max())
         span = max(hi - lo, 1e-6)
         if self.baseline_knots <= 1:
-            rate = float(event.sum() / max(np.sum(risk * (stop - start)), 1e-300))
+            rate = float(np.sum(weight[event]) / max(np.sum(risk * (stop - start)), 1e-300))
             self.knots_h_ = np.array([lo, hi])
             self.knots_cum_hazard_ = np.array([0.0, rate * span])
             self.tail_rate_ = rate
@@ -265,7 +309,7 @@ class CoxTimeVaryingRisk:
             # at risk at t: start < t <= stop
             began = cum_start[np.searchsorted(sorted_start, t, side="left")]
             ended = cum_stop[np.searchsorted(sorted_stop, t, side="left")]
-            deaths = int(np.sum(event & (stop == t)))
+            deaths = float(np.sum(weight[event & (stop == t)]))
             increments.append(deaths / max(began - ended, 1e-300))
         cumulative = np.concatenate([[0.0], np.cumsum(increments)])
         knots = np.linspace(lo, hi, self.baseline_knots + 1)
@@ -323,6 +367,8 @@ class CoxTimeVaryingRisk:
             "screening_horizon": self.screening_horizon,
             "baseline_knots": self.baseline_knots,
             "max_log_hazard_ratio": self.max_log_hazard_ratio,
+            "max_separation_passes": self.max_separation_passes,
+            "screening_rows": self.screening_rows,
             "feature_names_": self.feature_names_,
             "centers_": self.centers_.tolist(),
             "scales_": self.scales_.tolist(),
@@ -346,6 +392,8 @@ class CoxTimeVaryingRisk:
             screening_horizon=state["screening_horizon"],
             baseline_knots=state["baseline_knots"],
             max_log_hazard_ratio=state["max_log_hazard_ratio"],
+            max_separation_passes=int(state.get("max_separation_passes", 4)),
+            screening_rows=int(state.get("screening_rows", 50_000)),
         )
         model.feature_names_ = list(state["feature_names_"])
         for name in ("centers_", "scales_", "coefficients_", "knots_h_", "knots_cum_hazard_"):

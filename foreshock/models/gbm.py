@@ -1,13 +1,24 @@
 """Gradient-boosted risk: one LightGBM classifier per horizon on "fails within H".
 
-Training on a cutoff uses only labels known at that cutoff (:mod:`models.training`).  The
-last ``holdout_fraction`` of the training time span is held out: LightGBM early-stops on
-it, and a Platt calibrator is fitted on it, so the probabilities are calibrated on time the
-trees never saw.  With ``refit_full`` the trees are then refitted on the whole training
-span with the early-stopped number of rounds (the newest weeks matter most on a short
-history) and keep the held-out calibration.  Class imbalance: positive rows are
-up-weighted by ``sqrt(negatives / positives)`` (bounded), which keeps the gradient from
-ignoring the rare failures without the extreme weights that make trees overfit a few units.
+Training on a cutoff uses only labels known at that cutoff, by the one rule of
+:mod:`foreshock.models.training` (positives within the observed part of the horizon,
+negatives weighted by the observed share).  Early stopping and calibration use a purged
+holdout (:func:`foreshock.models.training.purged_holdout`): a block of time ending one
+horizon before the cutoff, so its labels are fully observed, holding at least
+``min_holdout_failures`` distinct failures, with an embargo of one horizon between the
+rows the trees fit and the holdout.  LightGBM early-stops on it and a Platt calibrator is
+fitted on the *raw margins* of its rows (never on rows the trees fitted).  With
+``refit_full`` the trees are then refitted on every labelled row with the early-stopped
+number of rounds (the newest weeks matter most on a short history) and keep the held-out
+calibration.  Without enough held-out failures there is no early stopping and no
+calibration: the risk is ``sigmoid(margin - log w)``, which only undoes the class weight,
+keeps the ranking, and is recorded in ``notes_`` (and logged).
+
+Class imbalance: positive rows are up-weighted by ``sqrt(negatives / positives)``
+(bounded by ``max_pos_weight``), which keeps the gradient from ignoring the rare failures
+without inverse-prevalence weights, which make trees overfit a few units and push every
+probability to 1.0.  The risk never decreases with the horizon
+(:func:`foreshock.models.base.monotone_in_horizon`).
 
 Domain knowledge as constraints: risk may only rise with error counts (``*_increase_*``,
 ``*_count_*``, pending remaps/retirements), LightGBM monotone constraints, so a few dozen
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,24 +48,28 @@ import lightgbm as lgb
 import numpy as np
 import polars as pl
 
-from foreshock.contract import label_column
+from foreshock.contract import label_column, weight_column
 from foreshock.models.base import (
     RISK_SCHEMA,
+    SAMPLE_WEIGHT,
     feature_matrix,
     frame_feature_columns,
     horizon_names,
+    monotone_in_horizon,
     risk_frame,
     top_contributions,
 )
 from foreshock.models.baseline import ThresholdBaseline
-from foreshock.models.calibration import PlattCalibrator
-from foreshock.models.training import labelled_until, time_ordered_split
+from foreshock.models.calibration import PlattCalibrator, uncalibrated
+from foreshock.models.training import labelled_until, purged_holdout
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_PARAMS = {
     "objective": "binary",
     "learning_rate": 0.05,
     "num_leaves": 15,
-    "min_data_in_leaf": 100,
+    "min_data_in_leaf": 100,  # at most; fewer when there are few positive rows (_params)
     "feature_fraction": 0.8,
     "bagging_fraction": 0.8,
     "bagging_freq": 1,
@@ -93,15 +109,21 @@ class GradientBoostedRisk:
         LightGBM metric watched for early stopping.  The trees only have to rank (Platt
         scaling calibrates afterwards), so the default is ``average_precision``; the log
         loss would also punish the deliberate over-prediction of the up-weighted class.
-    holdout_fraction
-        Share of the training time span held out for early stopping and calibration.
+    max_holdout_fraction
+        The purged holdout spans at most this share of the labelled time.
     max_pos_weight
         Upper bound of the positive-class weight.
     refit_full
         Refit on the whole training span with the early-stopped number of rounds.
-    min_holdout_positives
-        Fewer positive held-out rows than this: no early stopping, and calibration on
-        the training rows instead (a warning is recorded in ``notes_``).
+    min_holdout_failures
+        Distinct failures (not rows) the purged holdout must hold; fewer: no early
+        stopping (``fallback_rounds``) and no calibration (recorded in ``notes_``).
+    fallback_rounds
+        Boosting rounds without early stopping.
+    min_rounds
+        Fewest rounds kept after early stopping: the first rounds' held-out score on a few
+        dozen failures is mostly noise, and a handful of trees ties most rows on a few
+        risk values.
     seed
         LightGBM seed (bagging, feature sampling).
     monotone_increasing
@@ -119,10 +141,12 @@ class GradientBoostedRisk:
     num_boost_round: int = 400
     early_stopping_rounds: int = 40
     early_stopping_metric: str = "average_precision"
-    holdout_fraction: float = 0.25
-    max_pos_weight: float = 30.0
+    max_holdout_fraction: float = 0.5
+    max_pos_weight: float = 10.0
     refit_full: bool = True
-    min_holdout_positives: int = 20
+    min_holdout_failures: int = 8
+    fallback_rounds: int = 100
+    min_rounds: int = 30
     seed: int = 7
     monotone_increasing: list[str] = field(default_factory=lambda: list(MONOTONE_INCREASING))
     exclude: list[str] = field(default_factory=lambda: list(EXCLUDED_FEATURES))
@@ -135,21 +159,32 @@ class GradientBoostedRisk:
     calibrators_: dict[str, PlattCalibrator] = field(default_factory=dict)
     best_rounds_: dict[str, int] = field(default_factory=dict)
     notes_: list[str] = field(default_factory=list)
+    holdouts_: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.horizons = horizon_names(self.horizons)
 
-    def _params(self, pos_weight: float) -> dict:
+    def _params(self, positive_rows: int) -> dict:
+        """LightGBM parameters; a leaf needs at most 1/20 of the positive rows, so the
+        high-risk region can still be split on a small (e.g. daily) data set instead of
+        tying all its rows on one risk."""
         monotone = [int(_matches(n, self.monotone_increasing)) for n in self.feature_names_]
-        params = {**DEFAULT_PARAMS, **self.params, "scale_pos_weight": pos_weight, "seed": self.seed}
+        leaf = int(np.clip(positive_rows // 20, 5, DEFAULT_PARAMS["min_data_in_leaf"]))
+        params = {**DEFAULT_PARAMS, "min_data_in_leaf": leaf, **self.params, "seed": self.seed}
         if any(monotone):
             params.setdefault("monotone_constraints", monotone)
             params.setdefault("monotone_constraints_method", "intermediate")
         return params
 
     def fit(self, frame: pl.DataFrame, failures: pl.DataFrame, *, until: datetime | None = None) -> GradientBoostedRisk:
-        """Fit one booster and one calibrator per horizon on labels known at ``until``."""
-        labelled = labelled_until(frame, failures, self.horizons, until)
+        """Fit one booster and one calibrator per horizon on labels known at ``until``.
+
+        ``frame`` may carry ``sample_weight`` (healthy rows subsampled, weighted by the
+        inverse rate: :mod:`foreshock.models.dataset`) and ``censored_at`` (drains).
+        """
+        if until is None:
+            until = frame.get_column("ts").max()
+        labelled = labelled_until(frame, failures, self.horizons, until, weighted=True)
         self.feature_names_ = [n for n in frame_feature_columns(frame) if not _matches(n, self.exclude)]
         if not self.feature_names_:
             raise ValueError("no numeric feature columns to train on")
@@ -159,22 +194,33 @@ class GradientBoostedRisk:
             self.feature_names_ += list(self.rules_.rule_features(frame.head(1)))
         x_all = self._matrix(labelled)
         ts_all = labelled.get_column("ts").to_numpy()
-        self.boosters_, self.calibrators_, self.best_rounds_, self.notes_ = {}, {}, {}, []
+        sample = (
+            labelled.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()
+            if SAMPLE_WEIGHT in labelled.columns
+            else np.ones(labelled.height)
+        )
+        failure_id = labelled.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
+        self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
         for h in self.horizons:
             y_col = labelled.get_column(label_column(h))
-            known = y_col.is_not_null().to_numpy()
-            x, y, ts = x_all[known], y_col.to_numpy()[known].astype(np.float64), ts_all[known]
+            label_weight = labelled.get_column(weight_column(h)).cast(pl.Float64).to_numpy()
+            known = (label_weight > 0) & y_col.is_not_null().to_numpy()
+            x, ts = x_all[known], ts_all[known]
+            y = y_col.to_numpy()[known].astype(np.float64)
+            w = label_weight[known] * sample[known]
             if y.sum() == 0:
                 raise ValueError(f"horizon {h}: no failure among {y.size} labelled snapshots; cannot train")
-            holdout = time_ordered_split(ts, self.holdout_fraction)
-            train = ~holdout
-            n_pos = y[train].sum()
-            pos_weight = float(np.clip(np.sqrt(max(train.sum() - n_pos, 1) / max(n_pos, 1)), 1.0, self.max_pos_weight))
-            params = self._params(pos_weight)
-            enough_holdout = y[holdout].sum() >= self.min_holdout_positives and y[train].sum() > 0
-            if enough_holdout:
-                dtrain = lgb.Dataset(x[train], y[train], feature_name=self.feature_names_)
-                dvalid = lgb.Dataset(x[holdout], y[holdout], reference=dtrain)
+            pos_weight = self._pos_weight(y, w)
+            class_w = np.where(y > 0, pos_weight, 1.0)
+            params = self._params(int(y.sum()))
+            split = purged_holdout(
+                ts, y > 0, failure_id[known], until, h, self.min_holdout_failures, self.max_holdout_fraction
+            )
+            full = lgb.Dataset(x, y, weight=w * class_w, feature_name=self.feature_names_, free_raw_data=True)
+            if split is not None:
+                fit, hold = split.fit, split.holdout
+                dtrain = lgb.Dataset(x[fit], y[fit], weight=(w * class_w)[fit], feature_name=self.feature_names_)
+                dvalid = lgb.Dataset(x[hold], y[hold], weight=w[hold], reference=dtrain)
                 booster = lgb.train(
                     {**params, "metric": self.early_stopping_metric},
                     dtrain,
@@ -182,38 +228,62 @@ class GradientBoostedRisk:
                     valid_sets=[dvalid],
                     callbacks=[lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
                 )
-                rounds = max(booster.best_iteration or self.num_boost_round, 1)
-                raw_holdout = booster.predict(x[holdout], num_iteration=rounds)
-                calibrator = PlattCalibrator(link="logit").fit(raw_holdout, y[holdout])
+                rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
+                margin = booster.predict(x[hold], num_iteration=rounds, raw_score=True)
+                calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
+                self.holdouts_[h] = {
+                    "start": split.start.isoformat(),
+                    "end": split.end.isoformat(),
+                    "failures": split.failures,
+                    "rows": int(hold.sum()),
+                    "fit_rows": int(fit.sum()),
+                }
+                del dtrain, dvalid
                 if self.refit_full:
-                    booster = lgb.train(
-                        params, lgb.Dataset(x, y, feature_name=self.feature_names_), num_boost_round=rounds
-                    )
+                    booster = lgb.train(params, full, num_boost_round=rounds)
+                    # The refitted trees start from another average (LightGBM boosts from the
+                    # weighted base rate of its rows): move the intercept so they predict the
+                    # same mean risk over the holdout as the calibrated early-stopped trees.
+                    target = float(np.average(calibrator.predict(margin), weights=w[hold]))
+                    refit_margin = booster.predict(x[hold], raw_score=True)
+                    calibrator = calibrator.shifted_to_mean(refit_margin, target, w[hold])
                 else:
                     booster = _truncate(booster, rounds)
             else:
                 self.notes_.append(
-                    f"horizon {h}: {int(y[holdout].sum())} positive held-out rows (< {self.min_holdout_positives}); "
-                    f"fixed rounds, calibrated on training rows"
+                    f"horizon {h}: fewer than {self.min_holdout_failures} failures in a purged holdout ending "
+                    f"{h} before the cutoff; fixed {self.fallback_rounds} rounds, risk left uncalibrated "
+                    f"(sigmoid of the margin less log {pos_weight:.2f}, ranking only)"
                 )
-                rounds = max(self.num_boost_round // 4, 20)
-                booster = lgb.train(params, lgb.Dataset(x, y, feature_name=self.feature_names_), num_boost_round=rounds)
-                calibrator = PlattCalibrator(link="logit").fit(booster.predict(x), y)
+                logger.warning("gbm %s", self.notes_[-1])
+                rounds = self.fallback_rounds
+                booster = lgb.train(params, full, num_boost_round=rounds)
+                calibrator = uncalibrated(np.log(pos_weight))
             self.boosters_[h] = booster
             self.calibrators_[h] = calibrator
             self.best_rounds_[h] = rounds
         return self
 
+    def _pos_weight(self, y: np.ndarray, w: np.ndarray) -> float:
+        """``sqrt(negatives / positives)`` by weight, within ``[1, max_pos_weight]``: enough for
+        the trees to see the rare failures, far from inverse prevalence (which pushes every
+        margin up and ties probabilities at 1.0)."""
+        pos = float(np.dot(w, y))
+        neg = float(w.sum() - pos)
+        return float(np.clip(np.sqrt(max(neg, 1.0) / max(pos, 1.0)), 1.0, self.max_pos_weight))
+
     def _matrix(self, frame: pl.DataFrame) -> np.ndarray:
         """Feature matrix in ``feature_names_`` order, rule features computed on the fly."""
         if self.rules_ is None:
-            return feature_matrix(frame, self.feature_names_)
+            return feature_matrix(frame, self.feature_names_, np.float32)
         derived = self.rules_.rule_features(frame)
         plain = [n for n in self.feature_names_ if n not in derived]
-        x = feature_matrix(frame, plain)
-        columns = dict(zip(plain, x.T))
-        columns.update(derived)
-        return np.column_stack([columns[n] for n in self.feature_names_])
+        x = np.empty((frame.height, len(self.feature_names_)), dtype=np.float32)
+        index = {n: i for i, n in enumerate(self.feature_names_)}
+        x[:, [index[n] for n in plain]] = feature_matrix(frame, plain, np.float32)
+        for name, values in derived.items():
+            x[:, index[name]] = values
+        return x
 
     def _check(self) -> None:
         if not self.boosters_:
@@ -224,12 +294,18 @@ class GradientBoostedRisk:
         self._check()
         return self.boosters_[horizon].predict(self._matrix(frame))
 
+    def predict_margin(self, frame: pl.DataFrame, horizon: str) -> np.ndarray:
+        """The booster's raw margin (log-odds before its sigmoid) for one horizon."""
+        self._check()
+        return self.boosters_[horizon].predict(self._matrix(frame), raw_score=True)
+
     def predict_risk(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Calibrated risk per horizon, never lower for a longer horizon."""
         self._check()
         x = self._matrix(frame)
-        parts = [
-            risk_frame(frame, h, self.calibrators_[h].predict(self.boosters_[h].predict(x))) for h in self.horizons
-        ]
+        risks = {h: self.calibrators_[h].predict(self.boosters_[h].predict(x, raw_score=True)) for h in self.horizons}
+        risks = monotone_in_horizon(risks)
+        parts = [risk_frame(frame, h, risks[h]) for h in self.horizons]
         return pl.concat(parts) if parts else pl.DataFrame(schema=RISK_SCHEMA)
 
     def explain(self, frame: pl.DataFrame, top: int = 3) -> pl.DataFrame:
@@ -265,10 +341,12 @@ class GradientBoostedRisk:
             "num_boost_round": self.num_boost_round,
             "early_stopping_rounds": self.early_stopping_rounds,
             "early_stopping_metric": self.early_stopping_metric,
-            "holdout_fraction": self.holdout_fraction,
+            "max_holdout_fraction": self.max_holdout_fraction,
             "max_pos_weight": self.max_pos_weight,
             "refit_full": self.refit_full,
-            "min_holdout_positives": self.min_holdout_positives,
+            "min_holdout_failures": self.min_holdout_failures,
+            "fallback_rounds": self.fallback_rounds,
+            "min_rounds": self.min_rounds,
             "seed": self.seed,
             "monotone_increasing": self.monotone_increasing,
             "exclude": self.exclude,
@@ -280,6 +358,7 @@ class GradientBoostedRisk:
             "calibrators_": {h: c.to_dict() for h, c in self.calibrators_.items()},
             "best_rounds_": self.best_rounds_,
             "notes_": self.notes_,
+            "holdouts_": self.holdouts_,
         }
         (path / "gbm.json").write_text(json.dumps(state, indent=2))
 
@@ -295,10 +374,12 @@ class GradientBoostedRisk:
                 "num_boost_round",
                 "early_stopping_rounds",
                 "early_stopping_metric",
-                "holdout_fraction",
+                "max_holdout_fraction",
                 "max_pos_weight",
                 "refit_full",
-                "min_holdout_positives",
+                "min_holdout_failures",
+                "fallback_rounds",
+                "min_rounds",
                 "seed",
                 "monotone_increasing",
                 "exclude",
@@ -313,6 +394,7 @@ class GradientBoostedRisk:
         model.calibrators_ = {h: PlattCalibrator.from_dict(c) for h, c in state["calibrators_"].items()}
         model.best_rounds_ = {h: int(r) for h, r in state["best_rounds_"].items()}
         model.notes_ = list(state["notes_"])
+        model.holdouts_ = dict(state.get("holdouts_", {}))
         return model
 
 

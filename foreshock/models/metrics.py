@@ -12,14 +12,21 @@ alert
     alert *starts* at the first snapshot of the run (the rising edge).  A gap in a unit's
     snapshots longer than 1.5 snapshot intervals ends a run.
 caught failure
-    An alert of the failed unit started within the window ``W`` before the failure and at
-    least ``L_min`` before it: ``failed_at - W <= alert_start <= failed_at - L_min``.
+    An alert of the failed unit, in the same life (the alert's next failure is this one),
+    started within the window ``W`` before the failure and at least ``L_min`` before it:
+    ``failed_at - W <= alert_start <= failed_at - L_min``.  One alert credits at most one
+    failure.
 lead time
     ``failed_at`` minus the first alert start inside that window.
-true / false alert
-    An alert is true when its unit fails within the horizon ``H`` after the alert starts,
-    false when the horizon passed without a failure, and unresolved when the horizon
-    reaches past the end of observation (then it counts in neither).
+true / false / late / unresolved alert
+    An alert is *late* when its unit fails less than ``L_min`` after it starts (too late to
+    drain: neither caught nor true).  Otherwise it is true when its unit fails within the
+    horizon ``H`` after the alert starts, false when the horizon passed without a failure,
+    and unresolved when the horizon reaches past the end of observation (then it counts in
+    neither, whatever happened since: the censoring rule of the training labels).
+resolved snapshot
+    A snapshot whose whole horizon ended by the end of observation (:func:`resolved_labels`);
+    only those are labelled, positives and negatives alike.
 """
 
 from __future__ import annotations
@@ -59,15 +66,22 @@ class AlertWindow:
         return cls(config.duration("backtest", "alert_window"), config.duration("backtest", "min_lead_time"))
 
 
-def gpu_hours_saved(caught: int, drains: int, costs: DrainCosts) -> float:
+def gpu_hours_saved(caught: int, drains: int, healthy_drains: int, costs: DrainCosts) -> float:
     """Estimated GPU-hours saved by acting on the alerts (or drains), against doing nothing.
 
     Each caught failure avoids the unplanned loss ``costs.failure_loss_gpu_hours`` (the job's
     work since its last checkpoint, half an interval on average, plus the restart); each
-    alert acted on costs a planned drain, ``costs.drain_cost_gpu_hours``.  The policy replay
-    uses this same function, so a backtest's and a replay's GPU-hours mean the same thing.
+    alert acted on costs a planned drain, ``costs.drain_cost_gpu_hours``; each drain of a
+    healthy unit also keeps that unit out for the repair turnaround,
+    ``costs.idle_unit_gpu_hours`` (the same three terms the drain policy decides with).  The
+    policy replay uses this same function, so a backtest's and a replay's GPU-hours mean the
+    same thing.
     """
-    return float(caught * costs.failure_loss_gpu_hours - drains * costs.drain_cost_gpu_hours)
+    return float(
+        caught * costs.failure_loss_gpu_hours
+        - drains * costs.drain_cost_gpu_hours
+        - healthy_drains * costs.idle_unit_gpu_hours
+    )
 
 
 # -- alerts ------------------------------------------------------------------------------
@@ -175,11 +189,31 @@ def threshold_for_budget(
     return float(candidates[best.max()])
 
 
-def _outcomes(scores: pl.DataFrame, failures: pl.DataFrame, horizon: str, until: datetime) -> pl.DataFrame:
-    """Snapshot labels known at ``until`` for the series' rows (null = unresolved)."""
-    frame = scores.select("unit_id", pl.col("ts").cast(UTC_TS), "risk")
+def resolved_labels(frame: pl.DataFrame, failures: pl.DataFrame, horizon: str, until: datetime) -> pl.DataFrame:
+    """``fails_within_<H>`` of each row of ``frame`` as known at ``until``, by one rule for both classes.
+
+    A row is labelled only when its whole horizon ended by ``until`` (``ts + H <= until``):
+    a failure seen in the open part of a horizon does not make a positive, exactly as the
+    missing rest of the horizon does not make a negative.  Everything else is null
+    (unresolved).  This is the resolved view of the training labels
+    (:func:`foreshock.models.training.labelled_until` without ``weighted``), so training
+    and evaluation share one censoring rule and a metric never counts late positives while
+    it drops late negatives.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``frame`` (rows at a failure instant and after ``until`` dropped) with the label
+        column and ``time_to_failure_h``.
+    """
+    frame = frame.with_columns(pl.col("ts").cast(UTC_TS))
     known = failures.filter(pl.col("unit_id").is_in(frame.get_column("unit_id").unique().implode()))
     return labelled_until(frame, known, [horizon], until)
+
+
+def _outcomes(scores: pl.DataFrame, failures: pl.DataFrame, horizon: str, until: datetime) -> pl.DataFrame:
+    """Snapshot labels known at ``until`` for the series' rows (null = unresolved)."""
+    return resolved_labels(scores.select("unit_id", "ts", "risk"), failures, horizon, until)
 
 
 def threshold_for_precision(
@@ -190,11 +224,14 @@ def threshold_for_precision(
     step: timedelta | None = None,
     until: datetime | None = None,
     candidates: int = 200,
+    min_lead_time: timedelta = timedelta(0),
 ) -> float | None:
     """The lowest threshold whose alert precision reaches ``target`` (None if none does).
 
     Candidates are the ``candidates`` upper quantiles of the rising-edge risks; thresholds
-    with fewer than 3 resolved alerts are not trusted.
+    with fewer than 3 resolved alerts are not trusted.  Outcomes are those known at
+    ``until`` (:func:`resolved_labels`); an alert less than ``min_lead_time`` before its
+    failure is late and counts in neither class.
     """
     s = _series(scores, step)
     if s.risk.size == 0:
@@ -203,6 +240,8 @@ def threshold_for_precision(
     labels = _outcomes(scores, failures, horizon, until).sort("unit_id", "ts")
     # Rows of ``labels`` align with the series except rows at a failure instant (dropped).
     outcome = _align(s, labels, label_column(horizon))
+    late = _align(s, labels, "time_to_failure_h") < min_lead_time.total_seconds() / 3600.0
+    outcome[late] = np.nan
     rising = s.risk > s.previous
     grid = np.unique(np.quantile(s.risk[rising], np.linspace(0.5, 1.0, candidates))) if rising.any() else np.array([])
     best = None
@@ -232,12 +271,39 @@ def _align(s: _Series, labels: pl.DataFrame, column: str) -> np.ndarray:
 # -- failures caught ---------------------------------------------------------------------
 
 
+def next_failure(alerts: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
+    """Each alert with ``failed_at``: the failure ending the life the alert started in.
+
+    That is the unit's first failure at or after the alert start (null when none is
+    known): the only failure the alert can credit, so one alert never counts for two
+    failures, and an alert of a GPU that was replaced never counts for its successor.
+    """
+    fails = failures.select(pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS)).unique()
+    return (
+        alerts.with_row_index("_alert")
+        .sort("alert_start")
+        .join_asof(
+            fails.sort("failed_at"),
+            left_on="alert_start",
+            right_on="failed_at",
+            by="unit_id",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .sort("_alert")
+        .drop("_alert")
+    )
+
+
 def match_failures(
     alerts: pl.DataFrame,
     failures: pl.DataFrame,
     window: AlertWindow,
 ) -> pl.DataFrame:
     """Which failures an alert caught, and with what lead time.
+
+    An alert is credited to its unit's next failure only (:func:`next_failure`); the
+    failure is caught when one of its alerts started in ``[failed_at - W, failed_at - L_min]``.
 
     Returns
     -------
@@ -248,17 +314,59 @@ def match_failures(
     """
     w_us = int(window.alert_window.total_seconds() * 1e6)
     l_us = int(window.min_lead_time.total_seconds() * 1e6)
-    fails = failures.with_row_index("_failure")
-    pairs = fails.select("_failure", "unit_id", "failed_at").join(alerts.select("unit_id", "alert_start"), on="unit_id")
+    fails = failures.with_columns(pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS))
+    pairs = next_failure(alerts.select("unit_id", "alert_start"), fails).drop_nulls("failed_at")
     lead_us = (pl.col("failed_at") - pl.col("alert_start")).dt.total_microseconds()
-    in_window = pairs.filter((lead_us >= l_us) & (lead_us <= w_us))
-    first = in_window.group_by("_failure").agg((lead_us.max() / _US_PER_HOUR).alias("lead_time_h"))
+    first = (
+        pairs.filter((lead_us >= l_us) & (lead_us <= w_us))
+        .group_by("unit_id", "failed_at")
+        .agg((lead_us.max() / _US_PER_HOUR).alias("lead_time_h"))
+    )
     return (
-        fails.join(first, on="_failure", how="left")
+        fails.with_row_index("_failure")
+        .join(first, on=["unit_id", "failed_at"], how="left")
         .with_columns(pl.col("lead_time_h").is_not_null().alias("caught"))
         .sort("_failure")
         .drop("_failure")
     )
+
+
+def split_drained(failures: pl.DataFrame, drains: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Failures in two: those of units in service, and those *drained then failed*.
+
+    A failure is drained-then-failed when its unit was in a recorded drain at the time
+    (``drained_at <= failed_at <= returned_at``, an open drain has no ``returned_at``):
+    the unit was already out (found broken in diagnostics, or failed in the shop), so the
+    failure is neither a catch nor a miss of any model and is reported apart.
+
+    Parameters
+    ----------
+    failures
+        ``unit_id, failed_at`` (+ any columns).
+    drains
+        The ``drains`` table (``unit_id, drained_at, returned_at``), or None.
+    """
+    if drains is None or drains.height == 0:
+        return failures, failures.clear()
+    spans = drains.select(
+        pl.col("unit_id").cast(pl.String),
+        pl.col("drained_at").cast(UTC_TS),
+        (pl.col("returned_at") if "returned_at" in drains.columns else pl.lit(None)).cast(UTC_TS).alias("returned_at"),
+    )
+    keyed = failures.with_row_index("_failure")
+    inside = (
+        keyed.select("_failure", pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS))
+        .join(spans, on="unit_id")
+        .filter(
+            (pl.col("drained_at") <= pl.col("failed_at"))
+            & (pl.col("returned_at").is_null() | (pl.col("failed_at") <= pl.col("returned_at")))
+        )
+        .get_column("_failure")
+        .unique()
+        .implode()
+    )
+    drained = pl.col("_failure").is_in(inside)
+    return keyed.filter(~drained).drop("_failure"), keyed.filter(drained).drop("_failure")
 
 
 def failures_in_scope(scores: pl.DataFrame, failures: pl.DataFrame, step: timedelta | None = None) -> pl.DataFrame:
@@ -363,15 +471,20 @@ def c_index(
 
 @dataclass
 class LeadTimeReport:
-    """Metrics of one risk series at one threshold (names as in ``docs/metrics.md``)."""
+    """Metrics of one risk series at one operating point (names as in ``docs/metrics.md``)."""
 
-    threshold: float
+    threshold: float | None
     alerts: int
     alerts_per_day: float
     true_alerts: int
     false_alerts: int
+    late_alerts: int
     alerts_unresolved: int
+    drained_then_failed: int
     precision: float | None
+    alerted_units: int
+    true_units: int
+    precision_per_unit: float | None
     failures: int
     caught: int
     recall: float | None
@@ -401,33 +514,67 @@ def _percentiles(values: np.ndarray) -> tuple[float | None, float | None, float 
     return float(p10), float(p50), float(p90)
 
 
-def lead_time_report(
+def classify_alerts(
+    alerts: pl.DataFrame, failures: pl.DataFrame, horizon: str, window: AlertWindow, until: datetime
+) -> pl.DataFrame:
+    """Each alert with ``failed_at`` (its life's failure) and ``outcome``.
+
+    ``outcome`` is ``late`` (the failure followed less than ``L_min`` after the start),
+    ``true`` (it followed within ``H``), ``false`` (``H`` passed without one) or
+    ``unresolved`` (``H`` reaches past ``until``); the last three only for alerts whose
+    horizon ended by ``until`` -- the censoring rule of :func:`resolved_labels`.
+    """
+    h_us = int(horizon_hours(horizon) * _US_PER_HOUR)
+    l_us = int(window.min_lead_time.total_seconds() * 1e6)
+    cut = pl.lit(until).cast(UTC_TS)
+    known = failures.filter(pl.col("failed_at").cast(UTC_TS) <= cut)
+    delay = (pl.col("failed_at") - pl.col("alert_start")).dt.total_microseconds()
+    within_h = pl.col("failed_at").is_not_null() & (delay <= h_us)
+    resolved = (pl.col("alert_start") + pl.duration(microseconds=h_us)) <= cut
+    return next_failure(alerts, known).with_columns(
+        pl.when(pl.col("failed_at").is_not_null() & (delay < l_us))
+        .then(pl.lit("late"))
+        .when(~resolved)
+        .then(pl.lit("unresolved"))
+        .when(within_h)
+        .then(pl.lit("true"))
+        .otherwise(pl.lit("false"))
+        .alias("outcome")
+    )
+
+
+def judge_alerts(
     scores: pl.DataFrame,
+    alerts: pl.DataFrame,
     failures: pl.DataFrame,
-    threshold: float,
     horizon: str,
     window: AlertWindow,
     *,
+    threshold: float | None = None,
     ground_truth: pl.DataFrame | None = None,
     costs: DrainCosts | None = None,
     step: timedelta | None = None,
     until: datetime | None = None,
+    drains: pl.DataFrame | None = None,
 ) -> LeadTimeReport:
-    """Every threshold metric of one risk series.
+    """Every metric of a set of alerts raised on one risk series.
 
     Parameters
     ----------
     scores
-        ``unit_id, ts, risk`` of one model and one horizon.
+        ``unit_id, ts, risk`` of one model and one horizon: the judged period and units.
+    alerts
+        ``unit_id, alert_start`` raised on ``scores`` (by :func:`alert_starts` or an
+        operating point of :mod:`foreshock.models.operating_points`).
     failures
         Canonical failures (``unit_id, failed_at, mode``); only those of the series' units
         within its scored period are judged.
-    threshold
-        Alert threshold on risk.
     horizon
         ``H`` for alert precision (``"72h"``).
     window
         ``W`` and ``L_min``.
+    threshold
+        Reported as is (the operating point's threshold, if it has one).
     ground_truth
         Optional ``unit_id, failed_at`` + ``has_precursor`` or ``precursor_onset``.
     costs
@@ -436,34 +583,30 @@ def lead_time_report(
         Snapshot interval (default: inferred).
     until
         End of observation of failures (default: last snapshot + one interval).
+    drains
+        Recorded drains (``unit_id, drained_at, returned_at``): failures during one are
+        counted apart as ``drained_then_failed`` (:func:`split_drained`), not judged.
     """
     step = step or snapshot_step(scores)
     start, end = _observed_span(scores, step)
     until = until or end
     costs = costs or DrainCosts()
-    alerts = alert_starts(scores, threshold, step)
-    h_us = int(horizon_hours(horizon) * _US_PER_HOUR)
-    # Outcome of each alert: the unit's next failure after the start, within H?
-    nxt = alerts.sort("alert_start").join_asof(
-        failures.select(pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS)).sort("failed_at"),
-        left_on="alert_start",
-        right_on="failed_at",
-        by="unit_id",
-        strategy="forward",
-        allow_exact_matches=False,
-        check_sortedness=False,
+    classified = classify_alerts(alerts, failures, horizon, window, until)
+    outcome = classified.get_column("outcome")
+    true_alerts = int((outcome == "true").sum())
+    false_alerts = int((outcome == "false").sum())
+    late_alerts = int((outcome == "late").sum())
+    unresolved = alerts.height - true_alerts - false_alerts - late_alerts
+    # Per unit and life: a unit-life whose resolved alerts include a true one is one true unit.
+    lives = (
+        classified.filter(pl.col("outcome").is_in(["true", "false"]))
+        .group_by("unit_id", "failed_at")
+        .agg((pl.col("outcome") == "true").any().alias("true"))
     )
-    delay = (pl.col("failed_at") - pl.col("alert_start")).dt.total_microseconds()
-    resolved_by = pl.col("alert_start") + pl.duration(microseconds=h_us)
-    outcome = nxt.select(
-        (pl.col("failed_at").is_not_null() & (delay <= h_us)).alias("true"),
-        (resolved_by <= pl.lit(until).cast(UTC_TS)).alias("resolved"),
-    )
-    true_alerts = int(outcome.get_column("true").sum())
-    false_alerts = int((~outcome.get_column("true") & outcome.get_column("resolved")).sum())
-    unresolved = alerts.height - true_alerts - false_alerts
+    alerted_units = lives.height
+    true_units = int(lives.get_column("true").sum()) if alerted_units else 0
 
-    judged = failures_in_scope(scores, failures, step)
+    judged, drained_then_failed = split_drained(failures_in_scope(scores, failures, step), drains)
     if "mode" not in judged.columns:
         judged = judged.with_columns(pl.lit(None, dtype=pl.String).alias("mode"))
     judged = with_precursor_flags(judged, ground_truth)
@@ -489,13 +632,18 @@ def lead_time_report(
         }
     unit_days = scores.height * step.total_seconds() / 86400.0
     return LeadTimeReport(
-        threshold=float(threshold),
+        threshold=None if threshold is None else float(threshold),
         alerts=alerts.height,
         alerts_per_day=alerts.height / _days(start, end),
         true_alerts=true_alerts,
         false_alerts=false_alerts,
+        late_alerts=late_alerts,
         alerts_unresolved=unresolved,
+        drained_then_failed=drained_then_failed.height,
         precision=_ratio(true_alerts, true_alerts + false_alerts),
+        alerted_units=alerted_units,
+        true_units=true_units,
+        precision_per_unit=_ratio(true_units, alerted_units),
         failures=matched.height,
         caught=caught,
         recall=_ratio(caught, matched.height),
@@ -509,8 +657,36 @@ def lead_time_report(
         lead_time_p90_h=p90,
         unit_days=unit_days,
         false_alerts_per_1000_unit_days=1000.0 * false_alerts / unit_days if unit_days else 0.0,
-        gpu_hours_saved=gpu_hours_saved(caught, alerts.height, costs),
+        gpu_hours_saved=gpu_hours_saved(caught, alerts.height, false_alerts, costs),
         by_mode=by_mode,
+    )
+
+
+def lead_time_report(
+    scores: pl.DataFrame,
+    failures: pl.DataFrame,
+    threshold: float,
+    horizon: str,
+    window: AlertWindow,
+    *,
+    ground_truth: pl.DataFrame | None = None,
+    costs: DrainCosts | None = None,
+    step: timedelta | None = None,
+    until: datetime | None = None,
+) -> LeadTimeReport:
+    """:func:`judge_alerts` of the plain alerts at ``threshold`` (:func:`alert_starts`)."""
+    step = step or snapshot_step(scores)
+    return judge_alerts(
+        scores,
+        alert_starts(scores, threshold, step),
+        failures,
+        horizon,
+        window,
+        threshold=threshold,
+        ground_truth=ground_truth,
+        costs=costs,
+        step=step,
+        until=until,
     )
 
 
@@ -524,8 +700,10 @@ def snapshot_metrics(
 ) -> dict:
     """Threshold-free metrics of one risk series: ``pr_auc``, ``c_index``, ``calibration_error``.
 
-    Snapshots whose horizon reaches past ``until`` without a failure are left out
-    (their outcome is not known), as are snapshots taken at a failure instant.
+    Only resolved snapshots are judged (:func:`resolved_labels`: the whole horizon ended
+    by ``until``, whatever happened in it); ``unresolved_snapshots`` counts the others.
+    Snapshots taken at a failure instant are left out.  ``largest_tie_share`` is the share
+    of snapshots holding the most common risk value (a saturated model ties most of them).
     """
     step = step or snapshot_step(scores)
     until = until or _observed_span(scores, step)[1]
@@ -542,9 +720,12 @@ def snapshot_metrics(
         .to_numpy()
     )
     duration = np.where(observed, np.nan_to_num(ttf.astype(np.float64)), open_h)
+    _, counts = np.unique(risk, return_counts=True)
     return {
         "snapshots": int(known.sum()),
+        "unresolved_snapshots": int((~known).sum()),
         "positive_snapshots": int(outcome.sum()),
+        "largest_tie_share": float(counts.max() / risk.size) if risk.size else None,
         "pr_auc": pr_auc(risk[known], outcome),
         "c_index": c_index(risk, np.maximum(duration, 1e-6), observed),
         "calibration_error": calibration_error(risk[known], outcome),

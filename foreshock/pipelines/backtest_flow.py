@@ -4,8 +4,8 @@ features (``foreshock.features.store.scan_features``) + failures (lake) [+ groun
 -> ``foreshock.models.backtest.walk_forward`` -> ``data/backtest/scores.parquet``, ``report.json``,
 ``report.md``.
 
-Wiring only: the work lives in :mod:`foreshock.models.backtest`.  One coarse task (the folds share
-the loaded frames); it takes and returns paths and settings, never frames.
+Wiring only: the work lives in :mod:`foreshock.models.backtest`.  One coarse task (the folds read
+the feature store one by one); it takes and returns paths and settings, never frames.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dic
     from foreshock.models.backtest import read_ground_truth, walk_forward
 
     config = Config.from_settings(settings)
-    features, failures = inputs.features(config), inputs.failures(config)
-    result = walk_forward(features, failures, config, ground_truth=read_ground_truth(ground_truth))
+    source, failures = inputs.feature_source(config), inputs.failures(config)
+    result = walk_forward(
+        source, failures, config, ground_truth=read_ground_truth(ground_truth), drains=inputs.drains(config)
+    )
     out = result.save(Path(out_dir))
     return {"out_dir": str(out), "scores": result.scores.height, "folds": len(result.folds)}
 

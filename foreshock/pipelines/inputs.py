@@ -21,6 +21,16 @@ def features(config: Config) -> pl.DataFrame:
     return frame
 
 
+def feature_source(config: Config):
+    """The feature store, read lazily by time range and columns (no frame is loaded here)."""
+    from foreshock.models.dataset import FeatureSource
+
+    source = FeatureSource.from_dir(config.features_dir)
+    if source.empty:
+        raise missing("no feature snapshots", config.features_dir, "features")
+    return source
+
+
 def require_features(config: Config) -> None:
     """Fail in one line, before any flow run, when no feature snapshot has been stored."""
     if not config.features_dir.is_dir() or next(config.features_dir.rglob("*.parquet"), None) is None:
@@ -53,3 +63,8 @@ def lake_metrics_in_catalog(config: Config, stage: str) -> list[str]:
             raise UserError(f"{note}; name the catalog the lake was ingested with ([paths] catalog or --catalog)")
         print(f"foreshock {stage}: note: {note}", file=sys.stderr)
     return known
+
+
+def drains(config: Config) -> pl.DataFrame:
+    """Canonical drains (empty when none were ingested): they censor training labels."""
+    return read_table(config.lake_dir, "drains")

@@ -24,13 +24,12 @@ log = logging.getLogger("foreshock.score")
 
 @task(cache_policy=NO_CACHE)
 def score_task(settings: dict) -> str:
-    from foreshock.features.store import scan_features
     from foreshock.models.registry import load_champion
-    from foreshock.models.scoring import latest_snapshots, live_scores
+    from foreshock.models.scoring import live_scores
 
     config = Config.from_settings(settings)
     champion = load_champion(config.model_name, **trust_settings(config))
-    snapshots = latest_snapshots(scan_features(config))
+    snapshots = inputs.feature_source(config).latest()  # the last days' partitions only
     if snapshots.height == 0:
         raise missing("no feature snapshots", config.features_dir, "features")
     scores = live_scores(champion, snapshots)

@@ -26,7 +26,7 @@ def fit_bundle(settings: dict, run_dir: str) -> str:
     from foreshock.models.bundle import train_bundle
 
     config = Config.from_settings(settings)
-    bundle = train_bundle(inputs.features(config), inputs.failures(config), config)
+    bundle = train_bundle(inputs.feature_source(config), inputs.failures(config), config, drains=inputs.drains(config))
     bundle.save(Path(run_dir) / "bundle")
     return str(Path(run_dir) / "bundle")
 
@@ -37,8 +37,10 @@ def backtest_for_metrics(settings: dict, run_dir: str, ground_truth: str | None)
     from foreshock.models.backtest import read_ground_truth, walk_forward
 
     config = Config.from_settings(settings)
-    features, failures = inputs.features(config), inputs.failures(config)
-    result = walk_forward(features, failures, config, ground_truth=read_ground_truth(ground_truth))
+    source, failures = inputs.feature_source(config), inputs.failures(config)
+    result = walk_forward(
+        source, failures, config, ground_truth=read_ground_truth(ground_truth), drains=inputs.drains(config)
+    )
     return str(result.save(Path(run_dir) / "backtest"))
 
 
@@ -52,8 +54,10 @@ def log_to_registry(settings: dict, bundle_dir: str, backtest_dir: str) -> dict[
     config = Config.from_settings(settings)
     bundle = RiskBundle.load(Path(bundle_dir))
     backtest = BacktestResult.load(Path(backtest_dir))
-    features, failures = inputs.features(config), inputs.failures(config)
-    training = training_inputs(bundle, backtest, features, failures, config)
+    source, failures = inputs.feature_source(config), inputs.failures(config)
+    # Labels for the outcome plots need keys only; the input example is the newest rows.
+    training = training_inputs(bundle, backtest, source.keys(), failures, config)
+    training["example"] = source.latest().sort("ts").tail(5)
     record = log_training(bundle, backtest, config, **training)
     return {"run_id": record.run_id, "version": record.version, "model_name": record.model_name}
 

@@ -46,6 +46,7 @@ def test_publish_refuses_stale_scores_unless_allowed(prefect_server, drain_confi
     write_scores(data_dir, score_rows({"gpu-node001-gpu0": (1.0, 1.0)}, T0))
     assert main(["--data-dir", str(data_dir), "publish"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
+    # the last log line (after its timestamp and level) says why and how to override
     assert "foreshock publish: scores are " in err[-1] and "--allow-stale" in err[-1]
     assert not (data_dir / "outbox" / "LATEST").exists()
     assert main(["--data-dir", str(data_dir), "publish", "--allow-stale"]) == 0

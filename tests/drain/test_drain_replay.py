@@ -60,13 +60,13 @@ def test_gpu_hours_match_a_hand_computation(small_case, tmp_path):
     report = replay(scores, failures, settings, alert_window=timedelta(days=7), min_lead_time=timedelta(hours=1))
     by = {o.variant: o for o in report.outcomes}
     # By hand: an unplanned failure costs 100 GPUs x (2h/2 + 0.5h) = 150 GPU-h; a drain
-    # costs 100 x 0.1h = 10 GPU-h.  gbm drains A (fails 47h later: drained ahead) and B
-    # (never fails: healthy); C fails unseen.
+    # costs 100 x 0.1h = 10 GPU-h; a healthy unit drained is out for 1 day = 24 GPU-h.
+    # gbm drains A (fails 47h later: drained ahead) and B (never fails: healthy); C fails unseen.
     gbm = by["gbm"]
     assert (gbm.failures, gbm.drained_ahead, gbm.healthy_drains, gbm.drains) == (2, 1, 1, 2)
-    assert gbm.gpu_hours_lost == pytest.approx(1 * 150 + 2 * 10)
-    assert gbm.gpu_hours_saved == pytest.approx(2 * 150 - 170)
-    assert gbm.effective_training_time == pytest.approx(1 - 170 / (4 * 119))
+    assert gbm.gpu_hours_lost == pytest.approx(1 * 150 + 2 * 10 + 1 * 24)
+    assert gbm.gpu_hours_saved == pytest.approx(2 * 150 - 194)
+    assert gbm.effective_training_time == pytest.approx(1 - 194 / (4 * 119))
     assert gbm.drains_per_day == pytest.approx(2 / (119 / 24))
     # drain_at_checkpoint takes effect half a checkpoint interval after the decision.
     assert gbm.median_lead_time_h == pytest.approx(72 - 25)
@@ -81,7 +81,7 @@ def test_gpu_hours_match_a_hand_computation(small_case, tmp_path):
     files = write_report(report, tmp_path / "replay")
     payload = json.loads(files["replay.json"].read_text())
     assert {o["variant"] for o in payload["outcomes"]} == {NO_PREDICTION, "gbm", "baseline"}
-    assert "| gbm | 2 | 1 | 1 | 2 |" in files["replay.md"].read_text()
+    assert "| gbm | 2 | 0 | 1 | 1 | 2 |" in files["replay.md"].read_text()
     for name in ("outcomes", "gpu_hours", "cumulative"):
         assert files[name].stat().st_size > 1000
 
@@ -106,7 +106,7 @@ def test_drain_too_close_to_the_failure_does_not_count(small_case):
     )
     gbm = next(o for o in report.outcomes if o.variant == "gbm")
     assert gbm.drained_ahead == 0  # 47h lead < 48h needed
-    assert gbm.gpu_hours_saved == pytest.approx(-2 * 10)
+    assert gbm.gpu_hours_saved == pytest.approx(-2 * 10 - 24)  # B's drain was of a healthy unit
 
 
 def test_checkpoint_interval_matches_a_hand_computation(small_case, tmp_path):
@@ -137,3 +137,18 @@ def test_checkpoint_interval_matches_a_hand_computation(small_case, tmp_path):
     text = write_report(report, tmp_path / "replay", plots=False)["replay.md"].read_text()
     assert "## Checkpoint interval" in text
     assert "| no prediction | 10.08 | 0.00 | 1.7 h |" in text
+
+
+def test_failure_during_a_recorded_drain_is_reported_apart(small_case):
+    """C was in a drain operations recorded when it failed: no variant could catch or miss it."""
+    scores, failures, settings = small_case
+    drains = pl.DataFrame(
+        {"unit_id": [C], "drained_at": [C_FAILS - timedelta(hours=5)], "returned_at": [None]},
+        schema={"unit_id": pl.String, "drained_at": pl.Datetime("us", "UTC"), "returned_at": pl.Datetime("us", "UTC")},
+    )
+    report = replay(
+        scores, failures, settings, alert_window=timedelta(days=7), min_lead_time=timedelta(hours=1), drains=drains
+    )
+    by = {o.variant: o for o in report.outcomes}
+    assert (by["gbm"].failures, by["gbm"].drained_ahead, by["gbm"].drained_then_failed) == (1, 1, 1)
+    assert by[NO_PREDICTION].gpu_hours_lost == pytest.approx(150)

@@ -120,3 +120,27 @@ def test_simulator_output_ingests_with_row_accounting(tmp_path, config):
     # Kernel Xid lines all resolve to inventory GPUs through their PCI bus id.
     xid = read_table(config.lake_dir, "events").filter(pl.col("source") == "xid")
     assert xid.height == summary["rows"]["xid"]
+
+
+def test_drain_history_and_ticket_detection_land_in_the_contract(tmp_path, config):
+    """A drain history (e.g. exported from Slurm or Kubernetes as the canonical ``drains``
+    CSV) and tickets filed after the failure reach the lake: the drains censor training
+    labels, ``detected_at`` is when the failure became known."""
+    root = tmp_path / "history"
+    root.mkdir()
+    (root / "drains.csv").write_text(
+        "unit_id,drained_at,returned_at,action,source\n"
+        "gpu-node001-gpu3,2026-11-03T10:00:00Z,2026-11-04T08:00:00Z,repair,slurm\n"
+        "gpu-node002-gpu0,2026-11-05T00:00:00Z,,drain,kubernetes\n"
+    )
+    (root / "failures.csv").write_text(
+        "unit_id,failed_at,mode,detected_at\ngpu-node001-gpu1,2026-11-02T03:00:00Z,hbm,2026-11-03T09:30:00Z\n"
+    )
+    report = ingest_path(root, config)
+    assert report.total("rows_stored") == 3
+    drains = read_table(config.lake_dir, "drains").sort("drained_at")
+    assert drains.get_column("unit_id").to_list() == ["gpu-node001-gpu3", "gpu-node002-gpu0"]
+    assert drains.get_column("returned_at").null_count() == 1
+    assert drains.get_column("source").to_list() == ["slurm", "kubernetes"]
+    failures = read_table(config.lake_dir, "failures")
+    assert failures.get_column("detected_at").dt.hour().to_list() == [9]

@@ -220,7 +220,7 @@ class TestTicketsAndCanonical:
             f"RMA-2,2026-11-03T07:30:00+02:00,,,{uuid_of(0, 0)},thermal,hot\n"
         )
         ingest_path(path, config)
-        failures = read_table(config.lake_dir, "failures").sort("failed_at")
+        failures = read_table(config.lake_dir, "failures").sort("failed_at").select("unit_id", "failed_at", "mode")
         assert failures.rows() == [
             ("gpu-node001-gpu1", datetime(2026, 11, 2, 6, tzinfo=UTC), "HBM/ECC"),
             ("gpu-node001-gpu0", datetime(2026, 11, 3, 5, 30, tzinfo=UTC), "thermal"),

@@ -25,7 +25,7 @@ def test_backtest_command_writes_scores_and_report(prefect_server, rng, tmp_path
     out = data / "backtest"
     scores = pl.read_parquet(out / "scores.parquet")
     assert scores.columns == ["unit_id", "ts", "model", "horizon", "risk"]
-    assert set(scores.get_column("model")) == {"gbm", "cox", "baseline"}
+    assert set(scores.get_column("model")) == {"gbm", "cox", "baseline", "rules"}  # rules: as run today
     report = json.loads((out / "report.json").read_text())
     budget = report["models"]["gbm"]["72h"]["operating_points"]["budget"]
     assert budget["failures_with_precursor"] is not None  # ground truth was used

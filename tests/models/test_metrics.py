@@ -16,6 +16,7 @@ from foreshock.models.metrics import (
     alerts_per_threshold,
     c_index,
     calibration_error,
+    judge_alerts,
     lead_time_report,
     match_failures,
     pr_auc,
@@ -96,8 +97,11 @@ def test_lead_time_recall_precision_and_false_alerts(fleet_case):
         job_gpus=10, checkpoint_interval=2 * HOUR, restart_time=timedelta(0), drain_overhead=timedelta(0)
     )
     r = lead_time_report(scores, fails, 0.5, "24h", WINDOW, ground_truth=truth, costs=costs, step=HOUR)
-    assert (r.alerts, r.true_alerts, r.false_alerts, r.alerts_unresolved) == (4, 2, 2, 0)
-    assert r.precision == pytest.approx(0.5)
+    # C's alert came 0.5 h before its failure, less than L_min: late, neither true nor caught.
+    assert (r.alerts, r.true_alerts, r.false_alerts, r.late_alerts, r.alerts_unresolved) == (4, 1, 2, 1, 0)
+    assert r.precision == pytest.approx(1 / 3)
+    # per unit: A (true) and B (two false alerts, one unit) -> 1 of 2
+    assert (r.alerted_units, r.true_units, r.precision_per_unit) == (2, 1, pytest.approx(0.5))
     assert (r.failures, r.caught) == (3, 1)
     assert r.recall == pytest.approx(1 / 3)
     assert r.lead_time_p50_h == pytest.approx(20.0)
@@ -108,7 +112,22 @@ def test_lead_time_recall_precision_and_false_alerts(fleet_case):
     assert r.false_alerts_per_1000_unit_days == pytest.approx(2 / 6 * 1000)
     assert r.alerts_per_day == pytest.approx(2.0)
     assert r.by_mode["memory"]["caught"] == 1 and r.by_mode["sudden"]["caught"] == 0
-    assert r.gpu_hours_saved == pytest.approx(10 * 1.0)  # one catch x 10 GPUs x half a 2 h checkpoint
+    # one catch x 10 GPUs x half a 2 h checkpoint, minus B's two healthy drains idle for 3 days each
+    assert r.gpu_hours_saved == pytest.approx(10 * 1.0 - 2 * 72.0)
+
+
+def test_one_alert_never_credits_two_failures():
+    """A unit fails, its replacement fails two days later: one alert before both credits only the first."""
+    alerts = pl.DataFrame(
+        {"unit_id": ["A"], "alert_start": [T0 + 10 * HOUR]}, schema={"unit_id": pl.String, "alert_start": UTC_TS}
+    )
+    fails = failures([("A", 30, "memory"), ("A", 80, "memory")])  # both within W = 7 d of the alert
+    matched = match_failures(alerts, fails, WINDOW)
+    assert matched.get_column("caught").to_list() == [True, False]
+    assert matched.get_column("lead_time_h").to_list() == [pytest.approx(20.0), None]
+    # A second alert in the new life credits the second failure.
+    both = pl.concat([alerts, pl.DataFrame({"unit_id": ["A"], "alert_start": [T0 + 50 * HOUR]}, schema=alerts.schema)])
+    assert match_failures(both, fails, WINDOW).get_column("caught").to_list() == [True, True]
 
 
 def test_alert_outside_the_window_does_not_catch():
@@ -155,10 +174,11 @@ def test_vectorised_alert_counts_equal_counting_edges(rng):
 
 def test_precision_threshold_reaches_target(fleet_case):
     scores, fails, _ = fleet_case
-    t = threshold_for_precision(scores, fails, "24h", 0.5, HOUR)
+    # Resolved alerts: A's (true), B's two (false); C's horizon is still open at h48.
+    t = threshold_for_precision(scores, fails, "24h", 0.3, HOUR)
     assert t is not None
-    assert lead_time_report(scores, fails, t, "24h", WINDOW, step=HOUR).precision >= 0.5
-    assert threshold_for_precision(scores, fails, "24h", 0.9, HOUR) is None
+    assert lead_time_report(scores, fails, t, "24h", WINDOW, step=HOUR).precision >= 0.3
+    assert threshold_for_precision(scores, fails, "24h", 0.5, HOUR) is None
 
 
 def test_threshold_free_metrics_known_values():
@@ -173,8 +193,24 @@ def test_threshold_free_metrics_known_values():
 def test_snapshot_metrics_leave_out_unresolved_snapshots(fleet_case):
     scores, fails, _ = fleet_case
     m = snapshot_metrics(scores, fails, "24h", step=HOUR)
-    # Observation ends at h48: B's snapshots h25..h47 (23) have open horizons and no
-    # failure, so they are not judged; every other snapshot is resolved.
-    assert m["snapshots"] == scores.height - 23
-    # positives: A h6..h29 (24), C h22..h45 (24), D h0..h19 (20)
-    assert m["positive_snapshots"] == 68
+    # Observation ends at h48: every snapshot after h24 has an open horizon, failed or not
+    # (A h25..h29: 5, B h25..h47: 23, C h25..h45: 21), so none of them is judged -- a
+    # failure seen in an open horizon must not make a positive when the rest of the open
+    # horizons cannot make negatives.
+    assert (m["snapshots"], m["unresolved_snapshots"]) == (scores.height - 49, 49)
+    # positives: A h6..h24 (19), C h22..h24 (3), D h0..h19 (20)
+    assert m["positive_snapshots"] == 42
+
+
+def test_failures_during_a_recorded_drain_are_reported_apart(fleet_case):
+    """A unit drained by operations and found broken: neither a catch nor a miss."""
+    scores, fails, _ = fleet_case
+    drains = pl.DataFrame(
+        {"unit_id": ["D", "A"], "drained_at": [T0 + 12 * HOUR, T0 + 40 * HOUR], "returned_at": [None, None]},
+        schema={"unit_id": pl.String, "drained_at": UTC_TS, "returned_at": UTC_TS},
+    )
+    plain = lead_time_report(scores, fails, 0.5, "24h", WINDOW, step=HOUR)
+    r = judge_alerts(scores, alert_starts(scores, 0.5, HOUR), fails, "24h", WINDOW, step=HOUR, drains=drains)
+    # D failed at h20 while drained since h12; A's drain came after its failure.
+    assert (plain.failures, plain.drained_then_failed) == (3, 0)
+    assert (r.failures, r.caught, r.drained_then_failed) == (2, 1, 1)

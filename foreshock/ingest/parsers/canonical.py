@@ -1,6 +1,6 @@
 """``canonical``: the contract's own tables as CSV or Parquet ("bring your own telemetry").
 
-A file is ``inventory``, ``samples``, ``events`` or ``failures`` by its name
+A file is ``inventory``, ``samples``, ``events``, ``failures`` or ``drains`` by its name
 (``samples.csv``, ``samples-2026-11.parquet``, ``samples/part-0.parquet``) or else by its
 columns.  Timestamps: ISO 8601 with ``Z`` or an offset (CSV) or Datetime columns
 (Parquet); naive ones need a timezone.  ``samples.metric`` may be a catalog alias.
@@ -25,17 +25,18 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "samples": ("unit_id", "ts", "metric", "value"),
     "events": ("unit_id", "ts", "source", "code"),
     "failures": ("unit_id", "failed_at"),
+    "drains": ("unit_id", "drained_at"),
 }
 
 
 def table_of(path: Path, columns: list[str]) -> str | None:
     """Which canonical table a file holds, from its name, else its columns."""
     names = [path.stem.lower(), path.parent.name.lower()]
-    for table in ("inventory", "samples", "events", "failures"):
+    for table in ("inventory", "samples", "events", "failures", "drains"):
         if any(n == table or n.startswith(f"{table}-") or n.startswith(f"{table}_") for n in names):
             if set(REQUIRED[table]) <= set(columns):
                 return table
-    for table in ("samples", "events", "failures", "inventory"):
+    for table in ("samples", "events", "failures", "drains", "inventory"):
         if set(REQUIRED[table]) <= set(columns):
             return table
     return None
@@ -96,6 +97,8 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
                 naive = is_naive(text).fill_null(False)
             if name == TIME_COLUMN[table]:
                 exprs["_naive"] = naive.alias("_naive")
+            if name not in REQUIRED[table]:
+                reason = pl.when(~missing).then(reason)  # an optional time may be empty
         elif dtype == pl.Float64:
             value = (
                 column.cast(pl.Float64, strict=False)

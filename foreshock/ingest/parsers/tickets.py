@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+from foreshock.contract import UTC_TS
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_table
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
@@ -42,7 +43,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     unit = pl.coalesce(col("unit_id"), by_slot.otherwise(by_uuid))
     ts, ts_reason = parse_utc(col(time_col), ctx.timezone)
     mode = col("category") if "category" in cols else col("mode")
-    staged = table.with_columns(unit_id=unit, failed_at=ts, mode=mode, _ts_reason=ts_reason).with_columns(
+    # A ticket opened after the failure: the failure is known from the ticket (detected_at).
+    detected_col = "opened_at" if time_col == "failed_at" and "opened_at" in cols else "detected_at"
+    detected, _ = parse_utc(col(detected_col), ctx.timezone) if detected_col in cols else (pl.lit(None), None)
+    staged = table.with_columns(
+        unit_id=unit, failed_at=ts, mode=mode, detected_at=detected.cast(UTC_TS), _ts_reason=ts_reason
+    ).with_columns(
         _reason=pl.coalesce(
             "_reason",
             "_ts_reason",
@@ -57,5 +63,5 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         ),
     )
     parsed = ParsedFile(path=path, raw_lines=raw_lines)
-    parsed.add("failures", staged.select("unit_id", "failed_at", "mode", "_line", "_field", "_reason"))
+    parsed.add("failures", staged.select("unit_id", "failed_at", "mode", "detected_at", "_line", "_field", "_reason"))
     return parsed

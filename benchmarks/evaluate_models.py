@@ -1,0 +1,213 @@
+"""Evaluation: the walk-forward backtest on three data sets besides the demo, tables printed.
+
+Data sets (each prepared once under ``--work``, then reused):
+
+``demo-7d``
+    ``foreshock simulate`` defaults (256 GPUs, 30 days, seed 0) with ``[labels] horizons =
+    ["7d"]`` (and ``[models] horizon = "7d"``).
+``sim-1024``
+    ``foreshock simulate --units 1024 --seed 1`` (``--days``, default 14: the backtest of
+    today's in-memory path grows with the fleet, and 30 days of 1,024 GPUs wants ~20 GB).
+``smart-daily-14d``
+    A daily SMART-style disk fleet (``benchmarks/smart_fleet.py``: 1,000 disks, 120 days)
+    through ``ingest --source canonical`` with the configuration of docs/byot.md (daily
+    snapshots, 14-day horizon, budget 1 a day).
+
+Each step runs as its own ``foreshock`` process (what a user runs), timed: wall time, CPU
+time and peak RSS of that process.  After each backtest the report's tables are printed,
+then the checks of issue 10: the best model catches at least as many failures as the rules
+at the same budget (the severity-ranked baseline at the prospective budget; the binary
+rules as run today are printed beside, at their own alert volume), and LightGBM's
+calibration error is at most 0.05.
+
+Usage::
+
+    uv run python benchmarks/evaluate_models.py                       # all three
+    uv run python benchmarks/evaluate_models.py --only smart-daily-14d --work /tmp/eval
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from smart_fleet import config_toml, generate  # noqa: E402
+
+FORESHOCK = [sys.executable, "-m", "foreshock.pipelines.cli"]
+ENV = {
+    **os.environ,
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+}
+MODELS = ("gbm", "cox", "baseline")
+MAX_CALIBRATION_ERROR = 0.05
+
+
+@dataclass
+class DataSet:
+    name: str
+    config: str  # foreshock.toml text ("" = defaults)
+    prepare: list[list[str]] = field(default_factory=list)  # foreshock sub-commands
+    ground_truth: str | None = None
+    before: object = None  # a callable run before the commands (a generator)
+
+
+def datasets(work: Path, days_1024: int) -> dict[str, DataSet]:
+    demo, big, smart = work / "demo", work / "fleet1024", work / "smart"
+    return {
+        "demo-7d": DataSet(
+            "demo-7d",
+            '[labels]\nhorizons = ["7d"]\n\n[models]\nhorizon = "7d"\n',
+            [
+                ["simulate", "--out", str(demo / "raw/sim")],
+                ["ingest", "--path", str(demo / "raw/sim"), "--timezone", "UTC"],
+                ["features"],
+            ],
+            ground_truth=str(demo / "raw/sim/ground_truth.parquet"),
+        ),
+        "sim-1024": DataSet(
+            "sim-1024",
+            "",
+            [
+                ["simulate", "--units", "1024", "--days", str(days_1024), "--seed", "1", "--out", str(big / "raw/sim")],
+                ["ingest", "--path", str(big / "raw/sim"), "--timezone", "UTC"],
+                ["features"],
+            ],
+            ground_truth=str(big / "raw/sim/ground_truth.parquet"),
+        ),
+        "smart-daily-14d": DataSet(
+            "smart-daily-14d",
+            config_toml(smart / "raw/catalog.yaml"),
+            [["ingest", "--source", "canonical", "--path", str(smart / "raw")], ["features"]],
+            before=lambda: generate(smart / "raw"),
+        ),
+    }
+
+
+def data_dir(work: Path, name: str) -> Path:
+    return work / {"demo-7d": "demo", "sim-1024": "fleet1024", "smart-daily-14d": "smart"}[name]
+
+
+def run(argv: list[str], log: Path) -> dict[str, float]:
+    """Run one process; wall, CPU (user + system) and peak RSS of that process alone."""
+    started = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=ENV, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed; see {log}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def checks(report: dict) -> list[str]:
+    """The issue's two checks per horizon, as lines of text (PASS / FAIL with the numbers)."""
+    lines = []
+    models = report["models"]
+    horizons = sorted({h for per_h in models.values() for h in per_h})
+    for h in horizons:
+        budget = {m: (models[m][h]["operating_points"].get("budget") or {}) for m in MODELS if h in models.get(m, {})}
+        caught = {m: b.get("caught", 0) for m, b in budget.items()}
+        best = max(caught, key=lambda m: caught[m])
+        rules = models.get("rules", {}).get(h, {}).get("operating_points", {}).get("as_run_today") or {}
+        ranked = caught.get("baseline", 0)
+        verdict = "PASS" if caught[best] >= ranked else "FAIL"
+        lines.append(
+            f"[{h}] best model at the budget: {best} caught {caught[best]} / {budget[best].get('failures')} "
+            f"({budget[best].get('alerts_per_day', 0):.2f} alerts/day) vs severity-ranked rules {ranked} at the same "
+            f"budget: {verdict}; binary rules as run today caught {rules.get('caught')} with "
+            f"{rules.get('alerts_per_day', 0):.2f} alerts/day (precision {rules.get('precision')})"
+        )
+        if "gbm" in models and h in models["gbm"]:
+            ce = models["gbm"][h]["snapshot"]["calibration_error"]
+            ok = ce is not None and ce <= MAX_CALIBRATION_ERROR
+            lines.append(
+                f"[{h}] LightGBM calibration error {ce:.4f} (<= {MAX_CALIBRATION_ERROR}): {'PASS' if ok else 'FAIL'}; "
+                f"mean risk {models['gbm'][h]['snapshot']['mean_risk']:.4f} vs failure rate "
+                f"{models['gbm'][h]['snapshot']['failure_rate']:.4f}, largest tie "
+                f"{models['gbm'][h]['snapshot']['largest_tie_share']:.3f}"
+            )
+    return lines
+
+
+def evaluate(data: DataSet, work: Path) -> dict:
+    directory = data_dir(work, data.name)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "evaluate.toml"
+    config.write_text(data.config)
+    base = [*FORESHOCK, "--config", str(config), "--data-dir", str(directory)]
+    timings = {}
+    if not (directory / "READY").exists():
+        if data.before is not None:
+            data.before()
+        for argv in data.prepare:
+            timings[argv[0]] = run([*base, *argv], directory / f"{argv[0]}.log")
+        (directory / "READY").write_text("prepared\n")
+    out = directory / "backtest-evaluate"
+    # The backtest runs the library call the flow's task runs, in its own process (its
+    # peak RSS alone), without an ephemeral Prefect server (it times out on a busy machine).
+    argv = [
+        sys.executable,
+        __file__,
+        "--backtest-child",
+        str(config),
+        str(directory),
+        data.ground_truth or "",
+        str(out),
+    ]
+    timings["backtest"] = run(argv, directory / "backtest-evaluate.log")
+    report = json.loads((out / "report.json").read_text())
+    return {"timings": timings, "report": report, "markdown": (out / "report.md").read_text()}
+
+
+def backtest_child(config_file: str, directory: str, ground_truth: str, out: str) -> None:
+    """``foreshock backtest``'s task body: features and failures of the lake -> walk_forward."""
+    sys.path.insert(0, str(ROOT))
+    from foreshock.config import load_config
+    from foreshock.models.backtest import read_ground_truth, walk_forward
+    from foreshock.pipelines import inputs
+
+    config = load_config(config_file, data_dir=directory)
+    result = walk_forward(
+        inputs.features(config), inputs.failures(config), config, ground_truth=read_ground_truth(ground_truth or None)
+    )
+    result.save(Path(out))
+
+
+def main() -> int:
+    if len(sys.argv) == 6 and sys.argv[1] == "--backtest-child":
+        backtest_child(*sys.argv[2:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/foreshock-evaluate"))
+    parser.add_argument("--only", nargs="*", help="data set names (default: all)")
+    parser.add_argument("--days-1024", type=int, default=14)
+    args = parser.parse_args()
+    sets = datasets(args.work, args.days_1024)
+    chosen = args.only or list(sets)
+    summary = []
+    for name in chosen:
+        print(f"\n######## {name}", flush=True)
+        result = evaluate(sets[name], args.work)
+        print(result["markdown"])
+        for step, t in result["timings"].items():
+            print(f"{step}: wall {t['wall_s']:.1f} s, CPU {t['cpu_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB")
+        lines = checks(result["report"])
+        print("\n".join(lines), flush=True)
+        summary += [f"{name} {line}" for line in lines]
+    print("\n######## checks")
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

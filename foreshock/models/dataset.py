@@ -1,0 +1,280 @@
+"""Reading the feature store for training and scoring without holding the fleet in memory.
+
+The feature store holds one row per unit and snapshot with a few hundred columns; a fleet
+of thousands of GPUs over weeks does not fit in memory as one frame (4,096 GPUs x 30 days
+hourly x 380 float64 columns is about 9 GB, and every copy doubles it).  Everything here
+reads lazily:
+
+* only the partitions (``date=...``) of the time range asked for, only the columns asked
+  for, with the time filter pushed into the Parquet scan;
+* feature columns as ``Float32`` (half the memory; LightGBM bins them anyway);
+* keys first (``unit_id, ts, life_start``: a few bytes a row), so labels and the training
+  sample are decided on keys and only the chosen rows' features are read.
+
+The training sample (:func:`training_frame`) keeps every *failure-adjacent* row (its life
+ends in a known failure within ``adjacent`` of the snapshot) and a random share of the
+healthy unit-hours, at most ``max_healthy_rows`` of them, each weighted by the inverse of
+its sampling rate (``sample_weight``), so weighted sums over the sample estimate sums over
+the fleet (Horvitz & Thompson, 1952).  Memory then grows with the sample, not the fleet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from foreshock.contract import UTC_TS
+from foreshock.durations import parse_duration
+from foreshock.features.labels import CENSORED_AT, drain_censoring, outcome_labels
+from foreshock.features.store import feature_files
+from foreshock.models.base import SAMPLE_WEIGHT
+
+KEYS = ("unit_id", "ts")
+# Columns read with the keys (life bookkeeping), never cast.
+KEY_LIKE = ("unit_id", "ts", "life", "life_start")
+
+
+def _day_of(path: Path) -> date:
+    return date.fromisoformat(path.parent.parent.name.removeprefix("date="))
+
+
+@dataclass
+class FeatureSource:
+    """The feature store, read lazily by time range and columns.
+
+    Parameters
+    ----------
+    files
+        The store's partition files (``features.store.feature_files``).
+    """
+
+    files: list[Path]
+    _schema: dict[str, pl.DataType] | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def from_dir(cls, features_dir: Path) -> FeatureSource:
+        return cls(feature_files(Path(features_dir)))
+
+    @property
+    def schema(self) -> dict[str, pl.DataType]:
+        """Union of the partitions' columns (a column missing from older ones reads as null)."""
+        if self._schema is None:
+            schema: dict[str, pl.DataType] = {}
+            for path in self.files:
+                for name, dtype in pl.read_parquet_schema(path).items():
+                    schema.setdefault(name, dtype)
+            self._schema = schema
+        return self._schema
+
+    @property
+    def empty(self) -> bool:
+        return not self.files
+
+    def scan(self, start: datetime | None = None, end: datetime | None = None) -> pl.LazyFrame:
+        """Rows with ``start <= ts < end`` (either open), from the partitions of those dates only."""
+        files = [
+            p
+            for p in self.files
+            if (start is None or _day_of(p) >= start.date()) and (end is None or _day_of(p) <= end.date())
+        ]
+        if not files:
+            return pl.LazyFrame(schema=self.schema or {"unit_id": pl.String, "ts": UTC_TS})
+        lazy = pl.scan_parquet(files, schema=self.schema, missing_columns="insert", hive_partitioning=False)
+        if start is not None:
+            lazy = lazy.filter(pl.col("ts") >= pl.lit(start).cast(UTC_TS))
+        if end is not None:
+            lazy = lazy.filter(pl.col("ts") < pl.lit(end).cast(UTC_TS))
+        return lazy
+
+    def columns(self, names: list[str] | None = None) -> list[pl.Expr]:
+        """Selection expressions: key-like columns as stored, numeric features as Float32."""
+        names = list(self.schema) if names is None else names
+        out = []
+        for name in names:
+            dtype = self.schema.get(name)
+            if dtype is None:
+                out.append(pl.lit(None, pl.Float32).alias(name))
+            elif name not in KEY_LIKE and dtype.is_numeric():
+                out.append(pl.col(name).cast(pl.Float32))
+            else:
+                out.append(pl.col(name))
+        return out
+
+    def keys(self, start: datetime | None = None, end: datetime | None = None) -> pl.DataFrame:
+        """``unit_id, ts`` (+ ``life_start`` when stored) of the range, sorted."""
+        wanted = [c for c in ("unit_id", "ts", "life_start") if c in self.schema]
+        return self.scan(start, end).select(wanted).collect(engine="streaming").sort(list(KEYS))
+
+    def span(self) -> tuple[datetime, datetime]:
+        """First and last snapshot time (reads only ``ts``)."""
+        first, last = self.scan().select(pl.col("ts").min().alias("a"), pl.col("ts").max().alias("b")).collect().row(0)
+        if first is None:
+            raise ValueError("no feature snapshots")
+        return first, last
+
+    def step(self) -> timedelta:
+        """The snapshot interval: the most common gap between a unit's snapshots on its first day."""
+        from foreshock.models.training import snapshot_step
+
+        first, _ = self.span()
+        return snapshot_step(self.keys(first, first + timedelta(days=2)))
+
+    def rows(
+        self,
+        start: datetime | None,
+        end: datetime | None,
+        columns: list[str] | None = None,
+        keys: pl.DataFrame | None = None,
+    ) -> pl.DataFrame:
+        """Feature rows of the range (only ``keys``' rows when given, with their extra
+        columns), features as Float32, sorted by ``unit_id, ts``."""
+        lazy = self.scan(start, end).select(self.columns(columns))
+        if keys is not None:
+            lazy = lazy.join(keys.lazy(), on=list(KEYS), how="inner")
+        return lazy.collect(engine="streaming").sort(list(KEYS))
+
+    def batches(
+        self, start: datetime, end: datetime, max_rows: int, columns: list[str] | None = None
+    ) -> Iterator[pl.DataFrame]:
+        """The rows of ``[start, end)`` in consecutive time windows of about ``max_rows`` rows."""
+        units = max(self.scan(start, end).select(pl.col("unit_id").n_unique()).collect().item() or 1, 1)
+        step = self.step()
+        window = step * max(int(max_rows // units), 1)
+        t = start
+        while t < end:
+            stop = min(t + window, end)
+            part = self.rows(t, stop, columns)
+            if part.height:
+                yield part
+            t = stop
+
+    def latest(self, lookback: timedelta = timedelta(days=7)) -> pl.DataFrame:
+        """The most recent snapshot of every unit (units silent for longer than ``lookback``
+        before the newest snapshot are left out); reads only the last days' partitions."""
+        _, last = self.span()
+        recent = self.scan(last - lookback, None).select(self.columns())
+        return (
+            recent.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
+            .collect(engine="streaming")
+            .unique(["unit_id"], keep="last")
+            .sort("unit_id")
+        )
+
+
+@dataclass(frozen=True)
+class TrainingSample:
+    """How many healthy unit-hours a training sample keeps.
+
+    Parameters
+    ----------
+    max_healthy_rows
+        At most this many rows that are not failure-adjacent (0 or less: keep all).
+    adjacent
+        A row whose life ends in a known failure within this long is always kept.
+    seed
+        Seed of the healthy-row draw (the sample is the same for the same keys).
+    """
+
+    max_healthy_rows: int = 400_000
+    adjacent: timedelta = timedelta(days=7)
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, config, horizons: list[str]) -> TrainingSample:
+        """``[models] max_healthy_rows`` and ``sample_adjacent`` (default: twice the longest horizon)."""
+        section = config.section("models")
+        longest = max((parse_duration(h) for h in horizons), default=timedelta(days=3))
+        adjacent = parse_duration(section["sample_adjacent"]) if section.get("sample_adjacent") else 2 * longest
+        return cls(
+            max_healthy_rows=int(section["max_healthy_rows"]), adjacent=adjacent, seed=int(section["sample_seed"])
+        )
+
+    def choose(self, keys: pl.DataFrame, failures: pl.DataFrame, until: datetime) -> pl.DataFrame:
+        """``keys`` of the rows kept, with ``sample_weight`` (1 for adjacent rows, the inverse
+        sampling rate for healthy ones).  ``keys`` must be sorted by ``unit_id, ts``."""
+        lives = outcome_labels(keys, failures, [], until)
+        ttf = lives.get_column("time_to_failure_h").to_numpy()
+        adjacent = np.nan_to_num(ttf, nan=np.inf) <= self.adjacent.total_seconds() / 3600
+        healthy = ~adjacent
+        n_healthy = int(healthy.sum())
+        rate = (
+            1.0
+            if self.max_healthy_rows <= 0 or n_healthy <= self.max_healthy_rows
+            else self.max_healthy_rows / n_healthy
+        )
+        draw = np.random.default_rng(self.seed).random(keys.height) < rate
+        keep = adjacent | (healthy & draw)
+        weight = np.where(adjacent, 1.0, 1.0 / rate)[keep]
+        return keys.filter(pl.Series(keep)).with_columns(pl.Series(SAMPLE_WEIGHT, weight, dtype=pl.Float32))
+
+
+def training_frame(
+    source: FeatureSource,
+    failures: pl.DataFrame,
+    until: datetime,
+    sample: TrainingSample,
+    *,
+    drains: pl.DataFrame | None = None,
+    columns: list[str] | None = None,
+) -> pl.DataFrame:
+    """The rows a model trains on at cutoff ``until``: snapshots before it, sampled on keys,
+    then read with their features (Float32), ``sample_weight`` and ``censored_at``.
+
+    Raises
+    ------
+    ValueError
+        When no snapshot precedes ``until``.
+    """
+    keys = source.keys(None, until)
+    if keys.height == 0:
+        raise ValueError(f"no feature snapshots before {until}")
+    chosen = sample.choose(keys, failures, until)
+    del keys
+    chosen = chosen.with_columns(drain_censoring(chosen, drains))
+    wanted = [c for c in (columns or list(source.schema)) if c not in (SAMPLE_WEIGHT, CENSORED_AT)]
+    return source.rows(None, until, wanted, keys=chosen.drop([c for c in chosen.columns if c == "life_start"]))
+
+
+@dataclass
+class FrameSource:
+    """A feature frame already in memory, read through the same interface as
+    :class:`FeatureSource` (tests, notebooks, small fleets)."""
+
+    frame: pl.DataFrame
+
+    def __post_init__(self) -> None:
+        self.frame = self.frame.with_columns(pl.col("ts").cast(UTC_TS))
+
+    @property
+    def schema(self) -> dict[str, pl.DataType]:
+        return dict(self.frame.schema)
+
+    @property
+    def empty(self) -> bool:
+        return self.frame.height == 0
+
+    def scan(self, start: datetime | None = None, end: datetime | None = None) -> pl.LazyFrame:
+        lazy = self.frame.lazy()
+        if start is not None:
+            lazy = lazy.filter(pl.col("ts") >= pl.lit(start).cast(UTC_TS))
+        if end is not None:
+            lazy = lazy.filter(pl.col("ts") < pl.lit(end).cast(UTC_TS))
+        return lazy
+
+    columns = FeatureSource.columns
+    keys = FeatureSource.keys
+    span = FeatureSource.span
+    step = FeatureSource.step
+    rows = FeatureSource.rows
+    batches = FeatureSource.batches
+    latest = FeatureSource.latest
+
+
+def as_source(features: pl.DataFrame | FeatureSource | FrameSource) -> FeatureSource | FrameSource:
+    """A source for a frame in memory or the feature store."""
+    return FrameSource(features) if isinstance(features, pl.DataFrame) else features

@@ -1,0 +1,376 @@
+"""Operating points chosen the way operations would have chosen them: from the past only.
+
+A model is judged at a threshold.  Picking that threshold on the very period it is judged
+on flatters every model (the threshold "knows" the test period's risk distribution and
+failures), so each operating point here is chosen **prospectively**: the threshold used in
+a test period is computed from scores before that period (the earlier periods' out-of-sample
+scores), never from the period itself.  The period-optimal threshold is still computed, by
+the same function on the test period, but only as an *upper bound*.
+
+How alerts are raised (:func:`policy_alerts`), as operations run the drain policy:
+
+* a unit **enters** alert when its risk is at or above the entry threshold;
+* it **stays** in alert until its risk falls below ``exit_ratio`` times that threshold
+  (the policy's hysteresis, ``[policy] exit_risk / enter_risk``), or its snapshots stop for
+  more than 1.5 intervals (it was taken out);
+* with a **daily cap** of ``k`` (``[backtest] drain_budget_per_day``), at most ``k`` units
+  enter alert per UTC day: at each snapshot the waiting candidates are taken from the
+  highest risk down (ties broken by the model's raw ``margin`` when the scores carry one,
+  then by unit id) until the day's budget is spent.  A fractional ``k`` accrues: 0.5 is
+  one alert every other day.  With daily snapshots this is exactly the day's top ``k``.
+
+Operating points (:func:`choose_thresholds`):
+
+``budget``
+    The daily cap ``k`` and an entry floor: the highest threshold at which the capped rule
+    would still have spent ``BUDGET_FILL`` of its budget on the earlier periods.  The first
+    period has no earlier out-of-sample scores: it runs the cap alone (floor at minus
+    infinity: the day's top ``k``).
+``target_precision``
+    The lowest threshold whose alert precision on the earlier periods, with outcomes known
+    at the period's start, reaches ``[backtest] target_precision``.  No alerts in a period
+    without such history (the first one); those periods are not judged.
+``policy``
+    ``[policy] enter_risk`` / ``exit_risk``: fixed in advance, so also a calibration test.
+
+The operators' binary rules (:meth:`~foreshock.models.baseline.ThresholdBaseline.fires`)
+are scored as they run today: an alert at each rising edge of "some rule fires", no cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+import polars as pl
+
+from foreshock.contract import UTC_TS
+from foreshock.models.base import require_columns
+from foreshock.models.metrics import threshold_for_precision
+from foreshock.models.training import snapshot_step
+
+BUDGET_FILL = 0.95
+# The binary rules as operators run them: a pseudo-model in the scores table (risk 1.0
+# while some rule fires, else 0.0), written by the backtest next to the ranked baseline.
+RULES_MODEL = "rules"
+NO_FLOOR = -math.inf
+
+_US_PER_DAY = 86_400_000_000
+
+
+@dataclass(frozen=True)
+class Period:
+    """A stretch of scores ``[start, end)`` that shares one threshold (a walk-forward fold)."""
+
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """How alerts are raised from a risk series.
+
+    Attributes
+    ----------
+    exit_ratio
+        A unit leaves alert when its risk falls below ``exit_ratio * threshold`` (1.0: no
+        hysteresis, an alert is a run of snapshots at or above the threshold).
+    daily_cap
+        At most this many units enter alert per UTC day (None: no cap).
+    """
+
+    exit_ratio: float = 1.0
+    daily_cap: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.exit_ratio <= 1.0:
+            raise ValueError(f"exit_ratio must be in (0, 1], got {self.exit_ratio}")
+        if self.daily_cap is not None and self.daily_cap <= 0:
+            raise ValueError(f"daily_cap must be positive, got {self.daily_cap}")
+
+
+# -- raising alerts ----------------------------------------------------------------------
+
+
+def _thresholds_per_row(ts_us: np.ndarray, periods: Sequence[tuple[Period, float | None]]) -> np.ndarray:
+    """Entry threshold of each row (NaN where no period covers it or its threshold is None)."""
+    out = np.full(ts_us.size, np.nan)
+    for period, threshold in periods:
+        if threshold is None:
+            continue
+        lo = int(pl.Series([period.start]).cast(UTC_TS).dt.epoch("us")[0])
+        hi = int(pl.Series([period.end]).cast(UTC_TS).dt.epoch("us")[0])
+        out[(ts_us >= lo) & (ts_us < hi)] = threshold
+    return out
+
+
+def policy_alerts(
+    scores: pl.DataFrame,
+    periods: Sequence[tuple[Period, float | None]] | float,
+    rule: AlertRule,
+    step: timedelta | None = None,
+) -> pl.DataFrame:
+    """Alert starts of a risk series under ``rule`` (see the module docstring).
+
+    Parameters
+    ----------
+    scores
+        ``unit_id, ts, risk`` (+ optional ``margin``, the raw score, to break ties).
+    periods
+        One threshold for the whole series, or ``(Period, threshold)`` pairs; rows outside
+        every period, or in a period whose threshold is None, raise no alert.
+    rule
+        Hysteresis and daily cap.
+    step
+        Snapshot interval (default: inferred).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``unit_id, alert_start, risk`` sorted by unit and time.
+    """
+    require_columns(scores, ("unit_id", "ts", "risk"), "risk series")
+    empty = pl.DataFrame(schema={"unit_id": pl.String, "alert_start": UTC_TS, "risk": pl.Float64})
+    if scores.height == 0:
+        return empty
+    step = step or snapshot_step(scores)
+    tiebreak = pl.col("margin").cast(pl.Float64) if "margin" in scores.columns else pl.lit(0.0)
+    frame = scores.select(
+        pl.col("unit_id").cast(pl.String),
+        pl.col("ts").cast(UTC_TS).dt.epoch("us").alias("ts_us"),
+        pl.col("risk").cast(pl.Float64).fill_nan(None).fill_null(-np.inf),
+        tiebreak.fill_nan(None).fill_null(-np.inf).alias("margin"),
+    ).sort(["ts_us", "risk", "margin", "unit_id"], descending=[False, True, True, False])
+    ts_us = frame.get_column("ts_us").to_numpy()
+    risk = frame.get_column("risk").to_numpy()
+    units, unit_code = np.unique(frame.get_column("unit_id").to_numpy(), return_inverse=True)
+    if isinstance(periods, (int, float)):
+        entry = np.full(ts_us.size, float(periods))
+    else:
+        entry = _thresholds_per_row(ts_us, periods)
+    exit_level = entry * rule.exit_ratio if rule.exit_ratio != 1.0 else entry
+    exit_level = np.where(np.isneginf(entry), -np.inf, exit_level)
+    max_gap = 1.5 * step.total_seconds() * 1e6
+
+    in_alert = np.zeros(units.size, dtype=bool)
+    last_seen = np.full(units.size, -np.inf)
+    starts: list[np.ndarray] = []
+    cap = rule.daily_cap
+    tokens, day = 0.0, None
+    bounds = np.r_[0, np.flatnonzero(np.diff(ts_us)) + 1, ts_us.size]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        u = unit_code[lo:hi]
+        now = ts_us[lo]
+        # A gap ends an alert (the unit was out); falling below the exit level ends it too.
+        in_alert[u] &= (now - last_seen[u]) <= max_gap
+        in_alert[u] &= risk[lo:hi] >= exit_level[lo:hi]
+        waiting = ~in_alert[u] & (risk[lo:hi] >= entry[lo:hi])  # NaN entry: never
+        last_seen[u] = now
+        if not waiting.any():
+            continue
+        rows = np.flatnonzero(waiting)  # already highest risk (then margin) first
+        if cap is not None:
+            today = now // _US_PER_DAY
+            if today != day:
+                # A fractional budget accrues; a whole one resets to k each day.
+                tokens = min(tokens + cap * (today - day if day is not None else 1), max(cap, 1.0))
+                day = today
+            rows = rows[: int(tokens + 1e-9)]
+            tokens -= rows.size
+        in_alert[u[rows]] = True
+        starts.append(lo + rows)
+    if not starts:
+        return empty
+    picked = np.concatenate(starts)
+    return pl.DataFrame(
+        {
+            "unit_id": units[unit_code[picked]].astype(str),
+            "alert_start": pl.Series(ts_us[picked], dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+            "risk": risk[picked],
+        },
+        schema={"unit_id": pl.String, "alert_start": UTC_TS, "risk": pl.Float64},
+    ).sort("unit_id", "alert_start")
+
+
+# -- choosing thresholds -----------------------------------------------------------------
+
+
+def _days(scores: pl.DataFrame, step: timedelta) -> float:
+    ts = scores.get_column("ts")
+    return max((ts.max() + step - ts.min()).total_seconds() / 86400.0, 1e-9)
+
+
+def budget_threshold(
+    scores: pl.DataFrame, alerts_per_day: float, rule: AlertRule, step: timedelta | None = None
+) -> float:
+    """The entry floor of the capped rule on ``scores``: the highest threshold at which it
+    still raises ``BUDGET_FILL`` of the alerts per day it raises with no floor at all.
+
+    The capped alert rate falls (almost) monotonically as the floor rises, so a bisection
+    over the distinct risks finds it in about 20 replays of the rule.
+    """
+    if scores.height == 0:
+        return NO_FLOOR
+    step = step or snapshot_step(scores)
+    capped = AlertRule(rule.exit_ratio, alerts_per_day)
+    days = _days(scores, step)
+
+    def rate(threshold: float) -> float:
+        return policy_alerts(scores, threshold, capped, step).height / days
+
+    target = BUDGET_FILL * rate(NO_FLOOR)
+    if target <= 0:
+        return NO_FLOOR
+    values = np.unique(scores.get_column("risk").cast(pl.Float64).drop_nulls().drop_nans().to_numpy())
+    lo, hi = 0, values.size - 1  # invariant: rate(values[lo]) >= target
+    if rate(values[lo]) < target:
+        return NO_FLOOR
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if rate(values[mid]) >= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return float(values[lo])
+
+
+Chooser = Callable[[pl.DataFrame, datetime], float | None]
+
+
+def prospective(
+    scores: pl.DataFrame, periods: Sequence[Period], choose: Chooser, first: float | None
+) -> list[tuple[Period, float | None]]:
+    """Each period's threshold, chosen by ``choose`` from the scores before the period.
+
+    ``choose(earlier_scores, period_start)`` never sees a row at or after ``period_start``;
+    ``first`` is the threshold of a period with no earlier scores.
+    """
+    out = []
+    for period in periods:
+        earlier = scores.filter(pl.col("ts") < pl.lit(period.start).cast(UTC_TS))
+        out.append((period, choose(earlier, period.start) if earlier.height else first))
+    return out
+
+
+@dataclass(frozen=True)
+class OperatingPoints:
+    """The settings the operating points are chosen with (``[backtest]``, ``[policy]``)."""
+
+    alerts_per_day: float
+    target_precision: float
+    enter_risk: float
+    exit_risk: float
+    min_lead_time: timedelta
+
+    @classmethod
+    def from_config(cls, config) -> OperatingPoints:
+        backtest, policy = config.section("backtest"), config.section("policy")
+        return cls(
+            alerts_per_day=float(backtest["drain_budget_per_day"]),
+            target_precision=float(backtest["target_precision"]),
+            enter_risk=float(policy["enter_risk"]),
+            exit_risk=float(policy["exit_risk"]),
+            min_lead_time=config.duration("backtest", "min_lead_time"),
+        )
+
+    @property
+    def exit_ratio(self) -> float:
+        return self.exit_risk / self.enter_risk
+
+    @property
+    def budget_rule(self) -> AlertRule:
+        return AlertRule(self.exit_ratio, self.alerts_per_day)
+
+    @property
+    def threshold_rule(self) -> AlertRule:
+        return AlertRule(self.exit_ratio, None)
+
+
+@dataclass
+class ChosenPoint:
+    """One operating point of one series: per-period thresholds, the rule, where they came from."""
+
+    name: str
+    periods: list[tuple[Period, float | None]]
+    rule: AlertRule
+    chosen_on: str
+
+    @property
+    def judged(self) -> list[Period]:
+        """The periods with a threshold (the others raise no alert and are not judged)."""
+        return [p for p, t in self.periods if t is not None]
+
+    def thresholds(self) -> list[float | str | None]:
+        """Per period: the threshold, ``"top-k"`` for the cap alone, None for no alerts."""
+        return [None if t is None else ("top-k" if math.isinf(t) else float(t)) for _, t in self.periods]
+
+
+def choose_thresholds(
+    series: pl.DataFrame,
+    failures: pl.DataFrame,
+    horizon: str,
+    periods: Sequence[Period],
+    settings: OperatingPoints,
+    step: timedelta,
+) -> dict[str, ChosenPoint]:
+    """The prospective operating points of one model's series, plus the test-period upper bound.
+
+    Parameters
+    ----------
+    series
+        ``unit_id, ts, risk`` (+ ``margin``) of one model and horizon, all periods.
+    failures
+        Every failure; a choice for a period only sees those by the period's start.
+    periods
+        The test periods in time order (walk-forward folds; one period for a review window).
+    """
+
+    def budget(earlier: pl.DataFrame, start: datetime) -> float:
+        return budget_threshold(earlier, settings.alerts_per_day, settings.budget_rule, step)
+
+    def precision(earlier: pl.DataFrame, start: datetime) -> float | None:
+        known = failures.filter(pl.col("failed_at") <= pl.lit(start).cast(UTC_TS))
+        return threshold_for_precision(
+            earlier,
+            known,
+            horizon,
+            settings.target_precision,
+            step,
+            until=start,
+            min_lead_time=settings.min_lead_time,
+        )
+
+    whole = Period(periods[0].start, periods[-1].end)
+    hindsight = budget_threshold(series, settings.alerts_per_day, settings.budget_rule, step)
+    return {
+        "budget": ChosenPoint(
+            "budget", prospective(series, periods, budget, NO_FLOOR), settings.budget_rule, "earlier periods"
+        ),
+        "target_precision": ChosenPoint(
+            "target_precision",
+            prospective(series, periods, precision, None),
+            settings.threshold_rule,
+            "earlier periods",
+        ),
+        "policy": ChosenPoint(
+            "policy",
+            [(p, settings.enter_risk) for p in periods],
+            settings.threshold_rule,
+            "fixed ([policy] enter_risk)",
+        ),
+        "budget_upper_bound": ChosenPoint(
+            "budget_upper_bound", [(whole, hindsight)], settings.budget_rule, "the test period itself (upper bound)"
+        ),
+    }
+
+
+def rules_point(periods: Sequence[Period]) -> dict[str, ChosenPoint]:
+    """The binary rules as run today: an alert at each rising edge of "a rule fires", no cap."""
+    return {
+        "as_run_today": ChosenPoint(
+            "as_run_today", [(p, 1.0) for p in periods], AlertRule(1.0, None), "the rules' own thresholds"
+        )
+    }
