@@ -45,7 +45,7 @@ def build_demo_data(data_dir: Path) -> Path:
         ["train", "--ground-truth", truth, "--backtest", str(data_dir / "backtest")],
         ["review"],
         ["score"],
-        ["publish"],
+        ["publish", "--allow-stale"],  # the simulated fleet ended days ago
         ["replay", "--ground-truth", truth],
     ]
     for argv in steps:

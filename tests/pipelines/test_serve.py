@@ -78,7 +78,8 @@ def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
     data = tmp_path / "data"
     site = tmp_path / "site.toml"
     # the cycle's schedule is kept far away so only the test's triggers run it
-    site.write_text('[schedule]\ningest = ""\ncycle = "0 0 1 1 *"\n')
+    # the simulated fleet ended days ago: its scores are older than a live fleet's may be
+    site.write_text('[schedule]\ningest = ""\ncycle = "0 0 1 1 *"\n[policy]\nmax_score_age = "3650d"\n')
     base = [*FORESHOCK, "--config", str(site), "--data-dir", str(data)]
     demo = subprocess.run(
         [*base, "demo", "--units", "32", "--days", "12", "--seed", "3"],
