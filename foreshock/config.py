@@ -12,6 +12,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,29 @@ def _merge(base: dict, override: dict) -> dict:
 def default_settings() -> dict[str, Any]:
     text = resources.files("foreshock").joinpath(DEFAULT_CONFIG_NAME).read_text()
     return tomllib.loads(text)
+
+
+@cache
+def _builtin() -> dict[str, Any]:
+    return default_settings()
+
+
+def builtin_default(section: str, key: str) -> Any:
+    """One key of the built-in ``foreshock.toml``: the default a dataclass built in code
+    (a test, a notebook) takes, so no default is written twice."""
+    return _builtin()[section][key]
+
+
+def mlflow_tracking_uri(store: Path) -> str:
+    """The MLflow tracking URI: ``MLFLOW_TRACKING_URI`` when set (a tracking server, a
+    PostgreSQL store), else the embedded SQLite store ``<store>/mlflow.db`` (``store`` is
+    ``Config.mlflow_dir``; created here)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    store = Path(store).resolve()
+    store.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store / 'mlflow.db'}"
 
 
 @dataclass

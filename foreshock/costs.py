@@ -12,10 +12,19 @@ replay's "GPU-hours saved" is the quantity the policy optimises.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
+from foreshock.config import builtin_default
 from foreshock.durations import parse_duration
+
+
+def policy_default(key: str, kind: type = str) -> Any:
+    """A dataclass field whose default is ``[policy] key`` of the built-in configuration."""
+    if kind is timedelta:
+        return field(default_factory=lambda: parse_duration(builtin_default("policy", key)))
+    return field(default_factory=lambda: kind(builtin_default("policy", key)))
 
 
 def _hours(delta: timedelta) -> float:
@@ -43,31 +52,31 @@ class DrainCosts:
         Time a drained unit stays out of service (diagnosis, repair or return).
     """
 
-    job_gpus: int = 1024
-    checkpoint_interval: timedelta = timedelta(hours=2)
-    checkpoint_write: timedelta = timedelta(minutes=5)
-    restart_time: timedelta = timedelta(minutes=20)
-    drain_overhead: timedelta = timedelta(minutes=10)
-    repair_turnaround: timedelta = timedelta(days=3)
+    job_gpus: int = policy_default("job_gpus", int)
+    checkpoint_interval: timedelta = policy_default("checkpoint_interval", timedelta)
+    checkpoint_write: timedelta = policy_default("checkpoint_write", timedelta)
+    restart_time: timedelta = policy_default("restart_time", timedelta)
+    drain_overhead: timedelta = policy_default("drain_overhead", timedelta)
+    repair_turnaround: timedelta = policy_default("repair_turnaround", timedelta)
 
     @classmethod
     def from_policy(cls, policy: dict) -> DrainCosts:
-        """Build from a ``[policy]`` settings dict; missing keys take the defaults."""
-        defaults = cls()
-
-        def duration(key: str, default: timedelta) -> timedelta:
-            return parse_duration(policy[key]) if key in policy else default
-
-        job_gpus = int(policy.get("job_gpus", defaults.job_gpus))
+        """Build from a whole ``[policy]`` settings dict (``Config.section("policy")``)."""
+        job_gpus = int(policy["job_gpus"])
         if job_gpus < 1:
             raise ValueError(f"[policy] job_gpus must be at least 1, got {job_gpus}")
         return cls(
             job_gpus=job_gpus,
-            checkpoint_interval=duration("checkpoint_interval", defaults.checkpoint_interval),
-            checkpoint_write=duration("checkpoint_write", defaults.checkpoint_write),
-            restart_time=duration("restart_time", defaults.restart_time),
-            drain_overhead=duration("drain_overhead", defaults.drain_overhead),
-            repair_turnaround=duration("repair_turnaround", defaults.repair_turnaround),
+            **{
+                name: parse_duration(policy[name])
+                for name in (
+                    "checkpoint_interval",
+                    "checkpoint_write",
+                    "restart_time",
+                    "drain_overhead",
+                    "repair_turnaround",
+                )
+            },
         )
 
     @property

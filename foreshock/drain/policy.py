@@ -44,8 +44,9 @@ from typing import Any
 
 import polars as pl
 
+from foreshock.config import builtin_default
 from foreshock.contract import UTC_TS
-from foreshock.costs import DrainCosts
+from foreshock.costs import DrainCosts, policy_default
 from foreshock.drain.state import PolicyState, UnitState
 from foreshock.durations import format_duration, parse_duration
 
@@ -90,16 +91,16 @@ class PolicySettings:
         The cost figures (:class:`DrainCosts`).
     """
 
-    enter_risk: float = 0.5
-    exit_risk: float = 0.3
-    watch_risk: float = 0.1
-    diagnostics_risk: float = 0.25
-    max_drained_share_cluster: float = 0.05
-    max_drained_share_per_domain: float = 0.25
-    max_new_drains_per_run: int = 8
-    burn_in: timedelta = timedelta(hours=24)
-    horizon: str = "72h"
-    fault_domains: tuple[str, ...] = ("node", "rack", "lot")
+    enter_risk: float = policy_default("enter_risk", float)
+    exit_risk: float = policy_default("exit_risk", float)
+    watch_risk: float = policy_default("watch_risk", float)
+    diagnostics_risk: float = policy_default("diagnostics_risk", float)
+    max_drained_share_cluster: float = policy_default("max_drained_share_cluster", float)
+    max_drained_share_per_domain: float = policy_default("max_drained_share_per_domain", float)
+    max_new_drains_per_run: int = policy_default("max_new_drains_per_run", int)
+    burn_in: timedelta = policy_default("burn_in", timedelta)
+    horizon: str = field(default_factory=lambda: str(builtin_default("models", "horizon")))
+    fault_domains: tuple[str, ...] = field(default_factory=lambda: tuple(builtin_default("fleet", "fault_domains")))
     costs: DrainCosts = field(default_factory=DrainCosts)
 
     def __post_init__(self) -> None:
@@ -121,27 +122,17 @@ class PolicySettings:
 
     @classmethod
     def from_config(cls, config: Any) -> PolicySettings:
-        """Read ``[policy]``, ``[models] horizon`` and ``[fleet] fault_domains`` with defaults."""
+        """Read ``[policy]``, ``[models] horizon`` and ``[fleet] fault_domains`` (the schema
+        has checked their types; the built-in file supplies every key a user leaves out)."""
         policy = config.section("policy")
-        defaults = cls()
-
-        def number(key: str, default: float) -> float:
-            try:
-                return float(policy.get(key, default))
-            except (TypeError, ValueError):
-                raise ValueError(f"{config.source}: [policy] {key} must be a number") from None
-
+        numbers = ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk")
+        shares = ("max_drained_share_cluster", "max_drained_share_per_domain")
         return cls(
-            enter_risk=number("enter_risk", defaults.enter_risk),
-            exit_risk=number("exit_risk", defaults.exit_risk),
-            watch_risk=number("watch_risk", defaults.watch_risk),
-            diagnostics_risk=number("diagnostics_risk", defaults.diagnostics_risk),
-            max_drained_share_cluster=number("max_drained_share_cluster", defaults.max_drained_share_cluster),
-            max_drained_share_per_domain=number("max_drained_share_per_domain", defaults.max_drained_share_per_domain),
-            max_new_drains_per_run=int(number("max_new_drains_per_run", defaults.max_new_drains_per_run)),
-            burn_in=parse_duration(policy.get("burn_in", "24h")),
-            horizon=str(config.section("models").get("horizon", defaults.horizon)),
-            fault_domains=tuple(config.section("fleet").get("fault_domains", defaults.fault_domains)),
+            **{name: float(policy[name]) for name in (*numbers, *shares)},
+            max_new_drains_per_run=int(policy["max_new_drains_per_run"]),
+            burn_in=parse_duration(policy["burn_in"]),
+            horizon=str(config.section("models")["horizon"]),
+            fault_domains=tuple(config.section("fleet")["fault_domains"]),
             costs=DrainCosts.from_policy(policy),
         )
 

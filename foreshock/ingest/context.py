@@ -79,7 +79,7 @@ class IngestContext:
     ) -> IngestContext:
         section = config.section("ingest")
         tz = check_timezone(timezone_name or section.get("timezone") or None)
-        unit = str(section.get("violation_unit", "us"))
+        unit = str(section["violation_unit"])
         if unit not in TIME_UNIT_SECONDS:
             raise ValueError(f"[ingest] violation_unit must be one of {sorted(TIME_UNIT_SECONDS)}, got {unit!r}")
         return cls(

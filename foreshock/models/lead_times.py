@@ -32,7 +32,7 @@ def lead_times_at_budget(scores: pl.DataFrame, failures: pl.DataFrame, config: A
     from foreshock.models import metrics
 
     window = metrics.AlertWindow.from_config(config)
-    budget = float(config.section("backtest").get("drain_budget_per_day", 2))
+    budget = float(config.section("backtest")["drain_budget_per_day"])
     parts = [pl.DataFrame(schema={"model": pl.String, "lead_time_h": pl.Float64})]
     for (model,), series in scores.group_by(["model"], maintain_order=True):
         series = series.select("unit_id", "ts", "risk")

@@ -46,7 +46,7 @@ def run_review(config: Any, labelled: pl.DataFrame, failures: pl.DataFrame, *, p
     LookupError
         When nothing is registered under the model name yet.
     """
-    tracking.tracking_uri(config.data_dir)
+    tracking.tracking_uri(config.mlflow_dir)
     result = review_versions(config, labelled, failures, promote=promote)
     write_report(result, config.reports_dir)
     result.run_id = tracking.log_review(result, config)
@@ -73,7 +73,7 @@ def approve(config: Any, version: str | int, *, by: str | None = None, reason: s
 
     Returns the previous champion version.
     """
-    tracking.tracking_uri(config.data_dir)
+    tracking.tracking_uri(config.mlflow_dir)
     return registry.set_champion(
         config.model_name, version, action="approved", by=by or _user(), reason=reason or "approved by hand"
     )
@@ -81,7 +81,7 @@ def approve(config: Any, version: str | int, *, by: str | None = None, reason: s
 
 def rollback(config: Any, version: str | int, *, by: str | None = None, reason: str = "") -> str | None:
     """Move ``champion`` back to an earlier ``version``; scoring loads it from then on."""
-    tracking.tracking_uri(config.data_dir)
+    tracking.tracking_uri(config.mlflow_dir)
     return registry.set_champion(
         config.model_name, version, action="rollback", by=by or _user(), reason=reason or "rollback"
     )

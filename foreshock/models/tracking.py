@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlparse
 
 import polars as pl
 
+from foreshock.config import mlflow_tracking_uri
 from foreshock.models.base import decision_horizon
 from foreshock.models.bundle import boosters_of
 from foreshock.models.lead_times import lead_times_at_budget
@@ -53,21 +54,15 @@ BUNDLE_MODEL_NAME = "risk-bundle"  # logged-model name of the pyfunc inside a ru
 # --------------------------------------------------------------------------------------
 
 
-def tracking_uri(data_dir: Path) -> str:
-    """The tracking URI in use: ``MLFLOW_TRACKING_URI`` if set, else the embedded store.
-
-    Sets the MLflow client to it (and creates ``<data_dir>/mlflow`` for the embedded
-    store).  Mirrors ``pipelines.runtime.configure_mlflow``, which the CLI calls first;
-    this copy lets notebooks and tests use the registry without the pipelines package.
-    """
+def tracking_uri(store: Path) -> str:
+    """Point the MLflow client at the tracking store (:func:`foreshock.config.mlflow_tracking_uri`
+    of ``store``, which is ``Config.mlflow_dir``) and return its URI.  The CLI's
+    ``pipelines.runtime.configure_mlflow`` exports the same URI for its flows; this lets
+    notebooks and tests use the registry without the pipelines package."""
     import mlflow
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        store = Path(data_dir).resolve() / "mlflow"
-        store.mkdir(parents=True, exist_ok=True)
-        uri = f"sqlite:///{store / 'mlflow.db'}"
+    uri = mlflow_tracking_uri(store)
     mlflow.set_tracking_uri(uri)
     return uri
 
@@ -89,11 +84,11 @@ def artifact_location(uri: str) -> str | None:
     return None
 
 
-def experiment_id(name: str = DEFAULT_EXPERIMENT, data_dir: Path | None = None) -> str:
+def experiment_id(name: str = DEFAULT_EXPERIMENT, store: Path | None = None) -> str:
     """Id of the experiment ``name``, created with its artifacts under the store's directory."""
     import mlflow
 
-    uri = tracking_uri(data_dir) if data_dir is not None else mlflow.get_tracking_uri()
+    uri = tracking_uri(store) if store is not None else mlflow.get_tracking_uri()
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
@@ -108,7 +103,7 @@ def experiment_id(name: str = DEFAULT_EXPERIMENT, data_dir: Path | None = None) 
 
 
 def experiment_name(config: Any) -> str:
-    return str(config.section("models").get("experiment", DEFAULT_EXPERIMENT))
+    return str(config.section("models")["experiment"])
 
 
 # --------------------------------------------------------------------------------------
@@ -294,7 +289,7 @@ def log_training(
     from mlflow.models import infer_signature
 
     name = config.model_name
-    uri = tracking_uri(config.data_dir)
+    uri = tracking_uri(config.mlflow_dir)
     client = mlflow.MlflowClient(uri)
     exp_id = experiment_id(experiment_name(config))
     horizon = decision_horizon(config)

@@ -59,14 +59,14 @@ def configure_served_runs() -> None:
 
 
 def configure_mlflow(store: Path) -> str:
-    """Point MLflow at the embedded SQLite store in ``store`` (``Config.mlflow_dir``) unless
-    ``MLFLOW_TRACKING_URI`` is set; returns the tracking URI in use."""
+    """Export the tracking URI (:func:`foreshock.config.mlflow_tracking_uri`: the embedded
+    SQLite store in ``store`` unless ``MLFLOW_TRACKING_URI`` is set) so every flow and task
+    of this process uses it; returns it."""
+    from foreshock.config import mlflow_tracking_uri
+
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
-        store = Path(store).resolve()
-        store.mkdir(parents=True, exist_ok=True)
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
+    os.environ["MLFLOW_TRACKING_URI"] = mlflow_tracking_uri(store)
     return os.environ["MLFLOW_TRACKING_URI"]
 
 

@@ -93,7 +93,7 @@ def test_train_and_review_over_http(mlflow_server, tmp_path):
     features, failures = synthetic_fleet(seed=31)
     first = train_and_register(config, features, failures)
     second = train_and_register(config, *synthetic_fleet(seed=32, precursor=TEMP))
-    assert tracking.tracking_uri(config.data_dir) == mlflow_server["url"]
+    assert tracking.tracking_uri(config.mlflow_dir) == mlflow_server["url"]
     assert not (config.data_dir / "mlflow").exists()  # nothing went to the embedded store
 
     result = promotion.run_review(config, labelled_until(features, failures, config_horizons(config)), failures)
