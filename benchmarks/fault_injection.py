@@ -50,7 +50,7 @@ def stage_argv(stage: str, work: Path, data: Path) -> list[str]:
         "backtest": ["--ground-truth", truth],
         "train": ["--ground-truth", truth, "--backtest", str(data / "backtest")],
         "score": [],
-        "publish": [],
+        "publish": ["--allow-stale"],  # the simulated fleet ended in the past
     }[stage]
     return [sys.executable, "-m", "foreshock.pipelines.cli", "--data-dir", str(data), stage, *extra]
 
@@ -303,10 +303,13 @@ class Trial:
     mismatches: list[str]
 
 
-def inject(harness: Harness, stage: str, rng: random.Random, number: int) -> Trial:
+def inject(
+    harness: Harness, stage: str, rng: random.Random, number: int, within: tuple[float, float] = (0.15, 1.0)
+) -> Trial:
+    """Kill ``stage`` at a random share ``within`` of its clean run time, rerun, compare."""
     trial_dir = harness.data(f"trial-{number:03d}-{stage}")
     shutil.copytree(harness.before(stage), trial_dir, symlinks=True)
-    delay = rng.uniform(0.15, 1.0) * harness.clean_seconds[stage]
+    delay = rng.uniform(*within) * harness.clean_seconds[stage]
     _, killed = harness.run(stage, trial_dir, kill_after=delay)
     stale = stale_lock(trial_dir)
     partial = partial_files(trial_dir)

@@ -31,8 +31,10 @@ def test_a_killed_stage_reruns_to_the_clean_result(tmp_path, prefect_server, see
     stages = ("ingest", "features")
     harness.clean_run(until=stages[-1])
     rng = random.Random(seed)
-    trials = [faults.inject(harness, stage, rng, number) for number, stage in enumerate(stages)]
+    # killed in the first half of the clean run time, so the kill lands before the stage ends
+    trials = [faults.inject(harness, stage, rng, number, within=(0.1, 0.5)) for number, stage in enumerate(stages)]
     print(faults.summarise(trials, harness.clean_seconds))
+    assert all(t.killed for t in trials), "a stage finished before its kill: nothing was tested"
     assert not [t for t in trials if t.stale_lock], "a killed stage left the lake locked"
     assert not [p for t in trials for p in t.partial], "a killed stage left a partial file visible"
     assert not [m for t in trials for m in t.mismatches]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 
 import polars as pl
 
 from foreshock.config import Config
 from foreshock.errors import UserError, missing
 from foreshock.lake import lake_metrics, read_table
+
+log = logging.getLogger("foreshock.inputs")
 
 
 def features(config: Config) -> pl.DataFrame:
@@ -61,7 +63,7 @@ def lake_metrics_in_catalog(config: Config, stage: str) -> list[str]:
         )
         if not known:
             raise UserError(f"{note}; name the catalog the lake was ingested with ([paths] catalog or --catalog)")
-        print(f"foreshock {stage}: note: {note}", file=sys.stderr)
+        log.warning("foreshock %s: note: %s", stage, note)
     return known
 
 

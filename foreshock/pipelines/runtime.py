@@ -78,9 +78,12 @@ def quiet_mlflow() -> None:
 
 def retry_on_io_error(task_, task_run, state) -> bool:
     """A Prefect ``retry_condition_fn``: retry only a failure caused by I/O (a full disk, a
-    flaky NFS mount, a network error); a bad input fails at once."""
+    flaky NFS mount, a network error); a bad input fails at once, and so does a missing or
+    forbidden path (a retry finds the same)."""
     try:
         state.result(raise_on_failure=True)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
+        return False
     except OSError:
         return True
     except Exception:  # noqa: BLE001 - any other failure is not worth a retry

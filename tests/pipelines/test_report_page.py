@@ -1,7 +1,7 @@
 """``foreshock report`` writes one self-contained page that a real browser renders.
 
 The page is opened in Debian's Chromium driven by Playwright (no browser download:
-``executable_path`` is the system binary; install it with ``.ci/chromium.sh``).  The test
+``executable_path`` is the system binary; install it with ``.ci/services.sh``).  The test
 fails on any request that leaves the file (a CDN stylesheet, a remote font) or fails, on
 console errors, and on a blank screenshot.
 """
@@ -43,7 +43,7 @@ def test_fleet_report_page_renders_in_chromium(demo_data_dir, tmp_path, capsys):
     assert text.count("<svg") >= 2  # risk over time and calibration, inline
 
     if not CHROMIUM.exists() or shutil.which("chromium") is None:
-        pytest.skip("Debian chromium not installed (run .ci/chromium.sh): page checked as HTML only")
+        pytest.skip("Debian chromium not installed (run .ci/services.sh): page checked as HTML only")
     sync_api = pytest.importorskip("playwright.sync_api")
     requests, failed, errors = [], [], []
     shot = tmp_path / "fleet.png"
