@@ -111,14 +111,17 @@ def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
         assert by_name["foreshock-ingest"]["schedules"] == []
 
         first = _api(api, f"/deployments/{cycle['id']}/create_flow_run", {})
-        _wait_state(api, first["id"], {"RUNNING", "COMPLETED", "FAILED", "CRASHED"}, 300)
+        running = _wait_state(api, first["id"], {"RUNNING", "COMPLETED", "FAILED", "CRASHED"}, 300)
+        assert running["state_type"] == "RUNNING", "the cycle ended before a second run could be sent"
         second = _api(api, f"/deployments/{cycle['id']}/create_flow_run", {})
         done = _wait_state(api, first["id"], {"COMPLETED", "FAILED", "CRASHED"}, 600)
         assert done["state_type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]
         later = _wait_state(api, second["id"], {"COMPLETED", "FAILED", "CRASHED"}, 600)
         assert later["state_type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]
-        # the second run started only after the first had finished
+        # the second run started only after the first had finished, having waited for the slot
         assert datetime.fromisoformat(later["start_time"]) >= datetime.fromisoformat(done["end_time"])
+        waited = {state["name"] for state in _api(api, f"/flow_run_states/?flow_run_id={second['id']}")}
+        assert "AwaitingConcurrencySlot" in waited, waited
 
     new = sorted(p.name for p in (data / "outbox").iterdir() if p.is_dir() and p.name not in outboxes)
     assert len(new) == 2 and all((data / "outbox" / name / "risk_list.parquet").is_file() for name in new)
