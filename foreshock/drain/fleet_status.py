@@ -19,7 +19,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.lake import lake_summary, read_table
-from foreshock.models.base import label_column
+from foreshock.contract import label_column
 from foreshock.models.training import labelled_until
 
 OUTBOX_LATEST = "LATEST"
