@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 
 from foreshock.config import Config
-from foreshock.lake import lake_summary, read_table
 from foreshock.contract import label_column
+from foreshock.lake import lake_summary, read_table
 from foreshock.models.training import labelled_until
 
 OUTBOX_LATEST = "LATEST"

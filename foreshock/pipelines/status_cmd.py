@@ -173,10 +173,43 @@ def format_status(parts: list[PartStatus], now: datetime) -> str:
     return "\n".join(lines)
 
 
+STATUS_TEXTFILE = "foreshock_status.prom"
+
+
+def render_textfile(parts: list[PartStatus], now: datetime) -> str:
+    """The parts' freshness as Prometheus gauges for node-exporter's textfile collector:
+    ``foreshock_part_newest_timestamp_seconds``, ``foreshock_part_age_seconds``,
+    ``foreshock_part_max_age_seconds`` and ``foreshock_part_ok`` (1 fresh, 0 stale or
+    broken) per ``part``, so Grafana and Alertmanager see a stalled lake, features or
+    champion as well as stale scores."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    registry = CollectorRegistry()
+    label = ["part"]
+    newest = Gauge("foreshock_part_newest_timestamp_seconds", "Newest timestamp of the part", label, registry=registry)
+    age = Gauge("foreshock_part_age_seconds", "Age of the part's newest timestamp", label, registry=registry)
+    limit = Gauge("foreshock_part_max_age_seconds", "[status] <part>_max_age", label, registry=registry)
+    fresh = Gauge("foreshock_part_ok", "1 when the part is within its max age, else 0", label, registry=registry)
+    for p in parts:
+        if p.newest is not None:
+            newest.labels(p.part).set(p.newest.timestamp())
+            age.labels(p.part).set(p.age_seconds or 0.0)
+        if p.max_age:
+            limit.labels(p.part).set(parse_duration(p.max_age).total_seconds())
+        fresh.labels(p.part).set(1 if p.state == OK else 0)
+    Gauge("foreshock_status_timestamp_seconds", "When status was checked", registry=registry).set(now.timestamp())
+    return generate_latest(registry).decode()
+
+
 def run_status(args: argparse.Namespace, config: Config) -> int:
     now = _utc(datetime.fromisoformat(args.now)) if args.now else datetime.now(UTC)
     parts = pipeline_status(config, now)
     state = overall(parts)
+    if args.textfile is not None:
+        from foreshock.drain.textfile import textfile_path, write_textfile
+
+        target = args.textfile or textfile_path(config).with_name(STATUS_TEXTFILE)
+        log.info("status gauges written to %s", write_textfile(target, render_textfile(parts, now)))
     if args.json:
         print_json({"state": state, "checked_at": now.isoformat(), "parts": [p.to_dict() for p in parts]})
     else:
@@ -204,4 +237,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_json_flag(status)
     status.add_argument("--now", type=_iso_time, help="judge ages at this time (ISO 8601; default: now)")
+    status.add_argument(
+        "--textfile",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help=f"also write the freshness gauges for node-exporter (default PATH: {STATUS_TEXTFILE} "
+        "beside the [metrics] textfile)",
+    )
     status.set_defaults(func=run_status)

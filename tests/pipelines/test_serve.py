@@ -111,8 +111,8 @@ def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
         assert by_name["foreshock-ingest"]["schedules"] == []
 
         first = _api(api, f"/deployments/{cycle['id']}/create_flow_run", {})
-        running = _wait_state(api, first["id"], {"RUNNING", "COMPLETED", "FAILED", "CRASHED"}, 300)
-        assert running["state_type"] == "RUNNING", "the cycle ended before a second run could be sent"
+        first_seen = _wait_state(api, first["id"], {"RUNNING", "COMPLETED", "FAILED", "CRASHED"}, 300)
+        assert first_seen["state_type"] == "RUNNING", "the cycle ended before a second run could be sent"
         second = _api(api, f"/deployments/{cycle['id']}/create_flow_run", {})
         done = _wait_state(api, first["id"], {"COMPLETED", "FAILED", "CRASHED"}, 600)
         assert done["state_type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]

@@ -112,3 +112,24 @@ def test_unreadable_file_is_broken_not_a_crash(pipeline, capsys):
     assert code == EXIT_USAGE
     scores = next(p for p in result["parts"] if p["part"] == "scores")
     assert scores["state"] == "broken" and scores["detail"]
+
+
+def test_textfile_gauges_say_which_part_went_stale(pipeline, capsys):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # the lake stopped 40 minutes ago (limit 30m); every other part is within its limit
+    now = NEWEST + timedelta(minutes=40)
+    code, _ = _status(pipeline, capsys, "--now", now.isoformat(), "--textfile")
+    assert code == EXIT_FAILURE
+    text = (pipeline / "outbox" / "foreshock_status.prom").read_text()
+    samples = {
+        (s.name, s.labels.get("part")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("foreshock_part_ok", "lake")] == 0
+    assert samples[("foreshock_part_ok", "scores")] == 1
+    assert samples[("foreshock_part_age_seconds", "lake")] == pytest.approx(40 * 60)
+    assert samples[("foreshock_part_max_age_seconds", "lake")] == 30 * 60
+    assert samples[("foreshock_part_newest_timestamp_seconds", "champion")] > 0
+    assert samples[("foreshock_status_timestamp_seconds", None)] == now.timestamp()
