@@ -248,7 +248,9 @@ def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:
     return hashes.n_unique() == hashes.len()
 
 
-def _merge_one(path: Path, new: pl.DataFrame, table: str, fast: bool = True) -> pl.DataFrame:
+def _merge_one(
+    path: Path, new: pl.DataFrame, table: str, fast: bool = True, deduplicated: bool = False
+) -> pl.DataFrame:
     """Merge ``new`` into the file at ``path``; returns the rows newly stored.
 
     Fast path (``fast``): when ``new`` has no repeated key and, for a partition that exists,
@@ -258,12 +260,14 @@ def _merge_one(path: Path, new: pl.DataFrame, table: str, fast: bool = True) -> 
     merged into the stored order by unit (stored rows first within a unit, all of them
     older), which gives exactly the order a full sort gives.  Anything else takes the
     exact path: deduplicate, anti-join with the stored keys, sort everything.
+    ``deduplicated``: the caller has already dropped repeated and stored keys under the
+    same hold of the lake lock, so neither check is repeated here.
     """
     key = list(KEYS[table])
     time_col = TIME_COLUMN[table]
     order = _sort_order(table)
     existing = pl.read_parquet(path) if path.exists() else None
-    if fast and time_col is not None and _keys_unique(new, key):
+    if fast and time_col is not None and (deduplicated or _keys_unique(new, key)):
         if existing is None:
             atomic_write_parquet(new.sort(order), path)
             return new
@@ -279,9 +283,10 @@ def _merge_one(path: Path, new: pl.DataFrame, table: str, fast: bool = True) -> 
             merged = existing.merge_sorted(new.sort(order), key="unit_id", maintain_order=True)
             atomic_write_parquet(merged, path)
             return new
-    fresh = new.unique(subset=key, keep="first", maintain_order=True)
+    fresh = new if deduplicated else new.unique(subset=key, keep="first", maintain_order=True)
     if existing is not None:
-        fresh = fresh.join(existing.select(key), on=key, how="anti", nulls_equal=True)
+        if not deduplicated:
+            fresh = fresh.join(existing.select(key), on=key, how="anti", nulls_equal=True)
         if fresh.height == 0:
             return fresh
         merged = pl.concat([existing, fresh], how="diagonal_relaxed")
@@ -337,7 +342,13 @@ def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str]) -> tupl
 
 
 def merge_into_lake(
-    lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8, *, fast_path: bool = True
+    lake_dir: Path,
+    table: str,
+    df: pl.DataFrame,
+    shards: int = 8,
+    *,
+    fast_path: bool = True,
+    deduplicated: bool = False,
 ) -> MergeResult:
     """Merge validated rows of one canonical table into the lake.
 
@@ -345,7 +356,9 @@ def merge_into_lake(
     dropped and counted as duplicates; inventory rows are upserted (see the module notes).
     ``rows_in == rows_stored + rows_updated + duplicates_dropped`` always holds.
     ``fast_path=False`` forces the exact merge of every partition (same result, slower;
-    for benchmarks and tests that compare the two).
+    for benchmarks and tests that compare the two).  ``deduplicated=True`` is for a caller
+    that holds the lake lock and has already removed keys repeated in ``df`` or stored
+    (ingest does, comparing values to quarantine conflicts): the key checks are skipped.
     """
     lake_dir = Path(lake_dir)
     carried = list(df.columns)  # before conform adds a missing optional column as nulls
@@ -370,7 +383,11 @@ def merge_into_lake(
             keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
             for (day, shard), part in keyed.group_by(["_date", "shard"], maintain_order=True):
                 fresh = _merge_one(
-                    partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table, fast_path
+                    partition_path(lake_dir, table, day, shard),
+                    part.drop("_date", "shard"),
+                    table,
+                    fast_path,
+                    deduplicated,
                 )
                 result.rows_stored += fresh.height
                 result.partitions_written += int(fresh.height > 0)
