@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 import time
 
 from foreshock.config import Config
@@ -57,6 +58,29 @@ def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str
     ]
 
 
+def _start_prefect_server() -> threading.Thread | None:
+    """Start the temporary Prefect server now, beside the simulation, when no Prefect API
+    is configured: the first flow would otherwise wait for it (tens of seconds on 2 cores).
+    Prefect keeps one such server per process, so every stage of the demo shares it."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if settings.api.url or not settings.server.ephemeral.enabled:
+        return None
+
+    def start() -> None:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        try:
+            SubprocessASGIServer().start()
+        except Exception as exc:  # noqa: BLE001 - the first flow starts it again and reports
+            log.warning("could not start the Prefect server ahead of the flows: %s", exc)
+
+    thread = threading.Thread(target=start, name="prefect-server", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_demo(args: argparse.Namespace, config: Config) -> int:
     from foreshock.pipelines.cli import build_parser
 
@@ -66,7 +90,11 @@ def run_demo(args: argparse.Namespace, config: Config) -> int:
         base = ["--config", args.config, *base]
     started = time.perf_counter()
     took: list[tuple[str, float]] = []
+    server = _start_prefect_server()
     for name, argv in _steps(args, config):
+        if name != "simulate" and server is not None:
+            server.join()  # the flows of the later stages need it up
+            server = None
         log.info("== %s: foreshock %s", name, " ".join(argv))
         step_start = time.perf_counter()
         sub_args = parser.parse_args([*base, *argv])
