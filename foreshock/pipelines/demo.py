@@ -93,8 +93,11 @@ def run_demo(args: argparse.Namespace, config: Config) -> int:
     server = _start_prefect_server()
     for name, argv in _steps(args, config):
         if name != "simulate" and server is not None:
+            waited = time.perf_counter()
             server.join()  # the flows of the later stages need it up
             server = None
+            took.append(("prefect server (wait)", time.perf_counter() - waited))
+            log.info("the Prefect server was up %.1f s after the simulation", took[-1][1])
         log.info("== %s: foreshock %s", name, " ".join(argv))
         step_start = time.perf_counter()
         sub_args = parser.parse_args([*base, *argv])
