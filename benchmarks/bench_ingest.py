@@ -1,14 +1,22 @@
-"""Ingest throughput and peak memory for a large fleet's nvidia-smi CSV dumps.
+"""Ingest throughput and peak memory for a large fleet: nvidia-smi CSV and canonical Parquet.
 
     uv run python benchmarks/bench_ingest.py                       # 4,096 GPUs x 7 days, 1-minute samples
     uv run python benchmarks/bench_ingest.py --gpus 512 --days 2   # a quick look
+    uv run python benchmarks/bench_ingest.py --before main~5       # also the code of an older revision
 
 Writes ``nvidia-smi --query-gpu=... --format=csv`` files (one per node and day, 8 GPUs per
-node, as ``nvidia-smi -l 60`` would) plus an inventory under ``--work``, then runs
-``foreshock.ingest.ingest_path`` in a child process and prints rows/s and the child's peak
-RSS.  ``--metrics`` picks how many metric columns each line has (default 2: GPU
-temperature and the corrected-ECC counter) to keep the full fleet within minutes on 2
-cores; samples scale with it (one sample per metric per line).
+node, as ``nvidia-smi -l 60`` would) and canonical ``samples-<day>.parquet`` files with the
+same samples, each with an inventory, under ``--work``; then runs
+``foreshock.ingest.ingest_path`` on each in a child process and prints rows/s of wall and
+of CPU time (the machine is shared: CPU time is the steadier figure) and the child's peak
+RSS against the targets (Parquet >= 5M rows/s, CSV >= 1M rows/s).  ``--metrics`` picks
+how many metric columns each line has (default 2: GPU temperature and the corrected-ECC
+counter); samples scale with it (one sample per metric per line).
+
+``--before REV`` runs the same ingests with the ``foreshock`` package of git revision
+``REV`` (extracted with ``git archive``) in the same run and prints the after/before
+ratios.  A lake-merge micro-benchmark (one partition, then an hour of newer rows appended,
+with and without the append fast path) always runs.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,15 +55,13 @@ GPUS_PER_NODE = 8
 START = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def generate(work: Path, gpus: int, days: int, every_s: int, metrics: int, seed: int) -> int:
-    """Write the landing directory; returns the number of CSV data lines."""
-    rng = np.random.default_rng(seed)
-    fields = METRIC_FIELDS[:metrics]
-    header = ", ".join(["timestamp", "index", "pci.bus_id", "uuid"] + [f"{n} [{u}]" if u else n for n, u in fields])
+PARQUET_METRICS = ["gpu_temp_c", "ecc_sbe_volatile_total", "power_w", "gpu_util_pct", "memory_temp_c", "sm_clock_mhz"]
+TARGETS = {"nvidia-smi": 1_000_000, "parquet": 5_000_000}  # rows/s on the 2-core machine (issue 11)
+
+
+def inventory_frame(gpus: int) -> pl.DataFrame:
     nodes = gpus // GPUS_PER_NODE
-    steps = 86400 // every_s
-    raw = work / "raw"
-    inventory = pl.DataFrame(
+    return pl.DataFrame(
         {
             "unit_id": [f"node{n:04d}-gpu{g}" for n in range(nodes) for g in range(GPUS_PER_NODE)],
             "node": [f"node{n:04d}" for n in range(nodes) for _ in range(GPUS_PER_NODE)],
@@ -67,8 +74,43 @@ def generate(work: Path, gpus: int, days: int, every_s: int, metrics: int, seed:
             "gpu_index": [str(g) for _ in range(nodes) for g in range(GPUS_PER_NODE)],
         }
     )
+
+
+def generate_parquet(raw: Path, gpus: int, days: int, every_s: int, metrics: int, seed: int) -> int:
+    """Canonical samples, one Parquet file per day (unit, time, metric, value); returns rows."""
+    rng = np.random.default_rng(seed)
     raw.mkdir(parents=True, exist_ok=True)
-    inventory.write_csv(raw / "inventory.csv")
+    units = inventory_frame(gpus).get_column("unit_id")
+    inventory_frame(gpus).write_csv(raw / "inventory.csv")
+    names = PARQUET_METRICS[: min(metrics, len(PARQUET_METRICS))]
+    steps = 86400 // every_s
+    rows = 0
+    for day in range(days):
+        base = START + timedelta(days=day)
+        times = pl.datetime_range(base, base + timedelta(seconds=(steps - 1) * every_s), f"{every_s}s", eager=True)
+        grid = pl.DataFrame({"unit_id": units}).join(pl.DataFrame({"ts": times}), how="cross")
+        frames = []
+        for name in names:
+            if name == "ecc_sbe_volatile_total":
+                values = np.cumsum(rng.poisson(0.01, (len(units), steps)), axis=1).ravel().astype(float)
+            else:
+                values = rng.uniform(30, 80, grid.height).round(1)
+            frames.append(grid.with_columns(metric=pl.lit(name), value=pl.Series(values)))
+        frame = pl.concat(frames)
+        frame.write_parquet(raw / f"samples-{base:%Y-%m-%d}.parquet")
+        rows += frame.height
+    return rows
+
+
+def generate(raw: Path, gpus: int, days: int, every_s: int, metrics: int, seed: int) -> int:
+    """Write the nvidia-smi landing directory; returns the number of CSV data lines."""
+    rng = np.random.default_rng(seed)
+    fields = METRIC_FIELDS[:metrics]
+    header = ", ".join(["timestamp", "index", "pci.bus_id", "uuid"] + [f"{n} [{u}]" if u else n for n, u in fields])
+    nodes = gpus // GPUS_PER_NODE
+    steps = 86400 // every_s
+    raw.mkdir(parents=True, exist_ok=True)
+    inventory_frame(gpus).write_csv(raw / "inventory.csv")
     lines = 0
     for day in range(days):
         base = START + timedelta(days=day)
@@ -106,24 +148,103 @@ def generate(work: Path, gpus: int, days: int, every_s: int, metrics: int, seed:
     return lines
 
 
-def ingest_child(work: Path) -> None:
+def ingest_child(raw: Path, data: Path) -> None:
     from foreshock.config import load_config
     from foreshock.ingest import ingest_path
 
-    config = load_config(data_dir=work / "data").with_overrides({"ingest": {"timezone": "UTC"}})
-    started = time.perf_counter()
-    report = ingest_path(work / "raw", config)
-    seconds = time.perf_counter() - started
+    config = load_config(data_dir=data).with_overrides({"ingest": {"timezone": "UTC"}})
+    started, cpu_started = time.perf_counter(), time.process_time()
+    report = ingest_path(raw, config)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     print(
         json.dumps(
             {
                 "seconds": seconds,
+                "cpu": cpu,
+                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "totals": report.totals,
                 "adds_up": report.adds_up,
                 "rejected": len(report.by_status("rejected")),
             }
         )
     )
+
+
+def run_ingest(raw: Path, data: Path, code: Path | None) -> dict:
+    """Ingest ``raw`` into a fresh lake in a child process (``code``: an older package tree)."""
+    shutil.rmtree(data, ignore_errors=True)
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    child = subprocess.run(
+        [sys.executable, __file__, "--child", "--raw", str(raw), "--data", str(data)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    if child.returncode != 0:
+        sys.exit(f"ingest failed:\n{child.stderr[-3000:]}")
+    shutil.rmtree(data, ignore_errors=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def report_ingest(label: str, result: dict, target: int) -> None:
+    totals, seconds, cpu = result["totals"], result["seconds"], result["cpu"]
+    rows = totals["rows_read"]
+    print(
+        f"  {label}: {rows:,} rows read, {totals['rows_stored']:,} stored, {totals['rows_quarantined']:,} quarantined, "
+        f"{totals['duplicates_dropped']:,} duplicates (adds up: {result['adds_up']}, files rejected: {result['rejected']})"
+    )
+    print(
+        f"    wall {seconds:.1f}s = {rows / seconds:,.0f} rows/s | cpu {cpu:.1f}s = {rows / cpu:,.0f} rows per CPU-s "
+        f"| peak RSS {result['peak_mb']:,.0f} MB | target {target:,} rows/s: "
+        f"{'met' if rows / seconds >= target else 'not met'} (wall), {'met' if rows / cpu >= target else 'not met'} (CPU)"
+    )
+
+
+def merge_bench(gpus: int, every_s: int) -> None:
+    """A day's partition of ``gpus`` units (two metrics), then the next hour appended: the
+    exact merge (anti-join + whole sort) against the append fast path."""
+    from foreshock.lake import merge_into_lake, partition_files
+
+    units = inventory_frame(gpus).get_column("unit_id")
+    steps = 86400 // every_s
+
+    def block(start: datetime, count: int) -> pl.DataFrame:
+        times = pl.datetime_range(start, start + timedelta(seconds=(count - 1) * every_s), f"{every_s}s", eager=True)
+        grid = pl.DataFrame({"unit_id": units}).join(pl.DataFrame({"ts": times}), how="cross")
+        return pl.concat([grid.with_columns(metric=pl.lit(m), value=pl.lit(1.0)) for m in PARQUET_METRICS[:2]])
+
+    hour = 3600 // every_s
+    day = block(START, steps - hour)
+    last_hour = block(START + timedelta(seconds=(steps - hour) * every_s), hour)
+    times = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fast in (False, True):
+            lake = Path(tmp) / str(fast)
+            merge_into_lake(lake, "samples", day, shards=1)
+            started, cpu = time.perf_counter(), time.process_time()
+            result = merge_into_lake(lake, "samples", last_hour, shards=1, fast_path=fast)
+            times[fast] = (time.perf_counter() - started, time.process_time() - cpu)
+            assert result.rows_stored == last_hour.height
+        same = pl.read_parquet(partition_files(Path(tmp) / "True", "samples")[0]).equals(
+            pl.read_parquet(partition_files(Path(tmp) / "False", "samples")[0])
+        )
+    print(
+        f"merge: {last_hour.height:,} newer rows into a {day.height:,}-row partition: exact {times[False][0]:.2f}s "
+        f"(cpu {times[False][1]:.2f}s), fast path {times[True][0]:.2f}s (cpu {times[True][1]:.2f}s): "
+        f"{times[False][0] / times[True][0]:.1f}x wall, {times[False][1] / max(times[True][1], 1e-9):.1f}x CPU; "
+        f"identical files: {same}"
+    )
+
+
+def extract_revision(rev: str, into: Path) -> Path:
+    """The ``foreshock`` package as of git revision ``rev``, under ``into``."""
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "foreshock"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 def main() -> None:
@@ -134,50 +255,48 @@ def main() -> None:
     parser.add_argument(
         "--metrics", type=int, default=2, choices=range(1, len(METRIC_FIELDS) + 1), metavar=f"1..{len(METRIC_FIELDS)}"
     )
+    parser.add_argument("--formats", nargs="+", choices=sorted(TARGETS), default=sorted(TARGETS))
+    parser.add_argument("--before", metavar="REV", help="also ingest with the code of this git revision")
     parser.add_argument("--work", type=Path, default=Path("data/bench_ingest"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--keep", action="store_true", help="keep the generated files and lake")
+    parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--raw", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        ingest_child(args.work)
+        ingest_child(args.raw, args.data)
         return
     shutil.rmtree(args.work, ignore_errors=True)
-    started = time.perf_counter()
-    lines = generate(args.work, args.gpus, args.days, args.every, args.metrics, args.seed)
-    generated = time.perf_counter() - started
-    size = sum(p.stat().st_size for p in (args.work / "raw").rglob("*.csv"))
-    print(
-        f"input: {args.gpus:,} GPUs x {args.days} d at {args.every}s, {args.metrics} metric column(s): "
-        f"{lines:,} nvidia-smi lines, {size / 1e9:.2f} GB of CSV (generated in {generated:.0f}s, seed {args.seed})"
-    )
-    child = subprocess.run(
-        [sys.executable, __file__, "--child", "--work", str(args.work)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if child.returncode != 0:
-        sys.exit(f"ingest failed:\n{child.stderr[-3000:]}")
-    result = json.loads(child.stdout.strip().splitlines()[-1])
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak_mb = usage.ru_maxrss / 1024
-    cpu = usage.ru_utime + usage.ru_stime  # wall time depends on what else the machine runs
-    totals = result["totals"]
-    seconds = result["seconds"]
-    print(
-        f"ingest: {totals['rows_read']:,} rows read (samples + inventory), {totals['rows_stored']:,} stored, "
-        f"{totals['rows_quarantined']:,} quarantined, {totals['duplicates_dropped']:,} duplicates "
-        f"(adds up: {result['adds_up']}, files rejected: {result['rejected']})"
-    )
-    print(
-        f"time {seconds:.1f}s  throughput {totals['rows_read'] / seconds:,.0f} rows/s "
-        f"({lines / seconds:,.0f} CSV lines/s, {size / 1e6 / seconds:.1f} MB/s)  peak RSS {peak_mb:,.0f} MB"
-    )
-    print(
-        f"cpu {cpu:.1f}s (user+sys of the ingest process; {totals['rows_read'] / cpu:,.0f} rows per CPU-second), "
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    )
+    merge_bench(min(args.gpus, 512), args.every)
+    with tempfile.TemporaryDirectory() as tmp:
+        before_code = extract_revision(args.before, Path(tmp)) if args.before else None
+        for fmt in args.formats:
+            raw = args.work / f"raw-{fmt}"
+            started = time.perf_counter()
+            if fmt == "nvidia-smi":
+                lines = generate(raw, args.gpus, args.days, args.every, args.metrics, args.seed)
+                what = f"{lines:,} nvidia-smi lines, {args.metrics} metric column(s)"
+            else:
+                lines = generate_parquet(raw, args.gpus, args.days, args.every, args.metrics, args.seed)
+                what = f"{lines:,} canonical samples in {args.days} Parquet file(s)"
+            size = sum(p.stat().st_size for p in raw.rglob("*") if p.is_file())
+            print(
+                f"{fmt}: {args.gpus:,} GPUs x {args.days} d at {args.every}s: {what}, {size / 1e9:.2f} GB "
+                f"(generated in {time.perf_counter() - started:.0f}s, seed {args.seed})"
+            )
+            after = run_ingest(raw, args.work / "data", None)
+            report_ingest("this tree", after, TARGETS[fmt])
+            if before_code is not None:
+                before = run_ingest(raw, args.work / "data", before_code)
+                report_ingest(f"at {args.before}", before, TARGETS[fmt])
+                print(
+                    f"    after/before: {before['seconds'] / after['seconds']:.2f}x faster (wall), "
+                    f"{before['cpu'] / after['cpu']:.2f}x less CPU"
+                )
+            if not args.keep:
+                shutil.rmtree(raw, ignore_errors=True)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if not args.keep:
         shutil.rmtree(args.work, ignore_errors=True)
 

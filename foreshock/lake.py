@@ -18,7 +18,10 @@ once are safe); the lock is an ``flock``, so a killed holder never leaves it sta
 temp file left by a killed writer is removed the next time the lock is taken.
 
 * Telemetry (samples, events, failures) is append-only: on a key collision the row already
-  in the lake wins, so a rerun never changes what is stored.
+  in the lake wins, so a rerun never changes what is stored.  Every partition file is
+  sorted by unit, time and the rest of the key.  Rows that are all later than a
+  partition's newest row (telemetry arriving in order) are merged into that order without
+  the key check or a sort of the whole partition (see ``_merge_one``).
 * Inventory is an upsert on ``unit_id``: rows are applied in order, and a row that differs
   from the unit's current row in any column it carries replaces it (the last ingested export
   wins: a replaced GPU gets its new ``uuid``, lot and ``installed_at``); an identical row is
@@ -228,20 +231,67 @@ def partition_path(lake_dir: Path, table: str, day: date | None = None, shard: i
     return Path(lake_dir) / table / f"date={day.isoformat()}" / f"shard={shard:02d}" / PART_NAME
 
 
-def _merge_one(path: Path, new: pl.DataFrame, table: str) -> pl.DataFrame:
-    """Merge ``new`` into the file at ``path``; returns the rows newly stored."""
+def _sort_order(table: str) -> list[str]:
+    """The row order of a partition file: unit, then time, then the rest of the key."""
     key = list(KEYS[table])
-    fresh = new.unique(subset=key, keep="first", maintain_order=True)
-    if path.exists():
-        existing = pl.read_parquet(path)
-        fresh = fresh.join(existing.select(key), on=key, how="anti", nulls_equal=True)
+    time_col = TIME_COLUMN[table]
+    return ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
+
+
+def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:
+    """True when no two rows share a key, decided from 64-bit key hashes (sorting hashes is
+    far cheaper than grouping by the key columns).  A hash collision answers False: the
+    caller then takes the exact path, so a collision costs time, never a row."""
+    if frame.height < 2:
+        return True
+    hashes = frame.select(pl.struct(key).hash(seed=0)).to_series()
+    return hashes.n_unique() == hashes.len()
+
+
+def _merge_one(
+    path: Path, new: pl.DataFrame, table: str, fast: bool = True, deduplicated: bool = False
+) -> pl.DataFrame:
+    """Merge ``new`` into the file at ``path``; returns the rows newly stored.
+
+    Fast path (``fast``): when ``new`` has no repeated key and, for a partition that exists,
+    every new row is later than the partition's newest row (the normal case of telemetry
+    arriving in time order), no key can collide: the anti-join with the stored keys and the
+    sort of the whole partition are skipped.  The new rows are sorted among themselves and
+    merged into the stored order by unit (stored rows first within a unit, all of them
+    older), which gives exactly the order a full sort gives.  Anything else takes the
+    exact path: deduplicate, anti-join with the stored keys, sort everything.
+    ``deduplicated``: the caller has already dropped repeated and stored keys under the
+    same hold of the lake lock, so neither check is repeated here.
+    """
+    key = list(KEYS[table])
+    time_col = TIME_COLUMN[table]
+    order = _sort_order(table)
+    existing = pl.read_parquet(path) if path.exists() else None
+    if fast and time_col is not None and (deduplicated or _keys_unique(new, key)):
+        if existing is None:
+            atomic_write_parquet(new.sort(order), path)
+            return new
+        newest = existing.get_column(time_col).max()
+        oldest_new = new.get_column(time_col).min()
+        if (
+            newest is not None
+            and oldest_new is not None
+            and oldest_new > newest
+            and existing.schema == new.schema
+            and existing.get_column("unit_id").is_sorted()
+        ):
+            merged = existing.merge_sorted(new.sort(order), key="unit_id", maintain_order=True)
+            atomic_write_parquet(merged, path)
+            return new
+    fresh = new if deduplicated else new.unique(subset=key, keep="first", maintain_order=True)
+    if existing is not None:
+        if not deduplicated:
+            fresh = fresh.join(existing.select(key), on=key, how="anti", nulls_equal=True)
         if fresh.height == 0:
             return fresh
         merged = pl.concat([existing, fresh], how="diagonal_relaxed")
     else:
         merged = fresh
-    time_col = TIME_COLUMN[table]
-    order = ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
     atomic_write_parquet(merged.sort(order), path)
     return fresh
 
@@ -291,12 +341,24 @@ def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str]) -> tupl
     return stored, updated
 
 
-def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8) -> MergeResult:
+def merge_into_lake(
+    lake_dir: Path,
+    table: str,
+    df: pl.DataFrame,
+    shards: int = 8,
+    *,
+    fast_path: bool = True,
+    deduplicated: bool = False,
+) -> MergeResult:
     """Merge validated rows of one canonical table into the lake.
 
     Telemetry rows whose natural key is already stored (or repeated within ``df``) are
     dropped and counted as duplicates; inventory rows are upserted (see the module notes).
     ``rows_in == rows_stored + rows_updated + duplicates_dropped`` always holds.
+    ``fast_path=False`` forces the exact merge of every partition (same result, slower;
+    for benchmarks and tests that compare the two).  ``deduplicated=True`` is for a caller
+    that holds the lake lock and has already removed keys repeated in ``df`` or stored
+    (ingest does, comparing values to quarantine conflicts): the key checks are skipped.
     """
     lake_dir = Path(lake_dir)
     carried = list(df.columns)  # before conform adds a missing optional column as nulls
@@ -320,7 +382,13 @@ def merge_into_lake(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 
         else:
             keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
             for (day, shard), part in keyed.group_by(["_date", "shard"], maintain_order=True):
-                fresh = _merge_one(partition_path(lake_dir, table, day, shard), part.drop("_date", "shard"), table)
+                fresh = _merge_one(
+                    partition_path(lake_dir, table, day, shard),
+                    part.drop("_date", "shard"),
+                    table,
+                    fast_path,
+                    deduplicated,
+                )
                 result.rows_stored += fresh.height
                 result.partitions_written += int(fresh.height > 0)
                 if fresh.height:

@@ -443,7 +443,11 @@ def _merge_telemetry(
     with lake_lock(config.lake_dir):
         unique, duplicates, conflicts = _deduplicate(table, good, ctx)
         result = merge_into_lake(
-            config.lake_dir, table, unique.select(_lake_columns(table, unique)), shards=config.shards
+            config.lake_dir,
+            table,
+            unique.select(_lake_columns(table, unique)),
+            shards=config.shards,
+            deduplicated=True,  # _deduplicate checked the batch and the lake under this lock
         )
     if result.rows_stored != unique.height:  # cannot happen under the lock: fail loudly
         raise RuntimeError(f"{table}: {unique.height} new rows checked but {result.rows_stored} stored")

@@ -249,24 +249,36 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
     if not limits or candidates.height == 0:
         return frame.with_columns(empty)
     first_day = candidates.get_column("ts").min().date() - timedelta(days=1)
+    # Number each series (unit, metric) once: the sort and the look-back to the previous
+    # reading then run over integers, not strings.
+    series = (
+        candidates.select("unit_id", "metric")
+        .unique()
+        .with_row_index("_sid")
+        .with_columns(_max_rate=pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64))
+    )
     stored = (
         scan_table(ctx.lake_dir, "samples", start=first_day, end=candidates.get_column("ts").max())
         .filter(pl.col("metric").is_in(list(limits)))
-        .join(candidates.lazy().select("unit_id", "metric").unique(), on=["unit_id", "metric"], how="semi")
         .select("unit_id", "ts", "metric", "value")
+        .join(series.lazy(), on=["unit_id", "metric"], how="inner")
+        .select("_sid", "_max_rate", "ts", "value")
         .collect()
     )
+    numbered = candidates.join(series, on=["unit_id", "metric"], how="left").select(
+        "_row", "_sid", "_max_rate", "ts", "value"
+    )
     readings = pl.concat(
-        [stored.with_columns(_row=pl.lit(None, dtype=pl.UInt32)), candidates], how="diagonal_relaxed"
-    ).sort("unit_id", "metric", "ts", pl.col("_row").is_not_null(), "_row")
-    previous = pl.col("value").shift(1).over("unit_id", "metric")
-    seconds = (pl.col("ts") - pl.col("ts").shift(1).over("unit_id", "metric")).dt.total_microseconds() / 1e6
+        [stored.with_columns(_row=pl.lit(None, dtype=pl.UInt32)), numbered], how="diagonal_relaxed"
+    ).sort("_sid", "ts", pl.col("_row").is_not_null(), "_row")
+    same_series = pl.col("_sid") == pl.col("_sid").shift(1)
+    previous = pl.when(same_series).then(pl.col("value").shift(1))
+    seconds = pl.when(same_series).then((pl.col("ts") - pl.col("ts").shift(1)).dt.total_microseconds() / 1e6)
     steps = (
         readings.with_columns(_previous=previous, _seconds=seconds)
         .filter(pl.col("_row").is_not_null() & (pl.col("value") > pl.col("_previous")))
         .with_columns(
             _step_rate=(pl.col("value") - pl.col("_previous")) / pl.max_horizontal("_seconds", MIN_RATE_INTERVAL),
-            _max_rate=pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64),
         )
         .select("_row", *STEP_COLUMNS)
     )

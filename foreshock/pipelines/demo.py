@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 import time
 
 from foreshock.config import Config
 
 log = logging.getLogger("foreshock.demo")
+
+# The demo fleet: small enough for the whole run in about two minutes on 2 cores, with
+# failures of every mode (memory, thermal, power, sudden) for the models to catch.
+UNITS = 128
+DAYS = 30
+SEED = 7
+SAMPLE_EVERY = "10m"
 
 
 def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str]]]:
@@ -30,6 +38,8 @@ def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str
                 str(args.days),
                 "--seed",
                 str(args.seed),
+                "--sample-every",
+                args.sample_every,
                 "--out",
                 str(sim_dir),
             ],
@@ -48,6 +58,29 @@ def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str
     ]
 
 
+def _start_prefect_server() -> threading.Thread | None:
+    """Start the temporary Prefect server now, beside the simulation, when no Prefect API
+    is configured: the first flow would otherwise wait for it (tens of seconds on 2 cores).
+    Prefect keeps one such server per process, so every stage of the demo shares it."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if settings.api.url or not settings.server.ephemeral.enabled:
+        return None
+
+    def start() -> None:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        try:
+            SubprocessASGIServer().start()
+        except Exception as exc:  # noqa: BLE001 - the first flow starts it again and reports
+            log.warning("could not start the Prefect server ahead of the flows: %s", exc)
+
+    thread = threading.Thread(target=start, name="prefect-server", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_demo(args: argparse.Namespace, config: Config) -> int:
     from foreshock.pipelines.cli import build_parser
 
@@ -56,22 +89,36 @@ def run_demo(args: argparse.Namespace, config: Config) -> int:
     if args.config:
         base = ["--config", args.config, *base]
     started = time.perf_counter()
+    took: list[tuple[str, float]] = []
+    server = _start_prefect_server()
     for name, argv in _steps(args, config):
+        if name != "simulate" and server is not None:
+            waited = time.perf_counter()
+            server.join()  # the flows of the later stages need it up
+            server = None
+            took.append(("prefect server (wait)", time.perf_counter() - waited))
+            log.info("the Prefect server was up %.1f s after the simulation", took[-1][1])
         log.info("== %s: foreshock %s", name, " ".join(argv))
         step_start = time.perf_counter()
         sub_args = parser.parse_args([*base, *argv])
         rc = int(sub_args.func(sub_args, config) or 0)
-        log.info("%s took %.1f s", name, time.perf_counter() - step_start)
+        took.append((name, time.perf_counter() - step_start))
+        log.info("%s took %.1f s", name, took[-1][1])
         if rc != 0:
             log.error("demo stopped: %s exited with %d", name, rc)
             return rc
-    log.info("demo finished in %.0f s; data under %s", time.perf_counter() - started, config.data_dir)
+    total = time.perf_counter() - started
+    log.info("stage times: %s", ", ".join(f"{name} {seconds:.1f} s" for name, seconds in took))
+    log.info("demo finished in %.0f s; data under %s", total, config.data_dir)
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="run the whole pipeline on a simulated fleet")
-    demo.add_argument("--units", type=int, default=256)
-    demo.add_argument("--days", type=int, default=30)
-    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--units", type=int, default=UNITS, help=f"GPUs simulated (default {UNITS})")
+    demo.add_argument("--days", type=int, default=DAYS, help=f"days simulated (default {DAYS})")
+    demo.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED})")
+    demo.add_argument(
+        "--sample-every", default=SAMPLE_EVERY, help=f"nvidia-smi sample interval (default {SAMPLE_EVERY})"
+    )
     demo.set_defaults(func=run_demo)

@@ -15,7 +15,7 @@ DEFAULT_START = datetime(2026, 11, 1, tzinfo=UTC)
 class SimulationParams:
     """Knobs of the fleet simulator; defaults are the demo fleet.
 
-    ``failures_per_1000_unit_days`` defaults to 7, which gives the 256-GPU demo fleet
+    ``failures_per_1000_unit_days`` defaults to 7, which gives the default 256-GPU fleet
     roughly 40-70 failures in 30 days.  That is more than ten times the rate of real
     fleets (Llama 3 training saw 419 unplanned interruptions in 54 days on 16,384 H100s,
     about 0.5 per 1,000 GPU-days, all causes; see docs/design.md): the demo needs enough

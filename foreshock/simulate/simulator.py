@@ -66,7 +66,7 @@ def simulate_fleet(
     out-of-order rows in some nvidia-smi files.  A failed slot stays empty for a 1-3
     day repair, then a new GPU (new UUID, counters from zero) starts a new life in it.
 
-    The default rate (7 failures per 1,000 GPU-days) gives the 256-GPU, 30-day demo
+    The default rate (7 failures per 1,000 GPU-days) gives the default 256-GPU, 30-day
     fleet roughly 40-70 failures.  That is more than ten times real fleet rates
     (docs/design.md: ~0.5 per 1,000 GPU-days from all causes on Llama 3's 16k H100s); the
     demo needs enough failures for a backtest.

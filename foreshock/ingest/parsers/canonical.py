@@ -99,6 +99,18 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
                 exprs["_naive"] = naive.alias("_naive")
             if name not in REQUIRED[table]:
                 reason = pl.when(~missing).then(reason)  # an optional time may be empty
+        elif dtype == pl.Float64 and source_dtype.is_numeric():
+            # A typed number (Parquet) is null only where it is missing: no text to build.
+            value = column.cast(pl.Float64)
+            reason = pl.when(column.is_null()).then(pl.lit(f"missing {name}"))
+        elif dtype == pl.Int64 and source_dtype.is_integer():
+            value = column.cast(pl.Int64, strict=False)
+            reason = (
+                pl.when(column.is_null())
+                .then(pl.lit(f"missing {name}"))
+                .when(value.is_null())
+                .then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
+            )
         elif dtype == pl.Float64:
             value = (
                 column.cast(pl.Float64, strict=False)

@@ -146,12 +146,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
                 metric=pl.lit(resolved[name] or name),
                 _text=pl.col(name),
                 _known=pl.lit(resolved[name] is not None),
-                value=_number(pl.col(name), units.get(name)),
+                _suffix=pl.lit(f" {units[name]}" if units.get(name) else ""),
             )
             for name in metrics
         ],
         how="vertical",
-    )
+    ).with_columns(value=_number(pl.col("_text"), pl.col("_suffix")))
     long = long.filter(~pl.col("_text").is_in(NOT_SUPPORTED))
     failing = (
         pl.col("_line_reason").is_not_null()
@@ -191,9 +191,10 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     return parsed
 
 
-def _number(text: pl.Expr, unit: str | None) -> pl.Expr:
-    """``"250.12 W"`` -> 250.12 (the header's unit), ``Yes``/``Active`` -> 1, ``No`` -> 0."""
-    number = (text.str.strip_suffix(f" {unit}") if unit else text).cast(pl.Float64, strict=False)
+def _number(text: pl.Expr, suffix: pl.Expr) -> pl.Expr:
+    """``"250.12 W"`` -> 250.12 (``suffix``: the header's unit after a space, or ""),
+    ``Yes``/``Active`` -> 1, ``No`` -> 0.  One pass over every metric's values at once."""
+    number = text.str.strip_suffix(suffix).cast(pl.Float64, strict=False)
     return pl.coalesce(number, text.replace_strict(FLAGS, default=None, return_dtype=pl.Float64))
 
 
