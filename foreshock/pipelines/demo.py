@@ -18,7 +18,7 @@ log = logging.getLogger("foreshock.demo")
 
 # The demo fleet: small enough for the whole run in about two minutes on 2 cores, with
 # failures of every mode (memory, thermal, power, sudden) for the models to catch.
-UNITS = 128
+UNITS = 256
 DAYS = 30
 SEED = 7
 SAMPLE_EVERY = "10m"
