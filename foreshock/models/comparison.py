@@ -98,13 +98,21 @@ def training_cut(window_start: datetime, horizon: str) -> datetime:
 
 
 def fit_before_window(
-    features: pl.DataFrame, failures: pl.DataFrame, config: Any, window_start: datetime, horizon: str
+    features: pl.DataFrame,
+    failures: pl.DataFrame,
+    config: Any,
+    window_start: datetime,
+    horizon: str,
+    *,
+    drains: pl.DataFrame | None = None,
 ):
     """The challenger's recipe (``[models]`` of ``config``) fitted on data before the window.
 
     Snapshots before ``window_start - H`` with the failures known at ``window_start``: every
     training label is resolved by the time the window opens, and none looks into it (the
-    purge of one horizon).
+    purge of one horizon).  Labels are the training's censoring-correct labels
+    (:func:`foreshock.models.training.labelled_until` rule) with the cutoff at
+    ``window_start``; ``drains`` censor them as in ``foreshock train``.
 
     Returns
     -------
@@ -120,7 +128,7 @@ def fit_before_window(
             f"no snapshot before {training_cut(window_start, horizon)}: the review window leaves no history"
         )
     known = failures.filter(pl.col("failed_at").cast(UTC_TS) <= pl.lit(window_start).cast(UTC_TS))
-    return train_bundle(train, known, config, until=window_start)
+    return train_bundle(train, known, config, until=window_start, drains=drains)
 
 
 # -- per-unit pieces for the bootstrap ---------------------------------------------------

@@ -1,9 +1,11 @@
 """Act on the registry: run a review and promote, approve a version by hand, roll back.
 
-:func:`run_review` measures and decides (:func:`foreshock.models.review.review_versions`),
-writes the report (:mod:`foreshock.models.review_report`) and logs it to MLflow
+:func:`run_review` measures and decides (:func:`foreshock.models.review.review_versions`:
+the challenger's recipe refitted before the review window, both versions scored on the
+window only, guardrails against bootstrap intervals), writes the report (:mod:`foreshock.models.review_report`) and logs it to MLflow
 (:func:`foreshock.models.tracking.log_review`) whatever the outcome; only when every
-guardrail holds does ``champion`` move to the challenger.  A person can still promote any
+guardrail holds does ``champion`` move to the challenger: the registered version, i.e. the
+same recipe refitted on all history by ``foreshock train``.  A person can still promote any
 version by hand (:func:`approve`) or move ``champion`` back (:func:`rollback`); both
 record who and why as tags on the version.
 """
@@ -20,7 +22,14 @@ from foreshock.models.review import ReviewResult, review_versions
 from foreshock.models.review_report import write_report
 
 
-def run_review(config: Any, labelled: pl.DataFrame, failures: pl.DataFrame, *, promote: bool = True) -> ReviewResult:
+def run_review(
+    config: Any,
+    labelled: pl.DataFrame,
+    failures: pl.DataFrame,
+    *,
+    promote: bool = True,
+    drains: pl.DataFrame | None = None,
+) -> ReviewResult:
     """Review the challenger against the champion and promote it if the guardrails hold.
 
     Parameters
@@ -35,6 +44,8 @@ def run_review(config: Any, labelled: pl.DataFrame, failures: pl.DataFrame, *, p
         Canonical failures table (for lead times).
     promote
         ``False`` to write the report without moving any alias (a dry run).
+    drains
+        Canonical drains (they censor the labels of the challenger's refit before the window).
 
     Returns
     -------
@@ -47,10 +58,10 @@ def run_review(config: Any, labelled: pl.DataFrame, failures: pl.DataFrame, *, p
         When nothing is registered under the model name yet.
     """
     tracking.tracking_uri(config.mlflow_dir)
-    result = review_versions(config, labelled, failures, promote=promote)
+    result = review_versions(config, labelled, failures, promote=promote, drains=drains)
     write_report(result, config.reports_dir)
     result.run_id = tracking.log_review(result, config)
-    verdict = "passed" if result.passed else ("not compared" if not result.checks else "failed")
+    verdict = "not compared" if result.champion is None else ("passed" if result.passed else "failed")
     registry.tag_version(
         result.model_name,
         result.challenger.version,

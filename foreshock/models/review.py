@@ -1,27 +1,37 @@
-"""Champion/challenger review: measure both versions on the same window and decide.
+"""Champion/challenger review: out of sample, on the same window, with intervals.
 
-A review loads the registered versions behind the aliases ``challenger`` and
-``champion``, re-scores both on the same recent labelled window (snapshots whose outcome
-over the decision horizon is known), measures both with :mod:`foreshock.models.metrics`
-at the drain-budget operating point, and checks the guardrails of ``[review]``:
+A review takes the recent labelled window (snapshots whose outcome over the decision
+horizon is known; ``[review] window`` long, default the last third of the labelled span)
+and asks whether the challenger's recipe is at least as good as the champion there:
 
-* recall at the drain budget may drop by at most ``max_recall_drop`` (default 0: not lower);
-* precision at the drain budget may drop by at most ``max_precision_drop``;
-* the challenger's calibration error must be at most ``max_calibration_error``.
+1. **The challenger is refitted before the window** (:func:`foreshock.models.comparison.fit_before_window`):
+   the configured recipe (``[models]``, the one ``foreshock train`` registered) is trained on
+   snapshots before ``window_start - H`` with labels as known at ``window_start`` (the
+   training's censoring-correct labels, cutoff at the window start), so no training label
+   looks into the window.  The registered champion is scored as it is (the report says how
+   much of the window it was trained on).
+2. **Both are scored on the window only** and measured at the drain-budget operating point
+   by the backtest's own judging (:func:`measure_at_budget`).
+3. **Paired unit bootstrap** (:func:`foreshock.models.comparison.bootstrap`, ``[review]
+   bootstrap`` resamples, ``confidence`` coverage) gives intervals of recall, precision,
+   PR-AUC and PR-AUC / base rate, and of the differences challenger - champion.
+4. **Guardrails read the intervals** (:func:`foreshock.models.comparison.check_guardrails`):
+   a recall / precision drop counts only when the whole interval of the difference lies
+   below ``-max_recall_drop`` / ``-max_precision_drop``; the challenger's calibration error
+   must be at most ``max_calibration_error``; the lower end of its PR-AUC / base rate must
+   be at least ``min_pr_auc_lift`` (a constant base-rate predictor has ratio 1 and cannot
+   pass).  A metric that cannot be measured fails its guardrail.
 
-A metric that cannot be measured (e.g. recall in a window without failures) fails its
-guardrail: an automatic promotion of a model that drains hardware needs evidence.
-
-This module measures and decides (:func:`review_versions`); the report is rendered by
-:mod:`foreshock.models.review_report`, logged by :func:`foreshock.models.tracking.log_review`
-and acted on (``champion`` moved only when every guardrail holds) by
+What is promoted is the registered challenger: the same recipe refitted on all history
+by ``foreshock train``.  This module measures and decides (:func:`review_versions`); the
+report is rendered by :mod:`foreshock.models.review_report`, logged by
+:func:`foreshock.models.tracking.log_review` and acted on by
 :func:`foreshock.models.promotion.run_review`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -31,8 +41,9 @@ import polars as pl
 
 from foreshock.contract import label_column
 from foreshock.durations import parse_duration
-from foreshock.models import plots, registry
+from foreshock.models import comparison, plots, registry
 from foreshock.models.base import decision_horizon
+from foreshock.models.comparison import GuardrailCheck, Interval, ReviewSettings, UnitTable
 from foreshock.models.lead_times import lead_times_at_budget
 
 # Rows of the side-by-side table: metric key, label, how to print it.
@@ -50,40 +61,18 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("calibration_error", "calibration error", "{:.4f}"),
 )
 
-
-@dataclass(frozen=True)
-class Guardrails:
-    """Limits a challenger must respect to replace the champion automatically."""
-
-    max_recall_drop: float = 0.0
-    max_precision_drop: float = 0.05
-    max_calibration_error: float = 0.05
-
-    @classmethod
-    def from_config(cls, config: Any) -> Guardrails:
-        section = config.section("review")
-        defaults = cls()
-        return cls(
-            max_recall_drop=float(section.get("max_recall_drop", defaults.max_recall_drop)),
-            max_precision_drop=float(section.get("max_precision_drop", defaults.max_precision_drop)),
-            max_calibration_error=float(section.get("max_calibration_error", defaults.max_calibration_error)),
-        )
-
-
-@dataclass(frozen=True)
-class GuardrailCheck:
-    """One guardrail, the values it compared and whether it held."""
-
-    name: str
-    rule: str
-    challenger: float
-    champion: float | None
-    passed: bool
+# The guardrail that fails when the challenger's recipe cannot be refitted before the window.
+OUT_OF_SAMPLE = "challenger refitted before the window"
 
 
 @dataclass
 class Evaluation:
-    """One registered version measured on the review window."""
+    """One version measured on the review window.
+
+    For the challenger, the scores come from its recipe refitted before the window
+    (``trained_range`` is that fit's); ``version``/``run_id`` name the registered
+    all-history fit that a promotion would make champion.
+    """
 
     version: str
     run_id: str
@@ -92,11 +81,12 @@ class Evaluation:
     scored: pl.DataFrame  # unit_id, ts, model, risk, label, time_to_failure_h (+ life)
     lead_times: pl.DataFrame  # model, lead_time_h: one row per caught failure
     trained_range: tuple[datetime, datetime] | None = None
+    units: UnitTable | None = None  # per-unit counts at the budget point, for the bootstrap
 
 
 @dataclass
 class ReviewResult:
-    """The outcome of a review: checks, decision, report paths, MLflow run."""
+    """The outcome of a review: intervals, checks, decision, report paths, MLflow run."""
 
     model_name: str
     horizon: str
@@ -106,6 +96,9 @@ class ReviewResult:
     checks: list[GuardrailCheck]
     promoted: bool
     decision: str
+    intervals: dict[str, dict[str, Interval]] = field(default_factory=dict)
+    settings: ReviewSettings | None = None
+    refit_range: tuple[datetime, datetime] | None = None  # the registered challenger's (all history)
     report_md: Path | None = None
     report_html: Path | None = None
     run_id: str | None = None
@@ -198,6 +191,35 @@ def measure_at_budget(
     return values, lead_times
 
 
+def measure_bundle(
+    bundle: Any,
+    window_frame: pl.DataFrame,
+    failures: pl.DataFrame,
+    horizon: str,
+    config: Any,
+    *,
+    version: str,
+    run_id: str,
+) -> Evaluation:
+    """Score ``bundle``'s primary model on the window; measure it at the drain budget and
+    per unit (for the bootstrap)."""
+    if horizon not in bundle.horizons:
+        raise ValueError(f"version {version} has no {horizon} horizon (has {bundle.horizons})")
+    scores = bundle.score(window_frame).filter((pl.col("model") == bundle.primary) & (pl.col("horizon") == horizon))
+    measured, lead_times = measure_at_budget(scores, failures, horizon, config)
+    trained = getattr(bundle, "trained_range", None)
+    return Evaluation(
+        version=version,
+        run_id=run_id,
+        primary=bundle.primary,
+        metrics=measured,
+        scored=plots.scores_with_labels(scores, window_frame, horizon),
+        lead_times=lead_times,
+        trained_range=tuple(trained) if trained else None,
+        units=comparison.unit_table(scores.select("unit_id", "ts", "risk"), failures, horizon, config),
+    )
+
+
 def measure_version(
     loaded: registry.LoadedBundle,
     window_frame: pl.DataFrame,
@@ -205,58 +227,54 @@ def measure_version(
     horizon: str,
     config: Any,
 ) -> Evaluation:
-    """Score one version's primary model on the window and measure it at the drain budget."""
-    bundle = loaded.bundle
-    if horizon not in bundle.horizons:
-        raise ValueError(f"version {loaded.version} has no {horizon} horizon (has {bundle.horizons})")
-    scores = bundle.score(window_frame).filter((pl.col("model") == bundle.primary) & (pl.col("horizon") == horizon))
-    measured, lead_times = measure_at_budget(scores, failures, horizon, config)
-    trained = getattr(bundle, "trained_range", None)
-    return Evaluation(
-        version=loaded.version,
-        run_id=loaded.run_id,
-        primary=bundle.primary,
-        metrics=measured,
-        scored=plots.scores_with_labels(scores, window_frame, horizon),
-        lead_times=lead_times,
-        trained_range=tuple(trained) if trained else None,
+    """Score one registered version's primary model on the window, as registered."""
+    return measure_bundle(
+        loaded.bundle, window_frame, failures, horizon, config, version=loaded.version, run_id=loaded.run_id
     )
 
 
-def check_guardrails(
-    challenger: Mapping[str, float], champion: Mapping[str, float], guardrails: Guardrails
-) -> list[GuardrailCheck]:
-    """Compare challenger with champion metric by metric (NaN never passes)."""
+def measure_challenger(
+    loaded: registry.LoadedBundle,
+    labelled: pl.DataFrame,
+    window_frame: pl.DataFrame,
+    failures: pl.DataFrame,
+    window: tuple[datetime, datetime],
+    horizon: str,
+    config: Any,
+    drains: pl.DataFrame | None = None,
+) -> tuple[Evaluation, str | None]:
+    """The challenger's recipe refitted before the window, measured on it.
 
-    def ok(value: bool, *values: float) -> bool:
-        return all(v is not None and math.isfinite(v) for v in values) and value
+    Returns the evaluation (named after the registered version ``loaded``) and ``None``,
+    or, when the recipe cannot be fitted on the history before the window (e.g. no failure
+    there), the registered version measured as it is and the reason: the review then fails
+    its out-of-sample guardrail.
+    """
+    try:
+        before = comparison.fit_before_window(
+            comparison.unlabelled(labelled), failures, config, window[0], horizon, drains=drains
+        )
+    except ValueError as exc:
+        return measure_version(loaded, window_frame, failures, horizon, config), str(exc)
+    evaluation = measure_bundle(
+        before, window_frame, failures, horizon, config, version=loaded.version, run_id=loaded.run_id
+    )
+    return evaluation, None
 
-    new_recall, old_recall = challenger.get("recall", math.nan), champion.get("recall", math.nan)
-    new_precision, old_precision = challenger.get("precision", math.nan), champion.get("precision", math.nan)
-    calibration = challenger.get("calibration_error", math.nan)
-    return [
-        GuardrailCheck(
-            "recall at drain budget",
-            f"challenger >= champion - {guardrails.max_recall_drop:g}",
-            new_recall,
-            old_recall,
-            ok(new_recall >= old_recall - guardrails.max_recall_drop - 1e-12, new_recall, old_recall),
-        ),
-        GuardrailCheck(
-            "precision at drain budget",
-            f"challenger >= champion - {guardrails.max_precision_drop:g}",
-            new_precision,
-            old_precision,
-            ok(new_precision >= old_precision - guardrails.max_precision_drop - 1e-12, new_precision, old_precision),
-        ),
-        GuardrailCheck(
-            "calibration error",
-            f"challenger <= {guardrails.max_calibration_error:g}",
-            calibration,
-            None,
-            ok(calibration <= guardrails.max_calibration_error, calibration),
-        ),
-    ]
+
+def guardrail_checks(
+    challenger: Evaluation, champion: Evaluation | None, settings: ReviewSettings, *, refit_error: str | None
+) -> tuple[dict[str, dict[str, Interval]], list[GuardrailCheck]]:
+    """Bootstrap intervals of both versions on the window and the guardrails against them."""
+    intervals = comparison.bootstrap(
+        challenger.units, champion.units if champion else None, settings.bootstrap, settings.confidence
+    )
+    checks = comparison.check_guardrails(intervals, challenger.metrics.get("calibration_error", math.nan), settings)
+    if refit_error is not None:
+        checks.insert(
+            0, GuardrailCheck(OUT_OF_SAMPLE, f"training ends before the window ({refit_error})", math.nan, None, False)
+        )
+    return intervals, checks
 
 
 def decide(
@@ -292,13 +310,19 @@ def decide(
         decision = f"dry run: version {challenger.version} passed every guardrail but was not promoted"
     else:
         decision = f"promoted version {challenger.version} to champion (was {champion.version}): every guardrail held"
-    return decision, held and promote and not demoted
+    return decision, held and promote and not demoted and not already_champion and champion is not None
 
 
 def review_versions(
-    config: Any, labelled: pl.DataFrame, failures: pl.DataFrame, *, promote: bool = True
+    config: Any,
+    labelled: pl.DataFrame,
+    failures: pl.DataFrame,
+    *,
+    promote: bool = True,
+    drains: pl.DataFrame | None = None,
 ) -> ReviewResult:
-    """Measure the challenger and the champion on the same window and decide.
+    """Refit the challenger's recipe before the window, measure it and the champion on
+    the window, bootstrap the differences and decide.
 
     Nothing is written and no alias moves: :func:`foreshock.models.promotion.run_review`
     does that with the result.  The MLflow tracking URI must be set
@@ -311,11 +335,13 @@ def review_versions(
         ``[backtest]`` for the operating point).
     labelled
         Feature snapshots labelled with what is known now (``models.training.labelled_until``):
-        the review window is taken from its end.
+        the review window is taken from its end, the challenger's refit from what precedes it.
     failures
         Canonical failures table (for lead times).
     promote
         ``False`` for a dry run: the decision never promotes.
+    drains
+        Canonical drains: they censor the labels of the challenger's refit, as in training.
 
     Raises
     ------
@@ -327,6 +353,7 @@ def review_versions(
     name = config.model_name
     client = mlflow.MlflowClient()
     horizon = decision_horizon(config)
+    settings = ReviewSettings.from_config(config)
     challenger_version = registry.alias_version(name, registry.CHALLENGER, client=client)
     champion_version = registry.alias_version(name, registry.CHAMPION, client=client)
     if challenger_version is None:
@@ -335,8 +362,9 @@ def review_versions(
     window = review_window(labelled, horizon, config)
     label = label_column(horizon)
     window_frame = labelled.filter(pl.col("ts").is_between(window[0], window[1]) & pl.col(label).is_not_null())
-    challenger = measure_version(
-        registry.load_version(name, challenger_version.version), window_frame, failures, horizon, config
+    registered = registry.load_version(name, challenger_version.version)
+    challenger, refit_error = measure_challenger(
+        registered, labelled, window_frame, failures, window, horizon, config, drains
     )
     same = champion_version is not None and str(champion_version.version) == str(challenger_version.version)
     champion = None
@@ -344,9 +372,10 @@ def review_versions(
         champion = measure_version(
             registry.load_version(name, champion_version.version), window_frame, failures, horizon, config
         )
-    checks = check_guardrails(challenger.metrics, champion.metrics, Guardrails.from_config(config)) if champion else []
+    intervals, checks = guardrail_checks(challenger, champion, settings, refit_error=refit_error)
     demoted = not same and "foreshock.promotion" in (challenger_version.tags or {})
     decision, promoted = decide(challenger, champion, checks, already_champion=same, demoted=demoted, promote=promote)
+    refit = getattr(registered.bundle, "trained_range", None)
     return ReviewResult(
         model_name=name,
         horizon=horizon,
@@ -356,4 +385,7 @@ def review_versions(
         checks=checks,
         promoted=promoted,
         decision=decision,
+        intervals=intervals,
+        settings=settings,
+        refit_range=tuple(refit) if refit else None,
     )

@@ -19,7 +19,7 @@ import polars as pl
 from foreshock.contract import TIME_TO_FAILURE
 from foreshock.lake import atomic_write_text
 from foreshock.models import plots
-from foreshock.models.review import TABLE_ROWS, Evaluation, ReviewResult
+from foreshock.models.review import OUT_OF_SAMPLE, TABLE_ROWS, Evaluation, ReviewResult
 
 
 def review_figures(result: ReviewResult) -> dict[str, Any]:
@@ -78,6 +78,34 @@ def _range_note(evaluation: Evaluation, window: tuple[datetime, datetime]) -> st
     return f"v{evaluation.version} trained on {start:%Y-%m-%d} .. {end:%Y-%m-%d} ({share:.0%} of the window in-sample)"
 
 
+def _interval(check: Any) -> str:
+    if check.interval is None:
+        return ""
+    return f"{_format(check.interval.low, '{:.3f}')} .. {_format(check.interval.high, '{:.3f}')}"
+
+
+def _notes(result: ReviewResult) -> list[str]:
+    """Where each version's training ends against the window, and what the bootstrap was."""
+    notes = []
+    if result.champion is not None and (note := _range_note(result.champion, result.window)):
+        notes.append(f"champion {note}")
+    if note := _range_note(result.challenger, result.window):
+        refitted = not any(c.name == OUT_OF_SAMPLE for c in result.checks)
+        notes.append(f"challenger {'recipe refitted before the window' if refitted else 'as registered'}: {note}")
+    if result.refit_range is not None:
+        start, end = result.refit_range
+        notes.append(
+            f"v{result.challenger.version} as registered (what a promotion makes champion): the same recipe "
+            f"fitted on all history, {start:%Y-%m-%d} .. {end:%Y-%m-%d}"
+        )
+    if result.settings is not None:
+        notes.append(
+            f"intervals: {result.settings.confidence:.0%} paired bootstrap over units, "
+            f"{result.settings.bootstrap} resamples"
+        )
+    return notes
+
+
 def render_markdown(result: ReviewResult, figure_dir: str | None = None) -> str:
     """The review as Markdown; plots are linked from ``figure_dir`` when given."""
     headers = _headers(result)
@@ -89,21 +117,22 @@ def render_markdown(result: ReviewResult, figure_dir: str | None = None) -> str:
         f"- window: {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC, "
         f"horizon {result.horizon}, snapshots with a known outcome only",
     ]
-    for evaluation in (result.champion, result.challenger):
-        if evaluation is not None and (note := _range_note(evaluation, result.window)):
-            lines.append(f"- {note}")
+    lines += [f"- {note}" for note in _notes(result)]
     lines += ["", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(row) + " |" for row in _table_rows(result)]
     lines += ["", "## Guardrails", ""]
     if result.checks:
-        lines += ["| guardrail | rule | challenger | champion | result |", "|---|---|---|---|---|"]
+        lines += [
+            "| guardrail | rule | challenger | champion | interval | result |",
+            "|---|---|---|---|---|---|",
+        ]
         for check in result.checks:
             lines.append(
                 f"| {check.name} | {check.rule} | {_format(check.challenger, '{:.4f}')} | "
-                f"{_format(check.champion, '{:.4f}')} | {'pass' if check.passed else 'FAIL'} |"
+                f"{_format(check.champion, '{:.4f}')} | {_interval(check)} | {'pass' if check.passed else 'FAIL'} |"
             )
     else:
-        lines.append("No champion to compare with: no guardrail was checked.")
+        lines.append("No guardrail was checked.")
     if figure_dir is not None and result.figures:
         lines += ["", "## Plots", ""]
         lines += [f"![{name}]({figure_dir}/{path.name})" for name, path in result.figures.items()]
@@ -117,15 +146,11 @@ def render_html(result: ReviewResult) -> str:
     body = "".join("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>" for row in _table_rows(result))
     checks = "".join(
         f"<tr><td>{esc(c.name)}</td><td>{esc(c.rule)}</td><td>{_format(c.challenger, '{:.4f}')}</td>"
-        f'<td>{_format(c.champion, "{:.4f}")}</td><td class="{"pass" if c.passed else "fail"}">'
+        f'<td>{_format(c.champion, "{:.4f}")}</td><td>{esc(_interval(c))}</td><td class="{"pass" if c.passed else "fail"}">'
         f"{'pass' if c.passed else 'FAIL'}</td></tr>"
         for c in result.checks
     )
-    notes = "".join(
-        f"<li>{esc(note)}</li>"
-        for e in (result.champion, result.challenger)
-        if e is not None and (note := _range_note(e, result.window))
-    )
+    notes = "".join(f"<li>{esc(note)}</li>" for note in _notes(result))
     images = "".join(
         f'<figure><img alt="{esc(name)}" src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}">'
         f"<figcaption>{esc(name)}</figcaption></figure>"
@@ -144,7 +169,7 @@ figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 560px; }}
 <ul><li>window: {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC, horizon {esc(result.horizon)}</li>{notes}</ul>
 <table><thead><tr>{headers}</tr></thead><tbody>{body}</tbody></table>
 <h2>Guardrails</h2>
-{f"<table><thead><tr><th>guardrail</th><th>rule</th><th>challenger</th><th>champion</th><th>result</th></tr></thead><tbody>{checks}</tbody></table>" if checks else "<p>No champion to compare with: no guardrail was checked.</p>"}
+{f"<table><thead><tr><th>guardrail</th><th>rule</th><th>challenger</th><th>champion</th><th>interval</th><th>result</th></tr></thead><tbody>{checks}</tbody></table>" if checks else "<p>No guardrail was checked.</p>"}
 <h2>Plots</h2>
 {images}
 </body></html>

@@ -376,13 +376,29 @@ def log_training(
     return TrainingRecord(run_id=run.info.run_id, version=version, model_name=name)
 
 
+def _range_params(prefix: str, span: tuple[datetime, datetime] | None) -> dict[str, str]:
+    return {f"{prefix}.start": span[0].isoformat(), f"{prefix}.end": span[1].isoformat()} if span else {}
+
+
+def _metric_key(name: str) -> str:
+    """A guardrail's name as an MLflow metric key (letters, digits, ``_``)."""
+    return "".join(ch if ch.isalnum() else "_" for ch in name.lower()).strip("_")
+
+
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
 def log_review(result: ReviewResult, config: Any) -> str:
-    """Log a written review to MLflow: decision tags, window, metrics of both versions, the
-    report files and plots.  Returns the run id."""
+    """Log a written review to MLflow and return the run id.
+
+    Both results of the review: the out-of-sample evidence (the challenger's refit before
+    the window: its training range as params; both versions' window metrics; the bootstrap
+    intervals as ``<role>.<metric>.{estimate,low,high}`` metrics; each guardrail as
+    ``guardrail.<name>`` 1/0; ``review/intervals.json``) and the refit that a promotion
+    makes champion (the registered challenger's run id and all-history training range),
+    besides the decision tags, the window, the report files and plots.
+    """
     import mlflow
 
     exp_id = experiment_id(experiment_name(config))
@@ -396,6 +412,7 @@ def log_review(result: ReviewResult, config: Any) -> str:
                 "foreshock.champion": champion,
                 "foreshock.decision": result.decision,
                 "foreshock.promoted": str(result.promoted).lower(),
+                "foreshock.refit_run_id": result.challenger.run_id,
             }
         )
         mlflow.log_params(
@@ -403,8 +420,36 @@ def log_review(result: ReviewResult, config: Any) -> str:
                 "window.start": result.window[0].isoformat(),
                 "window.end": result.window[1].isoformat(),
                 "horizon": result.horizon,
+                **_range_params("challenger_fit", result.challenger.trained_range),
+                **_range_params("refit", result.refit_range),
                 **{f"review.{k}": str(v) for k, v in config.section("review").items()},
             }
+        )
+        bounds = {
+            f"{role}.{metric}.{end}": value
+            for role, metrics in result.intervals.items()
+            for metric, interval in metrics.items()
+            for end, value in interval.to_dict().items()
+            if math.isfinite(value)
+        }
+        mlflow.log_metrics(bounds)
+        mlflow.log_metrics({f"guardrail.{_metric_key(c.name)}": float(c.passed) for c in result.checks})
+        mlflow.log_dict(
+            {
+                "intervals": {r: {m: i.to_dict() for m, i in ms.items()} for r, ms in result.intervals.items()},
+                "checks": [
+                    {
+                        "name": c.name,
+                        "rule": c.rule,
+                        "challenger": c.challenger,
+                        "champion": c.champion,
+                        "interval": c.interval.to_dict() if c.interval else None,
+                        "passed": c.passed,
+                    }
+                    for c in result.checks
+                ],
+            },
+            "review/intervals.json",
         )
         for role, evaluation in (("challenger", result.challenger), ("champion", result.champion)):
             if evaluation is not None:

@@ -1,4 +1,6 @@
-"""``foreshock review``: challenger vs champion on the same window; promote if guardrails hold.
+"""``foreshock review``: the challenger's recipe refitted before the review window vs the
+champion, both scored on that window only; promote if the guardrails hold against the
+bootstrap intervals.
 
 ``--approve VERSION`` promotes by hand, ``--rollback VERSION`` moves champion back. The
 measuring and deciding live in :mod:`foreshock.models.review`, acting on the decision in
@@ -26,14 +28,17 @@ def review_task(settings: dict, promote: bool) -> dict[str, object]:
     config = Config.from_settings(settings)
     features, failures = inputs.features(config), inputs.failures(config)
     labelled = labelled_until(features, failures, config_horizons(config))
-    result = run_review(config, labelled, failures, promote=promote)
+    result = run_review(config, labelled, failures, promote=promote, drains=inputs.drains(config))
     return {
         "decision": result.decision,
         "promoted": result.promoted,
         "report_md": str(result.report_md),
         "report_html": str(result.report_html),
         "table": result.table().to_dicts(),
-        "checks": [(c.name, c.passed) for c in result.checks],
+        "checks": [
+            (c.name, c.passed, c.interval.low if c.interval else None, c.interval.high if c.interval else None)
+            for c in result.checks
+        ],
     }
 
 
@@ -63,8 +68,9 @@ def run_review_cmd(args: argparse.Namespace, config: Config) -> int:
     print(f"  {'metric':<32} {'champion':>10} {'challenger':>10}")
     for row in outcome["table"]:
         print(f"  {row['metric']:<32} {_show(row['champion']):>10} {_show(row['challenger']):>10}")
-    for check, passed in outcome["checks"]:
-        print(f"  guardrail {check}: {'pass' if passed else 'FAIL'}")
+    for check, passed, low, high in outcome["checks"]:
+        interval = f" (interval {_show(low)} .. {_show(high)})" if low is not None else ""
+        print(f"  guardrail {check}: {'pass' if passed else 'FAIL'}{interval}")
     print(outcome["decision"])
     print(f"report: {outcome['report_md']} and {outcome['report_html']}")
     print(f"aliases: {registry.aliases(name)}")
@@ -72,7 +78,10 @@ def run_review_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    review = sub.add_parser("review", help="challenger vs champion on the same window; promote only if guardrails hold")
+    review = sub.add_parser(
+        "review",
+        help="challenger refitted before the review window vs champion on it; promote only if guardrails hold",
+    )
     review.add_argument("--approve", metavar="VERSION", help="promote VERSION to champion by hand")
     review.add_argument("--rollback", metavar="VERSION", help="move champion back to an earlier VERSION")
     review.add_argument("--by", help="who approves or rolls back (default: $USER)")
