@@ -99,3 +99,44 @@ def test_the_review_challenger_is_trained_before_the_window(rng, monkeypatch):
     window = fleet.features.filter(pl.col("ts") >= pl.lit(window_start).cast(UTC_TS))
     scores = challenger.score(window)
     assert scores.height > 0 and np.isfinite(scores.get_column("risk").to_numpy()).all()
+
+
+def test_intervals_hold_their_point_estimates_and_widen_with_confidence(rng):
+    config = load_config()
+    frame, fails = window_case(rng)
+    good = unit_table(frame.select("unit_id", "ts", pl.col("signal").alias("risk")), fails, HORIZON, config)
+    noisy = unit_table(
+        frame.select("unit_id", "ts", (pl.col("signal") + pl.lit(rng.random(frame.height))).alias("risk")),
+        fails,
+        HORIZON,
+        config,
+    )
+    wide = bootstrap(noisy, good, 200, 0.95, seed=3)
+    narrow = bootstrap(noisy, good, 200, 0.5, seed=3)
+    for role, metrics in wide.items():
+        for metric, interval in metrics.items():
+            assert interval.low <= interval.estimate <= interval.high, (role, metric, interval)
+            inner = narrow[role][metric]
+            assert interval.low <= inner.low <= inner.high <= interval.high
+    assert wide["difference"]["recall"].high > wide["difference"]["recall"].low  # not degenerate
+    # The point estimates are the unit table's totals: recall = caught / failures over all units.
+    assert wide["champion"]["recall"].estimate == good.caught.sum() / good.failures.sum()
+
+
+def test_the_review_keys_of_the_configuration_set_the_guardrails(rng):
+    frame, fails = window_case(rng)
+    base = load_config()
+    good = unit_table(frame.select("unit_id", "ts", pl.col("signal").alias("risk")), fails, HORIZON, base)
+    bad = unit_table(frame.select("unit_id", "ts", (1.0 - pl.col("signal")).alias("risk")), fails, HORIZON, base)
+
+    def checks(**review):
+        settings = ReviewSettings.from_config(base.with_overrides({"review": review}))
+        intervals = bootstrap(bad, good, settings.bootstrap, settings.confidence)
+        return {c.name: c.passed for c in check_guardrails(intervals, 0.01, settings)}
+
+    default = checks()
+    assert not default["recall at drain budget"] and not default["PR-AUC above the base rate"]
+    tolerant = checks(max_recall_drop=1.0, max_precision_drop=1.0, min_pr_auc_lift=0.0)
+    assert tolerant["recall at drain budget"] and tolerant["precision at drain budget"]
+    assert tolerant["PR-AUC above the base rate"]
+    assert not checks(max_calibration_error=0.001)["calibration error"]
