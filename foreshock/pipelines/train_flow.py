@@ -2,7 +2,9 @@
 
 features + failures -> foreshock.models.bundle.train_bundle -> walk-forward backtest for the
 metrics (or a given `foreshock backtest` result) -> foreshock.models.tracking.log_training
-(new version, alias ``challenger``).
+(new version, alias ``challenger``).  This is the production refit on all history; the
+out-of-sample evidence that its recipe beats the champion comes from ``foreshock review``
+(the same recipe refitted before the review window), which promotes this version.
 
 Flow and tasks take plain values (settings, paths as text) so a deployment can run them.
 """
