@@ -247,8 +247,8 @@ def measure_challenger(
 
     Returns the evaluation (named after the registered version ``loaded``) and ``None``,
     or, when the recipe cannot be fitted on the history before the window (e.g. no failure
-    there), the registered version measured as it is and the reason: the review then fails
-    its out-of-sample guardrail.
+    there) or is not the registered one (another primary model), the registered version
+    measured as it is and the reason: the review then fails its out-of-sample guardrail.
     """
     try:
         before = comparison.fit_before_window(
@@ -256,6 +256,9 @@ def measure_challenger(
         )
     except ValueError as exc:
         return measure_version(loaded, window_frame, failures, horizon, config), str(exc)
+    if before.primary != loaded.bundle.primary:  # the configuration is not the registered recipe
+        reason = f"the configured primary model {before.primary!r} is not version {loaded.version}'s {loaded.bundle.primary!r}"
+        return measure_version(loaded, window_frame, failures, horizon, config), reason
     evaluation = measure_bundle(
         before, window_frame, failures, horizon, config, version=loaded.version, run_id=loaded.run_id
     )

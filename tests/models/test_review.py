@@ -14,7 +14,7 @@ from test_registry_fleet import SBE, TEMP, fast_config, synthetic_fleet, train_a
 from foreshock.contract import label_column
 from foreshock.durations import parse_duration
 from foreshock.models import bundle as bundle_module
-from foreshock.models import promotion, registry
+from foreshock.models import promotion, registry, review
 from foreshock.models.base import config_horizons
 from foreshock.models.gbm import EXCLUDED_FEATURES
 from foreshock.models.training import labelled_until
@@ -135,6 +135,25 @@ def test_worse_challenger_stays_out_and_the_report_says_why(fleet):
     stored = json.loads(mlflow.artifacts.load_text(f"{run.info.artifact_uri}/review/intervals.json"))
     assert stored["intervals"]["difference"]["recall"]["high"] == pytest.approx(difference.high)
     assert client.get_model_version(NAME, "2").tags["foreshock.review"] == "failed"
+
+
+def test_a_challenger_that_cannot_be_fitted_before_the_window_is_not_promoted(fleet):
+    # A window covering nearly all history leaves nothing to refit on: no out-of-sample
+    # evidence, so even with every other guardrail loosened nothing is promoted.
+    config = fast_config(
+        fleet["data_dir"],
+        NAME,
+        window="20d",
+        max_recall_drop=1.0,
+        max_precision_drop=1.0,
+        max_calibration_error=1.0,
+        min_pr_auc_lift=0.0,
+    )
+    result = promotion.run_review(config, fleet["labelled"], fleet["failures"])
+    assert [check.name for check in result.checks if not check.passed] == [review.OUT_OF_SAMPLE]
+    assert not result.promoted and registry.aliases(NAME) == {"champion": "1", "challenger": "2"}
+    assert "challenger 2 failed challenger refitted before the window" in result.decision
+    assert "challenger as registered" in result.report_md.read_text()
 
 
 def test_better_challenger_is_promoted_only_within_the_calibration_bound(fleet):
