@@ -80,7 +80,10 @@ def _stop(pid_file: Path) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)  # still there after 5 s
+    except ProcessLookupError:  # it ended just now
+        return
 
 
 @pytest.fixture(scope="session")
