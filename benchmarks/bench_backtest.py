@@ -14,12 +14,16 @@ peak RSS (``ru_maxrss``) and CPU time (user + system) belong to it alone.  Print
 wall time, CPU time, peak RSS and the number of out-of-sample scores; with ``--old SRC`` the
 smallest size is also run with the backtest of another source tree (e.g. ``git archive
 057777e foreshock | tar -x -C /tmp/old``: the in-memory backtest before issue 10) and the
-ratios are printed.
+ratios are printed.  With ``--before SRC`` every size is also run with the same
+(fold-by-fold) backtest of another source tree, e.g. the commit before a change, and the
+before/after ratios per size are printed from the one run.
 
 Usage::
 
     uv run python benchmarks/bench_backtest.py --data /tmp/bench --prepare 256
     uv run python benchmarks/bench_backtest.py --data /tmp/bench --sizes 256 1024 4096 --tile-from 256 --old /tmp/old
+    git archive HEAD~1 foreshock | tar -x -C /tmp/before
+    uv run python benchmarks/bench_backtest.py --data /tmp/bench --sizes 1024 256 --before /tmp/before
 """
 
 from __future__ import annotations
@@ -137,6 +141,7 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="*", default=[256, 1024, 4096])
     parser.add_argument("--tile-from", type=int, help="make sizes not prepared by tiling this prepared size")
     parser.add_argument("--old", help="source tree of the old backtest, compared on the smallest size")
+    parser.add_argument("--before", help="source tree of the same backtest before a change, run on every size")
     parser.add_argument("--new", default=str(ROOT), help="source tree of the backtest measured (default: this one)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--run", type=Path, help=argparse.SUPPRESS)
@@ -156,15 +161,16 @@ def main() -> int:
                 print(f"{units} GPUs: not prepared (use --prepare {units} or --tile-from)")
                 continue
             data = tile(args.data / f"gpus{args.tile_from}", units // args.tile_from, args.data / f"tiled{units}")
-        if args.old and units == min(args.sizes):
-            rows.append(("old", units, measure(data, Path(args.old), old=True)))
-        rows.append(("new", units, measure(data, Path(args.new), old=False)))
-        code, n, r = rows[-1]
-        print(
-            f"{code} {n:>5} GPUs: wall {r['wall_s']:7.1f} s  CPU {r['cpu_s']:7.1f} s  peak RSS {r['peak_rss_gb']:5.2f} GB"
-            f"  {r['scores']:,} scores, {r['folds']} folds",
-            flush=True,
-        )
+        runs = [("old", Path(args.old), True)] if args.old and units == min(args.sizes) else []
+        runs += [("before", Path(args.before), False)] if args.before else []
+        for code, src, old in [*runs, ("new", Path(args.new), False)]:
+            rows.append((code, units, measure(data, src, old=old)))
+            r = rows[-1][2]
+            print(
+                f"{code} {units:>5} GPUs: wall {r['wall_s']:7.1f} s  CPU {r['cpu_s']:7.1f} s  "
+                f"peak RSS {r['peak_rss_gb']:5.2f} GB  {r['scores']:,} scores, {r['folds']} folds",
+                flush=True,
+            )
     print("\n| code | GPUs | wall (s) | CPU (s) | peak RSS (GB) | out-of-sample scores |")
     print("|---|---|---|---|---|---|")
     for code, n, r in rows:
@@ -176,6 +182,14 @@ def main() -> int:
             f"\nold/new on {min(args.sizes)} GPUs: wall x{old[0]['wall_s'] / new[0]['wall_s']:.2f}, "
             f"CPU x{old[0]['cpu_s'] / new[0]['cpu_s']:.2f}, peak RSS x{old[0]['peak_rss_gb'] / new[0]['peak_rss_gb']:.2f}"
         )
+    for units in args.sizes:
+        pair = {c: r for c, n, r in rows if n == units and c in ("before", "new")}
+        if len(pair) == 2:
+            b, a = pair["before"], pair["new"]
+            print(
+                f"before/after on {units} GPUs: wall x{b['wall_s'] / a['wall_s']:.2f}, "
+                f"CPU x{b['cpu_s'] / a['cpu_s']:.2f}, peak RSS x{b['peak_rss_gb'] / a['peak_rss_gb']:.2f}"
+            )
     return 0
 
 

@@ -80,7 +80,8 @@ class FeatureSource:
         files = [
             p
             for p in self.files
-            if (start is None or _day_of(p) >= start.date()) and (end is None or _day_of(p) <= end.date())
+            if (start is None or _day_of(p) >= start.date())
+            and (end is None or _day_of(p) <= (end - timedelta(microseconds=1)).date())  # end is exclusive
         ]
         if not files:
             return pl.LazyFrame(schema=self.schema or {"unit_id": pl.String, "ts": UTC_TS})
@@ -132,11 +133,38 @@ class FeatureSource:
         keys: pl.DataFrame | None = None,
     ) -> pl.DataFrame:
         """Feature rows of the range (only ``keys``' rows when given, with their extra
-        columns), features as Float32, sorted by ``unit_id, ts``."""
-        lazy = self.scan(start, end).select(self.columns(columns))
-        if keys is not None:
-            lazy = lazy.join(keys.lazy(), on=list(KEYS), how="inner")
-        return lazy.collect(engine="streaming").sort(list(KEYS))
+        columns), features as Float32, sorted by ``unit_id, ts``.
+
+        With ``keys`` the range is read one day at a time, each day joined with its keys
+        before the next is read, so memory holds the rows kept plus one day of the fleet
+        (never the whole range); the rows are then put in key order one column at a time.
+        """
+        if keys is None:
+            return self.scan(start, end).select(self.columns(columns)).collect(engine="streaming").sort(list(KEYS))
+
+        def empty() -> pl.DataFrame:
+            schema = self.scan(start, end).select(self.columns(columns)).collect_schema()
+            return pl.DataFrame(schema=schema).join(keys.head(0), on=list(KEYS))
+
+        if keys.height == 0:
+            return empty()
+        first, last = keys.get_column("ts").min(), keys.get_column("ts").max()
+        lo = first if start is None else max(first, start)
+        hi = last + timedelta(microseconds=1) if end is None else min(last + timedelta(microseconds=1), end)
+        keys = keys.filter(pl.col("ts").is_between(pl.lit(lo).cast(UTC_TS), pl.lit(hi).cast(UTC_TS), closed="left"))
+        parts = []
+        day = datetime.combine(lo.date(), datetime.min.time(), tzinfo=lo.tzinfo)
+        while day < hi:
+            stop = min(day + timedelta(days=1), hi)
+            a = max(day, lo)
+            wanted = keys.filter(
+                pl.col("ts").is_between(pl.lit(a).cast(UTC_TS), pl.lit(stop).cast(UTC_TS), closed="left")
+            )
+            if wanted.height:
+                part = self.scan(a, stop).select(self.columns(columns)).join(wanted.lazy(), on=list(KEYS), how="inner")
+                parts.append(part.collect())
+            day = stop
+        return _sorted_by_keys(parts) if parts else empty()
 
     def batches(
         self, start: datetime, end: datetime, max_rows: int, columns: list[str] | None = None
@@ -164,6 +192,22 @@ class FeatureSource:
             .unique(["unit_id"], keep="last")
             .sort("unit_id")
         )
+
+
+def _sorted_by_keys(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """``parts`` concatenated and sorted by ``unit_id, ts``, one column at a time: each
+    column is gathered into key order and its unsorted chunks freed before the next, so the
+    sort needs one extra column of memory, not a second copy of the frame.  ``parts`` is
+    emptied (its frames must not be referenced elsewhere for the memory to be freed)."""
+    frame = pl.concat(parts, how="vertical", rechunk=False)
+    parts.clear()
+    order = frame.select(pl.arg_sort_by(list(KEYS))).to_series()
+    columns = frame.get_columns()
+    del frame
+    for i, column in enumerate(columns):
+        columns[i] = column.gather(order)
+        del column
+    return pl.DataFrame(columns)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,6 @@ from foreshock.contract import label_column, weight_column
 from foreshock.models.base import (
     RISK_SCHEMA,
     SAMPLE_WEIGHT,
-    feature_matrix,
     frame_feature_columns,
     horizon_names,
     monotone_in_horizon,
@@ -200,27 +199,33 @@ class GradientBoostedRisk:
             else np.ones(labelled.height)
         )
         failure_id = labelled.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
-        self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
+        targets = {}
         for h in self.horizons:
             y_col = labelled.get_column(label_column(h))
             label_weight = labelled.get_column(weight_column(h)).cast(pl.Float64).to_numpy()
-            known = (label_weight > 0) & y_col.is_not_null().to_numpy()
-            x, ts = x_all[known], ts_all[known]
-            y = y_col.to_numpy()[known].astype(np.float64)
-            w = label_weight[known] * sample[known]
+            rows = np.flatnonzero((label_weight > 0) & y_col.is_not_null().to_numpy())
+            y = y_col.to_numpy()[rows].astype(np.float64)
             if y.sum() == 0:
                 raise ValueError(f"horizon {h}: no failure among {y.size} labelled snapshots; cannot train")
+            targets[h] = (rows, y, label_weight[rows] * sample[rows])
+        del labelled
+        self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
+        for h in self.horizons:
+            rows, y, w = targets.pop(h)
+            ts = ts_all[rows]
             pos_weight = self._pos_weight(y, w)
             class_w = np.where(y > 0, pos_weight, 1.0)
             params = self._params(int(y.sum()))
             split = purged_holdout(
-                ts, y > 0, failure_id[known], until, h, self.min_holdout_failures, self.max_holdout_fraction
+                ts, y > 0, failure_id[rows], until, h, self.min_holdout_failures, self.max_holdout_fraction
             )
+            # The raw matrix is never copied whole: a horizon's rows are a view when every
+            # row is labelled (no drain), the splits are subsets of binned data.
+            x = x_all if rows.size == x_all.shape[0] else x_all[rows]
             full = lgb.Dataset(x, y, weight=w * class_w, feature_name=self.feature_names_, free_raw_data=True)
             if split is not None:
                 fit, hold = split.fit, split.holdout
-                dtrain = lgb.Dataset(x[fit], y[fit], weight=(w * class_w)[fit], feature_name=self.feature_names_)
-                dvalid = lgb.Dataset(x[hold], y[hold], weight=w[hold], reference=dtrain)
+                dtrain, dvalid = self._split_datasets(x, y, fit, hold, (w * class_w)[fit], w[hold], params)
                 booster = lgb.train(
                     {**params, "metric": self.early_stopping_metric},
                     dtrain,
@@ -229,7 +234,8 @@ class GradientBoostedRisk:
                     callbacks=[lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
                 )
                 rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
-                margin = booster.predict(x[hold], num_iteration=rounds, raw_score=True)
+                hold_rows = np.flatnonzero(hold)
+                margin = _predict_rows(booster, x, hold_rows, num_iteration=rounds)
                 calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
                 self.holdouts_[h] = {
                     "start": split.start.isoformat(),
@@ -245,7 +251,7 @@ class GradientBoostedRisk:
                     # weighted base rate of its rows): move the intercept so they predict the
                     # same mean risk over the holdout as the calibrated early-stopped trees.
                     target = float(np.average(calibrator.predict(margin), weights=w[hold]))
-                    refit_margin = booster.predict(x[hold], raw_score=True)
+                    refit_margin = _predict_rows(booster, x, hold_rows)
                     calibrator = calibrator.shifted_to_mean(refit_margin, target, w[hold])
                 else:
                     booster = _truncate(booster, rounds)
@@ -259,10 +265,40 @@ class GradientBoostedRisk:
                 rounds = self.fallback_rounds
                 booster = lgb.train(params, full, num_boost_round=rounds)
                 calibrator = uncalibrated(np.log(pos_weight))
+            del full, x
             self.boosters_[h] = booster
             self.calibrators_[h] = calibrator
             self.best_rounds_[h] = rounds
         return self
+
+    def _split_datasets(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        fit: np.ndarray,
+        hold: np.ndarray,
+        fit_weight: np.ndarray,
+        hold_weight: np.ndarray,
+        params: dict,
+    ) -> tuple[lgb.Dataset, lgb.Dataset]:
+        """Early-stopping Datasets without copying the fit rows' raw features.
+
+        The bins are those LightGBM would compute on the fit rows (from up to
+        ``bin_construct_sample_cnt`` of them, its own sample size); every row is binned
+        with them once, and the fit and holdout rows are subsets of those bins (the
+        holdout is binned by the fit rows' bins, as with ``reference=``)."""
+        fit_rows = np.flatnonzero(fit)
+        limit = int(params.get("bin_construct_sample_cnt", 200_000))
+        if fit_rows.size > limit:
+            sampled = np.sort(np.random.default_rng(self.seed).choice(fit_rows, limit, replace=False))
+        else:
+            sampled = fit_rows
+        bins = lgb.Dataset(x[sampled], y[sampled], feature_name=self.feature_names_, params=params).construct()
+        binned = lgb.Dataset(x, y, reference=bins, feature_name=self.feature_names_, params=params).construct()
+        del bins
+        return _subset(binned, fit_rows, y[fit], fit_weight), _subset(
+            binned, np.flatnonzero(hold), y[hold], hold_weight
+        )
 
     def _pos_weight(self, y: np.ndarray, w: np.ndarray) -> float:
         """``sqrt(negatives / positives)`` by weight, within ``[1, max_pos_weight]``: enough for
@@ -273,16 +309,17 @@ class GradientBoostedRisk:
         return float(np.clip(np.sqrt(max(neg, 1.0) / max(pos, 1.0)), 1.0, self.max_pos_weight))
 
     def _matrix(self, frame: pl.DataFrame) -> np.ndarray:
-        """Feature matrix in ``feature_names_`` order, rule features computed on the fly."""
-        if self.rules_ is None:
-            return feature_matrix(frame, self.feature_names_, np.float32)
-        derived = self.rules_.rule_features(frame)
-        plain = [n for n in self.feature_names_ if n not in derived]
+        """Feature matrix in ``feature_names_`` order (Float32, row-major as LightGBM reads
+        it, filled one column at a time: no second copy), rule features computed on the fly."""
+        derived = self.rules_.rule_features(frame) if self.rules_ is not None else {}
         x = np.empty((frame.height, len(self.feature_names_)), dtype=np.float32)
-        index = {n: i for i, n in enumerate(self.feature_names_)}
-        x[:, [index[n] for n in plain]] = feature_matrix(frame, plain, np.float32)
-        for name, values in derived.items():
-            x[:, index[name]] = values
+        for j, name in enumerate(self.feature_names_):
+            if name in derived:
+                x[:, j] = derived[name]
+            elif name in frame.columns:
+                x[:, j] = frame.get_column(name).cast(pl.Float32).to_numpy()
+            else:  # a metric no longer reported: missing, as LightGBM expects
+                x[:, j] = np.nan
         return x
 
     def _check(self) -> None:
@@ -396,6 +433,25 @@ class GradientBoostedRisk:
         model.notes_ = list(state["notes_"])
         model.holdouts_ = dict(state.get("holdouts_", {}))
         return model
+
+
+def _subset(binned: lgb.Dataset, rows: np.ndarray, label: np.ndarray, weight: np.ndarray) -> lgb.Dataset:
+    """Rows of the fold's binned Dataset with their own labels and weights."""
+    part = binned.subset(rows.tolist()).construct()
+    part.set_label(label)
+    part.set_weight(weight)
+    return part
+
+
+def _predict_rows(
+    booster: lgb.Booster, x: np.ndarray, rows: np.ndarray, *, num_iteration: int | None = None, batch: int = 100_000
+) -> np.ndarray:
+    """Raw margins of ``x[rows]``, gathered a batch at a time (no copy of all the rows)."""
+    out = [
+        booster.predict(x[rows[i : i + batch]], num_iteration=num_iteration, raw_score=True)
+        for i in range(0, rows.size, batch)
+    ]
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def _truncate(booster: lgb.Booster, rounds: int) -> lgb.Booster:

@@ -1,0 +1,65 @@
+"""Reading the training sample from the Parquet feature store without holding the fleet.
+
+What a user would notice if this broke: a backtest or ``train`` whose memory grows with
+the whole fleet's history (it read everything, then kept a sample), or a training sample
+that differs from the rows the store holds (wrong rows, wrong order, features cast wrong).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import polars as pl
+
+from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, training_frame
+from tests.models.synthetic_fleet import synthetic_fleet
+
+SHARDS = 3
+
+
+def _store(fleet, tmp_path):
+    """The fleet's features as a partitioned store (``date=.../shard=.../part.parquet``)."""
+    from foreshock.features.store import write_features
+
+    write_features(fleet.features, tmp_path / "features", SHARDS)
+    return FeatureSource.from_dir(tmp_path / "features")
+
+
+def test_training_sample_is_read_a_day_at_a_time_and_matches_the_store(rng, tmp_path, monkeypatch):
+    fleet = synthetic_fleet(rng, units=40, days=8)
+    source = _store(fleet, tmp_path)
+    until = fleet.features.get_column("ts").max() - timedelta(hours=12)
+    sample = TrainingSample(max_healthy_rows=2_000, adjacent=timedelta(hours=48))
+    wanted = ["unit_id", "ts", "life_start", "ecc_sbe_volatile_total_increase_1d"]
+
+    scanned: list[tuple] = []
+    scan = FeatureSource.scan
+
+    def recording_scan(self, start=None, end=None):
+        scanned.append((start, end))
+        return scan(self, start, end)
+
+    monkeypatch.setattr(FeatureSource, "scan", recording_scan)
+    frame = training_frame(source, fleet.failures, until, sample, columns=wanted)
+    monkeypatch.undo()
+
+    # The wide rows were read in windows of at most one day (the keys were read first,
+    # through their own projection), never the whole history at once.
+    row_reads = [(a, b) for a, b in scanned if a is not None and b is not None]
+    assert len(row_reads) >= 7
+    assert all(b - a <= timedelta(days=1) for a, b in row_reads)
+
+    # Same rows, values and order as sampling the fleet in memory.
+    expected = training_frame(FrameSource(fleet.features), fleet.failures, until, sample, columns=wanted)
+    assert frame.columns == expected.columns == [*wanted, "sample_weight", "censored_at"]
+    assert frame.height == expected.height > 0
+    assert frame.get_column("ts").max() < until
+    assert frame.select("unit_id", "ts").equals(frame.select("unit_id", "ts").sort("unit_id", "ts"))
+    assert frame.equals(expected)
+    # Only the columns asked for, the feature as Float32; the healthy rows' weights add up
+    # to the fleet's unit-hours before the cutoff.
+    assert frame.schema["ecc_sbe_volatile_total_increase_1d"] == pl.Float32
+    total = fleet.features.filter(pl.col("ts") < until).height
+    assert np.isclose(frame.get_column("sample_weight").sum(), total, rtol=0.02)
+    assert frame.height < 0.5 * total
