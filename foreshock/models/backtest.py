@@ -26,7 +26,9 @@ them today (model ``rules``).
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -66,6 +68,8 @@ from foreshock.models.training import (
     snapshot_step,
     unresolved_rows,
 )
+
+log = logging.getLogger("foreshock.backtest")
 
 DEFAULT_FOLDS = 4
 DEFAULT_TEST_FRACTION = 0.4
@@ -250,8 +254,17 @@ def walk_forward(
     with tempfile.TemporaryDirectory(prefix="foreshock-backtest-") as tmp:
         fold_files = []
         for fold in plan:
+            started = time.monotonic()
             known = known_failures(failures, fold.cutoff)
             train = training_frame(source, known, fold.cutoff, sample, drains=drains)
+            log.info(
+                "backtest: fold %d/%d: training on %s rows before %s (%d known failures)",
+                fold.index + 1,
+                len(plan),
+                f"{train.height:,}",
+                f"{fold.cutoff:%Y-%m-%d %H:%M}",
+                known.height,
+            )
             unresolved = unresolved_rows(
                 labelled_until(train.select(_label_keys(train)), known, horizons, fold.cutoff, weighted=True), horizons
             )
@@ -282,6 +295,13 @@ def walk_forward(
                             .select(list(SCORE_SCHEMA))
                         )
             fold_scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
+            log.info(
+                "backtest: fold %d/%d done in %.0f s: %s test snapshots scored",
+                fold.index + 1,
+                len(plan),
+                time.monotonic() - started,
+                f"{test_rows:,}",
+            )
             path = Path(tmp) / f"fold-{fold.index}.parquet"
             fold_scores.write_parquet(path)
             fold_files.append(path)

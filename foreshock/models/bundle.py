@@ -15,6 +15,8 @@ Saved form (a directory, no pickles of our classes)::
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,6 +48,8 @@ MODEL_CLASSES: dict[str, type] = {
     "cox": CoxTimeVaryingRisk,
     "baseline": ThresholdBaseline,
 }
+
+log = logging.getLogger("foreshock.models")
 
 
 @dataclass
@@ -173,13 +177,18 @@ def fit_models(
     factories: dict,
     until: datetime | None = None,
 ) -> tuple[dict[str, RiskModel], list[str]]:
-    """Fit each model; one that cannot be fitted (no failures yet, ...) is left out with a note."""
+    """Fit each model; one that cannot be fitted (no failures yet, ...) is left out with a note.
+    Each fit is a log line with its time (the long part of backtest, train and review)."""
     fitted, notes = {}, []
     for name, make in factories.items():
+        started = time.monotonic()
         try:
             fitted[name] = make().fit(features, failures, until=until)
         except ValueError as exc:
             notes.append(f"{name}: not fitted: {exc}")
+            log.info("%s: not fitted: %s", name, exc)
+            continue
+        log.info("%s fitted on %s rows in %.0f s", name, f"{features.height:,}", time.monotonic() - started)
     return fitted, notes
 
 

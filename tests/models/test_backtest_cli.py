@@ -31,7 +31,12 @@ def test_backtest_command_writes_scores_and_report(prefect_server, rng, tmp_path
     assert budget["failures_with_precursor"] is not None  # ground truth was used
     markdown = (out / "report.md").read_text()
     assert markdown.startswith("# Backtest report") and "| baseline |" in markdown
-    assert "out-of-sample scores" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "out-of-sample scores" in captured.out
+    # the long stage says where it is: each fold and each model fit is a log line
+    folds = len(report["folds"])
+    assert f"backtest: fold {folds}/{folds} done" in captured.err
+    assert "gbm fitted on" in captured.err
 
 
 def test_missing_ground_truth_is_a_clear_error(prefect_server, tmp_path, capsys):
