@@ -40,9 +40,11 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import lightgbm as lgb
 import numpy as np
@@ -60,6 +62,7 @@ from foreshock.models.base import (
 )
 from foreshock.models.baseline import ThresholdBaseline
 from foreshock.models.calibration import PlattCalibrator, uncalibrated
+from foreshock.models.gbm_dask import dask_client, train_on_dask
 from foreshock.models.training import labelled_until, purged_holdout
 
 logger = logging.getLogger(__name__)
@@ -133,6 +136,12 @@ class GradientBoostedRisk:
         ``[baseline]`` settings: add the threshold rules as features (None: do not).
     error_counters
         Error-family counters of the catalog, for the rules' generic growth rule.
+    dask_client
+        A Dask cluster for the full fits (:mod:`foreshock.models.gbm_dask`): a
+        ``distributed.Client``, a scheduler address or ``LocalCluster`` keyword arguments;
+        None: every fit is local.  A setting of this run, not of the model (not saved).
+    dask_min_rows
+        Fewest training rows of a horizon for its full fit to run on ``dask_client``.
     """
 
     horizons: list[str]
@@ -151,6 +160,8 @@ class GradientBoostedRisk:
     exclude: list[str] = field(default_factory=lambda: list(EXCLUDED_FEATURES))
     rules: dict | None = None
     error_counters: list[str] = field(default_factory=list)
+    dask_client: Any = None
+    dask_min_rows: int = 0
     kind: str = "gbm"
     rules_: ThresholdBaseline | None = None
     feature_names_: list[str] = field(default_factory=list)
@@ -210,66 +221,95 @@ class GradientBoostedRisk:
             targets[h] = (rows, y, label_weight[rows] * sample[rows])
         del labelled
         self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
-        for h in self.horizons:
-            rows, y, w = targets.pop(h)
-            ts = ts_all[rows]
-            pos_weight = self._pos_weight(y, w)
-            class_w = np.where(y > 0, pos_weight, 1.0)
-            params = self._params(int(y.sum()))
-            split = purged_holdout(
-                ts, y > 0, failure_id[rows], until, h, self.min_holdout_failures, self.max_holdout_fraction
-            )
-            # The raw matrix is never copied whole: a horizon's rows are a view when every
-            # row is labelled (no drain), the splits are subsets of binned data.
-            x = x_all if rows.size == x_all.shape[0] else x_all[rows]
-            full = lgb.Dataset(x, y, weight=w * class_w, feature_name=self.feature_names_, free_raw_data=True)
-            if split is not None:
-                fit, hold = split.fit, split.holdout
-                dtrain, dvalid = self._split_datasets(x, y, fit, hold, (w * class_w)[fit], w[hold], params)
-                booster = lgb.train(
-                    {**params, "metric": self.early_stopping_metric},
-                    dtrain,
-                    num_boost_round=self.num_boost_round,
-                    valid_sets=[dvalid],
-                    callbacks=[lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
+        # the full fits of horizons with at least dask_min_rows rows run on the Dask cluster
+        largest = max(rows.size for rows, _, _ in targets.values())
+        use_dask = self.dask_client is not None and largest >= self.dask_min_rows
+        with dask_client(self.dask_client) if use_dask else nullcontext() as client:
+            for h in self.horizons:
+                rows, y, w = targets.pop(h)
+                ts = ts_all[rows]
+                pos_weight = self._pos_weight(y, w)
+                class_w = np.where(y > 0, pos_weight, 1.0)
+                on_dask = client is not None and y.size >= self.dask_min_rows
+                params = self._params(int(y.sum()))
+                split = purged_holdout(
+                    ts, y > 0, failure_id[rows], until, h, self.min_holdout_failures, self.max_holdout_fraction
                 )
-                rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
-                hold_rows = np.flatnonzero(hold)
-                margin = _predict_rows(booster, x, hold_rows, num_iteration=rounds)
-                calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
-                self.holdouts_[h] = {
-                    "start": split.start.isoformat(),
-                    "end": split.end.isoformat(),
-                    "failures": split.failures,
-                    "rows": int(hold.sum()),
-                    "fit_rows": int(fit.sum()),
-                }
-                del dtrain, dvalid
-                if self.refit_full:
-                    booster = lgb.train(params, full, num_boost_round=rounds)
-                    # The refitted trees start from another average (LightGBM boosts from the
-                    # weighted base rate of its rows): move the intercept so they predict the
-                    # same mean risk over the holdout as the calibrated early-stopped trees.
-                    target = float(np.average(calibrator.predict(margin), weights=w[hold]))
-                    refit_margin = _predict_rows(booster, x, hold_rows)
-                    calibrator = calibrator.shifted_to_mean(refit_margin, target, w[hold])
+                # The raw matrix is never copied whole: a horizon's rows are a view when every
+                # row is labelled (no drain), the splits are subsets of binned data.
+                x = x_all if rows.size == x_all.shape[0] else x_all[rows]
+                full = lgb.Dataset(x, y, weight=w * class_w, feature_name=self.feature_names_, free_raw_data=True)
+                if split is not None:
+                    fit, hold = split.fit, split.holdout
+                    dtrain, dvalid = self._split_datasets(x, y, fit, hold, (w * class_w)[fit], w[hold], params)
+                    booster = lgb.train(
+                        {**params, "metric": self.early_stopping_metric},
+                        dtrain,
+                        num_boost_round=self.num_boost_round,
+                        valid_sets=[dvalid],
+                        callbacks=[lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
+                    )
+                    rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
+                    hold_rows = np.flatnonzero(hold)
+                    margin = _predict_rows(booster, x, hold_rows, num_iteration=rounds)
+                    calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
+                    self.holdouts_[h] = {
+                        "start": split.start.isoformat(),
+                        "end": split.end.isoformat(),
+                        "failures": split.failures,
+                        "rows": int(hold.sum()),
+                        "fit_rows": int(fit.sum()),
+                    }
+                    del dtrain, dvalid
+                    if self.refit_full:
+                        booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
+                        # The refitted trees start from another average (LightGBM boosts from the
+                        # weighted base rate of its rows): move the intercept so they predict the
+                        # same mean risk over the holdout as the calibrated early-stopped trees.
+                        target = float(np.average(calibrator.predict(margin), weights=w[hold]))
+                        refit_margin = _predict_rows(booster, x, hold_rows)
+                        calibrator = calibrator.shifted_to_mean(refit_margin, target, w[hold])
+                    else:
+                        booster = _truncate(booster, rounds)
                 else:
-                    booster = _truncate(booster, rounds)
-            else:
-                self.notes_.append(
-                    f"horizon {h}: fewer than {self.min_holdout_failures} failures in a purged holdout ending "
-                    f"{h} before the cutoff; fixed {self.fallback_rounds} rounds, risk left uncalibrated "
-                    f"(sigmoid of the margin less log {pos_weight:.2f}, ranking only)"
-                )
-                logger.warning("gbm %s", self.notes_[-1])
-                rounds = self.fallback_rounds
-                booster = lgb.train(params, full, num_boost_round=rounds)
-                calibrator = uncalibrated(np.log(pos_weight))
-            del full, x
-            self.boosters_[h] = booster
-            self.calibrators_[h] = calibrator
-            self.best_rounds_[h] = rounds
+                    self.notes_.append(
+                        f"horizon {h}: fewer than {self.min_holdout_failures} failures in a purged holdout ending "
+                        f"{h} before the cutoff; fixed {self.fallback_rounds} rounds, risk left uncalibrated "
+                        f"(sigmoid of the margin less log {pos_weight:.2f}, ranking only)"
+                    )
+                    logger.warning("gbm %s", self.notes_[-1])
+                    rounds = self.fallback_rounds
+                    booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
+                    calibrator = uncalibrated(np.log(pos_weight))
+                del full, x
+                self.boosters_[h] = booster
+                self.calibrators_[h] = calibrator
+                self.best_rounds_[h] = rounds
         return self
+
+    def _train_full(
+        self,
+        client: Any,
+        params: dict,
+        full: lgb.Dataset,
+        x: np.ndarray,
+        y: np.ndarray,
+        weight: np.ndarray,
+        rounds: int,
+    ) -> lgb.Booster:
+        """``rounds`` rounds on every labelled row: on the Dask cluster of ``client``, or
+        here without one."""
+        if client is None:
+            return lgb.train(params, full, num_boost_round=rounds)
+        booster = train_on_dask(client, params, x, y, weight, rounds, self.feature_names_)
+        method = params.get("monotone_constraints_method", "basic")
+        if method != "basic" and "monotone_constraints" in params:
+            self.notes_.append(
+                f"full fit on {y.size} rows grown on Dask: LightGBM's distributed learner has only "
+                f"basic monotone constraints (this model asks for {method})"
+            )
+            logger.warning("gbm %s", self.notes_[-1])
+        return booster
 
     def _split_datasets(
         self,
