@@ -40,6 +40,7 @@ from foreshock.models.baseline import ThresholdBaseline
 from foreshock.models.cox_time_varying import CoxTimeVaryingRisk
 from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
 from foreshock.models.gbm import GradientBoostedRisk
+from foreshock.models.gbm_dask import dask_target
 from foreshock.models.training import known_failures
 
 BUNDLE_FORMAT = 1
@@ -163,6 +164,10 @@ def model_factories(config: Config) -> dict[str, callable]:
     gbm_args = {"rules": config.section("baseline"), "error_counters": counters, **dict(section.get("gbm", {}))}
     if gbm_args["rules"] is False:
         gbm_args["rules"] = None
+    runner = config.section("runner")
+    if runner["kind"] == "dask":  # full fits of large samples on the cluster (gbm_dask)
+        gbm_args.setdefault("dask_client", dask_target(runner))
+        gbm_args.setdefault("dask_min_rows", int(section["dask_min_rows"]))
     cox_args = dict(section.get("cox", {}))
     return {
         "gbm": lambda: GradientBoostedRisk(horizons=horizons, **gbm_args),

@@ -31,6 +31,11 @@ each rule's log ratio to its threshold and the log severity (``rule_*``, monoton
 trees then start from what operators already know and learn where it is wrong, instead
 of rediscovering "errors growing fast" from a few dozen failures.
 
+Given a Dask cluster (``dask_client``; ``[runner] kind = "dask"`` through
+:func:`foreshock.models.bundle.model_factories`), the full fits of horizons with at least
+``dask_min_rows`` rows are grown on its workers by :mod:`foreshock.models.gbm_dask`;
+early stopping and calibration stay here.
+
 Explanations are LightGBM's own per-row contributions (``pred_contrib=True``, TreeSHAP),
 in log-odds of the raw model.
 """

@@ -57,6 +57,14 @@ def dask_client(target: Client | str | dict) -> Iterator[Client]:
         yield client
 
 
+def dask_target(runner: dict) -> str | dict:
+    """The cluster of a ``[runner]`` section for :func:`dask_client`: its ``dask_address``,
+    or a ``LocalCluster`` of ``local_workers`` single-threaded processes when it is empty."""
+    if runner["dask_address"]:
+        return str(runner["dask_address"])
+    return {"n_workers": int(runner["local_workers"]), "threads_per_worker": 1, "processes": True}
+
+
 def train_on_dask(
     client: Client,
     params: dict,
