@@ -206,9 +206,12 @@ def task_runner(config: Config) -> TaskRunner:
         raise ValueError(
             "[runner] kind = dask needs the dask extra: uv sync --extra dask (make setup installs it)"
         ) from None
-    if section["dask_address"]:
-        return DaskTaskRunner(address=section["dask_address"])
-    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True})
+    from foreshock.models.gbm_dask import dask_target  # the cluster training uses too
+
+    target = dask_target(section)
+    if isinstance(target, str):
+        return DaskTaskRunner(address=target)
+    return DaskTaskRunner(cluster_kwargs=target)
 
 
 def runner_overrides(runner: str | None, dask_address: str | None) -> dict:
