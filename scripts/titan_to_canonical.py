@@ -1,7 +1,8 @@
 """Convert the Titan GPU lifetimes data (Ostrouchov et al., SC '20; olcf/TitanGPULife)
 into foreshock's canonical tables, so it goes through the ordinary ingest path.
 
-    uv run python scripts/titan_to_canonical.py ../shared/data/titan_gpu_lifetimes OUT_DIR
+    uv run python scripts/titan_to_canonical.py PATH/TO/titan_gpu_lifetimes OUT_DIR
+    (PATH/TO: a copy of the published files gc_full.csv, gc_summary_loc.csv, titan.service.txt)
     uv run foreshock --data-dir /tmp/titan ingest --source canonical --path OUT_DIR
     uv run foreshock --data-dir /tmp/titan reliability --by cage,lot
 
