@@ -543,6 +543,33 @@ def classify_alerts(
     )
 
 
+def _alerted_units(classified: pl.DataFrame) -> tuple[int, int]:
+    """Alerted and true unit-lives: a unit-life whose resolved alerts include a true one is
+    one true unit (precision per unit)."""
+    lives = (
+        classified.filter(pl.col("outcome").is_in(["true", "false"]))
+        .group_by("unit_id", "failed_at")
+        .agg((pl.col("outcome") == "true").any().alias("true"))
+    )
+    return lives.height, int(lives.get_column("true").sum()) if lives.height else 0
+
+
+def _by_mode(matched: pl.DataFrame) -> dict[str, dict]:
+    """Failures, caught, recall and lead-time percentiles per failure mode."""
+    by_mode = {}
+    for (mode,), part in matched.group_by(["mode"], maintain_order=True):
+        p10, p50, p90 = _percentiles(part.get_column("lead_time_h").drop_nulls().to_numpy())
+        by_mode[str(mode)] = {
+            "failures": part.height,
+            "caught": int(part.get_column("caught").sum()),
+            "recall": _ratio(part.get_column("caught").sum(), part.height),
+            "lead_time_p10_h": p10,
+            "lead_time_p50_h": p50,
+            "lead_time_p90_h": p90,
+        }
+    return by_mode
+
+
 def judge_alerts(
     scores: pl.DataFrame,
     alerts: pl.DataFrame,
@@ -597,14 +624,7 @@ def judge_alerts(
     false_alerts = int((outcome == "false").sum())
     late_alerts = int((outcome == "late").sum())
     unresolved = alerts.height - true_alerts - false_alerts - late_alerts
-    # Per unit and life: a unit-life whose resolved alerts include a true one is one true unit.
-    lives = (
-        classified.filter(pl.col("outcome").is_in(["true", "false"]))
-        .group_by("unit_id", "failed_at")
-        .agg((pl.col("outcome") == "true").any().alias("true"))
-    )
-    alerted_units = lives.height
-    true_units = int(lives.get_column("true").sum()) if alerted_units else 0
+    alerted_units, true_units = _alerted_units(classified)
 
     judged, drained_then_failed = split_drained(failures_in_scope(scores, failures, step), drains)
     if "mode" not in judged.columns:
@@ -618,18 +638,7 @@ def judge_alerts(
     with_p = matched.filter(pl.col("has_precursor") == True)  # noqa: E712
     without_p = matched.filter(pl.col("has_precursor") == False)  # noqa: E712
     known_precursor = flags.null_count() < matched.height
-    by_mode = {}
-    for (mode,), part in matched.group_by(["mode"], maintain_order=True):
-        mode_leads = part.get_column("lead_time_h").drop_nulls().to_numpy()
-        mp10, mp50, mp90 = _percentiles(mode_leads)
-        by_mode[str(mode)] = {
-            "failures": part.height,
-            "caught": int(part.get_column("caught").sum()),
-            "recall": _ratio(part.get_column("caught").sum(), part.height),
-            "lead_time_p10_h": mp10,
-            "lead_time_p50_h": mp50,
-            "lead_time_p90_h": mp90,
-        }
+    by_mode = _by_mode(matched)
     unit_days = scores.height * step.total_seconds() / 86400.0
     return LeadTimeReport(
         threshold=None if threshold is None else float(threshold),
