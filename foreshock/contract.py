@@ -145,6 +145,11 @@ WEIGHT_PREFIX = "label_weight_"
 TIME_TO_FAILURE = "time_to_failure_h"  # hours to the failure that ends the life (null: none known)
 
 
+def is_label_column(name: str) -> bool:
+    """A label, its weight or the time to failure: outcome columns, never model inputs."""
+    return name.startswith((LABEL_PREFIX, WEIGHT_PREFIX)) or name == TIME_TO_FAILURE
+
+
 def label_column(horizon: str | timedelta) -> str:
     """The label column of a horizon: does the unit fail within it.
 

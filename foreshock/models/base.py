@@ -20,12 +20,10 @@ import numpy as np
 import polars as pl
 
 from foreshock.contract import (
-    LABEL_PREFIX,
     SNAPSHOT_CONTEXT_COLUMNS,
     SNAPSHOT_KEY,
-    TIME_TO_FAILURE,
     UTC_TS,
-    WEIGHT_PREFIX,
+    is_label_column,
 )
 from foreshock.durations import format_duration, parse_duration
 from foreshock.features.labels import AT_FAILURE, CENSORED_AT
@@ -98,11 +96,11 @@ def horizon_hours(horizon: str | timedelta) -> float:
 def frame_feature_columns(frame: pl.DataFrame) -> list[str]:
     """Every numeric column of a snapshot frame that is not a key, context, label, label
     weight or training column (architecture.md): what a model may learn from."""
-    excluded = {*SNAPSHOT_KEY, *SNAPSHOT_CONTEXT_COLUMNS, TIME_TO_FAILURE, *TRAINING_COLUMNS}
+    excluded = {*SNAPSHOT_KEY, *SNAPSHOT_CONTEXT_COLUMNS, *TRAINING_COLUMNS}
     return [
         name
         for name, dtype in frame.schema.items()
-        if name not in excluded and not name.startswith((LABEL_PREFIX, WEIGHT_PREFIX)) and dtype.is_numeric()
+        if name not in excluded and not is_label_column(name) and dtype.is_numeric()
     ]
 
 

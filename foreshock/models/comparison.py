@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from foreshock.contract import UTC_TS, label_column
+from foreshock.contract import UTC_TS, is_label_column, label_column
 from foreshock.durations import parse_duration
 from foreshock.models.metrics import (
     AlertWindow,
@@ -42,9 +42,6 @@ from foreshock.models.metrics import (
 )
 from foreshock.models.operating_points import NO_FLOOR, OperatingPoints, policy_alerts
 from foreshock.models.training import snapshot_step
-
-LABEL_PREFIXES = ("fails_within_", "label_weight_")
-LABEL_EXTRAS = ("time_to_failure_h",)
 
 
 @dataclass(frozen=True)
@@ -88,8 +85,7 @@ class ReviewSettings:
 
 def unlabelled(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` without label columns (a labelled frame handed back to training)."""
-    drop = [c for c in frame.columns if c.startswith(LABEL_PREFIXES) or c in LABEL_EXTRAS]
-    return frame.drop(drop)
+    return frame.drop([c for c in frame.columns if is_label_column(c)])
 
 
 def training_cut(window_start: datetime, horizon: str) -> datetime:
