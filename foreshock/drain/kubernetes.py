@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from foreshock.drain.policy import DRAIN_ACTIONS
-from foreshock.drain.shell import APPLY_FLAGS, id_word, one_line, text_word
+from foreshock.drain.shell import APPLY_FLAGS, fill_script, id_word, one_line, text_word
 from foreshock.drain.slurm import node_reasons
 
 CORDON_SCRIPT = "k8s_cordon.sh"
@@ -94,13 +94,14 @@ cordon_node() {
 
 def cordon_script(risk_list: pl.DataFrame, generated_at: datetime) -> str:
     """The ``kubectl cordon`` + ``taint`` script for a risk list (schema v1 frame)."""
-    header = (
-        _CORDON_HEADER.replace("{parse_args}", APPLY_FLAGS)
-        .replace("{helpers}", _HELPERS)
-        .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        .replace("{name}", CORDON_SCRIPT)
-        .replace("{taint}", TAINT_KEY)
-        .replace("{annotation}", REASON_ANNOTATION)
+    header = fill_script(
+        _CORDON_HEADER,
+        generated_at,
+        parse_args=APPLY_FLAGS,
+        helpers=_HELPERS,
+        name=CORDON_SCRIPT,
+        taint=TAINT_KEY,
+        annotation=REASON_ANNOTATION,
     )
     now_nodes = node_reasons(risk_list, "drain_now")
     taken = {node for node, _ in now_nodes}
@@ -152,13 +153,14 @@ uncordon_node() {
 def uncordon_script(release: list[tuple[str, str]], generated_at: datetime) -> str:
     """The ``kubectl uncordon`` script for ``(node, message)`` pairs
     (:func:`~foreshock.drain.release.nodes_to_release`)."""
-    header = (
-        _UNCORDON_HEADER.replace("{parse_args}", APPLY_FLAGS)
-        .replace("{helpers}", _HELPERS)
-        .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        .replace("{name}", UNCORDON_SCRIPT)
-        .replace("{taint}", TAINT_KEY)
-        .replace("{annotation}", REASON_ANNOTATION)
+    header = fill_script(
+        _UNCORDON_HEADER,
+        generated_at,
+        parse_args=APPLY_FLAGS,
+        helpers=_HELPERS,
+        name=UNCORDON_SCRIPT,
+        taint=TAINT_KEY,
+        annotation=REASON_ANNOTATION,
     )
     lines = [header, f"# released: {len(release)} node(s)"]
     lines += [f"uncordon_node {id_word(node, 'node')} {text_word(message)}" for node, message in release]
@@ -194,11 +196,12 @@ def npd_check_script(risk_list: pl.DataFrame, generated_at: datetime, scores_at:
     ``scores_at``) are older than ``max_age``: a list republished from old scores is no
     fresher than they are.
     """
-    header = (
-        _NPD_HEADER.replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        .replace("{name}", NPD_SCRIPT)
-        .replace("{epoch}", str(int(scores_at.timestamp())))
-        .replace("{max_age}", str(int(max_age.total_seconds())))
+    header = fill_script(
+        _NPD_HEADER,
+        generated_at,
+        name=NPD_SCRIPT,
+        epoch=str(int(scores_at.timestamp())),
+        max_age=str(int(max_age.total_seconds())),
     )
     lines = [header.rstrip("\n")]
     seen: set[str] = set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from datetime import datetime
 
 from foreshock.contract import is_valid_id
 
@@ -56,3 +57,13 @@ def one_line(text: object, limit: int = 200) -> str:
 def text_word(text: object, limit: int = 200) -> str:
     """Quote free text as one shell word (after :func:`one_line`)."""
     return shlex.quote(one_line(text, limit))
+
+
+def fill_script(template: str, generated_at: datetime, **values: str) -> str:
+    """A script template with ``{generated}`` (UTC time) and each ``{key}`` of ``values``
+    filled, in the order given (a value may bring placeholders a later key fills).
+    ``str.format`` would trip on the braces of the bash code around them."""
+    values = {**values, "generated": generated_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    for key, value in values.items():
+        template = template.replace("{" + key + "}", value)
+    return template

@@ -18,7 +18,7 @@ from datetime import datetime
 import polars as pl
 
 from foreshock.drain.policy import FORESHOCK_REASON_PREFIX
-from foreshock.drain.shell import APPLY_FLAGS, id_word, one_line, text_word
+from foreshock.drain.shell import APPLY_FLAGS, fill_script, id_word, one_line, text_word
 
 SCRIPT_NAME = "slurm_drain.sh"
 RESUME_SCRIPT = "slurm_resume.sh"
@@ -142,13 +142,14 @@ def slurm_script(risk_list: pl.DataFrame, generated_at: datetime, schema_version
     """The Slurm drain script for a risk list (schema v1 frame)."""
     now_nodes = node_reasons(risk_list, "drain_now")
     later = [(n, r) for n, r in node_reasons(risk_list, "drain_at_checkpoint") if n not in {x for x, _ in now_nodes}]
-    header = (
-        _HEADER.replace("{parse_args}", APPLY_FLAGS)
-        .replace("{read_node}", _READ_NODE)
-        .replace("{schema}", str(schema_version))
-        .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        .replace("{name}", SCRIPT_NAME)
-        .replace("{prefix}", FORESHOCK_REASON_PREFIX)
+    header = fill_script(
+        _HEADER,
+        generated_at,
+        parse_args=APPLY_FLAGS,
+        read_node=_READ_NODE,
+        schema=str(schema_version),
+        name=SCRIPT_NAME,
+        prefix=FORESHOCK_REASON_PREFIX,
     )
     lines = [header, f"# drain_now: {len(now_nodes)} node(s)"]
     lines += [f"drain_node {id_word(node, 'node')} {text_word(reason, REASON_LIMIT)}" for node, reason in now_nodes]
@@ -218,12 +219,13 @@ resume_node() {
 
 def resume_script(release: list[tuple[str, str]], generated_at: datetime) -> str:
     """The Slurm resume script for ``(node, message)`` pairs (:func:`~foreshock.drain.release.nodes_to_release`)."""
-    header = (
-        _RESUME_HEADER.replace("{parse_args}", APPLY_FLAGS)
-        .replace("{read_node}", _READ_NODE)
-        .replace("{generated}", generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        .replace("{name}", RESUME_SCRIPT)
-        .replace("{prefix}", FORESHOCK_REASON_PREFIX)
+    header = fill_script(
+        _RESUME_HEADER,
+        generated_at,
+        parse_args=APPLY_FLAGS,
+        read_node=_READ_NODE,
+        name=RESUME_SCRIPT,
+        prefix=FORESHOCK_REASON_PREFIX,
     )
     lines = [header, f"# released: {len(release)} node(s)"]
     lines += [f"resume_node {id_word(node, 'node')} {text_word(message)}" for node, message in release]
