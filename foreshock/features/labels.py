@@ -143,6 +143,18 @@ def _hours(expr: pl.Expr) -> pl.Expr:
     return expr.dt.total_microseconds().cast(pl.Float64) / _HOUR_US
 
 
+def drain_spans(drains: pl.DataFrame) -> pl.DataFrame:
+    """The ``drains`` table as ``unit_id, drained_at, returned_at`` (an open drain: null
+    ``returned_at``, also when the column is absent), rows without a unit or start dropped."""
+    return drains.select(
+        pl.col("unit_id").cast(pl.String),
+        pl.col("drained_at").cast(UTC_TS),
+        pl.col("returned_at").cast(UTC_TS)
+        if "returned_at" in drains.columns
+        else pl.lit(None, UTC_TS).alias("returned_at"),
+    ).drop_nulls(["unit_id", "drained_at"])
+
+
 def drain_censoring(keys: pl.DataFrame, drains: pl.DataFrame | None) -> pl.Series:
     """``censored_at`` per row of ``keys`` (``unit_id, ts``): where a drain cuts its observation.
 
@@ -154,17 +166,7 @@ def drain_censoring(keys: pl.DataFrame, drains: pl.DataFrame | None) -> pl.Serie
     """
     if drains is None or drains.height == 0:
         return pl.Series(CENSORED_AT, [None] * keys.height, dtype=UTC_TS)
-    d = (
-        drains.select(
-            pl.col("unit_id").cast(pl.String),
-            pl.col("drained_at").cast(UTC_TS),
-            pl.col("returned_at").cast(UTC_TS)
-            if "returned_at" in drains.columns
-            else pl.lit(None, UTC_TS).alias("returned_at"),
-        )
-        .drop_nulls(["unit_id", "drained_at"])
-        .sort("drained_at")
-    )
+    d = drain_spans(drains).sort("drained_at")
     k = keys.select("unit_id", pl.col("ts").cast(UTC_TS)).with_row_index("_row").sort("ts")
     nxt = d.select("unit_id", pl.col("drained_at").alias("_next_drain"))
     prev = d.rename({"drained_at": "_prev_drain", "returned_at": "_prev_return"})

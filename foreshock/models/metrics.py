@@ -39,6 +39,7 @@ import polars as pl
 
 from foreshock.contract import UTC_TS, label_column
 from foreshock.costs import DrainCosts
+from foreshock.features.labels import drain_spans
 from foreshock.models.base import horizon_hours, require_columns
 from foreshock.models.training import labelled_until, snapshot_step
 
@@ -348,11 +349,7 @@ def split_drained(failures: pl.DataFrame, drains: pl.DataFrame | None) -> tuple[
     """
     if drains is None or drains.height == 0:
         return failures, failures.clear()
-    spans = drains.select(
-        pl.col("unit_id").cast(pl.String),
-        pl.col("drained_at").cast(UTC_TS),
-        (pl.col("returned_at") if "returned_at" in drains.columns else pl.lit(None)).cast(UTC_TS).alias("returned_at"),
-    )
+    spans = drain_spans(drains)
     keyed = failures.with_row_index("_failure")
     inside = (
         keyed.select("_failure", pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS))
