@@ -56,6 +56,7 @@ from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample,
 from foreshock.models.metrics import AlertWindow, judge_alerts, snapshot_metrics
 from foreshock.models.operating_points import (
     RULES_MODEL,
+    ChosenPoint,
     OperatingPoints,
     Period,
     choose_thresholds,
@@ -340,6 +341,52 @@ def _label_keys(frame: pl.DataFrame) -> list[str]:
     return [c for c in ("unit_id", "ts", "life_start", CENSORED_AT) if c in frame.columns]
 
 
+def _judge_point(
+    series: pl.DataFrame,
+    point: ChosenPoint,
+    failures: pl.DataFrame,
+    horizon: str,
+    *,
+    window: AlertWindow,
+    ground_truth: pl.DataFrame | None,
+    costs: DrainCosts,
+    step: timedelta,
+    drains: pl.DataFrame | None,
+) -> dict:
+    """The metrics of one model's series at one operating point (its judged periods only)."""
+    judged = point.judged
+    in_judged = pl.any_horizontal(
+        [
+            pl.col("ts").is_between(pl.lit(p.start).cast(UTC_TS), pl.lit(p.end).cast(UTC_TS), closed="left")
+            for p in judged
+        ]
+    )
+    alerts = policy_alerts(series, point.periods, point.rule, step)
+    result = judge_alerts(
+        series.filter(in_judged),
+        alerts,
+        failures,
+        horizon,
+        window,
+        ground_truth=ground_truth,
+        costs=costs,
+        step=step,
+        drains=drains,
+    ).to_dict()
+    thresholds = point.thresholds()
+    result["threshold"] = thresholds[0] if len(set(thresholds)) == 1 else None
+    result.update(
+        {
+            "thresholds": thresholds,
+            "chosen_on": point.chosen_on,
+            "daily_cap": point.rule.daily_cap,
+            "exit_ratio": point.rule.exit_ratio,
+            "judged_periods": len(judged),
+        }
+    )
+    return result
+
+
 def judge_scores(
     scores: pl.DataFrame,
     failures: pl.DataFrame,
@@ -390,6 +437,7 @@ def judge_scores(
         },
         "models": {},
     }
+    context = {"window": window, "ground_truth": ground_truth, "costs": costs, "step": step, "drains": drains}
     for (model, horizon), series in scores.group_by(["model", "horizon"], maintain_order=True):
         series = series.select("unit_id", "ts", "risk", *(["margin"] if "margin" in series.columns else []))
         if model == RULES_MODEL:
@@ -398,41 +446,14 @@ def judge_scores(
             chosen = choose_thresholds(series, failures, horizon, periods, settings, step)
         points = {}
         for name, point in chosen.items():
-            judged = point.judged
-            if not judged:
+            if not point.judged:
                 points[name] = None
-                continue
-            in_judged = pl.any_horizontal(
-                [
-                    pl.col("ts").is_between(pl.lit(p.start).cast(UTC_TS), pl.lit(p.end).cast(UTC_TS), closed="left")
-                    for p in judged
-                ]
-            )
-            judged_series = series.filter(in_judged)
-            alerts = policy_alerts(series, point.periods, point.rule, step)
-            result = judge_alerts(
-                judged_series,
-                alerts,
-                failures,
-                horizon,
-                window,
-                ground_truth=ground_truth,
-                costs=costs,
-                step=step,
-                drains=drains,
-            ).to_dict()
-            thresholds = point.thresholds()
-            result["threshold"] = thresholds[0] if len(set(thresholds)) == 1 else None
-            result.update(
-                {
-                    "thresholds": thresholds,
-                    "chosen_on": point.chosen_on,
-                    "daily_cap": point.rule.daily_cap,
-                    "exit_ratio": point.rule.exit_ratio,
-                    "judged_periods": len(judged),
-                }
-            )
-            points[name] = result
+            elif point.hindsight:
+                # The upper bound: the alternative that did best on the test period itself.
+                tried = [_judge_point(series, p, failures, horizon, **context) for p in point.hindsight]
+                points[name] = max(tried, key=lambda r: (r["caught"], -r["alerts"]))
+            else:
+                points[name] = _judge_point(series, point, failures, horizon, **context)
         report["models"].setdefault(model, {})[horizon] = {
             "snapshot": snapshot_metrics(series, failures, horizon, step=step),
             "operating_points": points,
@@ -443,13 +464,13 @@ def judge_scores(
 # -- Markdown ----------------------------------------------------------------------------
 
 _POINT_TITLES = {
-    "budget": "drain budget, prospective: at most {drain_budget_per_day:g} new alerts a day, top risk first, "
-    "floor chosen on the earlier folds only (first fold: the cap alone)",
+    "budget": "drain budget, prospective: at most {drain_budget_per_day:g} new alerts a day, the day's highest "
+    "risks first (no threshold fitted to any period)",
     "target_precision": "target precision {target_precision:g}, prospective: threshold chosen on the earlier folds "
     "(first fold not judged)",
     "policy": "policy threshold (enter at risk >= {enter_risk:g}, leave below {exit_risk:g})",
-    "budget_upper_bound": "UPPER BOUND, not achievable in operation: the drain budget with its floor chosen on the "
-    "test period itself",
+    "budget_upper_bound": "UPPER BOUND, not achievable in operation: the drain budget with the entry floor that "
+    "caught the most failures in the test period itself",
 }
 RULES_TITLE = "rules (binary, as run today; no budget)"
 

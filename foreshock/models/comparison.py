@@ -147,8 +147,8 @@ class UnitTable:
 def unit_table(
     series: pl.DataFrame, failures: pl.DataFrame, horizon: str, config: Any, until: datetime | None = None
 ) -> UnitTable:
-    """The per-unit counts of one risk series at the review's budget point (the cap alone:
-    a window has no earlier out-of-sample scores to place a floor with).
+    """The per-unit counts of one risk series at the review's budget point (the day's top k,
+    as in the backtest).
 
     The totals over all units are exactly what :func:`foreshock.models.backtest.judge_scores`
     reports for the same series; the bootstrap re-adds them over resampled units.

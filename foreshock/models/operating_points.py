@@ -22,10 +22,12 @@ How alerts are raised (:func:`policy_alerts`), as operations run the drain polic
 Operating points (:func:`choose_thresholds`):
 
 ``budget``
-    The daily cap ``k`` and an entry floor: the highest threshold at which the capped rule
-    would still have spent ``BUDGET_FILL`` of its budget on the earlier periods.  The first
-    period has no earlier out-of-sample scores: it runs the cap alone (floor at minus
-    infinity: the day's top ``k``).
+    The daily cap ``k`` alone: each day the ``k`` highest-risk units not already in alert
+    enter it.  Nothing is fitted to any period, so the point is prospective by construction
+    and spends exactly its budget whenever ``k`` units are waiting.  (An entry floor chosen
+    on the earlier periods was tried and dropped: every fold refits the model, the refit's
+    risk scale differs from the earlier folds' scores, and the floor left a third of the
+    budget unspent on some fleets.)
 ``target_precision``
     The lowest threshold whose alert precision on the earlier periods, with outcomes known
     at the period's start, reaches ``[backtest] target_precision``.  No alerts in a period
@@ -52,7 +54,9 @@ from foreshock.models.base import require_columns
 from foreshock.models.metrics import threshold_for_precision
 from foreshock.models.training import snapshot_step
 
-BUDGET_FILL = 0.95
+# The hindsight upper bound tries entry floors that keep these shares of the cap's alerts
+# (1.0: no floor) and keeps whichever catches the most failures in the test period.
+UPPER_BOUND_FILLS = (1.0, 0.9, 0.75, 0.5)
 # The binary rules as operators run them: a pseudo-model in the scores table (risk 1.0
 # while some rule fires, else 0.0), written by the backtest next to the ranked baseline.
 RULES_MODEL = "rules"
@@ -204,10 +208,10 @@ def _days(scores: pl.DataFrame, step: timedelta) -> float:
 
 
 def budget_threshold(
-    scores: pl.DataFrame, alerts_per_day: float, rule: AlertRule, step: timedelta | None = None
+    scores: pl.DataFrame, alerts_per_day: float, rule: AlertRule, step: timedelta | None = None, fill: float = 0.95
 ) -> float:
     """The entry floor of the capped rule on ``scores``: the highest threshold at which it
-    still raises ``BUDGET_FILL`` of the alerts per day it raises with no floor at all.
+    still raises ``fill`` of the alerts per day it raises with no floor at all.
 
     The capped alert rate falls (almost) monotonically as the floor rises, so a bisection
     over the distinct risks finds it in about 20 replays of the rule.
@@ -221,7 +225,9 @@ def budget_threshold(
     def rate(threshold: float) -> float:
         return policy_alerts(scores, threshold, capped, step).height / days
 
-    target = BUDGET_FILL * rate(NO_FLOOR)
+    if fill >= 1.0:
+        return NO_FLOOR
+    target = fill * rate(NO_FLOOR)
     if target <= 0:
         return NO_FLOOR
     values = np.unique(scores.get_column("risk").cast(pl.Float64).drop_nulls().drop_nans().to_numpy())
@@ -297,6 +303,9 @@ class ChosenPoint:
     periods: list[tuple[Period, float | None]]
     rule: AlertRule
     chosen_on: str
+    # Alternatives judged on the test period, the one catching most failures kept: only
+    # for the hindsight upper bound (empty for every operating point used in operation).
+    hindsight: tuple[ChosenPoint, ...] = ()
 
     @property
     def judged(self) -> list[Period]:
@@ -318,6 +327,9 @@ def choose_thresholds(
 ) -> dict[str, ChosenPoint]:
     """The prospective operating points of one model's series, plus the test-period upper bound.
 
+    The upper bound is the capped rule with entry floors chosen on the test period itself
+    (one per share in ``UPPER_BOUND_FILLS``); the judge keeps the best of them.
+
     Parameters
     ----------
     series
@@ -327,9 +339,6 @@ def choose_thresholds(
     periods
         The test periods in time order (walk-forward folds; one period for a review window).
     """
-
-    def budget(earlier: pl.DataFrame, start: datetime) -> float:
-        return budget_threshold(earlier, settings.alerts_per_day, settings.budget_rule, step)
 
     def precision(earlier: pl.DataFrame, start: datetime) -> float | None:
         known = failures.filter(pl.col("failed_at") <= pl.lit(start).cast(UTC_TS))
@@ -344,10 +353,21 @@ def choose_thresholds(
         )
 
     whole = Period(periods[0].start, periods[-1].end)
-    hindsight = budget_threshold(series, settings.alerts_per_day, settings.budget_rule, step)
+    hindsight = tuple(
+        ChosenPoint(
+            "budget_upper_bound",
+            [(whole, budget_threshold(series, settings.alerts_per_day, settings.budget_rule, step, fill))],
+            settings.budget_rule,
+            f"the test period itself (upper bound; floor keeping {fill:.0%} of the cap's alerts)",
+        )
+        for fill in UPPER_BOUND_FILLS
+    )
     return {
         "budget": ChosenPoint(
-            "budget", prospective(series, periods, budget, NO_FLOOR), settings.budget_rule, "earlier periods"
+            "budget",
+            [(p, NO_FLOOR) for p in periods],
+            settings.budget_rule,
+            "nothing (the day's top k: prospective by construction)",
         ),
         "target_precision": ChosenPoint(
             "target_precision",
@@ -362,7 +382,7 @@ def choose_thresholds(
             "fixed ([policy] enter_risk)",
         ),
         "budget_upper_bound": ChosenPoint(
-            "budget_upper_bound", [(whole, hindsight)], settings.budget_rule, "the test period itself (upper bound)"
+            "budget_upper_bound", hindsight[0].periods, settings.budget_rule, hindsight[0].chosen_on, hindsight
         ),
     }
 

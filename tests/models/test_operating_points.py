@@ -117,8 +117,10 @@ def test_prospective_threshold_never_sees_its_own_period(rng):
             assert base[point].periods[k][1] == other[point].periods[k][1], (point, k)
         # ... while the hindsight upper bound does move: it is chosen on the test period itself.
         if k == 0:
-            assert base["budget_upper_bound"].periods[0][1] != other["budget_upper_bound"].periods[0][1]
-    assert base["budget"].periods[0][1] == NO_FLOOR  # no earlier scores: the cap alone
+            floors = [p.periods[0][1] for p in base["budget_upper_bound"].hindsight]
+            assert floors != [p.periods[0][1] for p in other["budget_upper_bound"].hindsight]
+    # The budget fits nothing: every period runs the day's top k.
+    assert [t for _, t in base["budget"].periods] == [NO_FLOOR] * len(periods)
     assert base["target_precision"].periods[0][1] is None  # ... and no precision history
 
 
