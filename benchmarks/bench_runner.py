@@ -4,7 +4,7 @@ The lake of ``bench_features.py`` (``--units`` GPUs x 7 days of 1-minute samples
 metrics, 8 shards) is generated once; ``foreshock features --full`` then runs in a fresh
 process per runner (the same CLI a user runs): ``--runner local`` (thread pool) and
 ``--runner dask`` on a ``LocalCluster`` of 1 and 2 single-threaded worker processes.
-Printed: wall time, and whether each run stored exactly the local runner's features.
+Printed: wall and CPU time (of the process and the workers it reaped), and whether each run stored exactly the local runner's features.
 
 Usage::
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -39,12 +40,19 @@ def _toml(path: Path) -> Path:
     return path
 
 
-def _run(data_dir: Path, toml: Path, runner: list[str], workers: int) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(data_dir: Path, toml: Path, runner: list[str], workers: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``features --full`` process (CPU includes the Dask
+    worker processes it started and reaped)."""
     shutil.rmtree(data_dir / "features", ignore_errors=True)
     toml_text = toml.read_text() + f"[runner]\nlocal_workers = {workers}\n"
     run_toml = toml.with_name(f"run-{workers}.toml")
     run_toml.write_text(toml_text)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _children_cpu()
     subprocess.run(
         [sys.executable, "-m", "foreshock.pipelines.cli", "--config", str(run_toml), "--data-dir", str(data_dir)]
         + runner
@@ -53,7 +61,7 @@ def _run(data_dir: Path, toml: Path, runner: list[str], workers: int) -> float:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL,
     )
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - cpu
 
 
 def main() -> None:
@@ -73,13 +81,14 @@ def main() -> None:
             ("dask, 1 worker", ["--runner", "dask"], 1),
             ("dask, 2 workers", ["--runner", "dask"], 2),
         ):
-            seconds = _run(data_dir, toml, runner, workers)
+            seconds, cpu = _run(data_dir, toml, runner, workers)
             stored = scan_features(_config(data_dir)).collect().sort("unit_id", "ts")
             if reference is None:
                 reference = stored
             same = stored.equals(reference)
             print(
-                f"{label:>18}: {seconds:7.1f} s wall  same features as local: {same}  load {os.getloadavg()[0]:.1f}",
+                f"{label:>18}: {seconds:7.1f} s wall {cpu:7.1f} s CPU  same features as local: {same}  "
+                f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
     finally:
