@@ -119,3 +119,52 @@ def synthetic_fleet(
         schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String, "precursor_onset": UTC_TS},
     )
     return Fleet(features, failures_df, truth_df)
+
+
+def daily_disk_fleet(
+    rng: np.random.Generator,
+    disks: int = 400,
+    days: int = 60,
+    *,
+    fail_share: tuple[float, float] = (0.2, 0.2),
+    silent_share: float = 0.2,
+    strength: tuple[float, float] = (0.3, 3.0),
+    fail_days: tuple[int, int] = (15, 90),
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Disks with SMART-style daily snapshots: a reallocated-sector count that grows for
+    5-15 days before most failures.
+
+    A disk fails (within ``fail_days`` of T0; after ``days`` it is censored) with
+    probability ``fail_share[0] + fail_share[1] * age / 1500 days`` (older disks fail more
+    often); ``silent_share`` of the failures have no precursor; the precursor's daily
+    growth rate is drawn from ``strength``.
+    """
+    rows, failures = [], []
+    for d in range(disks):
+        installed_days = float(rng.uniform(30, 1500))
+        fails = rng.random() < fail_share[0] + fail_share[1] * installed_days / 1500
+        fail_day = int(rng.integers(*fail_days)) if fails else None
+        onset = None if fail_day is None or rng.random() < silent_share else fail_day - int(rng.integers(5, 15))
+        rate = float(rng.uniform(*strength))
+        sectors = 0.0
+        for day in range(days):
+            if fail_day is not None and day >= fail_day:
+                break
+            grow = rng.poisson(0.05 + (rate if onset is not None and day >= onset else 0.0))
+            sectors += grow
+            rows.append(
+                {
+                    "unit_id": f"disk{d:03d}",
+                    "ts": T0 + timedelta(days=day),
+                    "life_start": T0,
+                    "reallocated_sectors_increase_3d": float(grow * 3),
+                    "reallocated_sectors_last": sectors,
+                    "drive_temp_c_mean_1d": float(rng.normal(40, 3)),
+                    "age_days": installed_days + day,
+                }
+            )
+        if fail_day is not None and fail_day < days:
+            failures.append({"unit_id": f"disk{d:03d}", "failed_at": T0 + timedelta(days=fail_day, hours=6)})
+    features = pl.DataFrame(rows).with_columns(pl.col("ts").cast(UTC_TS), pl.col("life_start").cast(UTC_TS))
+    failed = pl.DataFrame(failures).with_columns(pl.col("failed_at").cast(UTC_TS), pl.lit("media").alias("mode"))
+    return features, failed

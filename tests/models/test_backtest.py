@@ -15,7 +15,7 @@ from foreshock.models.backtest import plan_folds, walk_forward
 from foreshock.models.gbm import GradientBoostedRisk
 from foreshock.models.metrics import alert_starts
 from foreshock.models.training import label_cutoff_violations, labelled_until
-from tests.models.synthetic_fleet import T0, synthetic_fleet
+from tests.models.synthetic_fleet import T0, daily_disk_fleet, synthetic_fleet
 
 
 @dataclass
@@ -129,34 +129,10 @@ def test_daily_snapshots_of_non_gpu_telemetry(rng, tmp_path):
             "backtest": {"alert_window": "30d", "min_lead_time": "1d", "drain_budget_per_day": 1},
         }
     )
-    disks, days = 300, 60
-    rows = []
-    failures = []
-    for d in range(disks):
-        fail_day = int(rng.integers(20, 90)) if rng.random() < 0.35 else None
-        onset = None if fail_day is None else fail_day - int(rng.integers(5, 15))
-        sectors = 0.0
-        for day in range(days):
-            if fail_day is not None and day >= fail_day:
-                break
-            grow = rng.poisson(0.05 + (3.0 if onset is not None and day >= onset else 0.0))
-            sectors += grow
-            rows.append(
-                {
-                    "unit_id": f"disk{d:03d}",
-                    "ts": T0 + timedelta(days=day),
-                    "life_start": T0,
-                    "reallocated_sectors_increase_3d": float(grow * 3),
-                    "reallocated_sectors_last": sectors,
-                    "drive_temp_c_mean_1d": float(rng.normal(40, 3)),
-                }
-            )
-        if fail_day is not None and fail_day < days:
-            failures.append(
-                {"unit_id": f"disk{d:03d}", "failed_at": T0 + timedelta(days=fail_day, hours=6), "mode": "media"}
-            )
-    features = pl.DataFrame(rows).with_columns(pl.col("ts").cast(UTC_TS), pl.col("life_start").cast(UTC_TS))
-    fails = pl.DataFrame(failures).with_columns(pl.col("failed_at").cast(UTC_TS))
+    # Every failure has a strong precursor here; 35 % of the disks fail, whatever their age.
+    features, fails = daily_disk_fleet(
+        rng, 300, 60, fail_share=(0.35, 0.0), silent_share=0.0, strength=(3.0, 3.0), fail_days=(20, 90)
+    )
     result = walk_forward(features, fails, config, folds=3)
     print([f["notes"] for f in result.report["folds"]])
     assert set(result.scores.get_column("horizon")) == {"14d"}

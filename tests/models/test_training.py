@@ -22,7 +22,7 @@ from foreshock.models.cox_time_varying import CoxTimeVaryingRisk
 from foreshock.models.dataset import FrameSource, TrainingSample, training_frame
 from foreshock.models.gbm import GradientBoostedRisk
 from foreshock.models.training import intervals_until, labelled_until, purged_holdout
-from tests.models.synthetic_fleet import synthetic_fleet
+from tests.models.synthetic_fleet import daily_disk_fleet, synthetic_fleet
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -215,45 +215,13 @@ def test_prior_keeps_slope_near_one_with_few_failures(rng):
 # -- the gradient-boosted model ------------------------------------------------------------
 
 
-def _daily_fleet(rng, disks: int = 400, days: int = 60) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Disks of different ages (older ones fail more often) with a reallocated-sector
-    precursor of varying strength before most failures; daily snapshots."""
-    rows, failures = [], []
-    for d in range(disks):
-        installed_days = float(rng.uniform(30, 1500))
-        fail_day = int(rng.integers(15, 90)) if rng.random() < 0.2 + 0.2 * installed_days / 1500 else None
-        onset = None if fail_day is None or rng.random() < 0.2 else fail_day - int(rng.integers(5, 15))
-        strength = float(rng.uniform(0.3, 3.0))
-        sectors = 0.0
-        for day in range(days):
-            if fail_day is not None and day >= fail_day:
-                break
-            grow = rng.poisson(0.05 + (strength if onset is not None and day >= onset else 0.0))
-            sectors += grow
-            rows.append(
-                {
-                    "unit_id": f"disk{d:03d}",
-                    "ts": T0 + timedelta(days=day),
-                    "life_start": T0,
-                    "reallocated_sectors_increase_3d": float(grow * 3),
-                    "reallocated_sectors_last": sectors,
-                    "drive_temp_c_mean_1d": float(rng.normal(40, 3)),
-                    "age_days": installed_days + day,
-                }
-            )
-        if fail_day is not None and fail_day < days:
-            failures.append({"unit_id": f"disk{d:03d}", "failed_at": T0 + timedelta(days=fail_day, hours=6)})
-    features = pl.DataFrame(rows).with_columns(pl.col("ts").cast(UTC_TS), pl.col("life_start").cast(UTC_TS))
-    return features, pl.DataFrame(failures).with_columns(pl.col("failed_at").cast(UTC_TS))
-
-
 def test_daily_fourteen_day_horizon_gives_distinct_unsaturated_risks(rng):
     """The saturation of issue 10: a daily fleet with a 14-day horizon used to score every
     test snapshot 0.9999999.  Now the risks are spread and the mean risk stays near the
     observed failure rate.  What ties remain is the trees' own plateau at the top: test
     rows whose cumulative counters exceed anything seen in training share the highest
     leaf of every tree (about 1 % of the rows here)."""
-    features, failures = _daily_fleet(rng)
+    features, failures = daily_disk_fleet(rng)
     cutoff = T0 + timedelta(days=40)
     train = features.filter(pl.col("ts") < cutoff)
     test = features.filter((pl.col("ts") >= cutoff) & (pl.col("ts") < cutoff + timedelta(days=6)))
