@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 from drain_helpers import score_rows, write_scores
@@ -25,6 +27,12 @@ def test_publish_command_runs_the_flow_and_prints_the_top(prefect_server, drain_
     listed = pl.read_parquet(latest / "risk_list.parquet")
     assert listed.height == 3
     assert (latest / "policy_state.parquet").is_file()
+    # --json: the same outbox and top of the list, as one parsable document
+    assert main(["--data-dir", str(data_dir), "publish", "--top", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    again = outbox / (outbox / "LATEST").read_text().strip()
+    assert result["outbox"] == str(again) and "risk_list.parquet" in result["files"]
+    assert [row["unit_id"] for row in result["top"]] == ["gpu-node001-gpu0", "gpu-node002-gpu0"]
 
     import asyncio
 

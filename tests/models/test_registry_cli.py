@@ -3,6 +3,7 @@ flows on a lake and feature store, against the embedded SQLite MLflow store."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import polars as pl
@@ -78,8 +79,15 @@ def test_train_review_score_and_roll_back(workspace, capsys):
     assert len(list((data_dir / "scores").glob("scores-*.parquet"))) == 1
 
     assert main([*args, "review", "--approve", "2", "--by", "alice", "--reason", "same data, newer code"]) == 0
-    assert main([*args, "score"]) == 0
+    capsys.readouterr()
+    assert main([*args, "score", "--json", "--top", "3"]) == 0
     assert _scored_version(data_dir) == {"2"}
+    # --json: one parsable document for scripts, naming the version and the riskiest units
+    result = json.loads(capsys.readouterr().out)
+    assert result["model_version"] == "2" and result["units"] == recent["unit_id"].n_unique()
+    newest = pl.read_parquet(result["scores"])
+    decided = newest.filter(pl.col("horizon") == result["horizon"]).get_column("risk").sort(descending=True)
+    assert [row["risk"] for row in result["top"]] == decided.head(3).to_list()
 
     assert main([*args, "review", "--rollback", "1", "--by", "bob", "--reason", "undo"]) == 0
     assert main([*args, "score"]) == 0
