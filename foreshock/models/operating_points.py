@@ -17,7 +17,9 @@ How alerts are raised (:func:`policy_alerts`), as operations run the drain polic
   enter alert per UTC day: at each snapshot the waiting candidates are taken from the
   highest risk down (ties broken by the model's raw ``margin`` when the scores carry one,
   then by unit id) until the day's budget is spent.  A fractional ``k`` accrues: 0.5 is
-  one alert every other day.  With daily snapshots this is exactly the day's top ``k``.
+  one alert every other day, 1.5 one and two on alternate days (the unspent budget carries
+  over up to ``ceil(k)``); a series that starts during a day gets that day's remaining
+  share.  With daily snapshots this is exactly the day's top ``k``.
 
 Operating points (:func:`choose_thresholds`):
 
@@ -179,8 +181,10 @@ def policy_alerts(
         if cap is not None:
             today = now // _US_PER_DAY
             if today != day:
-                # A fractional budget accrues; a whole one resets to k each day.
-                tokens = min(tokens + cap * (today - day if day is not None else 1), max(cap, 1.0))
+                # k accrues each day; what is unspent carries over up to ceil(k) (so 1.5 is
+                # one alert, then two, ...).  The first day gets its remaining share only.
+                share = today - day if day is not None else 1.0 - (now % _US_PER_DAY) / _US_PER_DAY
+                tokens = min(tokens + cap * share, math.ceil(cap))
                 day = today
             rows = rows[: int(tokens + 1e-9)]
             tokens -= rows.size

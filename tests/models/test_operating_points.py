@@ -54,6 +54,17 @@ def test_fractional_budget_accrues():
     assert alerts.height == 2  # four days at half an alert a day
 
 
+def test_budget_above_one_keeps_its_fraction_and_a_late_start_gets_the_rest_of_its_day():
+    units = {f"u{i}": [0.9] * (24 * 4) for i in range(20)}
+    alerts = policy_alerts(hourly(units), 0.1, AlertRule(daily_cap=1.5), HOUR)
+    per_day = alerts.group_by(pl.col("alert_start").dt.date()).len().sort("alert_start").get_column("len")
+    assert per_day.to_list() == [1, 2, 1, 2]  # 1.5 a day, not 1
+    # Scores that start at noon: half a day, so one of the day's two alerts.
+    late = hourly(units).filter(pl.col("ts") >= T0 + 12 * HOUR)
+    starts = policy_alerts(late, 0.1, AlertRule(daily_cap=2), HOUR).get_column("alert_start")
+    assert (starts < T0 + DAY).sum() == 1 and starts.len() == 1 + 2 * 3
+
+
 def test_hysteresis_keeps_one_alert_while_risk_hovers():
     hovering = {"A": [0.2, 0.55, 0.45, 0.55, 0.45, 0.55, 0.2, 0.55]}
     plain = policy_alerts(hourly(hovering), 0.5, AlertRule(exit_ratio=1.0), HOUR)
