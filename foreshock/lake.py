@@ -238,6 +238,43 @@ def _sort_order(table: str) -> list[str]:
     return ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
 
 
+def sort_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
+    """``frame`` in partition order (:func:`_sort_order`), the order ``frame.sort`` gives.
+
+    Sorting strings is slow: each key column becomes an integer rank (strings ranked over
+    their few distinct values), the ranks are packed into one 64-bit key when their value
+    ranges fit, and the frame is sorted by that key alone (ties keep their order).  Keys
+    with nulls or ranges too wide to pack take the plain sort.
+    """
+    order = _sort_order(table)
+    if frame.height < 2:
+        return frame
+    parts: list[tuple[pl.Expr, int]] = []  # (non-negative rank expression, bits it needs)
+    for name in order:
+        column = frame.get_column(name)
+        if column.null_count():
+            return frame.sort(order)
+        if column.dtype == pl.String:
+            distinct = column.unique().sort()
+            ranks = pl.int_range(distinct.len(), dtype=pl.UInt64, eager=True)
+            rank = pl.col(name).replace_strict(distinct, ranks, return_dtype=pl.UInt64)
+            span = distinct.len() - 1
+        elif column.dtype.is_temporal() or column.dtype.is_integer():
+            physical = column.to_physical()
+            low, high = physical.min(), physical.max()
+            rank = (pl.col(name).to_physical().cast(pl.Int64) - low).cast(pl.UInt64)
+            span = high - low
+        else:
+            return frame.sort(order)
+        parts.append((rank, max(int(span), 0).bit_length()))
+    if sum(bits for _, bits in parts) > 64:
+        return frame.sort(order)
+    key = pl.lit(0, dtype=pl.UInt64)
+    for rank, bits in parts:
+        key = key * pl.lit(1 << bits, dtype=pl.UInt64) + rank if bits else key
+    return frame.sort(key, maintain_order=True)
+
+
 def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:
     """True when no two rows share a key, decided from 64-bit key hashes (sorting hashes is
     far cheaper than grouping by the key columns).  A hash collision answers False: the
@@ -249,7 +286,11 @@ def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:
 
 
 def _merge_one(
-    path: Path, new: pl.DataFrame, table: str, fast: bool = True, deduplicated: bool = False
+    path: Path,
+    new: pl.DataFrame,
+    table: str,
+    fast: bool = True,
+    deduplicated: bool = False,
 ) -> pl.DataFrame:
     """Merge ``new`` into the file at ``path``; returns the rows newly stored.
 
@@ -265,11 +306,11 @@ def _merge_one(
     """
     key = list(KEYS[table])
     time_col = TIME_COLUMN[table]
-    order = _sort_order(table)
     existing = pl.read_parquet(path) if path.exists() else None
     if fast and time_col is not None and (deduplicated or _keys_unique(new, key)):
+        new = sort_rows(new, table)
         if existing is None:
-            atomic_write_parquet(new.sort(order), path)
+            atomic_write_parquet(new, path)
             return new
         newest = existing.get_column(time_col).max()
         oldest_new = new.get_column(time_col).min()
@@ -280,7 +321,7 @@ def _merge_one(
             and existing.schema == new.schema
             and existing.get_column("unit_id").is_sorted()
         ):
-            merged = existing.merge_sorted(new.sort(order), key="unit_id", maintain_order=True)
+            merged = existing.merge_sorted(new, key="unit_id", maintain_order=True)
             atomic_write_parquet(merged, path)
             return new
     fresh = new if deduplicated else new.unique(subset=key, keep="first", maintain_order=True)
@@ -292,7 +333,7 @@ def _merge_one(
         merged = pl.concat([existing, fresh], how="diagonal_relaxed")
     else:
         merged = fresh
-    atomic_write_parquet(merged.sort(order), path)
+    atomic_write_parquet(sort_rows(merged, table), path)
     return fresh
 
 

@@ -111,6 +111,8 @@ def resolve_fall_back(
     """
     if not timezone or frame.height == 0:
         return frame
+    if "_naive" in frame.columns and not frame.get_column("_naive").any():
+        return frame  # every time had an offset: nothing to resolve
     ts = pl.col(time_col)
     local = ts.dt.convert_time_zone(timezone).dt.replace_time_zone(None)
     later = (

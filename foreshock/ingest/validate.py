@@ -249,28 +249,25 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
     if not limits or candidates.height == 0:
         return frame.with_columns(empty)
     first_day = candidates.get_column("ts").min().date() - timedelta(days=1)
-    # Number each series (unit, metric) once: the sort and the look-back to the previous
-    # reading then run over integers, not strings.
-    series = (
-        candidates.select("unit_id", "metric")
-        .unique()
-        .with_row_index("_sid")
-        .with_columns(_max_rate=pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64))
-    )
+    # Number each series (unit, metric) from the unit's and the metric's numbers: the sort
+    # and the look-back to the previous reading then run over integers, not strings.
+    units = candidates.get_column("unit_id").unique()
+    metrics = sorted(limits)
+    series = _series_number(units, metrics)
     stored = (
         scan_table(ctx.lake_dir, "samples", start=first_day, end=candidates.get_column("ts").max())
-        .filter(pl.col("metric").is_in(list(limits)))
+        .filter(pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()))
         .select("unit_id", "ts", "metric", "value")
-        .join(series.lazy(), on=["unit_id", "metric"], how="inner")
-        .select("_sid", "_max_rate", "ts", "value")
         .collect()
     )
-    numbered = candidates.join(series, on=["unit_id", "metric"], how="left").select(
-        "_row", "_sid", "_max_rate", "ts", "value"
-    )
-    readings = pl.concat(
-        [stored.with_columns(_row=pl.lit(None, dtype=pl.UInt32)), numbered], how="diagonal_relaxed"
-    ).sort("_sid", "ts", pl.col("_row").is_not_null(), "_row")
+    rate = pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64)
+    numbered = [
+        part.select(_sid=series, _max_rate=rate, ts=pl.col("ts"), value=pl.col("value"), _row=row)
+        for part, row in ((stored, pl.lit(None, dtype=pl.UInt32)), (candidates, pl.col("_row")))
+    ]
+    # Stored readings first, then this batch's in row order: a stable sort by (series, time)
+    # puts a stored reading before a new one at the same time, and new ones in row order.
+    readings = _sort_by_series_time(pl.concat(numbered, how="vertical_relaxed"), units.len() * len(metrics))
     same_series = pl.col("_sid") == pl.col("_sid").shift(1)
     previous = pl.when(same_series).then(pl.col("value").shift(1))
     seconds = pl.when(same_series).then((pl.col("ts") - pl.col("ts").shift(1)).dt.total_microseconds() / 1e6)
@@ -282,7 +279,33 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
         )
         .select("_row", *STEP_COLUMNS)
     )
-    return frame.with_row_index("_row").join(steps, on="_row", how="left", maintain_order="left").drop("_row")
+    rows = steps.get_column("_row")
+    return frame.with_columns(
+        pl.Series(name, [], dtype=pl.Float64).extend_constant(None, frame.height).scatter(rows, steps.get_column(name))
+        for name in STEP_COLUMNS
+    )
+
+
+def _series_number(units: pl.Series, metrics: list[str]) -> pl.Expr:
+    """``unit number * len(metrics) + metric number`` (null for other units and metrics)."""
+    unit = pl.col("unit_id").replace_strict(
+        units, pl.int_range(units.len(), dtype=pl.UInt64, eager=True), default=None, return_dtype=pl.UInt64
+    )
+    metric = pl.col("metric").replace_strict(metrics, list(range(len(metrics))), default=None, return_dtype=pl.UInt64)
+    return unit * len(metrics) + metric
+
+
+def _sort_by_series_time(readings: pl.DataFrame, series_count: int) -> pl.DataFrame:
+    """Stable sort by ``_sid`` then ``ts``: one packed 64-bit key when the ranges fit."""
+    if readings.height < 2:
+        return readings
+    micros = readings.get_column("ts").dt.epoch("us")
+    low, span = micros.min(), micros.max() - micros.min()
+    time_bits = int(span).bit_length()
+    if max(series_count - 1, 0).bit_length() + time_bits > 63:
+        return readings.sort("_sid", "ts", maintain_order=True)
+    offset = (pl.col("ts").dt.epoch("us") - low).cast(pl.UInt64)
+    return readings.sort(pl.col("_sid") * pl.lit(1 << time_bits, dtype=pl.UInt64) + offset, maintain_order=True)
 
 
 def _lookup(column: pl.Expr, mapping: dict[str, float]) -> pl.Expr:

@@ -133,7 +133,11 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
                 .then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
             )
         else:
-            value = pl.when(~missing).then(text)
+            if source_dtype == pl.String and _already_clean(frame.get_column(name)):
+                missing = column.is_null()  # no value to strip or empty: skip a string pass
+                value = column
+            else:
+                value = pl.when(~missing).then(text)
             required = name in REQUIRED[table] or name == "unit_id"
             reason = pl.when(missing).then(pl.lit(f"missing {name}")) if required else pl.lit(None, dtype=pl.String)
         exprs[name] = value.alias(name)
@@ -163,8 +167,16 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
     if table == "samples":
         names = staged.get_column("metric").drop_nulls().unique().to_list()
         mapping = {n: ctx.catalog.resolve(n) or n for n in names}
-        staged = staged.with_columns(pl.col("metric").replace_strict(mapping, default=None, return_dtype=pl.String))
+        if any(alias != name for alias, name in mapping.items()):
+            staged = staged.with_columns(pl.col("metric").replace_strict(mapping, default=None, return_dtype=pl.String))
     return staged
+
+
+def _already_clean(column: pl.Series) -> bool:
+    """True when no value of a text column has surrounding blanks or is empty (checked
+    over its distinct values: ids and metric names repeat on every row)."""
+    distinct = column.unique().drop_nulls()
+    return bool((distinct == distinct.str.strip_chars()).all()) and not bool((distinct == "").any())
 
 
 def _row_text(frame: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
