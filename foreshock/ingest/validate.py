@@ -172,13 +172,20 @@ def _shared_uuids(good: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame,
 def _apply(frame: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr, str]]) -> tuple[pl.DataFrame, pl.DataFrame]:
     # Conditions are cheap; reason texts are not (polars builds a branch's strings for every
     # row).  So find the first failing check per row, then write texts for failing rows only.
+    # And most rows pass: one boolean pass finds the failing rows, and only those are
+    # numbered by their first failing check.
+    conditions = [condition.fill_null(False) for condition, _, _ in checks]
+    failing = pl.col("_reason").is_not_null() | (pl.any_horizontal(conditions) if conditions else pl.lit(False))
+    marked = frame.with_columns(_failing=failing)
+    good = marked.filter(~pl.col("_failing")).drop("_failing")
     number = pl.lit(None, dtype=pl.Int16)
     for index in reversed(range(len(checks))):
-        number = pl.when(checks[index][0].fill_null(False)).then(pl.lit(index, dtype=pl.Int16)).otherwise(number)
-    frame = frame.with_columns(_check=pl.when(pl.col("_reason").is_null()).then(number))
-    failing = pl.col("_reason").is_not_null() | pl.col("_check").is_not_null()
-    good = frame.filter(~failing).drop("_check")
-    bad = frame.filter(failing)
+        number = pl.when(conditions[index]).then(pl.lit(index, dtype=pl.Int16)).otherwise(number)
+    bad = (
+        marked.filter("_failing")
+        .drop("_failing")
+        .with_columns(_check=pl.when(pl.col("_reason").is_null()).then(number))
+    )
     if bad.height and checks:
         reason = pl.col("_reason")
         field = pl.col("_field")

@@ -118,7 +118,11 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
             ),
         )
     ts, ts_reason = parse_local(pl.col("timestamp"), ctx.timezone, TIMESTAMP_FORMAT)
-    good = good.with_columns(ts=ts, _ts_reason=ts_reason).with_columns(_unit_id=_unit_expr(path, names, ctx))
+    # A node's lines repeat each timestamp once per GPU and each GPU on every line: parse
+    # the distinct values and join them back.
+    good = _on_distinct(good, ["timestamp"], ts=ts, _ts_reason=ts_reason)
+    identity = [n for n in ("index", "uuid") if n in names]
+    good = _on_distinct(good, identity, _unit_id=_unit_expr(path, names, ctx))
     good = resolve_fall_back(good, "ts", ["_unit_id"], ctx.timezone, "_ts_reason")
     good = good.with_columns(
         _line_reason=pl.coalesce(
@@ -189,6 +193,15 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         )
         parsed.add("samples", bad.select(columns))
     return parsed
+
+
+def _on_distinct(frame: pl.DataFrame, columns: list[str], **exprs: pl.Expr) -> pl.DataFrame:
+    """``frame.with_columns(**exprs)`` where ``exprs`` read only ``columns``, evaluated once
+    per distinct value of ``columns`` (row order kept)."""
+    if not columns:
+        return frame.with_columns(**exprs)
+    distinct = frame.select(columns).unique().with_columns(**exprs)
+    return frame.join(distinct, on=columns, how="left", maintain_order="left", nulls_equal=True)
 
 
 def _number(text: pl.Expr, suffix: pl.Expr) -> pl.Expr:
