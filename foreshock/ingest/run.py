@@ -41,7 +41,7 @@ from foreshock.ingest import manifest
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_header
 from foreshock.ingest.detect import detect_format, skip_reason
-from foreshock.ingest.parsers import FORMATS, PARSERS
+from foreshock.ingest.parsers import BATCH_PARSERS, FORMATS, PARSERS
 from foreshock.ingest.parsers.canonical import table_of
 from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
@@ -321,21 +321,20 @@ def ingest_batch(
         config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
     )
     reports = [FileReport(f.path, f.format, "ingested") for f in files]
+    outcomes, shared = _parse_batch(files, ctx)
     parsed: dict[int, ParsedFile] = {}
-    for index, planned in enumerate(files):
-        try:
-            parsed[index] = PARSERS[planned.format](planned.open_path(), ctx)
-        except UnreadableFile as exc:
-            reports[index].status, reports[index].reason = "rejected", str(exc)
-        except OSError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the other files
-            first = str(exc).splitlines()[0][:200] if str(exc) else ""
-            reports[index].status, reports[index].reason = "rejected", f"{type(exc).__name__}: {first}"
+    for index in range(len(files)):
+        outcome = outcomes[index]
+        if isinstance(outcome, UnreadableFile):
+            reports[index].status, reports[index].reason = "rejected", str(outcome)
+        elif isinstance(outcome, Exception):  # a parser bug must not stop the other files
+            first = str(outcome).splitlines()[0][:200] if str(outcome) else ""
+            reports[index].status, reports[index].reason = "rejected", f"{type(outcome).__name__}: {first}"
         else:
-            reports[index].rows_read = parsed[index].rows
-            if parsed[index].notes:
-                reports[index].reason = "; ".join(parsed[index].notes)
+            parsed[index] = outcome
+            reports[index].rows_read = outcome.rows
+            if outcome.notes:
+                reports[index].reason = "; ".join(outcome.notes)
 
     quarantined: list[pl.DataFrame] = []
     for table in ("inventory", "samples", "events", "failures", "drains"):
@@ -344,9 +343,10 @@ def ingest_batch(
             for i, p in parsed.items()
             if table in p.tables
         ]
+        frames += shared.get(table, [])
         if not frames:
             continue
-        staged = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+        staged = _in_file_order(frames)
         good, bad = validate(table, staged, ctx)
         if table == "inventory":
             _upsert_inventory(good, parsed, reports, config)
@@ -395,6 +395,55 @@ def ingest_batch(
         ],
     )
     return reports, quarantine_file
+
+
+def _parse_batch(
+    files: list[PlannedFile], ctx: IngestContext
+) -> tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]:
+    """Parse a batch's files: ``(per file index a ParsedFile or the error that rejects the
+    file, frames staged for several files at once by table, with ``_file``)``.
+
+    Files of a format in ``BATCH_PARSERS`` are parsed together (one frame per header
+    instead of one per file); the others one by one.  ``OSError`` propagates (the flow
+    retries the batch).
+    """
+    outcomes: dict[int, ParsedFile | Exception] = {}
+    shared: dict[str, list[pl.DataFrame]] = {}
+    together: dict[str, list[int]] = {}
+    for index, planned in enumerate(files):
+        if planned.format in BATCH_PARSERS:
+            together.setdefault(planned.format, []).append(index)
+            continue
+        try:
+            outcomes[index] = PARSERS[planned.format](planned.open_path(), ctx)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported as the file's rejection
+            outcomes[index] = exc
+    for fmt, indices in together.items():
+        results, frames = BATCH_PARSERS[fmt]([files[i].open_path() for i in indices], indices, ctx)
+        outcomes.update(results)
+        shared.setdefault("samples", []).extend(frames)
+    return outcomes, shared
+
+
+def _in_file_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """The staged frames as one, with rows of the same key in file order (the first is
+    the one kept).  Frames covering disjoint ranges of files are concatenated in range
+    order; a frame of several files lists each metric's rows file by file, so frames
+    whose ranges interleave are sorted by file (stably)."""
+    if len(frames) == 1:
+        return frames[0]
+    filled = [frame for frame in frames if frame.height]
+    ranges = sorted(
+        ((frame.get_column("_file").min(), frame.get_column("_file").max()), k) for k, frame in enumerate(filled)
+    )
+    staged = pl.concat(
+        [filled[k] for _, k in ranges] + [frame for frame in frames if not frame.height], how="diagonal_relaxed"
+    )
+    if any(first[0][1] >= second[0][0] for first, second in zip(ranges, ranges[1:])):
+        staged = staged.sort("_file", maintain_order=True)
+    return staged
 
 
 def record_catalog(lake_dir: Path, catalog: Catalog) -> None:

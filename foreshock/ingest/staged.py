@@ -76,6 +76,8 @@ class ParsedFile:
     raw_lines: pl.Series | None = None
     raw_lookup: RawLookup | None = None
     notes: list[str] = field(default_factory=list)
+    # Rows staged for this file in a frame shared with other files (``tables`` is empty).
+    row_count: int | None = None
 
     def add(self, table: str, frame: pl.DataFrame) -> None:
         frame = conform_staged(frame, table)
@@ -86,6 +88,8 @@ class ParsedFile:
 
     @property
     def rows(self) -> int:
+        if self.row_count is not None:
+            return self.row_count
         return sum(frame.height for frame in self.tables.values())
 
     def raw_text(self, rows: pl.DataFrame) -> pl.Series:

@@ -2,12 +2,17 @@
 
 Every parser has the signature ``parse(path, ctx) -> ParsedFile`` and raises
 :class:`~foreshock.ingest.staged.UnreadableFile` when the file cannot be read at all.
+Formats in ``BATCH_PARSERS`` also parse a batch's files together (many small files of
+one format and day as one frame): ``parse_files(paths, indices, ctx) -> (per index a
+ParsedFile or the error that rejects the file, staged frames with a ``_file`` column)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+
+import polars as pl
 
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.parsers import (
@@ -32,5 +37,11 @@ PARSERS: dict[str, Parser] = {
     "tickets": tickets.parse,
     "xid-log": xid_log.parse,
 }
+
+BatchParser = Callable[
+    [list[Path], list[int], IngestContext], tuple[dict[int, ParsedFile | Exception], list[pl.DataFrame]]
+]
+
+BATCH_PARSERS: dict[str, BatchParser] = {"nvidia-smi": nvidia_smi.parse_files}
 
 FORMATS = tuple(sorted(PARSERS))

@@ -16,6 +16,7 @@ of its nodes, the ``uuid`` field is looked up in the inventory instead.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -24,7 +25,7 @@ from foreshock.contract import ID_PATTERN
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.manifest import shown_name
 from foreshock.ingest.reading import read_lines
-from foreshock.ingest.staged import ParsedFile, UnreadableFile
+from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_staged
 from foreshock.ingest.timestamps import parse_local, resolve_fall_back
 
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
@@ -76,7 +77,19 @@ def parse_header(line: str) -> tuple[list[str], dict[str, str]]:
     return names, units
 
 
-def parse(path: Path, ctx: IngestContext) -> ParsedFile:
+@dataclass
+class _Source:
+    """One file's lines with its header checked (what :func:`_stage` reads)."""
+
+    path: Path
+    lines: pl.DataFrame
+    bad: pl.DataFrame
+    raw_lines: pl.Series
+    header: str
+
+
+def _open(path: Path, ctx: IngestContext) -> _Source:
+    """Read a file and check its header (raises UnreadableFile)."""
     source = read_lines(path)
     lines = source.lines.filter(pl.col("_text").str.strip_chars() != "")
     if source.bad.height and source.bad.get_column("_line").min() < lines.get_column("_line")[0]:
@@ -87,7 +100,7 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
             "no nvidia-smi header line (was it written with --format=csv,noheader?): "
             "re-run nvidia-smi with --format=csv so the columns can be named"
         )
-    names, units = parse_header(header_text)
+    names, _ = parse_header(header_text)
     if "index" not in names and "uuid" not in names:
         raise UnreadableFile("header has neither 'index' nor 'uuid': cannot tell which GPU a line is about")
     if ctx.timezone is None:
@@ -95,8 +108,71 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
             "nvidia-smi timestamps are the node's local time without an offset: "
             "pass --timezone (e.g. UTC) or set [ingest] timezone"
         )
+    if not [n for n in names if n not in DESCRIPTIVE]:
+        raise UnreadableFile("no metric fields in the header (only descriptive fields)")
+    # Only non-blank lines are parsed: every line before the header is blank.
+    return _Source(path, lines, source.bad, source.raw_lines, header_text)
+
+
+def parse(path: Path, ctx: IngestContext) -> ParsedFile:
+    source = _open(path, ctx)
+    parsed = ParsedFile(path=path, raw_lines=source.raw_lines)
+    parsed.add("samples", _stage([source], [0], ctx).drop("_file"))
+    return parsed
+
+
+def parse_files(
+    paths: list[Path], indices: list[int], ctx: IngestContext
+) -> tuple[dict[int, ParsedFile | Exception], list[pl.DataFrame]]:
+    """Parse several files as one frame per header: ``(per index: ParsedFile or the error
+    that rejects the file, staged samples of the parsed files with ``_file`` = their index)``.
+
+    The same rows, reasons and row order per file as :func:`parse` file by file; the
+    per-file work is only reading the lines and checking the header, the rest runs once
+    over the concatenation of the files that share a header.  A file that cannot be read
+    gets its ``UnreadableFile`` (or the parser's error); ``OSError`` propagates.
+    """
+    results: dict[int, ParsedFile | Exception] = {}
+    groups: dict[str, list[tuple[int, _Source]]] = {}
+    for path, index in zip(paths, indices):
+        try:
+            source = _open(path, ctx)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported per file, like a single parse
+            results[index] = exc
+            continue
+        groups.setdefault(source.header, []).append((index, source))
+    frames = []
+    for members in groups.values():
+        try:
+            frame = _stage([m for _, m in members], [i for i, _ in members], ctx)
+        except Exception:  # noqa: BLE001 - a file that breaks the group is parsed alone
+            for index, source in members:
+                try:
+                    results[index] = parse(source.path, ctx)
+                except OSError:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    results[index] = exc
+            continue
+        counts = dict(frame.group_by("_file").len().iter_rows())
+        for index, source in members:
+            results[index] = ParsedFile(path=source.path, raw_lines=source.raw_lines, row_count=counts.get(index, 0))
+        frames.append(frame)
+    return results, frames
+
+
+def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl.DataFrame:
+    """Staged samples (conformed, plus ``_file``) of files that share one header; per file
+    in the order undecodable lines, malformed lines, samples, failing samples."""
+    header_text = sources[0].header
+    names, units = parse_header(header_text)
     width = len(names)
-    body = lines.slice(1).filter(pl.col("_text") != header_text)  # repeated headers when -l restarts
+    index = pl.Int32()
+    lines = pl.concat([s.lines.with_columns(_file=pl.lit(i, dtype=index)) for s, i in zip(sources, indices)])
+    # Every file's first parsed line is the header; a repeated one (when -l restarts) goes too.
+    body = lines.filter(pl.col("_text") != header_text)
     body = body.with_columns(_fields=pl.col("_text").str.count_matches(",", literal=True) + 1)
     ragged = body.filter(pl.col("_fields") != width)
     good = (
@@ -105,14 +181,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         .unnest("_parts")
         .with_columns([pl.col(name).str.strip_chars() for name in names])
     )
-    parsed = ParsedFile(path=path, raw_lines=source.raw_lines)
-    if source.bad.height:
-        parsed.add("samples", source.bad)
+    parts = [s.bad.with_columns(_file=pl.lit(i, dtype=index)) for s, i in zip(sources, indices) if s.bad.height]
     if ragged.height:
-        parsed.add(
-            "samples",
+        parts.append(
             ragged.select(
                 "_line",
+                "_file",
                 _field=pl.lit("line"),
                 _reason=pl.format("malformed line: expected {} fields, got {}", pl.lit(width), pl.col("_fields")),
             ),
@@ -121,9 +195,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     # A node's lines repeat each timestamp once per GPU and each GPU on every line: parse
     # the distinct values and join them back.
     good = _on_distinct(good, ["timestamp"], ts=ts, _ts_reason=ts_reason)
-    identity = [n for n in ("index", "uuid") if n in names]
-    good = _on_distinct(good, identity, _unit_id=_unit_expr(path, names, ctx))
-    good = resolve_fall_back(good, "ts", ["_unit_id"], ctx.timezone, "_ts_reason")
+    identity = ["_file"] + [n for n in ("index", "uuid") if n in names]
+    good = _on_distinct(good, identity, _unit_id=_unit_expr(sources, indices, names, ctx))
+    good = resolve_fall_back(good, "ts", ["_file", "_unit_id"], ctx.timezone, "_ts_reason")
     good = good.with_columns(
         _line_reason=pl.coalesce(
             pl.col("_ts_reason"),
@@ -135,13 +209,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         .then(pl.lit("index")),
     )
     metrics = [n for n in names if n not in DESCRIPTIVE]
-    if not metrics:
-        raise UnreadableFile("no metric fields in the header (only descriptive fields)")
     resolved = {n: ctx.catalog.resolve(n) for n in metrics}
     long = pl.concat(
         [
             good.select(
                 "_line",
+                "_file",
                 "ts",
                 "_line_reason",
                 "_line_field",
@@ -164,11 +237,12 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         | pl.col("value").is_null()
     )
     long = long.with_columns(_failing=failing)
-    columns = ["unit_id", "ts", "metric", "value", "_line", "_field", "_reason"]
-    good = long.filter(~pl.col("_failing")).with_columns(
-        _reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String)
+    columns = ["unit_id", "ts", "metric", "value", "_line", "_field", "_reason", "_file"]
+    parts.append(
+        long.filter(~pl.col("_failing"))
+        .with_columns(_reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String))
+        .select(columns)
     )
-    parsed.add("samples", good.select(columns))
     bad = long.filter(pl.col("_failing"))
     if bad.height:  # reason texts only for the failing rows (they are built for every row a branch sees)
         catalog_source = ctx.catalog.source
@@ -191,8 +265,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
                 pl.col("_line_field"), pl.when(pl.col("_line_reason").is_null()).then(pl.col("_source"))
             ),
         )
-        parsed.add("samples", bad.select(columns))
-    return parsed
+        parts.append(bad.select(columns))
+    staged = pl.concat([conform_staged(part, "samples").with_columns(part.get_column("_file")) for part in parts])
+    return staged
 
 
 def _on_distinct(frame: pl.DataFrame, columns: list[str], **exprs: pl.Expr) -> pl.DataFrame:
@@ -211,12 +286,23 @@ def _number(text: pl.Expr, suffix: pl.Expr) -> pl.Expr:
     return pl.coalesce(number, text.replace_strict(FLAGS, default=None, return_dtype=pl.Float64))
 
 
-def _unit_expr(path: Path, names: list[str], ctx: IngestContext) -> pl.Expr:
-    node = shown_name(path.parent.name)
+def _unit_expr(sources: list[_Source], indices: list[int], names: list[str], ctx: IngestContext) -> pl.Expr:
+    """Each file's unit: ``<node>-gpu<index>`` from its directory, or its ``uuid`` looked up
+    in the inventory when the directory is not a known node (reads ``_file`` and the fields)."""
     index_ok = pl.col("index").str.contains(r"^\d{1,3}$") if "index" in names else pl.lit(False)
-    by_dir = pl.when(index_ok).then(pl.format("{}-gpu{}", pl.lit(node), pl.col("index")))
-    node_known = node in ctx.known_node_names() if ctx.has_inventory else bool(ID_PATTERN.fullmatch(node))
     uuid_map = ctx.unit_by_uuid()
-    if node_known or "uuid" not in names or not uuid_map:
-        return by_dir.otherwise(pl.lit(None, dtype=pl.String))
-    return pl.col("uuid").replace_strict(uuid_map, default=None, return_dtype=pl.String)
+    nodes, by_uuid = {}, []
+    for source, index in zip(sources, indices):
+        node = shown_name(source.path.parent.name)
+        nodes[index] = node
+        node_known = node in ctx.known_node_names() if ctx.has_inventory else bool(ID_PATTERN.fullmatch(node))
+        if not (node_known or "uuid" not in names or not uuid_map):
+            by_uuid.append(index)
+    node = pl.col("_file").replace_strict(nodes, return_dtype=pl.String)
+    by_dir = (
+        pl.when(index_ok).then(pl.format("{}-gpu{}", node, pl.col("index"))).otherwise(pl.lit(None, dtype=pl.String))
+    )
+    if not by_uuid:
+        return by_dir
+    by_table = pl.col("uuid").replace_strict(uuid_map, default=None, return_dtype=pl.String)
+    return pl.when(pl.col("_file").is_in(by_uuid)).then(by_table).otherwise(by_dir)
