@@ -169,6 +169,8 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
     header_text = sources[0].header
     names, units = parse_header(header_text)
     width = len(names)
+    metrics = [n for n in names if n not in DESCRIPTIVE]
+    read = {"timestamp", "index", "uuid", *metrics}  # other descriptive fields are never looked at
     index = pl.Int32()
     lines = pl.concat([s.lines.with_columns(_file=pl.lit(i, dtype=index)) for s, i in zip(sources, indices)])
     # Every file's first parsed line is the header; a repeated one (when -l restarts) goes too.
@@ -179,7 +181,7 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
         body.filter(pl.col("_fields") == width)
         .with_columns(pl.col("_text").str.split_exact(",", width - 1).struct.rename_fields(names).alias("_parts"))
         .unnest("_parts")
-        .with_columns([pl.col(name).str.strip_chars() for name in names])
+        .with_columns([pl.col(name).str.strip_chars() for name in names if name in read])
     )
     parts = [s.bad.with_columns(_file=pl.lit(i, dtype=index)) for s, i in zip(sources, indices) if s.bad.height]
     if ragged.height:
@@ -208,7 +210,6 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
         .when(pl.col("_unit_id").is_null())
         .then(pl.lit("index")),
     )
-    metrics = [n for n in names if n not in DESCRIPTIVE]
     resolved = {n: ctx.catalog.resolve(n) for n in metrics}
     long = pl.concat(
         [
@@ -228,7 +229,8 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
             for name in metrics
         ],
         how="vertical",
-    ).with_columns(value=_number(pl.col("_text"), pl.col("_suffix")))
+    )
+    long = long.with_columns(value=_numbers(long))
     long = long.filter(~pl.col("_text").is_in(NOT_SUPPORTED))
     failing = (
         pl.col("_line_reason").is_not_null()
@@ -277,6 +279,18 @@ def _on_distinct(frame: pl.DataFrame, columns: list[str], **exprs: pl.Expr) -> p
         return frame.with_columns(**exprs)
     distinct = frame.select(columns).unique().with_columns(**exprs)
     return frame.join(distinct, on=columns, how="left", maintain_order="left", nulls_equal=True)
+
+
+def _numbers(long: pl.DataFrame) -> pl.Series:
+    """:func:`_number` of every row of ``long`` (``_text``, ``_suffix``).  Most values are
+    plain numbers: a plain cast reads them (a text ending in a unit has a space, so it never
+    casts), and only the rest are read the long way."""
+    plain = long.get_column("_text").cast(pl.Float64, strict=False).alias("value")
+    rest = plain.is_null().arg_true()
+    if rest.len() == 0:
+        return plain
+    others = long[rest].select(_number(pl.col("_text"), pl.col("_suffix"))).to_series()
+    return plain.scatter(rest, others)
 
 
 def _number(text: pl.Expr, suffix: pl.Expr) -> pl.Expr:
