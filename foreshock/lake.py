@@ -83,12 +83,9 @@ def shard_of(unit_id: str, shards: int) -> int:
 
 
 def with_shard(df: pl.DataFrame, shards: int) -> pl.DataFrame:
-    units = df.get_column("unit_id").unique()
-    mapping = pl.DataFrame(
-        {"unit_id": units, "shard": [shard_of(u, shards) for u in units.to_list()]},
-        schema={"unit_id": pl.String, "shard": pl.Int32},
-    )
-    return df.join(mapping, on="unit_id", how="left")
+    units = df.get_column("unit_id").unique().drop_nulls()
+    numbers = pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int32)
+    return df.with_columns(shard=pl.col("unit_id").replace_strict(units, numbers, default=None, return_dtype=pl.Int32))
 
 
 def lake_shards(lake_dir: Path, default: int) -> int:
@@ -422,7 +419,8 @@ def merge_into_lake(
             result.partitions_written += int(stored > 0)
         else:
             keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
-            for (day, shard), part in keyed.group_by(["_date", "shard"], maintain_order=True):
+            parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
+            for (day, shard), part in parts.items():
                 fresh = _merge_one(
                     partition_path(lake_dir, table, day, shard),
                     part.drop("_date", "shard"),

@@ -218,7 +218,7 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
         (value.is_infinite(), pl.lit("value is infinite"), "value"),
         (counter & (value < 0), pl.format("negative counter value {} for {}", value, metric), "value"),
         (
-            (value < low) | (value > high),
+            _out_of_range(present, catalog),
             pl.format("absurd value {} for {}: outside the catalog range [{}, {}]", value, metric, low, high),
             "value",
         ),
@@ -235,6 +235,20 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
             "value",
         ),
     ]
+
+
+def _out_of_range(metrics: list[str], catalog) -> pl.Expr:
+    """A value outside its metric's catalog ``min``/``max`` (one comparison per metric
+    present: cheaper than looking each row's bounds up by name)."""
+    tests = []
+    for name in metrics:
+        spec = catalog[name] if name in catalog else None
+        if spec is None or (spec.min is None and spec.max is None):
+            continue
+        bounds = [pl.col("value") < spec.min] if spec.min is not None else []
+        bounds += [pl.col("value") > spec.max] if spec.max is not None else []
+        tests.append((pl.col("metric") == name) & pl.any_horizontal(bounds))
+    return pl.any_horizontal(tests) if tests else pl.lit(False)
 
 
 def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
