@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
-from foreshock.lake import lake_summary, merge_into_lake, partition_files, read_table, shard_of
+from foreshock.lake import _sort_order, lake_summary, merge_into_lake, partition_files, read_table, shard_of, sort_rows
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -159,3 +159,27 @@ def test_appended_partition_stays_sorted_and_a_rerun_still_dedupes(tmp_path):
     late = _samples(["a"], 3, offset=50.0)  # older keys: already stored, the stored rows win
     assert merge_into_lake(tmp_path, "samples", late, shards=1).duplicates_dropped == 3
     assert pl.read_parquet(path).equals(table)
+
+
+def test_partition_order_is_the_order_of_a_plain_sort():
+    """Rows are sorted by a packed integer key when the key ranges fit, else plainly: either
+    way the order is unit, time, then the rest of the key, exactly as ``DataFrame.sort``."""
+    shuffled = pl.concat(
+        [_samples(["node10-gpu1", "node2-gpu0", "a", "B"], 30, metric=m) for m in ("zeta", "gpu_temp_c", "Alpha")]
+    ).sample(fraction=1.0, shuffle=True, seed=3)
+    decades = shuffled.with_columns(
+        ts=pl.col("ts") + pl.duration(days=pl.int_range(pl.len()) * 73_000)
+    )  # too wide to pack
+    events = pl.DataFrame(
+        {
+            "unit_id": ["b", "a", "b", "a", "a"],
+            "ts": [T0, T0, T0 - timedelta(days=400), T0, T0],
+            "source": ["xid", "xid", "dmesg", "dmesg", "xid"],
+            "code": [79, 48, 13, 79, -2],
+            "count": [1, 1, 1, 1, 1],
+        }
+    )
+    for table, frame in [("samples", shuffled), ("samples", decades), ("events", events)]:
+        expected = frame.sort(_sort_order(table))
+        assert sort_rows(frame, table).equals(expected)
+        assert not frame.equals(expected)  # the input was not already in order

@@ -145,12 +145,10 @@ def text_lines(text: str) -> pl.DataFrame:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return _frame(lines)
+    return _frame(lines, "\r" in text)
 
 
-def _frame(lines: list[str]) -> pl.DataFrame:
-    return (
-        pl.DataFrame({"_text": lines}, schema={"_text": pl.String})
-        .with_row_index("_line", offset=1)
-        .with_columns(pl.col("_line").cast(pl.Int64), pl.col("_text").str.strip_chars_end("\r"))
-    )
+def _frame(lines: list[str], carriage_returns: bool = True) -> pl.DataFrame:
+    frame = pl.DataFrame({"_text": lines}, schema={"_text": pl.String}).with_row_index("_line", offset=1)
+    text = pl.col("_text").str.strip_chars_end("\r") if carriage_returns else pl.col("_text")
+    return frame.with_columns(pl.col("_line").cast(pl.Int64), text)

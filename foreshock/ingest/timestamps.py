@@ -122,9 +122,11 @@ def resolve_fall_back(
     )
     naive = pl.col("_naive") if "_naive" in frame.columns else pl.lit(True)
     ambiguous = (naive & ts.is_not_null() & (later != ts)).fill_null(False)
-    flagged = frame.with_columns(_ambiguous=ambiguous)
-    if not flagged.get_column("_ambiguous").any():
+    # Whether a time is ambiguous depends on the time alone: ask once per distinct time.
+    distinct = frame.lazy().filter(naive).select(ts.unique()).with_columns(_naive=pl.lit(True))
+    if not distinct.select(ambiguous.any()).collect().item():
         return frame
+    flagged = frame.with_columns(_ambiguous=ambiguous)
     order = flagged.with_row_index("_row")
     rows = (
         order.filter("_ambiguous")
