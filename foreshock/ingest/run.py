@@ -7,6 +7,8 @@ Batches: inventory files first (units are resolved and checked against the inven
 then files grouped by the day in their path (``nvidia-smi/<node>/2026-11-01.csv``,
 ``dcgm/2026-11-01/...``) so each merge rewrites only that day's partitions, then the files
 without a day (scrapes, kernel logs, tickets).  A batch is capped in bytes to bound memory.
+Files of a format with a batch parser (nvidia-smi: a node's file per day) are parsed
+together, one frame for the batch instead of one per file.
 
 Accounting, per file: ``rows_read = rows_stored + rows_updated + rows_quarantined +
 duplicates_dropped``.  Telemetry is append-only: a row whose key is stored with other values

@@ -79,7 +79,8 @@ def parse_header(line: str) -> tuple[list[str], dict[str, str]]:
 
 @dataclass
 class _Source:
-    """One file's lines with its header checked (what :func:`_stage` reads)."""
+    """One file with its header checked: ``lines`` are its non-blank lines (the header
+    first), ``bad`` its lines that are not text (see :func:`read_lines`)."""
 
     path: Path
     lines: pl.DataFrame
@@ -110,7 +111,6 @@ def _open(path: Path, ctx: IngestContext) -> _Source:
         )
     if not [n for n in names if n not in DESCRIPTIVE]:
         raise UnreadableFile("no metric fields in the header (only descriptive fields)")
-    # Only non-blank lines are parsed: every line before the header is blank.
     return _Source(path, lines, source.bad, source.raw_lines, header_text)
 
 
@@ -310,7 +310,7 @@ def _unit_expr(sources: list[_Source], indices: list[int], names: list[str], ctx
         node = shown_name(source.path.parent.name)
         nodes[index] = node
         node_known = node in ctx.known_node_names() if ctx.has_inventory else bool(ID_PATTERN.fullmatch(node))
-        if not (node_known or "uuid" not in names or not uuid_map):
+        if not node_known and "uuid" in names and uuid_map:
             by_uuid.append(index)
     node = pl.col("_file").replace_strict(nodes, return_dtype=pl.String)
     by_dir = (
