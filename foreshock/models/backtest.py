@@ -59,6 +59,7 @@ from foreshock.models.operating_points import (
     ChosenPoint,
     OperatingPoints,
     Period,
+    RiskReplay,
     choose_thresholds,
     policy_alerts,
     rules_point,
@@ -352,8 +353,10 @@ def _judge_point(
     costs: DrainCosts,
     step: timedelta,
     drains: pl.DataFrame | None,
+    replay: RiskReplay | None = None,
 ) -> dict:
-    """The metrics of one model's series at one operating point (its judged periods only)."""
+    """The metrics of one model's series at one operating point (its judged periods only);
+    ``replay``: ``series`` prepared once for the alert replays of all its points."""
     judged = point.judged
     in_judged = pl.any_horizontal(
         [
@@ -361,7 +364,7 @@ def _judge_point(
             for p in judged
         ]
     )
-    alerts = policy_alerts(series, point.periods, point.rule, step)
+    alerts = policy_alerts(replay or series, point.periods, point.rule, step)
     result = judge_alerts(
         series.filter(in_judged),
         alerts,
@@ -445,6 +448,7 @@ def judge_scores(
         else:
             chosen = choose_thresholds(series, failures, horizon, periods, settings, step)
         points = {}
+        context["replay"] = RiskReplay.of(series)
         for name, point in chosen.items():
             if not point.judged:
                 points[name] = None

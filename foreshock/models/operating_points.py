@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -113,8 +113,42 @@ def _thresholds_per_row(ts_us: np.ndarray, periods: Sequence[tuple[Period, float
     return out
 
 
+@dataclass(frozen=True)
+class RiskReplay:
+    """A risk series prepared once for many replays of :func:`policy_alerts` (the
+    bisections of :func:`budget_threshold` replay the same series dozens of times): rows
+    in replay order (time, then highest risk, margin and unit first) as arrays."""
+
+    ts_us: np.ndarray
+    risk: np.ndarray
+    unit_code: np.ndarray
+    units: np.ndarray
+    counts: dict = field(default_factory=dict, compare=False, repr=False)  # alert counts by (threshold, rule, step)
+
+    @classmethod
+    def of(cls, scores: pl.DataFrame) -> RiskReplay:
+        """``unit_id, ts, risk`` (+ optional ``margin``, the raw score, to break ties)."""
+        require_columns(scores, ("unit_id", "ts", "risk"), "risk series")
+        tiebreak = pl.col("margin").cast(pl.Float64) if "margin" in scores.columns else pl.lit(0.0)
+        frame = scores.select(
+            pl.col("unit_id").cast(pl.String),
+            pl.col("ts").cast(UTC_TS).dt.epoch("us").alias("ts_us"),
+            pl.col("risk").cast(pl.Float64).fill_nan(None).fill_null(-np.inf),
+            tiebreak.fill_nan(None).fill_null(-np.inf).alias("margin"),
+        ).sort(["ts_us", "risk", "margin", "unit_id"], descending=[False, True, True, False])
+        unit_id = frame.get_column("unit_id")
+        # codes into the sorted distinct units (numpy's unique on strings sorts objects: slow)
+        units = unit_id.unique().sort().to_numpy()
+        unit_code = (unit_id.rank("dense") - 1).cast(pl.Int64).to_numpy() if frame.height else np.zeros(0, np.int64)
+        return cls(frame.get_column("ts_us").to_numpy(), frame.get_column("risk").to_numpy(), unit_code, units)
+
+    @property
+    def height(self) -> int:
+        return self.ts_us.size
+
+
 def policy_alerts(
-    scores: pl.DataFrame,
+    scores: pl.DataFrame | RiskReplay,
     periods: Sequence[tuple[Period, float | None]] | float,
     rule: AlertRule,
     step: timedelta | None = None,
@@ -124,35 +158,53 @@ def policy_alerts(
     Parameters
     ----------
     scores
-        ``unit_id, ts, risk`` (+ optional ``margin``, the raw score, to break ties).
+        ``unit_id, ts, risk`` (+ optional ``margin``, the raw score, to break ties), or the
+        same prepared by :meth:`RiskReplay.of`.
     periods
         One threshold for the whole series, or ``(Period, threshold)`` pairs; rows outside
         every period, or in a period whose threshold is None, raise no alert.
     rule
         Hysteresis and daily cap.
     step
-        Snapshot interval (default: inferred).
+        Snapshot interval (default: inferred; required with a :class:`RiskReplay`).
 
     Returns
     -------
     polars.DataFrame
         ``unit_id, alert_start, risk`` sorted by unit and time.
     """
-    require_columns(scores, ("unit_id", "ts", "risk"), "risk series")
     empty = pl.DataFrame(schema={"unit_id": pl.String, "alert_start": UTC_TS, "risk": pl.Float64})
     if scores.height == 0:
         return empty
-    step = step or snapshot_step(scores)
-    tiebreak = pl.col("margin").cast(pl.Float64) if "margin" in scores.columns else pl.lit(0.0)
-    frame = scores.select(
-        pl.col("unit_id").cast(pl.String),
-        pl.col("ts").cast(UTC_TS).dt.epoch("us").alias("ts_us"),
-        pl.col("risk").cast(pl.Float64).fill_nan(None).fill_null(-np.inf),
-        tiebreak.fill_nan(None).fill_null(-np.inf).alias("margin"),
-    ).sort(["ts_us", "risk", "margin", "unit_id"], descending=[False, True, True, False])
-    ts_us = frame.get_column("ts_us").to_numpy()
-    risk = frame.get_column("risk").to_numpy()
-    units, unit_code = np.unique(frame.get_column("unit_id").to_numpy(), return_inverse=True)
+    if isinstance(scores, pl.DataFrame):
+        require_columns(scores, ("unit_id", "ts", "risk"), "risk series")
+        step = step or snapshot_step(scores)
+        scores = RiskReplay.of(scores)
+    elif step is None:
+        raise ValueError("policy_alerts: a prepared series needs its step")
+    picked = _replay(scores, periods, rule, step)
+    if picked.size == 0:
+        return empty
+    return pl.DataFrame(
+        {
+            "unit_id": scores.units[scores.unit_code[picked]].astype(str),
+            "alert_start": pl.Series(scores.ts_us[picked], dtype=pl.Int64)
+            .cast(pl.Datetime("us"))
+            .dt.replace_time_zone("UTC"),
+            "risk": scores.risk[picked],
+        },
+        schema={"unit_id": pl.String, "alert_start": UTC_TS, "risk": pl.Float64},
+    ).sort("unit_id", "alert_start")
+
+
+def _replay(
+    series: RiskReplay,
+    periods: Sequence[tuple[Period, float | None]] | float,
+    rule: AlertRule,
+    step: timedelta,
+) -> np.ndarray:
+    """Rows of ``series`` (in its replay order) where an alert starts."""
+    ts_us, risk, unit_code, units = series.ts_us, series.risk, series.unit_code, series.units
     if isinstance(periods, (int, float)):
         entry = np.full(ts_us.size, float(periods))
     else:
@@ -190,17 +242,16 @@ def policy_alerts(
             tokens -= rows.size
         in_alert[u[rows]] = True
         starts.append(lo + rows)
-    if not starts:
-        return empty
-    picked = np.concatenate(starts)
-    return pl.DataFrame(
-        {
-            "unit_id": units[unit_code[picked]].astype(str),
-            "alert_start": pl.Series(ts_us[picked], dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
-            "risk": risk[picked],
-        },
-        schema={"unit_id": pl.String, "alert_start": UTC_TS, "risk": pl.Float64},
-    ).sort("unit_id", "alert_start")
+    return np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
+
+
+def alert_count(series: RiskReplay, threshold: float, rule: AlertRule, step: timedelta) -> int:
+    """How many alerts :func:`policy_alerts` raises on ``series`` at one entry threshold
+    (remembered on the series: the bisections of several fills retry the same ones)."""
+    key = (float(threshold), rule, step)
+    if key not in series.counts:
+        series.counts[key] = int(_replay(series, threshold, rule, step).size)
+    return series.counts[key]
 
 
 # -- choosing thresholds -----------------------------------------------------------------
@@ -212,22 +263,30 @@ def _days(scores: pl.DataFrame, step: timedelta) -> float:
 
 
 def budget_threshold(
-    scores: pl.DataFrame, alerts_per_day: float, rule: AlertRule, step: timedelta | None = None, fill: float = 0.95
+    scores: pl.DataFrame,
+    alerts_per_day: float,
+    rule: AlertRule,
+    step: timedelta | None = None,
+    fill: float = 0.95,
+    *,
+    replay: RiskReplay | None = None,
 ) -> float:
     """The entry floor of the capped rule on ``scores``: the highest threshold at which it
     still raises ``fill`` of the alerts per day it raises with no floor at all.
 
     The capped alert rate falls (almost) monotonically as the floor rises, so a bisection
-    over the distinct risks finds it in about 20 replays of the rule.
+    over the distinct risks finds it in about 20 replays of the rule.  ``replay``: the
+    same series prepared by :meth:`RiskReplay.of` (shared by the calls for several fills).
     """
     if scores.height == 0:
         return NO_FLOOR
     step = step or snapshot_step(scores)
     capped = AlertRule(rule.exit_ratio, alerts_per_day)
     days = _days(scores, step)
+    replay = replay or RiskReplay.of(scores)
 
     def rate(threshold: float) -> float:
-        return policy_alerts(scores, threshold, capped, step).height / days
+        return alert_count(replay, threshold, capped, step) / days
 
     if fill >= 1.0:
         return NO_FLOOR
@@ -357,10 +416,16 @@ def choose_thresholds(
         )
 
     whole = Period(periods[0].start, periods[-1].end)
+    replay = RiskReplay.of(series)
     hindsight = tuple(
         ChosenPoint(
             "budget_upper_bound",
-            [(whole, budget_threshold(series, settings.alerts_per_day, settings.budget_rule, step, fill))],
+            [
+                (
+                    whole,
+                    budget_threshold(series, settings.alerts_per_day, settings.budget_rule, step, fill, replay=replay),
+                )
+            ],
             settings.budget_rule,
             f"the test period itself (upper bound; floor keeping {fill:.0%} of the cap's alerts)",
         )
