@@ -94,10 +94,11 @@ class FeatureSource:
 
     def columns(self, names: list[str] | None = None) -> list[pl.Expr]:
         """Selection expressions: key-like columns as stored, numeric features as Float32."""
-        names = list(self.schema) if names is None else names
+        schema = self.schema  # once: a frame's schema is rebuilt at every access
+        names = list(schema) if names is None else names
         out = []
         for name in names:
-            dtype = self.schema.get(name)
+            dtype = schema.get(name)
             if dtype is None:
                 out.append(pl.lit(None, pl.Float32).alias(name))
             elif name not in KEY_LIKE and dtype.is_numeric():

@@ -331,7 +331,10 @@ class GradientBoostedRisk:
         The bins are those LightGBM would compute on the fit rows (from up to
         ``bin_construct_sample_cnt`` of them, its own sample size); every row is binned
         with them once, and the fit and holdout rows are subsets of those bins (the
-        holdout is binned by the fit rows' bins, as with ``reference=``)."""
+        holdout is binned by the fit rows' bins, as with ``reference=``).  When the fit
+        rows are the sample itself, the Dataset that found the bins already holds them
+        binned: it is the fit Dataset, and only the holdout rows are binned again (the
+        same bins, rows and order as the subset, one binning of the fit rows fewer)."""
         fit_rows = np.flatnonzero(fit)
         limit = int(params.get("bin_construct_sample_cnt", 200_000))
         if fit_rows.size > limit:
@@ -339,6 +342,18 @@ class GradientBoostedRisk:
         else:
             sampled = fit_rows
         bins = lgb.Dataset(x[sampled], y[sampled], feature_name=self.feature_names_, params=params).construct()
+        if sampled is fit_rows:
+            bins.set_weight(fit_weight)
+            hold_rows = np.flatnonzero(hold)
+            dvalid = lgb.Dataset(
+                x[hold_rows],
+                y[hold],
+                weight=hold_weight,
+                reference=bins,
+                feature_name=self.feature_names_,
+                params=params,
+            ).construct()
+            return bins, dvalid
         binned = lgb.Dataset(x, y, reference=bins, feature_name=self.feature_names_, params=params).construct()
         del bins
         return _subset(binned, fit_rows, y[fit], fit_weight), _subset(
@@ -357,15 +372,19 @@ class GradientBoostedRisk:
         """Feature matrix in ``feature_names_`` order (Float32, row-major as LightGBM reads
         it, filled one column at a time: no second copy), rule features computed on the fly."""
         derived = self.rules_.rule_features(frame) if self.rules_ is not None else {}
-        x = np.empty((frame.height, len(self.feature_names_)), dtype=np.float32)
-        for j, name in enumerate(self.feature_names_):
-            if name in derived:
-                x[:, j] = derived[name]
-            elif name in frame.columns:
-                x[:, j] = frame.get_column(name).cast(pl.Float32).to_numpy()
-            else:  # a metric no longer reported: missing, as LightGBM expects
-                x[:, j] = np.nan
-        return x
+        columns = [
+            pl.Series(name, derived[name]).cast(pl.Float32)
+            if name in derived
+            else frame.get_column(name).cast(pl.Float32)
+            if name in frame.columns
+            else pl.Series(name, np.full(frame.height, np.nan, dtype=np.float32))  # a metric no longer reported
+            for name in self.feature_names_
+        ]
+        if not columns:
+            return np.empty((frame.height, 0), dtype=np.float32)
+        # Polars writes the row-major matrix itself (numpy filling it a column at a time
+        # strides through memory); nulls become NaN
+        return pl.DataFrame(columns).to_numpy(order="c")
 
     def _check(self) -> None:
         if not self.boosters_:
