@@ -22,6 +22,12 @@ UNITS = 256
 DAYS = 30
 SEED = 7
 SAMPLE_EVERY = "10m"
+# The models' training sample in the demo: every failure-adjacent snapshot and this many
+# healthy ones, weighted by the inverse sampling rate ([models] max_healthy_rows; the
+# default, sized for real fleets, would keep all ~160k).  Hourly snapshots of a healthy GPU
+# barely differ, and the walk-forward fits 4 folds x 3 models: the sample makes backtest,
+# train and review about 3x cheaper with the same failures caught at the budget.
+HEALTHY_ROWS = 40_000
 
 
 def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str]]]:
@@ -85,6 +91,7 @@ def run_demo(args: argparse.Namespace, config: Config) -> int:
     from foreshock.pipelines.cli import build_parser
 
     parser = build_parser()
+    config = config.with_overrides({"models": {"max_healthy_rows": args.max_healthy_rows}})
     base = ["--data-dir", str(config.data_dir)]
     if args.config:
         base = ["--config", args.config, *base]
@@ -120,5 +127,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED})")
     demo.add_argument(
         "--sample-every", default=SAMPLE_EVERY, help=f"nvidia-smi sample interval (default {SAMPLE_EVERY})"
+    )
+    demo.add_argument(
+        "--max-healthy-rows",
+        type=int,
+        default=HEALTHY_ROWS,
+        help=f"healthy snapshots the models train on, weighted ([models] max_healthy_rows; default {HEALTHY_ROWS:,})",
     )
     demo.set_defaults(func=run_demo)
