@@ -20,7 +20,7 @@ from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
 from foreshock.errors import MissingInputError, UserError
-from foreshock.pipelines.runtime import add_json_flag, print_json
+from foreshock.pipelines.runtime import add_json_flag, flows_tracked, print_json
 
 SINFO_FORMAT = "%N|%T|%E"
 
@@ -103,15 +103,15 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
         node_states_path.write_text(
             "\n".join(f"{r['node']}|{r['state']}|{r['reason'] or 'none'}" for r in states.to_dicts()) + "\n"
         )
-    directory = Path(
-        publish_flow(
-            config.to_settings(args.config),
-            str(scores_path),
-            str(node_states_path) if node_states_path else None,
-            args.model,
-            args.allow_stale,
-        )
+    values = (
+        config.to_settings(args.config),
+        str(scores_path),
+        str(node_states_path) if node_states_path else None,
+        args.model,
+        args.allow_stale,
     )
+    # without a Prefect API the outbox is written directly (no temporary server, no artifact)
+    directory = Path(publish_flow(*values) if flows_tracked() else write_outbox.fn(*values))
     risk_list = read_risk_list(directory / "risk_list.parquet")
     if args.json:
         print_json(

@@ -119,6 +119,21 @@ def stop_ephemeral_servers() -> int:
     return len(servers)
 
 
+def flows_tracked() -> bool:
+    """Whether a flow run here is recorded without starting a server first: a Prefect API
+    is configured (``PREFECT_API_URL``, as under ``foreshock serve``) or this process
+    already runs its temporary server (the demo starts one for all its stages).
+
+    Otherwise a command of a second's work (score, publish) runs its flow's function
+    directly: a temporary server takes tens of seconds to start on a small machine."""
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().api.url:
+        return True
+    module = sys.modules.get("prefect.server.api.server")
+    return bool(module is not None and getattr(module.SubprocessASGIServer, "_instances", {}))
+
+
 def stop_servers_on_signals() -> None:
     """On SIGTERM or SIGINT, stop this process's temporary Prefect server, then exit as
     the signal asks (SIGINT: KeyboardInterrupt, exit 130; SIGTERM: exit 143)."""

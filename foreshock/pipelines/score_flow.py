@@ -17,7 +17,14 @@ from foreshock.config import Config
 from foreshock.errors import missing
 from foreshock.lake import atomic_write_parquet
 from foreshock.pipelines import inputs
-from foreshock.pipelines.runtime import add_json_flag, configure_mlflow, print_json, quiet_mlflow, stamp
+from foreshock.pipelines.runtime import (
+    add_json_flag,
+    configure_mlflow,
+    flows_tracked,
+    print_json,
+    quiet_mlflow,
+    stamp,
+)
 
 log = logging.getLogger("foreshock.score")
 
@@ -60,7 +67,8 @@ def run_score(args: argparse.Namespace, config: Config) -> int:
     quiet_mlflow()
     inputs.require_features(config)
     check_champion(config.model_name, **trust_settings(config))  # one line before a flow run
-    path = score_flow(config.to_settings(args.config))
+    settings = config.to_settings(args.config)
+    path = score_flow(settings) if flows_tracked() else score_task.fn(settings)  # no temporary server for it
     scores = pl.read_parquet(path)
     horizon = decision_horizon(config)
     top = scores.filter(pl.col("horizon") == horizon).sort("risk", descending=True).head(args.top)
