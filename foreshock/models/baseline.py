@@ -38,6 +38,7 @@ from foreshock.durations import parse_duration
 from foreshock.models.base import (
     EXPLANATION_SCHEMA,
     RISK_SCHEMA,
+    SAMPLE_WEIGHT,
     config_horizons,
     feature_matrix,
     frame_feature_columns,
@@ -237,10 +238,18 @@ class ThresholdBaseline:
         labelled = labelled_until(frame, failures, self.horizons, until)
         score = self.severity(labelled)
         self.calibrators_ = {}
+        # a subsampled training frame weights its healthy rows by the inverse sampling rate
+        weight = (
+            labelled.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()
+            if SAMPLE_WEIGHT in labelled.columns
+            else np.ones(labelled.height)
+        )
         for h in self.horizons:
             y = labelled.get_column(label_column(h))
             known = y.is_not_null().to_numpy()
-            self.calibrators_[h] = PlattCalibrator(link="log").fit(score[known], y.to_numpy()[known].astype(float))
+            self.calibrators_[h] = PlattCalibrator(link="log").fit(
+                score[known], y.to_numpy()[known].astype(float), weight[known]
+            )
         return self
 
     def predict_risk(self, frame: pl.DataFrame) -> pl.DataFrame:

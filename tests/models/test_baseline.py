@@ -74,3 +74,30 @@ class TestThresholdBaseline:
         risk = model.predict_risk(rows).get_column("risk").to_numpy()
         assert np.all(np.diff(risk) > 0)  # calibration keeps the rules' ranking
         assert np.all((risk >= 0) & (risk <= 1))
+
+    def test_calibration_weights_a_subsampled_frame(self, rng):
+        """Trained on a quarter of the rows without a failure ahead, each weighted 4 (the
+        training sample of models.dataset), the rules' risk keeps the fleet's mean; unweighted
+        it would roughly quadruple."""
+        from foreshock.features.labels import outcome_labels
+        from foreshock.models.base import SAMPLE_WEIGHT
+
+        fleet = synthetic_fleet(rng, units=40, days=12)
+        frame = fleet.features.with_columns(
+            [pl.lit(0.0).alias(c) for c in GPU_COLUMNS if c not in fleet.features.columns]
+        ).sort("unit_id", "ts")
+        until = frame.get_column("ts").max()
+        ahead = outcome_labels(frame, fleet.failures, ["24h"], until).get_column("time_to_failure_h").is_not_null()
+        keep = ahead.to_numpy() | (np.random.default_rng(3).random(frame.height) < 0.25)
+        sampled = frame.filter(pl.Series(keep)).with_columns(
+            pl.Series(SAMPLE_WEIGHT, np.where(ahead.to_numpy(), 1.0, 4.0)[keep], dtype=pl.Float32)
+        )
+        full = ThresholdBaseline(horizons=["24h"]).fit(frame, fleet.failures)
+        weighted = ThresholdBaseline(horizons=["24h"]).fit(sampled, fleet.failures)
+        unweighted = ThresholdBaseline(horizons=["24h"]).fit(sampled.drop(SAMPLE_WEIGHT), fleet.failures)
+
+        def mean(model):
+            return model.predict_risk(frame).get_column("risk").mean()
+
+        assert abs(mean(weighted) / mean(full) - 1) < 0.25
+        assert mean(unweighted) / mean(full) > 1.5
