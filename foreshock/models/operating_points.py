@@ -217,7 +217,10 @@ def _replay(
     last_seen = np.full(units.size, -np.inf)
     starts: list[np.ndarray] = []
     cap = rule.daily_cap
-    tokens, day = 0.0, None
+    # The budget starts where the first threshold does: that day gets its remaining share.
+    active = ts_us[~np.isnan(entry)]
+    day = int(active[0] // _US_PER_DAY) if active.size else None
+    tokens = cap * (1.0 - (active[0] % _US_PER_DAY) / _US_PER_DAY) if active.size and cap is not None else 0.0
     bounds = np.r_[0, np.flatnonzero(np.diff(ts_us)) + 1, ts_us.size]
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         u = unit_code[lo:hi]
@@ -234,9 +237,8 @@ def _replay(
             today = now // _US_PER_DAY
             if today != day:
                 # k accrues each day; what is unspent carries over up to ceil(k) (so 1.5 is
-                # one alert, then two, ...).  The first day gets its remaining share only.
-                share = today - day if day is not None else 1.0 - (now % _US_PER_DAY) / _US_PER_DAY
-                tokens = min(tokens + cap * share, math.ceil(cap))
+                # one alert, then two, ...).
+                tokens = min(tokens + cap * (today - day), math.ceil(cap))
                 day = today
             rows = rows[: int(tokens + 1e-9)]
             tokens -= rows.size

@@ -63,6 +63,10 @@ def test_budget_above_one_keeps_its_fraction_and_a_late_start_gets_the_rest_of_i
     late = hourly(units).filter(pl.col("ts") >= T0 + 12 * HOUR)
     starts = policy_alerts(late, 0.1, AlertRule(daily_cap=2), HOUR).get_column("alert_start")
     assert (starts < T0 + DAY).sum() == 1 and starts.len() == 1 + 2 * 3
+    # ... counted from where the scores start, not from the first unit over the threshold
+    rising = {f"u{i}": [0.0] * 18 + [0.9] * (24 * 4 - 18) for i in range(20)}
+    starts = policy_alerts(hourly(rising).filter(pl.col("ts") >= T0 + 12 * HOUR), 0.5, AlertRule(daily_cap=2), HOUR)
+    assert (starts.get_column("alert_start") < T0 + DAY).sum() == 1
 
 
 def test_hysteresis_keeps_one_alert_while_risk_hovers():
