@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from foreshock.contract import ID_PATTERN
@@ -61,6 +62,7 @@ DESCRIPTIVE = {
 }
 NOT_SUPPORTED = ["[N/A]", "N/A", "[Not Supported]", "Not Supported"]
 FLAGS = {"Yes": 1.0, "No": 0.0, "Active": 1.0, "Not Active": 0.0, "Enabled": 1.0, "Disabled": 0.0}
+NEWLINE, COMMA = ord("\n"), ord(",")
 HEADER_FIELD = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(?:\[([^\]]*)\])?\s*$")
 
 
@@ -79,23 +81,83 @@ def parse_header(line: str) -> tuple[list[str], dict[str, str]]:
 
 @dataclass
 class _Source:
-    """One file with its header checked: ``lines`` are its non-blank lines (the header
-    first), ``bad`` its lines that are not text (see :func:`read_lines`)."""
+    """One file with its header checked.
+
+    Most files are clean text (UTF-8, no NUL, no lone carriage return): for those ``body``
+    holds the bytes after the header line (ending with a newline) and ``body_line`` the
+    number of its first line; Polars' CSV reader splits them.  Other files are read line by
+    line (:func:`read_lines`): ``lines`` are their non-blank lines (the header first),
+    ``bad`` their lines that are not text.
+    """
 
     path: Path
-    lines: pl.DataFrame
-    bad: pl.DataFrame
-    raw_lines: pl.Series
     header: str
+    body: bytes | None = None
+    body_line: int = 0
+    lines: pl.DataFrame | None = None
+    bad: pl.DataFrame | None = None
+    raw: pl.Series | None = None
+
+    def read_lines(self) -> None:
+        """Read the file line by line (when the CSV reader cannot split it)."""
+        read = read_lines(self.path)
+        self.lines = read.lines.filter(pl.col("_text").str.strip_chars() != "")
+        self.bad, self.raw, self.body = read.bad, read.raw_lines, None
+
+    def parsed(self, row_count: int | None = None) -> ParsedFile:
+        """The file's :class:`ParsedFile` (its lines for the quarantine are read again only
+        when a row of a clean file is quarantined)."""
+        if self.raw is not None:
+            return ParsedFile(path=self.path, raw_lines=self.raw, row_count=row_count)
+        path = self.path
+        return ParsedFile(
+            path=path,
+            raw_lookup=lambda rows: ParsedFile(path=path, raw_lines=read_lines(path).raw_lines).raw_text(rows),
+            row_count=row_count,
+        )
+
+
+def _clean_text(data: bytes) -> bool:
+    """True when ``data`` is UTF-8 without NUL bytes and every carriage return ends a line."""
+    if b"\x00" in data:
+        return False
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n") + data.endswith(b"\r"):
+        return False
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _open(path: Path, ctx: IngestContext) -> _Source:
     """Read a file and check its header (raises UnreadableFile)."""
-    source = read_lines(path)
-    lines = source.lines.filter(pl.col("_text").str.strip_chars() != "")
-    if source.bad.height and source.bad.get_column("_line").min() < lines.get_column("_line")[0]:
-        raise UnreadableFile(f"header line is not text: {source.bad.get_column('_reason')[0]}")
-    header_text = lines.get_column("_text")[0]
+    data = Path(path).read_bytes()
+    if not data.strip():
+        raise UnreadableFile("empty file")
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    if _clean_text(data):
+        start, number = 0, 1
+        while True:  # the first non-blank line is the header (there is one: data is not blank)
+            end = data.find(b"\n", start)
+            end = len(data) if end < 0 else end
+            header_text = data[start:end].decode("utf-8").rstrip("\r")
+            if header_text.strip():
+                break
+            start, number = end + 1, number + 1
+        body = data[end + 1 :]
+        if body and not body.endswith(b"\n"):
+            body += b"\n"
+        source = _Source(path, header_text, body=body, body_line=number + 1)
+    else:
+        read = read_lines(path)
+        lines = read.lines.filter(pl.col("_text").str.strip_chars() != "")
+        if read.bad.height and read.bad.get_column("_line").min() < lines.get_column("_line")[0]:
+            raise UnreadableFile(f"header line is not text: {read.bad.get_column('_reason')[0]}")
+        header_text = lines.get_column("_text")[0]
+        source = _Source(path, header_text, lines=lines, bad=read.bad, raw=read.raw_lines)
     if re.match(r"^\s*\d{4}/\d{2}/\d{2} ", header_text) or "timestamp" not in header_text:
         raise UnreadableFile(
             "no nvidia-smi header line (was it written with --format=csv,noheader?): "
@@ -111,12 +173,12 @@ def _open(path: Path, ctx: IngestContext) -> _Source:
         )
     if not [n for n in names if n not in DESCRIPTIVE]:
         raise UnreadableFile("no metric fields in the header (only descriptive fields)")
-    return _Source(path, lines, source.bad, source.raw_lines, header_text)
+    return source
 
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     source = _open(path, ctx)
-    parsed = ParsedFile(path=path, raw_lines=source.raw_lines)
+    parsed = source.parsed()
     parsed.add("samples", _stage([source], [0], ctx).drop("_file"))
     return parsed
 
@@ -158,7 +220,7 @@ def parse_files(
             continue
         counts = dict(frame.group_by("_file").len().iter_rows())
         for index, source in members:
-            results[index] = ParsedFile(path=source.path, raw_lines=source.raw_lines, row_count=counts.get(index, 0))
+            results[index] = source.parsed(row_count=counts.get(index, 0))
         frames.append(frame)
     return results, frames
 
@@ -171,19 +233,7 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
     width = len(names)
     metrics = [n for n in names if n not in DESCRIPTIVE]
     read = {"timestamp", "index", "uuid", *metrics}  # other descriptive fields are never looked at
-    index = pl.Int32()
-    lines = pl.concat([s.lines.with_columns(_file=pl.lit(i, dtype=index)) for s, i in zip(sources, indices)])
-    # Every file's first parsed line is the header; a repeated one (when -l restarts) goes too.
-    body = lines.filter(pl.col("_text") != header_text)
-    body = body.with_columns(_fields=pl.col("_text").str.count_matches(",", literal=True) + 1)
-    ragged = body.filter(pl.col("_fields") != width)
-    good = (
-        body.filter(pl.col("_fields") == width)
-        .with_columns(pl.col("_text").str.split_exact(",", width - 1).struct.rename_fields(names).alias("_parts"))
-        .unnest("_parts")
-        .with_columns([pl.col(name).str.strip_chars() for name in names if name in read])
-    )
-    parts = [s.bad.with_columns(_file=pl.lit(i, dtype=index)) for s, i in zip(sources, indices) if s.bad.height]
+    good, ragged, parts = _fields(sources, indices, names, read)
     if ragged.height:
         parts.append(
             ragged.select(
@@ -270,6 +320,121 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
         parts.append(bad.select(columns))
     staged = pl.concat([conform_staged(part, "samples").with_columns(part.get_column("_file")) for part in parts])
     return staged
+
+
+FILE_INDEX = pl.Int32()
+
+
+def _fields(
+    sources: list[_Source], indices: list[int], names: list[str], read: set[str]
+) -> tuple[pl.DataFrame, pl.DataFrame, list[pl.DataFrame]]:
+    """``(good, ragged, bad)`` of files that share one header: ``good`` has ``_line``,
+    ``_file`` and the stripped ``read`` fields of every line with the header's number of
+    fields (blank lines and repeated headers dropped), ``ragged`` (``_line``, ``_file``,
+    ``_fields``) the other lines, ``bad`` the lines that are not text (staged, per file)."""
+    clean = [(s, i) for s, i in zip(sources, indices) if s.body is not None]
+    goods, raggeds, bad = [], [], []
+    if clean:
+        try:
+            good, ragged = _split_clean(clean, names, read)
+        except pl.exceptions.PolarsError:  # the CSV reader refused them: read them line by line
+            for source, _ in clean:
+                source.read_lines()
+        else:
+            goods.append(good)
+            raggeds.append(ragged)
+    for source, index in zip(sources, indices):
+        if source.body is None:
+            good, ragged = _split_lines(source, index, names, read)
+            goods.append(good)
+            raggeds.append(ragged)
+            if source.bad.height:
+                bad.append(source.bad.with_columns(_file=pl.lit(index, dtype=FILE_INDEX)))
+    good = pl.concat(goods)
+    if len(goods) > 1:
+        good = good.sort("_file", maintain_order=True)
+    return good, pl.concat(raggeds), bad
+
+
+def _split_lines(source: _Source, index: int, names: list[str], read: set[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`_fields` of one file read line by line."""
+    width = len(names)
+    body = source.lines.filter(pl.col("_text") != source.header).with_columns(
+        _file=pl.lit(index, dtype=FILE_INDEX), _fields=pl.col("_text").str.count_matches(",", literal=True) + 1
+    )
+    good = (
+        body.filter(pl.col("_fields") == width)
+        .with_columns(pl.col("_text").str.split_exact(",", width - 1).struct.rename_fields(names).alias("_parts"))
+        .unnest("_parts")
+        .select("_line", "_file", *[pl.col(name).str.strip_chars() for name in names if name in read])
+    )
+    return good, body.filter(pl.col("_fields") != width).select("_line", "_file", "_fields")
+
+
+def _split_clean(
+    clean: list[tuple[_Source, int]], names: list[str], read: set[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`_fields` of clean files: the lines' fields are counted on the bytes (so a
+    line with too few or too many fields is told apart from empty fields), then the
+    files are read as one CSV by Polars (no quoting: nvidia-smi writes none)."""
+    width = len(names)
+    header_bytes = [s.header.encode() for s, _ in clean]
+    keep_parts, line_parts, ragged_parts, counts = [], [], [], []
+    for (source, index), header in zip(clean, header_bytes):
+        body = np.frombuffer(source.body, dtype=np.uint8)
+        ends = np.flatnonzero(body == NEWLINE)
+        commas = np.diff(np.searchsorted(np.flatnonzero(body == COMMA), ends), prepend=0)
+        keep = commas == width - 1
+        starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+        at = source.body.find(header)
+        while at >= 0:  # a repeated header line (nvidia-smi -l restarted) is not data
+            line = int(np.searchsorted(ends, at))
+            tail = source.body[at + len(header) : ends[line] + 1]
+            if starts[line] == at and tail in (b"\n", b"\r\n"):
+                keep[line] = False
+            at = source.body.find(header, at + 1)
+        odd = np.flatnonzero(commas != width - 1)
+        if odd.size:
+            texts = [source.body[starts[k] : ends[k]].decode("utf-8").rstrip("\r") for k in odd]
+            blank = pl.Series(texts, dtype=pl.String).str.strip_chars() == ""
+            odd = odd[~blank.to_numpy()]
+            ragged_parts.append(
+                pl.DataFrame(
+                    {
+                        "_line": odd.astype(np.int64) + source.body_line,
+                        "_file": np.full(odd.size, index, dtype=np.int32),
+                        "_fields": commas[odd].astype(np.uint32) + 1,
+                    }
+                )
+            )
+        keep_parts.append(keep)
+        line_parts.append(np.arange(source.body_line, source.body_line + ends.size, dtype=np.int64))
+        counts.append(ends.size)
+    columns = [k for k, name in enumerate(names) if name in read]
+    if not sum(counts):
+        raise pl.exceptions.NoDataError("no lines after the headers")
+    frame = pl.read_csv(
+        b"".join(s.body for s, _ in clean),
+        has_header=False,
+        schema={f"_{k}": pl.String for k in range(width)},
+        columns=columns,
+        quote_char=None,
+        truncate_ragged_lines=True,
+        missing_columns="insert",
+        empty_string_is_null=False,
+        raise_if_empty=False,
+    )
+    if frame.height != sum(counts):
+        raise pl.exceptions.ShapeError(f"the CSV reader saw {frame.height} lines where the files have {sum(counts)}")
+    keep = np.concatenate(keep_parts)
+    good = frame.select(
+        _line=pl.Series(np.concatenate(line_parts)),
+        _file=pl.Series(np.repeat(np.array([i for _, i in clean], dtype=np.int32), counts)),
+        **{names[k]: pl.col(f"_{k}").str.strip_chars() for k in columns},
+    ).filter(pl.Series(keep))
+    ragged_schema = {"_line": pl.Int64, "_file": FILE_INDEX, "_fields": pl.UInt32}
+    ragged = pl.concat([pl.DataFrame(schema=ragged_schema), *[r.cast(ragged_schema) for r in ragged_parts]])
+    return good, ragged
 
 
 def _on_distinct(frame: pl.DataFrame, columns: list[str], **exprs: pl.Expr) -> pl.DataFrame:
