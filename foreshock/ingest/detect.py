@@ -50,10 +50,9 @@ def detect_format(path: Path) -> str | None:
     stripped = text.lstrip()
     if suffix == ".json" or stripped.startswith("{"):
         return "prometheus-json" if '"resultType"' in text or '"status"' in text else None
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
+    first = _first_line(text)
+    if first is None:
         return _by_name(path)
-    first = lines[0]
     if (
         suffix == ".prom"
         or first.startswith(("# HELP", "# TYPE"))
@@ -75,6 +74,21 @@ def detect_format(path: Path) -> str | None:
     if table_of(path, header):
         return "canonical"
     return _by_name(path)
+
+
+# What ``str.splitlines`` ends a line at.
+LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+NON_BLANK = re.compile(r"\S")
+
+
+def _first_line(text: str) -> str | None:
+    """The first line of ``text`` that is not blank (``splitlines``' lines), None if none;
+    without splitting the rest of the text."""
+    found = NON_BLANK.search(text)
+    if found is None:
+        return None
+    end = LINE_BREAK.search(text, found.start())
+    return text[: end.start() if end else len(text)].splitlines()[-1]
 
 
 def _by_name(path: Path) -> str | None:

@@ -269,18 +269,13 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
     )
     if not limits or candidates.height == 0:
         return frame.with_columns(empty)
-    first_day = candidates.get_column("ts").min().date() - timedelta(days=1)
+    first, last = candidates.get_column("ts").min(), candidates.get_column("ts").max()
     # Number each series (unit, metric) from the unit's and the metric's numbers: the sort
     # and the look-back to the previous reading then run over integers, not strings.
     units = candidates.get_column("unit_id").unique()
     metrics = sorted(limits)
     series = _series_number(units, metrics)
-    stored = (
-        scan_table(ctx.lake_dir, "samples", start=first_day, end=candidates.get_column("ts").max())
-        .filter(pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()))
-        .select("unit_id", "ts", "metric", "value")
-        .collect()
-    )
+    stored = _stored_counters(ctx, units, metrics, first, last)
     rate = pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64)
     numbered = [
         part.select(_sid=series, _max_rate=rate, ts=pl.col("ts"), value=pl.col("value"), _row=row)
@@ -305,6 +300,25 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
         pl.Series(name, [], dtype=pl.Float64).extend_constant(None, frame.height).scatter(rows, steps.get_column(name))
         for name in STEP_COLUMNS
     )
+
+
+def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], first, last) -> pl.DataFrame:
+    """The stored readings a new reading from ``first`` to ``last`` can follow: per series,
+    the last one before ``first`` (back to the day before), and those from ``first`` to
+    ``last``.  Earlier ones are never a new reading's previous one, so they are not kept
+    (an append batch sorts its own readings plus one per series, not the stored days)."""
+    series = ["unit_id", "metric"]
+    scan = (
+        scan_table(ctx.lake_dir, "samples", start=first.date() - timedelta(days=1), end=last)
+        .filter(pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()) & (pl.col("ts") <= last))
+        .select("unit_id", "ts", "metric", "value")
+        .collect()
+    )
+    if scan.height == 0:
+        return scan
+    before = scan.filter(pl.col("ts") < first)
+    latest = before.group_by(series).agg(pl.col("ts").max(), pl.col("value").sort_by("ts").last())
+    return pl.concat([latest.select(scan.columns), scan.filter(pl.col("ts") >= first)])
 
 
 def _series_number(units: pl.Series, metrics: list[str]) -> pl.Expr:
