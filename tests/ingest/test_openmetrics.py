@@ -130,3 +130,31 @@ def test_counter_step_is_checked_against_the_stored_reading(tmp_path, config):
     report = ingest_path(second, config)
     assert report.totals["rows_quarantined"] == 1
     assert "10.0 -> " in quarantine(report)["reason"][0]
+
+
+def test_counter_step_follows_the_latest_stored_reading_before_and_the_stored_readings_among_the_new(tmp_path, config):
+    def ingest(name, rows):
+        path = tmp_path / name / "samples.csv"
+        path.parent.mkdir()
+        path.write_text("unit_id,ts,metric,value\n" + "".join(f"u1,{t},pcie_replay_total,{v}\n" for t, v in rows))
+        return ingest_path(path, config)
+
+    # Stored: a high reading, then a reset to 10 (a counter going down is not an error).
+    stored = ingest("a", [("2026-11-01T00:00:00Z", 5e10), ("2026-11-01T12:00:00Z", 10), ("2026-11-01T14:00:00Z", 20)])
+    assert stored.totals["rows_stored"] == 3
+    # New readings between stored ones: 13:00 follows the stored 12:00 (10 -> 1e9 in an
+    # hour is 2.8e5/s, under max_rate 1e6/s), 15:00 the stored 14:00.
+    interleaved = ingest("b", [("2026-11-01T13:00:00Z", 1e9), ("2026-11-01T15:00:00Z", 3e9)])
+    assert interleaved.totals["rows_quarantined"] == 0
+    # 14:30 follows the stored 14:00 (20 -> 2e9 in 1800 s: a storm), not this batch's
+    # 13:30 (1.1e9 -> 2e9 in an hour would pass).
+    storm = ingest("c", [("2026-11-01T13:30:00Z", 1.1e9), ("2026-11-01T14:30:00Z", 2e9)])
+    assert storm.totals["rows_quarantined"] == 1
+    assert "20.0 -> 2000000000.0 in 1800.0 s" in quarantine(storm)["reason"][0]
+    # After everything stored: the previous reading is the latest stored one (3e9 at 15:00,
+    # a step of 1e8 in 600 s), not an earlier one such as the 10 at 12:00.
+    after = ingest("d", [("2026-11-01T15:10:00Z", 3.1e9)])
+    assert after.totals["rows_quarantined"] == 0
+    reset_then_storm = ingest("e", [("2026-11-01T15:20:00Z", 5), ("2026-11-01T15:30:00Z", 1e9)])
+    assert reset_then_storm.totals["rows_quarantined"] == 1
+    assert "5.0 -> 1000000000.0 in 600.0 s" in quarantine(reset_then_storm)["reason"][0]
