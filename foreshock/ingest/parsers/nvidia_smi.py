@@ -7,6 +7,9 @@ the unit (``250.12 W``, ``87 %``), flags read ``Yes``/``No`` or ``Active``/``Not
 quarantined with the text nvidia-smi printed.  ``--format=csv,noheader`` output is
 rejected: without the header the columns cannot be named.
 
+Files are read by Polars' CSV reader when they are clean text (nearly always) and line
+by line otherwise; both give the same rows and quarantine (see :class:`_Source`).
+
 The timestamp is the node's local time without an offset, so a timezone is required.
 The unit is ``<node>-gpu<index>`` where the node is the file's directory name
 (``nvidia-smi/<node>/<day>.csv``); when an inventory exists and that directory is not one
@@ -190,8 +193,9 @@ def parse_files(
     that rejects the file, staged samples of the parsed files with ``_file`` = their index)``.
 
     The same rows, reasons and row order per file as :func:`parse` file by file; the
-    per-file work is only reading the lines and checking the header, the rest runs once
-    over the concatenation of the files that share a header.  A file that cannot be read
+    per-file work is reading the bytes, checking the header and counting each line's
+    fields, the rest runs once over the files that share a header (Polars' CSV reader
+    splits the clean ones in one call, see :func:`_split_clean`).  A file that cannot be read
     gets its ``UnreadableFile`` (or the parser's error); ``OSError`` propagates.
     """
     results: dict[int, ParsedFile | Exception] = {}
