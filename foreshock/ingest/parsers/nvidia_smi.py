@@ -135,6 +135,11 @@ def _clean_text(data: bytes) -> bool:
     return True
 
 
+def _blank(text: str) -> bool:
+    """Blank as the line-by-line reading sees it (Polars' whitespace, not Python's)."""
+    return pl.Series([text], dtype=pl.String).str.strip_chars().item() == ""
+
+
 def _open(path: Path, ctx: IngestContext) -> _Source:
     """Read a file and check its header (raises UnreadableFile)."""
     data = Path(path).read_bytes()
@@ -147,7 +152,7 @@ def _open(path: Path, ctx: IngestContext) -> _Source:
             end = data.find(b"\n", start)
             end = len(data) if end < 0 else end
             header_text = data[start:end].decode("utf-8").rstrip("\r")
-            if header_text.strip():
+            if not _blank(header_text):
                 break
             start, number = end + 1, number + 1
         body = data[end + 1 :]
