@@ -66,6 +66,24 @@ DEFAULT_RULES = {
 }
 
 
+def _row_weights(frame: pl.DataFrame) -> np.ndarray | None:
+    """The training frame's sample weights (None when it is not subsampled)."""
+    if SAMPLE_WEIGHT not in frame.columns:
+        return None
+    weight = frame.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()
+    return None if np.all(weight == 1.0) else weight
+
+
+def _usual_growth(daily: np.ndarray, weight: np.ndarray | None, q: float) -> float:
+    """The ``q`` quantile of the daily growth over the fleet's rows; a subsampled frame
+    counts each row by its weight (the healthy rows it stands for)."""
+    if daily.size == 0:
+        return 0.0
+    if weight is None:
+        return float(np.quantile(daily, q))
+    return float(np.quantile(daily, q, weights=weight, method="inverted_cdf"))
+
+
 @dataclass
 class Rule:
     """One threshold rule: fires when the sum of ``columns`` exceeds ``limit``.
@@ -168,7 +186,7 @@ class ThresholdBaseline:
             w, col = found
             per_day = 86400 / w.total_seconds()
             daily = np.nan_to_num(feature_matrix(frame, [col])[:, 0], nan=0.0) * per_day
-            usual = float(np.quantile(daily, float(cfg["growth_quantile"]))) if daily.size else 0.0
+            usual = _usual_growth(daily, _row_weights(frame), float(cfg["growth_quantile"]))
             rules.append(Rule(f"{metric}_growth", [col], max(usual, 1.0), per_day))
         return rules
 

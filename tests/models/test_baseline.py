@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
@@ -10,7 +10,7 @@ import polars as pl
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
 from foreshock.models.baseline import ThresholdBaseline
-from tests.models.synthetic_fleet import synthetic_fleet
+from tests.models.synthetic_fleet import T0, synthetic_fleet
 
 
 def snapshot(**features) -> pl.DataFrame:
@@ -74,6 +74,37 @@ class TestThresholdBaseline:
         risk = model.predict_risk(rows).get_column("risk").to_numpy()
         assert np.all(np.diff(risk) > 0)  # calibration keeps the rules' ranking
         assert np.all((risk >= 0) & (risk <= 1))
+
+    def test_growth_threshold_weights_a_subsampled_frame(self, rng):
+        """The generic growth rule's 'usual growth' is a quantile over the fleet's rows: a
+        training sample that keeps every failure-adjacent row and a tenth of the healthy
+        ones (weight 10) gives about the full frame's threshold, not a far higher one."""
+        from foreshock.models.base import SAMPLE_WEIGHT
+
+        healthy, failing = 20_000, 60
+        column = "widget_errors_total_increase_1d"
+        frame = pl.DataFrame(
+            {
+                "unit_id": [f"u{i % 500}" for i in range(healthy + failing)],
+                "ts": [T0 + timedelta(hours=i // 500) for i in range(healthy + failing)],
+                column: np.r_[rng.exponential(2.0, healthy), rng.uniform(50, 500, failing)],
+            }
+        )
+        near_failure = np.r_[np.zeros(healthy, bool), np.ones(failing, bool)]
+        keep = near_failure | (rng.random(healthy + failing) < 0.1)
+        sampled = frame.filter(pl.Series(keep)).with_columns(
+            pl.Series(SAMPLE_WEIGHT, np.where(near_failure, 1.0, 10.0)[keep], dtype=pl.Float32)
+        )
+
+        def limit(part):
+            model = ThresholdBaseline(horizons=["24h"], error_counters=["widget_errors_total"])
+            model.resolve(part)
+            (rule,) = [r for r in model.rules_ if r.name == "widget_errors_total_growth"]
+            return rule.limit
+
+        full, weighted, unweighted = limit(frame), limit(sampled), limit(sampled.drop(SAMPLE_WEIGHT))
+        assert abs(weighted / full - 1) < 0.3
+        assert unweighted > 3 * full
 
     def test_calibration_weights_a_subsampled_frame(self, rng):
         """Trained on a quarter of the rows without a failure ahead, each weighted 4 (the
