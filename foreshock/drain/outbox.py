@@ -47,7 +47,7 @@ from foreshock.drain.kubernetes import (
     uncordon_script,
 )
 from foreshock.drain.notify import Message, NotifySettings, drain_message, send
-from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, format_hours, unit_risk_table
 from foreshock.drain.release import nodes_to_release
 from foreshock.drain.risk_list import (
     FILE_STEM,
@@ -424,7 +424,7 @@ def format_top(risk_list: pl.DataFrame, limit: int = 10) -> str:
     lines = [f"{'unit':<24} {'node':<16} {'action':<20} {'risk':>5} {'lead':>6}  reason"]
     for row in top.iter_rows(named=True):
         lead = row.get("expected_lead_time_h")
-        lead_text = f"{lead:.0f}h" if lead is not None else "-"
+        lead_text = format_hours(lead) if lead is not None else "-"
         lines.append(
             f"{row['unit_id']:<24} {row['node'] or '-':<16} {row['action']:<20} "
             f"{row['risk']:>5.2f} {lead_text:>6}  {one_line(row['reason'], 90)}"

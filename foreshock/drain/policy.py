@@ -248,6 +248,8 @@ def _fmt_risk(value: float) -> str:
 def format_hours(hours: float | None) -> str:
     if hours is None or not math.isfinite(hours):
         return "n/a"
+    if hours >= 24 * 365:  # a hazard this low says "not soon", not a date
+        return ">1y"
     if hours >= 48:
         return f"{hours / 24:.0f}d"
     if hours >= 1:

@@ -290,3 +290,22 @@ def test_scores_of_several_models_need_a_choice(drain_config):
         publish(drain_config)
     chosen = publish(drain_config, model="cox")
     assert chosen.risk_list.get_column("action").to_list() == ["none"]
+
+
+def test_terminal_list_shows_lead_times_as_operators_read_them():
+    """A unit back from repair has almost no hazard: its expected time to failure is years,
+    shown as '>1y', not as tens of thousands of hours; a near one stays in hours."""
+    from foreshock.drain.outbox import format_top
+
+    rows = pl.DataFrame(
+        {
+            "unit_id": ["gpu-node001-gpu0", "gpu-node002-gpu0", "gpu-node003-gpu0"],
+            "node": ["gpu-node001", "gpu-node002", "gpu-node003"],
+            "action": ["drain_at_checkpoint", "watch", "run_diagnostics"],
+            "risk": [0.96, 0.3, 0.0],
+            "expected_lead_time_h": [23.4, 100.0, 17713.0],
+            "reason": ["soon", "later", "back in service"],
+        }
+    )
+    lines = format_top(rows).splitlines()
+    assert [line.split()[4] for line in lines[1:]] == ["23h", "4d", ">1y"]
