@@ -142,6 +142,14 @@ def monotone_risk(risk: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def sample_weights(frame: pl.DataFrame) -> np.ndarray:
+    """Each row's training weight: ``SAMPLE_WEIGHT`` of a subsampled frame (a healthy row
+    stands for the rows it was drawn from), 1 where the frame is not subsampled."""
+    if SAMPLE_WEIGHT not in frame.columns:
+        return np.ones(frame.height)
+    return frame.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()
+
+
 def require_columns(frame: pl.DataFrame, columns: tuple[str, ...] | list[str], what: str) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:

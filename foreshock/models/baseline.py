@@ -38,12 +38,12 @@ from foreshock.durations import parse_duration
 from foreshock.models.base import (
     EXPLANATION_SCHEMA,
     RISK_SCHEMA,
-    SAMPLE_WEIGHT,
     config_horizons,
     feature_matrix,
     frame_feature_columns,
     horizon_names,
     risk_frame,
+    sample_weights,
     top_contributions,
 )
 from foreshock.models.calibration import PlattCalibrator
@@ -66,20 +66,12 @@ DEFAULT_RULES = {
 }
 
 
-def _row_weights(frame: pl.DataFrame) -> np.ndarray | None:
-    """The training frame's sample weights (None when it is not subsampled)."""
-    if SAMPLE_WEIGHT not in frame.columns:
-        return None
-    weight = frame.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()
-    return None if np.all(weight == 1.0) else weight
-
-
-def _usual_growth(daily: np.ndarray, weight: np.ndarray | None, q: float) -> float:
+def _usual_growth(daily: np.ndarray, weight: np.ndarray, q: float) -> float:
     """The ``q`` quantile of the daily growth over the fleet's rows; a subsampled frame
     counts each row by its weight (the healthy rows it stands for)."""
     if daily.size == 0:
         return 0.0
-    if weight is None:
+    if np.all(weight == 1.0):  # not subsampled: the plain quantile, as before weights existed
         return float(np.quantile(daily, q))
     return float(np.quantile(daily, q, weights=weight, method="inverted_cdf"))
 
@@ -186,7 +178,7 @@ class ThresholdBaseline:
             w, col = found
             per_day = 86400 / w.total_seconds()
             daily = np.nan_to_num(feature_matrix(frame, [col])[:, 0], nan=0.0) * per_day
-            usual = _usual_growth(daily, _row_weights(frame), float(cfg["growth_quantile"]))
+            usual = _usual_growth(daily, sample_weights(frame), float(cfg["growth_quantile"]))
             rules.append(Rule(f"{metric}_growth", [col], max(usual, 1.0), per_day))
         return rules
 
@@ -257,11 +249,7 @@ class ThresholdBaseline:
         score = self.severity(labelled)
         self.calibrators_ = {}
         # a subsampled training frame weights its healthy rows by the inverse sampling rate
-        weight = (
-            labelled.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()
-            if SAMPLE_WEIGHT in labelled.columns
-            else np.ones(labelled.height)
-        )
+        weight = sample_weights(labelled)
         for h in self.horizons:
             y = labelled.get_column(label_column(h))
             known = y.is_not_null().to_numpy()

@@ -43,12 +43,12 @@ from foreshock.contract import label_column, weight_column
 from foreshock.features.labels import outcome_labels
 from foreshock.models.base import (
     RISK_SCHEMA,
-    SAMPLE_WEIGHT,
     feature_matrix,
     frame_feature_columns,
     horizon_hours,
     horizon_names,
     risk_frame,
+    sample_weights,
     top_contributions,
 )
 from foreshock.models.training import intervals_until
@@ -219,11 +219,7 @@ class CoxTimeVaryingRisk:
         if not event.any():
             raise ValueError("no failure among the training intervals; cannot fit a Cox model")
         rows = intervals.get_column("row").to_numpy()
-        weight = (
-            frame.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()[rows]
-            if SAMPLE_WEIGHT in frame.columns
-            else np.ones(rows.size)
-        )
+        weight = sample_weights(frame)[rows]
         # Only the screened covariates are materialised for the intervals (memory: a fleet
         # has hundreds of feature columns and 10^5-10^6 intervals).
         pool = {j: i for i, j in enumerate(chosen)}

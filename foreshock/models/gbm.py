@@ -58,11 +58,11 @@ import polars as pl
 from foreshock.contract import label_column, weight_column
 from foreshock.models.base import (
     RISK_SCHEMA,
-    SAMPLE_WEIGHT,
     frame_feature_columns,
     horizon_names,
     monotone_in_horizon,
     risk_frame,
+    sample_weights,
     top_contributions,
 )
 from foreshock.models.baseline import ThresholdBaseline
@@ -209,11 +209,7 @@ class GradientBoostedRisk:
             self.feature_names_ += list(self.rules_.rule_features(frame.head(1)))
         x_all = self._matrix(labelled)
         ts_all = labelled.get_column("ts").to_numpy()
-        sample = (
-            labelled.get_column(SAMPLE_WEIGHT).cast(pl.Float64).fill_null(1.0).to_numpy()
-            if SAMPLE_WEIGHT in labelled.columns
-            else np.ones(labelled.height)
-        )
+        sample = sample_weights(labelled)
         failure_id = labelled.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
         targets = {}
         for h in self.horizons:
