@@ -443,12 +443,12 @@ def judge_scores(
     context = {"window": window, "ground_truth": ground_truth, "costs": costs, "step": step, "drains": drains}
     for (model, horizon), series in scores.group_by(["model", "horizon"], maintain_order=True):
         series = series.select("unit_id", "ts", "risk", *(["margin"] if "margin" in series.columns else []))
+        context["replay"] = RiskReplay.of(series)  # prepared once: thresholds and judging replay it
         if model == RULES_MODEL:
             chosen = rules_point(periods)
         else:
-            chosen = choose_thresholds(series, failures, horizon, periods, settings, step)
+            chosen = choose_thresholds(series, failures, horizon, periods, settings, step, context["replay"])
         points = {}
-        context["replay"] = RiskReplay.of(series)
         for name, point in chosen.items():
             if not point.judged:
                 points[name] = None

@@ -389,6 +389,7 @@ def choose_thresholds(
     periods: Sequence[Period],
     settings: OperatingPoints,
     step: timedelta,
+    replay: RiskReplay | None = None,
 ) -> dict[str, ChosenPoint]:
     """The prospective operating points of one model's series, plus the test-period upper bound.
 
@@ -403,6 +404,8 @@ def choose_thresholds(
         Every failure; a choice for a period only sees those by the period's start.
     periods
         The test periods in time order (walk-forward folds; one period for a review window).
+    replay
+        ``series`` prepared by :meth:`RiskReplay.of`, when the caller has it already.
     """
 
     def precision(earlier: pl.DataFrame, start: datetime) -> float | None:
@@ -418,7 +421,7 @@ def choose_thresholds(
         )
 
     whole = Period(periods[0].start, periods[-1].end)
-    replay = RiskReplay.of(series)
+    replay = replay or RiskReplay.of(series)
     hindsight = tuple(
         ChosenPoint(
             "budget_upper_bound",
