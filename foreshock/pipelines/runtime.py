@@ -108,12 +108,18 @@ def add_json_flag(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
 
 
+def _ephemeral_servers() -> list:
+    """The temporary Prefect servers this process started (none if Prefect's server
+    module was never imported)."""
+    module = sys.modules.get("prefect.server.api.server")
+    if module is None:
+        return []
+    return list(getattr(module.SubprocessASGIServer, "_instances", {}).values())
+
+
 def stop_ephemeral_servers() -> int:
     """Stop the temporary Prefect servers this process started; returns how many."""
-    module = sys.modules.get("prefect.server.api.server")
-    if module is None:  # Prefect not imported: no server was started
-        return 0
-    servers = list(getattr(module.SubprocessASGIServer, "_instances", {}).values())
+    servers = _ephemeral_servers()
     for server in servers:
         server.stop()
     return len(servers)
@@ -128,10 +134,7 @@ def flows_tracked() -> bool:
     directly: a temporary server takes tens of seconds to start on a small machine."""
     from prefect.settings import get_current_settings
 
-    if get_current_settings().api.url:
-        return True
-    module = sys.modules.get("prefect.server.api.server")
-    return bool(module is not None and getattr(module.SubprocessASGIServer, "_instances", {}))
+    return bool(get_current_settings().api.url) or bool(_ephemeral_servers())
 
 
 def stop_servers_on_signals() -> None:
