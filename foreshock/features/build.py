@@ -41,7 +41,7 @@ from foreshock.features.context import (
 from foreshock.features.peers import add_peer_features
 from foreshock.features.rollups import Rollup, combine_pieces, combine_scrapes, rollup_events, rollup_samples
 from foreshock.features.spec import FeatureSpec, feature_spec
-from foreshock.features.windows import error_activity_columns, metric_feature_names, window_features
+from foreshock.features.windows import SEGMENT, error_activity_columns, metric_feature_names, window_features
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
 from foreshock.lake import (
     atomic_write_text,
@@ -55,8 +55,12 @@ from foreshock.lake import (
     shard_of,
 )
 
-# Snapshots per first-pass task: bounds the memory of one shard's window frame.
+# Snapshots per block: bounds the memory of one shard's window frame.
 MAX_BLOCK = timedelta(days=7)
+# A first-pass task stacks consecutive blocks of a small fleet up to about this many grid
+# rows (units of a shard x buckets, lookback included): one 7-day block of a 4,096-GPU
+# fleet in 8 shards is this size alone, a 256-GPU month fits in one task.
+MAX_TASK_ROWS = 2**18
 ROLLUP_THREADS = 2
 
 
@@ -255,17 +259,48 @@ def shard_unit_features(
 ) -> pl.DataFrame:
     """First pass for one shard: every feature except the peer ones, plus the helper
     columns ``_error_any_<w>`` the peer pass needs."""
-    rollup = shard_rollup(lake_dir, spec, shard, first, last, failures, cache_dir)
-    if rollup.scrapes.height == 0:
-        return pl.DataFrame()
-    earliest_data = rollup.scrapes.get_column("bucket").min()
-    grid_start = min(first, max(first - spec.lookback + spec.every, earliest_data))
+    return shard_block_features(lake_dir, spec, shard, [(first, last)], inventory, failures, cache_dir)
+
+
+def shard_block_features(
+    lake_dir: Path,
+    spec: FeatureSpec,
+    shard: int,
+    blocks: list[tuple[datetime, datetime]],
+    inventory: pl.DataFrame,
+    failures: pl.DataFrame,
+    cache_dir: Path | None = None,
+) -> pl.DataFrame:
+    """:func:`shard_unit_features` for consecutive blocks of snapshots ``(first, last)`` at
+    once: the raw partitions are rolled up and combined once for all of them, and the
+    blocks' grids are stacked into one window pass (one segment each), every block
+    computed from the same rows as when it runs alone, so the results are the same."""
+    rollup = shard_rollup(lake_dir, spec, shard, blocks[0][0], blocks[-1][1], failures, cache_dir)
     lives = life_table(inventory, failures)
-    units = rollup.scrapes.get_column("unit_id").unique().to_list()
-    grid = snapshot_grid(units, grid_start, last, spec.every, failures, lives)
+    grids, firsts = [], []
+    for first, last in blocks:
+        lo = first - spec.lookback
+        buckets = rollup.scrapes.filter((pl.col("bucket") > lo) & (pl.col("bucket") <= last))
+        if buckets.height == 0:
+            continue
+        earliest_data = buckets.get_column("bucket").min()
+        grid_start = min(first, max(first - spec.lookback + spec.every, earliest_data))
+        units = buckets.get_column("unit_id").unique().to_list()
+        grid = snapshot_grid(units, grid_start, last, spec.every, failures, lives)
+        grids.append(grid.with_columns(pl.lit(len(firsts), pl.Int32).alias(SEGMENT)))
+        firsts.append(first)
+    if not grids:
+        return pl.DataFrame()
+    grid = grids[0] if len(grids) == 1 else pl.concat(grids)
     frame = window_features(grid, rollup.pieces, rollup.scrapes, rollup.events, spec)
+    starts = pl.DataFrame({SEGMENT: list(range(len(firsts))), "_first": firsts}).with_columns(
+        pl.col(SEGMENT).cast(pl.Int32), pl.col("_first").cast(UTC_TS)
+    )
     frame = (
-        frame.filter((pl.col("bucket") >= first) & pl.col("_in_service")).drop("_in_service").rename({"bucket": "ts"})
+        frame.join(starts, on=SEGMENT, how="left", maintain_order="left")
+        .filter((pl.col("bucket") >= pl.col("_first")) & pl.col("_in_service"))
+        .drop("_in_service", SEGMENT, "_first")
+        .rename({"bucket": "ts"})
     )
     frame = add_inventory_context(frame, inventory)
     frame = add_lot_failure_rates(frame, inventory, failures, spec)
@@ -346,6 +381,7 @@ class UpdatePlan:
     spans: tuple[tuple[datetime, datetime], ...]
     shards: int
     changes: int = 0
+    units: int = 0  # units in the inventory (0: unknown, one block per task)
 
     @property
     def first(self) -> datetime:
@@ -383,6 +419,24 @@ class UpdatePlan:
                 out.append((lo, hi))
                 lo = hi + timedelta(microseconds=1)
         return out
+
+    def block_groups(self, spec: FeatureSpec) -> list[list[tuple[datetime, datetime]]]:
+        """:meth:`blocks` in runs of consecutive blocks, one run per first-pass task: as
+        many as fit :data:`MAX_TASK_ROWS` grid rows of one shard (a small fleet's whole
+        span in one task instead of a task per week, each rereading its lookback)."""
+        per_shard = -(-self.units // self.shards)
+        groups: list[list[tuple[datetime, datetime]]] = []
+        rows = 0
+        for lo, hi in self.blocks():
+            cost = per_shard * ((hi - lo + spec.lookback) // spec.every + 1)
+            touching = groups and lo == groups[-1][-1][1] + timedelta(microseconds=1)
+            if per_shard and touching and rows + cost <= MAX_TASK_ROWS:
+                groups[-1].append((lo, hi))
+                rows += cost
+            else:
+                groups.append([(lo, hi)])
+                rows = cost
+        return groups
 
 
 def late_spans(changes: list[dict], spec: FeatureSpec, stored: datetime) -> list[tuple[datetime, datetime]]:
@@ -446,7 +500,10 @@ def plan_update(
         consume_changes(config.lake_dir, handled)  # nothing they could change is stored
         return None
     return UpdatePlan(
-        spans=_merged(spans, spec.every), shards=lake_shards(config.lake_dir, config.shards), changes=handled
+        spans=_merged(spans, spec.every),
+        shards=lake_shards(config.lake_dir, config.shards),
+        changes=handled,
+        units=read_table(config.lake_dir, "inventory").height,
     )
 
 
@@ -455,13 +512,14 @@ def finish_update(config: Config, plan: UpdatePlan) -> None:
     consume_changes(config.lake_dir, plan.changes)
 
 
-def stage_shard(config: Config, shard: int, first: datetime, last: datetime) -> list[str]:
-    """First pass of one shard for snapshots ``first..last``, written per date under the
-    staging area; returns the staged files."""
+def stage_shard(config: Config, shard: int, blocks: list[tuple[datetime, datetime]]) -> list[str]:
+    """First pass of one shard for consecutive blocks of snapshots ``(first, last)`` (one
+    of :meth:`UpdatePlan.block_groups`), written per date under the staging area; returns
+    the staged files."""
     spec = feature_spec(config)
     inventory, failures = _global_tables(config.lake_dir)
-    frame = shard_unit_features(
-        config.lake_dir, spec, shard, first, last, inventory, failures, store.rollup_cache_dir(config.features_dir)
+    frame = shard_block_features(
+        config.lake_dir, spec, shard, blocks, inventory, failures, store.rollup_cache_dir(config.features_dir)
     )
     written = []
     if frame.height == 0:
@@ -501,9 +559,9 @@ def update_features(
     plan = plan_update(config, start, end, full)
     if plan is None:
         return 0
-    for lo, hi in plan.blocks():
+    for blocks in plan.block_groups(feature_spec(config)):
         for shard in range(plan.shards):
-            stage_shard(config, shard, lo, hi)
+            stage_shard(config, shard, blocks)
     rows = sum(finalize_day(config, day, lo, hi) for day, lo, hi in plan.day_spans())
     finish_update(config, plan)
     return rows
@@ -518,6 +576,7 @@ __all__ = [
     "late_spans",
     "output_schema",
     "plan_update",
+    "shard_block_features",
     "shard_unit_features",
     "spec_feature_columns",
     "snapshot_range",

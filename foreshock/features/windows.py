@@ -20,19 +20,22 @@ from foreshock.features.spec import FeatureSpec
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES, XID_CLASSES, XID_SOURCES
 
 LIFE = ["unit_id", "life"]
+# A grid may stack several runs of rows (``SEGMENT``): each is rolled on its own, as if it
+# were a separate grid (the staged passes stack the blocks of one shard this way).
+SEGMENT = "_segment"
 _HOUR_US = 3_600_000_000.0
 
 
-def _rolling_sum(expr: pl.Expr, k: int) -> pl.Expr:
-    return expr.fill_null(0).rolling_sum(k, min_samples=1).over(LIFE)
+def _rolling_sum(expr: pl.Expr, k: int, over: list[str]) -> pl.Expr:
+    return expr.fill_null(0).rolling_sum(k, min_samples=1).over(over)
 
 
-def _rolling_max(expr: pl.Expr, k: int) -> pl.Expr:
-    return expr.rolling_max(k, min_samples=1).over(LIFE)
+def _rolling_max(expr: pl.Expr, k: int, over: list[str]) -> pl.Expr:
+    return expr.rolling_max(k, min_samples=1).over(over)
 
 
-def _rolling_min(expr: pl.Expr, k: int) -> pl.Expr:
-    return expr.rolling_min(k, min_samples=1).over(LIFE)
+def _rolling_min(expr: pl.Expr, k: int, over: list[str]) -> pl.Expr:
+    return expr.rolling_min(k, min_samples=1).over(over)
 
 
 def _hours_before_snapshot(ts: pl.Expr) -> pl.Expr:
@@ -45,7 +48,7 @@ def _attach(grid: pl.DataFrame, part: pl.DataFrame, columns: list[str], prefix: 
 
 
 def _counter_features(
-    grid: pl.DataFrame, part: pl.DataFrame, metric: Metric, spec: FeatureSpec
+    grid: pl.DataFrame, part: pl.DataFrame, metric: Metric, spec: FeatureSpec, over: list[str]
 ) -> tuple[pl.DataFrame, list[pl.Expr]]:
     m, p = metric.name, f"_{metric.name}__"
     error = metric.family == "error"
@@ -56,15 +59,15 @@ def _counter_features(
     for w in spec.windows:
         k = spec.buckets(w)
         staged += [
-            _rolling_sum(pl.col(f"{p}n"), k).alias(f"{p}n_{k}"),
-            _rolling_sum(pl.col(f"{p}inc"), k).alias(f"{p}inc_{k}"),
+            _rolling_sum(pl.col(f"{p}n"), k, over).alias(f"{p}n_{k}"),
+            _rolling_sum(pl.col(f"{p}inc"), k, over).alias(f"{p}inc_{k}"),
         ]
     if error:
         staged += [
-            _rolling_min(pl.col(f"{p}first_inc_ts").dt.epoch("us"), longest_k).alias(f"{p}first_inc_us"),
-            _rolling_max(pl.col(f"{p}last_inc_ts").dt.epoch("us"), longest_k).alias(f"{p}last_inc_us"),
+            _rolling_min(pl.col(f"{p}first_inc_ts").dt.epoch("us"), longest_k, over).alias(f"{p}first_inc_us"),
+            _rolling_max(pl.col(f"{p}last_inc_ts").dt.epoch("us"), longest_k, over).alias(f"{p}last_inc_us"),
         ]
-    staged.append(pl.col(f"{p}last_v").forward_fill(limit=longest_k - 1).over(LIFE).alias(f"{p}last_ff"))
+    staged.append(pl.col(f"{p}last_v").forward_fill(limit=longest_k - 1).over(over).alias(f"{p}last_ff"))
     grid = grid.with_columns(staged)
 
     out: list[pl.Expr] = []
@@ -91,7 +94,7 @@ def _counter_features(
 
 
 def _gauge_features(
-    grid: pl.DataFrame, part: pl.DataFrame, metric: Metric, spec: FeatureSpec
+    grid: pl.DataFrame, part: pl.DataFrame, metric: Metric, spec: FeatureSpec, over: list[str]
 ) -> tuple[pl.DataFrame, list[pl.Expr]]:
     m, p = metric.name, f"_{metric.name}__"
     grid = _attach(grid, part, ["n", "sum", "sumsq", "max", "last_v"], p)
@@ -101,12 +104,12 @@ def _gauge_features(
     for span in spans:
         k = spec.buckets(span)
         staged += [
-            _rolling_sum(pl.col(f"{p}n"), k).alias(f"{p}n_{k}"),
-            _rolling_sum(pl.col(f"{p}sum"), k).alias(f"{p}sum_{k}"),
-            _rolling_sum(pl.col(f"{p}sumsq"), k).alias(f"{p}sumsq_{k}"),
-            _rolling_max(pl.col(f"{p}max"), k).alias(f"{p}max_{k}"),
+            _rolling_sum(pl.col(f"{p}n"), k, over).alias(f"{p}n_{k}"),
+            _rolling_sum(pl.col(f"{p}sum"), k, over).alias(f"{p}sum_{k}"),
+            _rolling_sum(pl.col(f"{p}sumsq"), k, over).alias(f"{p}sumsq_{k}"),
+            _rolling_max(pl.col(f"{p}max"), k, over).alias(f"{p}max_{k}"),
         ]
-    staged.append(pl.col(f"{p}last_v").forward_fill(limit=longest_k - 1).over(LIFE).alias(f"{p}last_ff"))
+    staged.append(pl.col(f"{p}last_v").forward_fill(limit=longest_k - 1).over(over).alias(f"{p}last_ff"))
     grid = grid.with_columns(staged)
 
     def mean(k: int) -> pl.Expr:
@@ -133,7 +136,9 @@ def _gauge_features(
     return grid, out
 
 
-def _event_features(grid: pl.DataFrame, events: pl.DataFrame, spec: FeatureSpec) -> tuple[pl.DataFrame, list[pl.Expr]]:
+def _event_features(
+    grid: pl.DataFrame, events: pl.DataFrame, spec: FeatureSpec, over: list[str]
+) -> tuple[pl.DataFrame, list[pl.Expr]]:
     is_xid = pl.col("source").is_in(list(XID_SOURCES))
     known_classes = [c for c in XID_CLASS_NAMES if c != "other"]
     classified = [code for c in known_classes for code in XID_CLASSES[c]]
@@ -152,7 +157,7 @@ def _event_features(grid: pl.DataFrame, events: pl.DataFrame, spec: FeatureSpec)
     names = [f"xid_{code}" for code in KNOWN_XID_CODES] + [f"xid_class_{c}" for c in XID_CLASS_NAMES] + ["events_total"]
     grid = _attach(grid, per_bucket, [f"_{n}" for n in names], "")
     out = [
-        _rolling_sum(pl.col(f"_{n}"), spec.buckets(w)).cast(pl.Float64).alias(f"{n}_count_{spec.name(w)}")
+        _rolling_sum(pl.col(f"_{n}"), spec.buckets(w), over).cast(pl.Float64).alias(f"{n}_count_{spec.name(w)}")
         for w in spec.windows
         for n in names
     ]
@@ -160,15 +165,15 @@ def _event_features(grid: pl.DataFrame, events: pl.DataFrame, spec: FeatureSpec)
 
 
 def _health_features(
-    grid: pl.DataFrame, scrapes: pl.DataFrame, spec: FeatureSpec
+    grid: pl.DataFrame, scrapes: pl.DataFrame, spec: FeatureSpec, over: list[str]
 ) -> tuple[pl.DataFrame, list[pl.Expr]]:
     grid = _attach(grid, scrapes, ["n_ts", "last_ts"], "_scrape_")
     longest_k = spec.buckets(spec.longest)
     staged = [
-        _rolling_sum(pl.col("_scrape_n_ts"), spec.buckets(w)).alias(f"_scrape_n_{spec.buckets(w)}")
+        _rolling_sum(pl.col("_scrape_n_ts"), spec.buckets(w), over).alias(f"_scrape_n_{spec.buckets(w)}")
         for w in spec.windows
     ]
-    staged.append(_rolling_max(pl.col("_scrape_last_ts").dt.epoch("us"), longest_k).alias("_scrape_last_us"))
+    staged.append(_rolling_max(pl.col("_scrape_last_ts").dt.epoch("us"), longest_k, over).alias("_scrape_last_us"))
     grid = grid.with_columns(staged)
     out = [_hours_before_snapshot(pl.col("_scrape_last_us")).alias("telemetry_gap_hours")]
     since_life_start = (pl.col("bucket") - pl.col("life_start")).dt.total_microseconds().cast(pl.Float64)
@@ -202,7 +207,8 @@ def window_features(
     ----------
     grid : pl.DataFrame
         ``unit_id, life, bucket, life_start``: one row per unit, life and bucket with no
-        holes, sorted by ``unit_id, bucket``.
+        holes, sorted by ``unit_id, bucket``; or several such grids stacked, told apart
+        by a ``_segment`` column (each is computed as if alone).
     pieces, scrapes, events : pl.DataFrame
         Combined rollups (one row per unit, life, [metric,] bucket).
     spec : FeatureSpec
@@ -211,10 +217,11 @@ def window_features(
     Returns
     -------
     pl.DataFrame
-        ``grid``'s columns, the feature columns, ``_in_service`` (the unit reported within
+        ``grid``'s columns (``_segment`` too), the feature columns, ``_in_service`` (the unit reported within
         the longest window) and ``_error_any_<w>`` (any error-family counter increase or
         event in the window, used for fault-domain rates).
     """
+    over = [*LIFE, SEGMENT] if SEGMENT in grid.columns else LIFE
     present = set(pieces.get_column("metric").unique().to_list())
     features: list[pl.Expr] = []
     by_metric = {name: part for (name,), part in pieces.group_by("metric")}
@@ -223,11 +230,11 @@ def window_features(
             features += [pl.lit(None, pl.Float64).alias(n) for n in metric_feature_names(metric, spec)]
             continue
         build = _counter_features if metric.is_counter else _gauge_features
-        grid, exprs = build(grid, by_metric[metric.name], metric, spec)
+        grid, exprs = build(grid, by_metric[metric.name], metric, spec, over)
         features += exprs
-    grid, exprs = _event_features(grid, events, spec)
+    grid, exprs = _event_features(grid, events, spec, over)
     features += exprs
-    grid, exprs = _health_features(grid, scrapes, spec)
+    grid, exprs = _health_features(grid, scrapes, spec, over)
     features += exprs
     out = grid.with_columns(features)
     error_counters = [m.name for m in spec.counters() if m.family == "error"]
@@ -238,7 +245,9 @@ def window_features(
         signals.append(pl.col(f"events_total_count_{name}") > 0)
         activity.append(pl.any_horizontal(signals).alias(f"_error_any_{name}"))
     out = out.with_columns(activity)
-    keep = [c for c in out.columns if not c.startswith("_") or c == "_in_service" or c.startswith("_error_any_")]
+    keep = [
+        c for c in out.columns if not c.startswith("_") or c in ("_in_service", SEGMENT) or c.startswith("_error_any_")
+    ]
     return out.select(keep)
 
 

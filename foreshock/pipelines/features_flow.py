@@ -2,8 +2,9 @@
 
 Wiring only; the work lives in :mod:`features.build`.  Two kinds of coarse tasks:
 
-- ``features-shard``: one unit shard over a block of up to 7 days of snapshots (reads
-  each raw partition of the block once, plus the lookback before it);
+- ``features-shard``: one unit shard over consecutive blocks of up to 7 days of snapshots
+  (reads each raw partition of the blocks once, plus the lookback before them; a small
+  fleet's whole span is one task per shard);
 - ``features-date``: one date over all shards (peer features: rack error rate, the
   temperature-vs-power residual), then the rows are written to
   ``data/features/date=.../shard=.../part.parquet``.
@@ -23,15 +24,18 @@ from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
 from foreshock.features.build import finalize_day, finish_update, plan_update, stage_shard
+from foreshock.features.spec import feature_spec
 from foreshock.pipelines.inputs import lake_metrics_in_catalog
 from foreshock.pipelines.progress import track
 from foreshock.pipelines.runtime import task_runner
 
 
 @task(name="features-shard", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def stage_shard_task(settings: dict, shard: int, first: str, last: str) -> list[str]:
+def stage_shard_task(settings: dict, shard: int, blocks: list[list[str]]) -> list[str]:
     return stage_shard(
-        Config.from_settings(settings), shard, datetime.fromisoformat(first), datetime.fromisoformat(last)
+        Config.from_settings(settings),
+        shard,
+        [(datetime.fromisoformat(first), datetime.fromisoformat(last)) for first, last in blocks],
     )
 
 
@@ -55,8 +59,8 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
     if plan is None:
         return {"snapshots_from": None, "snapshots_to": None, "rows": 0, "partitions": 0}
     staged = [
-        stage_shard_task.submit(settings, shard, lo.isoformat(), hi.isoformat())
-        for lo, hi in plan.blocks()
+        stage_shard_task.submit(settings, shard, [[lo.isoformat(), hi.isoformat()] for lo, hi in blocks])
+        for blocks in plan.block_groups(feature_spec(config))
         for shard in range(plan.shards)
     ]
     staged_files = [future.result() for future in track(staged, "features: shard blocks")]
