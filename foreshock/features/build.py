@@ -44,7 +44,6 @@ from foreshock.features.spec import FeatureSpec, feature_spec
 from foreshock.features.windows import SEGMENT, error_activity_columns, metric_feature_names, window_features
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
 from foreshock.lake import (
-    atomic_write_text,
     consume_changes,
     lake_shards,
     partition_dates,
@@ -158,23 +157,43 @@ def _days(first: datetime, last: datetime) -> list[date]:
     return [first.date() + timedelta(days=i) for i in range((last.date() - first.date()).days + 1)]
 
 
-def _day_rollup(lake_dir: Path, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame) -> Rollup:
+@dataclass(frozen=True)
+class _DayFiles:
+    """The raw partition files of one date x shard."""
+
+    samples: list[Path]
+    events: list[Path]
+
+    @property
+    def all(self) -> list[Path]:
+        return self.samples + self.events
+
+
+def _shard_files(lake_dir: Path, shard: int, days: list[date]) -> dict[date, _DayFiles]:
+    """Raw partition files per date of one shard (the lake is listed once per table)."""
+
+    def by_day(table: str) -> dict[date, list[Path]]:
+        out: dict[date, list[Path]] = {}
+        for path in partition_files(lake_dir, table, days[0], days[-1], [shard]):
+            out.setdefault(date.fromisoformat(path.parent.parent.name.split("=", 1)[1]), []).append(path)
+        return out
+
+    samples, events = by_day("samples"), by_day("events")
+    return {day: _DayFiles(samples.get(day, []), events.get(day, [])) for day in days}
+
+
+def _day_rollup(files: _DayFiles, spec: FeatureSpec, failures: pl.DataFrame) -> Rollup:
     """Rollups of one date x shard of raw samples and events (whole day)."""
-    sample_files = partition_files(lake_dir, "samples", day, day, [shard])
-    event_files = partition_files(lake_dir, "events", day, day, [shard])
-    samples = pl.read_parquet(sample_files) if sample_files else pl.DataFrame(schema=SCHEMAS["samples"])
-    events = pl.read_parquet(event_files) if event_files else pl.DataFrame(schema=SCHEMAS["events"])
+    samples = pl.read_parquet(files.samples) if files.samples else pl.DataFrame(schema=SCHEMAS["samples"])
+    events = pl.read_parquet(files.events) if files.events else pl.DataFrame(schema=SCHEMAS["events"])
     pieces, scrapes = rollup_samples(samples, failures, spec.catalog, spec.every, spec.longest)
     return Rollup(pieces, scrapes, rollup_events(events, failures, spec.every))
 
 
-def _cache_stamp(lake_dir: Path, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame) -> str:
+def _cache_stamp(files: _DayFiles, spec: FeatureSpec, day: date, failures: pl.DataFrame) -> str:
     """What a cached day rollup depends on: the raw files (size, mtime), the failures that
     can split that day into lives, and the settings that shape buckets."""
-    files = partition_files(lake_dir, "samples", day, day, [shard]) + partition_files(
-        lake_dir, "events", day, day, [shard]
-    )
-    stats = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    stats = [[str(f), (st := f.stat()).st_size, st.st_mtime_ns] for f in files.all]
     day_end = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
     lives = failures.filter(pl.col("failed_at") < day_end).sort("unit_id", "failed_at")
     return json.dumps(
@@ -189,20 +208,27 @@ def _cache_stamp(lake_dir: Path, spec: FeatureSpec, shard: int, day: date, failu
     )
 
 
-def cached_day_rollup(
-    lake_dir: Path, cache_dir: Path | None, spec: FeatureSpec, shard: int, day: date, failures: pl.DataFrame
-) -> Rollup:
-    """:func:`_day_rollup`, kept under ``cache_dir`` and reused while its inputs are
-    unchanged, so an incremental run reads raw data only for the dates that changed."""
-    raw = partition_files(lake_dir, "samples", day, day, [shard]) + partition_files(
-        lake_dir, "events", day, day, [shard]
-    )
-    if cache_dir is None or not raw:
-        return _day_rollup(lake_dir, spec, shard, day, failures)
+def _shard_failures(lake_dir: Path, shard: int, failures: pl.DataFrame) -> pl.DataFrame:
     shards = lake_shards(lake_dir, 1)
     mine = [u for u in failures.get_column("unit_id").unique().to_list() if shard_of(u, shards) == shard]
-    shard_failures = failures.filter(pl.col("unit_id").is_in(mine))
-    stamp = _cache_stamp(lake_dir, spec, shard, day, shard_failures)
+    return failures.filter(pl.col("unit_id").is_in(mine))
+
+
+def cached_day_rollup(
+    files: _DayFiles,
+    cache_dir: Path | None,
+    spec: FeatureSpec,
+    shard: int,
+    day: date,
+    failures: pl.DataFrame,
+    shard_failures: pl.DataFrame,
+) -> Rollup:
+    """:func:`_day_rollup`, kept under ``cache_dir`` and reused while its inputs are
+    unchanged, so an incremental run reads raw data only for the dates that changed.
+    ``shard_failures`` are the failures of the shard's units (what the stamp records)."""
+    if cache_dir is None or not files.all:
+        return _day_rollup(files, spec, failures)
+    stamp = _cache_stamp(files, spec, day, shard_failures)
     where = Path(cache_dir) / f"date={day.isoformat()}" / f"shard={shard:02d}"
     meta = where / "rollup.json"
     if meta.exists() and meta.read_text() == stamp:
@@ -210,10 +236,10 @@ def cached_day_rollup(
             return Rollup(*(store.read_scratch(where / f"{name}.arrow") for name in ("pieces", "scrapes", "events")))
         except (OSError, pl.exceptions.PolarsError):
             pass  # a damaged cache entry is recomputed
-    rollup = _day_rollup(lake_dir, spec, shard, day, failures)
+    rollup = _day_rollup(files, spec, failures)
     for name in ("pieces", "scrapes", "events"):
         store.write_scratch(getattr(rollup, name), where / f"{name}.arrow")
-    atomic_write_text(meta, stamp)
+    store.write_scratch_text(meta, stamp)  # last: the stamp vouches for the files before it
     return rollup
 
 
@@ -228,11 +254,16 @@ def shard_rollup(
 ) -> Rollup:
     """Rollups of the raw partitions snapshots ``first..last`` of one shard depend on."""
     lo = first - spec.lookback
+    days = _days(lo, last)
+    files = _shard_files(lake_dir, shard, days)
+    shard_failures = _shard_failures(lake_dir, shard, failures) if cache_dir is not None else failures
     # Two files at a time: Polars releases the GIL, and one file alone does not keep two
     # cores busy; more would hold more raw partitions in memory at once.
     with ThreadPoolExecutor(max_workers=ROLLUP_THREADS) as pool:
         parts = list(
-            pool.map(lambda day: cached_day_rollup(lake_dir, cache_dir, spec, shard, day, failures), _days(lo, last))
+            pool.map(
+                lambda day: cached_day_rollup(files[day], cache_dir, spec, shard, day, failures, shard_failures), days
+            )
         )
     rollup = Rollup.concat(parts)
 

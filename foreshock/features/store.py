@@ -54,6 +54,15 @@ def write_scratch(frame: pl.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def write_scratch_text(path: Path, text: str) -> None:
+    """A small intermediate text file (a cache stamp), written like :func:`write_scratch`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def read_scratch(path: Path) -> pl.DataFrame:
     """Read a file written by :func:`write_scratch`."""
     return pl.scan_ipc(path).collect()
