@@ -144,41 +144,57 @@ def cohort_hazard_increments(lives: pl.DataFrame, inventory: pl.DataFrame, as_of
     pl.DataFrame
         ``cohort, age_h, cum_hazard`` sorted by cohort and age.
     """
+    return cohort_hazard_curves(lives, inventory, [as_of]).drop("_as_of")
+
+
+def cohort_hazard_curves(lives: pl.DataFrame, inventory: pl.DataFrame, as_of: list[datetime]) -> pl.DataFrame:
+    """:func:`cohort_hazard_increments` for several moments at once: ``_as_of, cohort,
+    age_h, cum_hazard`` sorted by moment, cohort and age."""
     cohorts = inventory.select("unit_id", "model", pl.col("lot").cast(pl.String)).with_columns(
         _cohort_key().alias("cohort")
     )
+    moments = pl.DataFrame({"_as_of": as_of}).with_columns(pl.col("_as_of").cast(UTC_TS))
+    at = pl.col("_as_of")
     seen = (
-        lives.filter(pl.col("life_start") < as_of)
+        lives.join(moments, how="cross")
+        .filter(pl.col("life_start") < at)
         .join(cohorts.select("unit_id", "cohort"), on="unit_id")
         .with_columns(
             (
                 (
-                    pl.when(pl.col("end_known_at") < as_of)
+                    pl.when(pl.col("end_known_at") < at)
                     .then(pl.col("life_end"))
-                    .otherwise(pl.lit(as_of).cast(UTC_TS))  # a failure not yet known: still running
+                    .otherwise(at)  # a failure not yet known: still running
                     - pl.col("life_start")
                 )
                 .dt.total_microseconds()
                 .cast(pl.Float64)
                 / _HOUR_US
             ).alias("observed_h"),
-            (pl.col("life_end").is_not_null() & (pl.col("end_known_at") < as_of)).alias("failed"),
+            (pl.col("life_end").is_not_null() & (pl.col("end_known_at") < at)).alias("failed"),
         )
     )
-    events = seen.filter("failed").select("cohort", pl.col("observed_h").alias("age_h"))
+    events = seen.filter("failed").select("_as_of", "cohort", pl.col("observed_h").alias("age_h"))
     if events.height == 0:
-        return pl.DataFrame(schema={"cohort": pl.String, "age_h": pl.Float64, "cum_hazard": pl.Float64})
+        return pl.DataFrame(
+            schema={"_as_of": UTC_TS, "cohort": pl.String, "age_h": pl.Float64, "cum_hazard": pl.Float64}
+        )
     at_risk = (
         events.unique()
-        .join(seen.select("cohort", "observed_h"), on="cohort")
-        .group_by("cohort", "age_h")
+        .join(seen.select("_as_of", "cohort", "observed_h"), on=["_as_of", "cohort"])
+        .group_by("_as_of", "cohort", "age_h")
         .agg((pl.col("observed_h") >= pl.col("age_h")).sum().alias("n_at_risk"))
     )
-    deaths = events.group_by("cohort", "age_h").agg(pl.len().alias("d"))
+    deaths = events.group_by("_as_of", "cohort", "age_h").agg(pl.len().alias("d"))
     return (
-        deaths.join(at_risk, on=["cohort", "age_h"])
-        .sort("cohort", "age_h")
-        .select("cohort", "age_h", (pl.col("d") / pl.col("n_at_risk")).cum_sum().over("cohort").alias("cum_hazard"))
+        deaths.join(at_risk, on=["_as_of", "cohort", "age_h"])
+        .sort("_as_of", "cohort", "age_h")
+        .select(
+            "_as_of",
+            "cohort",
+            "age_h",
+            (pl.col("d") / pl.col("n_at_risk")).cum_sum().over("_as_of", "cohort").alias("cum_hazard"),
+        )
     )
 
 
@@ -193,27 +209,24 @@ def add_cohort_hazard(frame: pl.DataFrame, inventory: pl.DataFrame, failures: pl
     keyed = frame.with_row_index("_row").with_columns(
         _cohort_key().alias("_cohort"),
         ((pl.col("ts") - pl.col("life_start")).dt.total_microseconds().cast(pl.Float64) / _HOUR_US).alias("_age_h"),
-        pl.col("ts").dt.truncate("1d").alias("_day"),
+        pl.col("ts").dt.truncate("1d").alias("_as_of"),
     )
-    parts = []
-    for (day,), rows in keyed.select("_row", "_cohort", "_age_h", "_day").group_by("_day"):
-        curve = cohort_hazard_increments(lives, inventory, day)
-        rows = rows.sort("_age_h", nulls_last=True)
-        if curve.height == 0:
-            parts.append(
-                rows.select("_row", pl.when(pl.col("_age_h").is_not_null()).then(0.0).alias("cohort_cum_hazard"))
-            )
-            continue
-        hit = rows.drop_nulls("_age_h").join_asof(
-            curve.rename({"cohort": "_cohort"}).sort("age_h"),
+    if keyed.height == 0:
+        return frame.with_columns(pl.lit(None, pl.Float64).alias("cohort_cum_hazard"))
+    rows = keyed.select("_row", "_cohort", "_age_h", "_as_of")
+    curves = cohort_hazard_curves(lives, inventory, rows.get_column("_as_of").unique().sort().to_list())
+    hit = (
+        rows.drop_nulls("_age_h")
+        .sort("_age_h")
+        .join_asof(
+            curves.rename({"cohort": "_cohort"}).sort("age_h"),
             left_on="_age_h",
             right_on="age_h",
-            by="_cohort",
+            by=["_as_of", "_cohort"],
             strategy="backward",
             check_sortedness=False,
         )
-        parts.append(hit.select("_row", pl.col("cum_hazard").fill_null(0.0).alias("cohort_cum_hazard")))
-    if not parts:
-        return frame.with_columns(pl.lit(None, pl.Float64).alias("cohort_cum_hazard"))
-    hazard = pl.concat(parts)
-    return keyed.join(hazard, on="_row", how="left").sort("_row").drop("_row", "_cohort", "_age_h", "_day")
+    )
+    # A day with no failure known yet has no curve: hazard 0 (null only without an age).
+    hazard = hit.select("_row", pl.col("cum_hazard").fill_null(0.0).alias("cohort_cum_hazard"))
+    return keyed.join(hazard, on="_row", how="left").sort("_row").drop("_row", "_cohort", "_age_h", "_as_of")
