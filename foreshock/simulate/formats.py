@@ -7,8 +7,9 @@ tickets and an inventory CSV.  Byte-for-byte deterministic for the same input.
 
 from __future__ import annotations
 
+import bisect
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -83,10 +84,10 @@ def iso_z(seconds: float) -> str:
     return datetime.fromtimestamp(round(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _rfc3339_us(seconds: float) -> str:
-    us = round(seconds * 1_000_000)
-    stamp = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+def _rfc3339_us_many(seconds: list[float]) -> list[str]:
+    """Epoch seconds as RFC 3339 UTC to the microsecond (``2026-11-01T00:00:00.000000+00:00``)."""
+    us = np.rint(np.asarray(seconds, dtype=np.float64) * 1_000_000).astype(np.int64)
+    return [f"{text}+00:00" for text in np.datetime_as_string(us.astype("datetime64[us]"), unit="us").tolist()]
 
 
 def _kernel_bus(pci_bus_id: str) -> str:
@@ -265,11 +266,13 @@ def dcgm_series(
             .group_by(["day", "life"], maintain_order=True)
             .agg(pl.col("pair").str.join(","))
         )
+        heads: dict[int, str] = {}  # a series' labels are the same every day
         for day, life_idx, joined in pairs.iter_rows():
-            life = lives[life_idx]
-            labels = _series_labels(metric, fleet, tel.node_index, life.slot, life.uuid)
-            text = '{"metric":' + json.dumps(labels, separators=(",", ":")) + ',"values":[' + joined + "]}"
-            out.setdefault((day, metric), []).append(text)
+            if life_idx not in heads:
+                life = lives[life_idx]
+                labels = _series_labels(metric, fleet, tel.node_index, life.slot, life.uuid)
+                heads[life_idx] = '{"metric":' + json.dumps(labels, separators=(",", ":")) + ',"values":['
+            out.setdefault((day, metric), []).append(heads[life_idx] + joined + "]}")
     return out
 
 
@@ -406,11 +409,12 @@ def write_kernel_log(
     host = fleet.node[tel.node_index]
     model = fleet.node_model[tel.node_index]
     buses = {int(s): _kernel_bus(fleet.pci_bus_id[s]) for s in tel.slots}
+    slot_buses = [buses[int(s)].split(":")[1] for s in tel.slots]
+    boots = tel.boots_s.tolist()  # sorted
     entries: list[tuple[float, str]] = []
 
     def uptime(when: float) -> str:
-        boot = tel.boots_s[np.searchsorted(tel.boots_s, when, side="right") - 1]
-        return f"{when - boot:12.6f}"
+        return f"{when - boots[bisect.bisect_right(boots, when) - 1]:12.6f}"
 
     for boot in tel.boots_s[tel.boots_s >= params.start_s]:
         entries.append(
@@ -427,15 +431,19 @@ def write_kernel_log(
             )
         )
     n_noise = rng.poisson(1.5 * 24 * params.days)
-    outages = [(a, b) for a, b, why in tel.down if why != "scrape gap"]  # nothing logs while down
-    for when in np.sort(rng.uniform(params.start_s, params.end_s, n_noise)):
-        if any(a <= when < b for a, b in outages):
+    noise = np.sort(rng.uniform(params.start_s, params.end_s, n_noise))
+    down = np.zeros(len(noise), dtype=bool)
+    for a, b, why in tel.down:
+        if why != "scrape gap":  # nothing logs while the node is down
+            down |= (noise >= a) & (noise < b)
+    for when, silent in zip(noise.tolist(), down.tolist(), strict=True):
+        if silent:
             continue
         template = _NOISE[int(rng.integers(len(_NOISE)))]
-        bus = buses[int(tel.slots[int(rng.integers(len(tel.slots)))])].split(":")[1]
+        bus = slot_buses[int(rng.integers(len(tel.slots)))]
         entries.append(
             (
-                float(when),
+                when,
                 template.format(
                     host=host,
                     n=int(rng.integers(1, 99999)),
@@ -464,7 +472,8 @@ def write_kernel_log(
                 )
             )
     entries.sort(key=lambda e: e[0])
-    text = "\n".join(f"{_rfc3339_us(when)} {line}" for when, line in entries) + "\n"
+    stamps = _rfc3339_us_many([when for when, _ in entries])
+    text = "\n".join(f"{stamp} {line}" for stamp, (_, line) in zip(stamps, entries, strict=True)) + "\n"
     return _write_text(out_dir / "kernel" / f"{host}.log", text), len(entries)
 
 
