@@ -92,8 +92,12 @@ def output_schema(spec: FeatureSpec) -> dict[str, pl.DataType]:
 
 
 def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    have = frame.schema
     return frame.select(
-        [pl.col(c).cast(t) if c in frame.columns else pl.lit(None, t).alias(c) for c, t in schema.items()]
+        [
+            (pl.col(c) if have[c] == t else pl.col(c).cast(t)) if c in have else pl.lit(None, t).alias(c)
+            for c, t in schema.items()
+        ]
     )
 
 

@@ -5,8 +5,8 @@ Wiring only; the work lives in :mod:`features.build`.  Two kinds of coarse tasks
 - ``features-shard``: one unit shard over consecutive blocks of up to 7 days of snapshots
   (reads each raw partition of the blocks once, plus the lookback before them; a small
   fleet's whole span is one task per shard);
-- ``features-date``: one date over all shards (peer features: rack error rate, the
-  temperature-vs-power residual), then the rows are written to
+- ``features-dates``: up to a week of dates, each over all shards (peer features: rack
+  error rate, the temperature-vs-power residual), then the rows are written to
   ``data/features/date=.../shard=.../part.parquet``.
 
 Tasks take and return plain values (settings, shard numbers, ISO times, paths, counts).
@@ -39,10 +39,17 @@ def stage_shard_task(settings: dict, shard: int, blocks: list[list[str]]) -> lis
     )
 
 
-@task(name="features-date", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def finalize_day_task(settings: dict, day: str, lo: str, hi: str, staged: list[list[str]]) -> int:
-    return finalize_day(
-        Config.from_settings(settings), date.fromisoformat(day), datetime.fromisoformat(lo), datetime.fromisoformat(hi)
+# Dates per second-pass task: a task each would cost more in task bookkeeping than the
+# date's work on a small fleet.
+DATES_PER_TASK = 7
+
+
+@task(name="features-dates", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def finalize_days_task(settings: dict, days: list[list[str]], staged: list[list[str]]) -> int:
+    config = Config.from_settings(settings)
+    return sum(
+        finalize_day(config, date.fromisoformat(day), datetime.fromisoformat(lo), datetime.fromisoformat(hi))
+        for day, lo, hi in days
     )
 
 
@@ -65,9 +72,10 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
     ]
     staged_files = [future.result() for future in track(staged, "features: shard blocks")]
     # Each date waits for every shard's first pass (the peer features need all of them).
+    spans = [[day.isoformat(), lo.isoformat(), hi.isoformat()] for day, lo, hi in plan.day_spans()]
     rows = [
-        finalize_day_task.submit(settings, day.isoformat(), lo.isoformat(), hi.isoformat(), staged_files)
-        for day, lo, hi in plan.day_spans()
+        finalize_days_task.submit(settings, spans[i : i + DATES_PER_TASK], staged_files)
+        for i in range(0, len(spans), DATES_PER_TASK)
     ]
     written = sum(future.result() for future in track(rows, "features: dates"))
     finish_update(config, plan)
