@@ -103,6 +103,11 @@ def _record_shards(lake_dir: Path, shards: int) -> None:
 
 
 _held = threading.local()  # lake dirs whose lock this thread holds, with the nesting depth
+# What a holder leaves in ``.lock`` when it lets go normally.  A holder writes "held by <pid>"
+# first, so a killed holder leaves that: only then can its temp files be lying in the lake,
+# and only then does the next holder search the whole lake for them (a walk of every
+# partition directory, which costs more than a small merge on a lake of some months).
+LOCK_RELEASED = "released\n"
 TEMP_NAME = re.compile(r"^\..+\.tmp-(\d+)(?:-\d+)?$")
 
 
@@ -111,8 +116,9 @@ def lake_lock(lake_dir: Path) -> Iterator[None]:
     """Exclusive, blocking lock over the lake (released even if the holder crashes).
 
     Re-entrant within a thread, so a caller can hold it over a read-check-merge sequence
-    that calls :func:`merge_into_lake`.  Taking it (outermost) removes temp files a killed
-    writer left in the lake: every lake write happens under this lock, so none is live.
+    that calls :func:`merge_into_lake`.  Taking it (outermost) after a holder was killed
+    removes the temp files that holder may have left in the lake: every lake write happens
+    under this lock, so none is live (see ``LOCK_RELEASED``).
     """
     lake_dir = Path(lake_dir)
     key = str(lake_dir.resolve())
@@ -131,11 +137,40 @@ def lake_lock(lake_dir: Path) -> Iterator[None]:
         fcntl.flock(handle, fcntl.LOCK_EX)
         depth[key] = 1
         try:
-            remove_temp_files(lake_dir)
+            handle.seek(0)
+            if handle.read() != LOCK_RELEASED:  # the last holder was killed (or an older version)
+                remove_temp_files(lake_dir)
+            _mark_lock(handle, f"held by {os.getpid()}\n")
             yield
         finally:
             depth[key] = 0
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            try:
+                _mark_lock(handle, LOCK_RELEASED)
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _mark_lock(handle, text: str) -> None:
+    handle.seek(0)
+    handle.truncate()
+    handle.write(text)
+    handle.flush()
+
+
+@contextmanager
+def lock_held_by_caller(lake_dir: Path) -> Iterator[None]:
+    """In a worker thread of a thread that holds :func:`lake_lock` on ``lake_dir`` and waits
+    for the worker: lets the worker call functions that take the lock (``merge_into_lake``)
+    without taking it again (a second ``flock`` from the same process would wait forever)."""
+    key = str(Path(lake_dir).resolve())
+    depth = getattr(_held, "depth", None)
+    if depth is None:
+        depth = _held.depth = {}
+    depth[key] = depth.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        depth[key] -= 1
 
 
 def remove_temp_files(root: Path, *, only_dead_writers: bool = False) -> list[Path]:
