@@ -422,6 +422,7 @@ def merge_into_lake(
     *,
     fast_path: bool = True,
     deduplicated: bool = False,
+    record_changes: bool = True,
 ) -> MergeResult:
     """Merge validated rows of one canonical table into the lake.
 
@@ -432,6 +433,8 @@ def merge_into_lake(
     for benchmarks and tests that compare the two).  ``deduplicated=True`` is for a caller
     that holds the lake lock and has already removed keys repeated in ``df`` or stored
     (ingest does, comparing values to quarantine conflicts): the key checks are skipped.
+    ``record_changes=False``: the caller logs the partitions (``record_stored_rows``) itself
+    (ingest does, before it writes them, so a crash cannot store rows the log misses).
     """
     lake_dir = Path(lake_dir)
     carried = list(df.columns)  # before conform adds a missing optional column as nulls
@@ -465,7 +468,7 @@ def merge_into_lake(
                 )
                 result.rows_stored += fresh.height
                 result.partitions_written += int(fresh.height > 0)
-                if fresh.height:
+                if fresh.height and record_changes:
                     _record_change(lake_dir, table, day, shard, fresh.get_column(time_col))
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
@@ -483,6 +486,48 @@ def _record_change(lake_dir: Path, table: str, day: date, shard: int, times: pl.
     }
     with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
         handle.write(json.dumps(line) + "\n")
+
+
+def record_stored_rows(lake_dir: Path, table: str, frames: list[pl.DataFrame], shards: int) -> None:
+    """Log the partitions the rows of ``frames`` (a telemetry table's) go to, with their time
+    spans: one line per partition, in date and shard order, as :func:`merge_into_lake`
+    writes them.  For a caller that stores exactly these rows next, under the lake lock:
+    logged first, a partition never changes without the features stage hearing of it (a
+    crash in between only makes it recompute a little more).  A frame with a ``shard``
+    column (the lake's shard of each row) is not looked up again."""
+    time_col = TIME_COLUMN[table]
+    frames = [f for f in frames if f.height]
+    if not frames or time_col is None:
+        return
+    shards = lake_shards(lake_dir, shards)
+    keyed = [
+        (f if "shard" in f.columns else with_shard(f.select("unit_id", time_col), shards))
+        .lazy()
+        .select(time_col, "shard")
+        for f in frames
+    ]
+    spans = (
+        pl.concat(keyed)
+        .group_by(pl.col(time_col).dt.date().alias("_date"), "shard")
+        .agg(first=pl.col(time_col).min(), last=pl.col(time_col).max())
+        .sort("_date", "shard")
+        .collect()
+    )
+    lines = [
+        json.dumps(
+            {
+                "table": table,
+                "date": day.isoformat(),
+                "shard": int(shard),
+                "first": first.isoformat(),
+                "last": last.isoformat(),
+            }
+        )
+        + "\n"
+        for day, shard, first, last in spans.iter_rows()
+    ]
+    with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
+        handle.write("".join(lines))
 
 
 def read_changes(lake_dir: Path) -> list[dict]:

@@ -22,8 +22,10 @@ from __future__ import annotations
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -53,8 +55,10 @@ from foreshock.lake import (
     atomic_write_text,
     lake_lock,
     lake_shards,
+    lock_held_by_caller,
     merge_into_lake,
     partition_path,
+    record_stored_rows,
     with_shard,
 )
 
@@ -349,12 +353,11 @@ def ingest_batch(
         if not frames:
             continue
         staged = _in_file_order(frames)
-        good, bad = validate(table, staged, ctx)
         if table == "inventory":
+            good, bad = validate(table, staged, ctx)
             _upsert_inventory(good, parsed, reports, config)
         else:
-            conflicts = _merge_telemetry(table, good, reports, config, ctx)
-            bad = pl.concat([bad, conflicts], how="diagonal_relaxed")
+            bad = _check_and_merge(table, staged, reports, config, ctx)
         if bad.height:
             for i, count in _count_by_file(bad).items():
                 reports[i].rows_quarantined += count
@@ -482,29 +485,88 @@ def _upsert_inventory(
         reports[i].duplicates_dropped += result.duplicates_dropped
 
 
-def _merge_telemetry(
-    table: str, good: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext
+def _check_and_merge(
+    table: str, staged: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext
 ) -> pl.DataFrame:
-    """Merge checked telemetry rows (the stored row wins); returns the conflicts to quarantine.
+    """Check staged telemetry rows and merge the good ones (the stored row wins); returns
+    the rows to quarantine (failed checks and conflicts).
 
     The comparison with the stored rows and the merge happen under one hold of the lake
     lock: a concurrent ingest of the same keys either stored its rows before (ours are
     then duplicates or conflicts, compared value by value) or after (theirs are).
+
+    A large batch is split by the lake's unit shard and the shards are checked and merged
+    side by side on ``[runner] local_workers`` threads (Polars releases the GIL).  Every
+    check looks only at one unit's rows (ids, times, its counter steps, its stored keys)
+    and every key holds its unit, so the split changes no outcome: the lake and the
+    quarantine are those of the whole batch at once.  Two phases: all shards are checked,
+    the partitions they will change are logged (``record_stored_rows``), then written.
     """
+    workers = max(1, int(config.section("runner")["local_workers"]))
     with lake_lock(config.lake_dir):
-        unique, duplicates, conflicts = _deduplicate(table, good, ctx)
-        result = merge_into_lake(
-            config.lake_dir,
-            table,
-            unique.select(_lake_columns(table, unique)),
-            shards=config.shards,
-            deduplicated=True,  # _deduplicate checked the batch and the lake under this lock
-        )
-    if result.rows_stored != unique.height:  # cannot happen under the lock: fail loudly
-        raise RuntimeError(f"{table}: {unique.height} new rows checked but {result.rows_stored} stored")
-    for i, count in _count_by_file(duplicates).items():
-        reports[i].duplicates_dropped += count
-    return conflicts
+        groups = _shard_groups(staged, config, workers)
+        checked = _run_parallel([partial(_check_shard, table, group, ctx) for group in groups], config, workers)
+        unique = [rows for rows, _, _, _ in checked]
+        record_stored_rows(config.lake_dir, table, unique, config.shards)
+        merges = [
+            partial(
+                merge_into_lake,
+                config.lake_dir,
+                table,
+                rows.select(_lake_columns(table, rows)),
+                shards=config.shards,
+                deduplicated=True,  # _check_shard checked the batch and the lake under this lock
+                record_changes=False,  # logged above, before any partition is written
+            )
+            for rows in unique
+        ]
+        results = _run_parallel(merges, config, workers)
+    for rows, result in zip(unique, results):
+        if result.rows_stored != rows.height:  # cannot happen under the lock: fail loudly
+            raise RuntimeError(f"{table}: {rows.height} new rows checked but {result.rows_stored} stored")
+    for _, bad, duplicates, conflicts in checked:
+        for i, count in _count_by_file(duplicates).items():
+            reports[i].duplicates_dropped += count
+    bad = [frame for _, found, _, conflicts in checked for frame in (found, conflicts) if frame.height]
+    return pl.concat(bad, how="diagonal_relaxed") if bad else checked[0][1]
+
+
+# A batch of fewer staged rows is checked and merged in one piece (threads cost more than
+# they save on small frames).
+SPLIT_MIN_ROWS = 200_000
+
+
+def _shard_groups(staged: pl.DataFrame, config: Config, workers: int) -> list[pl.DataFrame]:
+    """``staged`` as one frame per lake shard (rows keep their order; rows without a unit
+    form their own group), or whole when it is small or there is one worker."""
+    if workers < 2 or staged.height < max(SPLIT_MIN_ROWS, 1):
+        return [staged]
+    keyed = with_shard(staged, lake_shards(config.lake_dir, config.shards))
+    groups = keyed.partition_by("shard", maintain_order=True)
+    return sorted(groups, key=lambda g: -g.height)  # the largest first: the pool ends together
+
+
+def _run_parallel(calls: list, config: Config, workers: int) -> list:
+    """``[call() for call in calls]``, on ``workers`` threads when there are several calls.
+    The caller holds the lake lock and waits: the threads act under it."""
+    if len(calls) == 1 or workers < 2:
+        return [call() for call in calls]
+
+    def under_lock(call):
+        with lock_held_by_caller(config.lake_dir):
+            return call()
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(calls))) as pool:
+        return list(pool.map(under_lock, calls))
+
+
+def _check_shard(
+    table: str, staged: pl.DataFrame, ctx: IngestContext
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """``(new rows to store, rows failing a check, duplicates, conflicts)`` of staged rows."""
+    good, bad = validate(table, staged, ctx)
+    unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+    return unique, bad, duplicates, conflicts
 
 
 def _lake_columns(table: str, frame: pl.DataFrame) -> list[str]:
