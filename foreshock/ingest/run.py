@@ -524,7 +524,7 @@ def _check_and_merge(
     for rows, result in zip(unique, results):
         if result.rows_stored != rows.height:  # cannot happen under the lock: fail loudly
             raise RuntimeError(f"{table}: {rows.height} new rows checked but {result.rows_stored} stored")
-    for _, bad, duplicates, conflicts in checked:
+    for _, _, duplicates, _ in checked:
         for i, count in _count_by_file(duplicates).items():
             reports[i].duplicates_dropped += count
     bad = [frame for _, found, _, conflicts in checked for frame in (found, conflicts) if frame.height]
