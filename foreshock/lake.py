@@ -493,25 +493,25 @@ def record_stored_rows(lake_dir: Path, table: str, frames: list[pl.DataFrame], s
     spans: one line per partition, in date and shard order, as :func:`merge_into_lake`
     writes them.  For a caller that stores exactly these rows next, under the lake lock:
     logged first, a partition never changes without the features stage hearing of it (a
-    crash in between only makes it recompute a little more).  A frame with a ``shard``
-    column (the lake's shard of each row) is not looked up again."""
+    crash in between only makes it recompute a little more)."""
     time_col = TIME_COLUMN[table]
     frames = [f for f in frames if f.height]
     if not frames or time_col is None:
         return
     shards = lake_shards(lake_dir, shards)
-    keyed = [
-        (f if "shard" in f.columns else with_shard(f.select("unit_id", time_col), shards))
-        .lazy()
-        .select(time_col, "shard")
-        for f in frames
-    ]
-    spans = (
-        pl.concat(keyed)
-        .group_by(pl.col(time_col).dt.date().alias("_date"), "shard")
+    # Spans per date and unit first (a few thousand rows), then per partition.
+    by_unit = (
+        pl.concat([f.lazy().select("unit_id", time_col) for f in frames])
+        .group_by(pl.col(time_col).dt.date().alias("_date"), "unit_id")
         .agg(first=pl.col(time_col).min(), last=pl.col(time_col).max())
-        .sort("_date", "shard")
         .collect()
+    )
+    spans = (
+        with_shard(by_unit, shards)
+        .group_by("_date", "shard")
+        .agg(pl.col("first").min(), pl.col("last").max())
+        .sort("_date", "shard")
+        .select("_date", "shard", "first", "last")
     )
     lines = [
         json.dumps(

@@ -327,7 +327,7 @@ def ingest_batch(
         config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
     )
     reports = [FileReport(f.path, f.format, "ingested") for f in files]
-    outcomes, shared = _parse_batch(files, ctx)
+    outcomes, shared = _parse_batch(files, ctx, _workers(config))
     parsed: dict[int, ParsedFile] = {}
     for index in range(len(files)):
         outcome = outcomes[index]
@@ -403,33 +403,63 @@ def ingest_batch(
 
 
 def _parse_batch(
-    files: list[PlannedFile], ctx: IngestContext
+    files: list[PlannedFile], ctx: IngestContext, workers: int = 1
 ) -> tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]:
     """Parse a batch's files: ``(per file index a ParsedFile or the error that rejects the
     file, frames staged for several files at once by table, with ``_file``)``.
 
     Files of a format in ``BATCH_PARSERS`` are parsed together (one frame per header
-    instead of one per file); the others one by one.  ``OSError`` propagates (the flow
-    retries the batch).
+    instead of one per file), in ``workers`` runs of consecutive files; the others one by
+    one.  With several workers these parses run side by side on threads (a file-by-file
+    parser in Python beside Polars work that releases the GIL); parsers only read the lake.
+    ``OSError`` propagates (the flow retries the batch).
     """
     outcomes: dict[int, ParsedFile | Exception] = {}
     shared: dict[str, list[pl.DataFrame]] = {}
     together: dict[str, list[int]] = {}
+    single: list[int] = []
     for index, planned in enumerate(files):
         if planned.format in BATCH_PARSERS:
             together.setdefault(planned.format, []).append(index)
-            continue
+        else:
+            single.append(index)
+
+    def parse_one(index: int) -> None:
         try:
-            outcomes[index] = PARSERS[planned.format](planned.open_path(), ctx)
+            outcomes[index] = PARSERS[files[index].format](files[index].open_path(), ctx)
         except OSError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as the file's rejection
             outcomes[index] = exc
-    for fmt, indices in together.items():
+
+    def parse_together(fmt: str, indices: list[int]) -> list[pl.DataFrame]:
         results, frames = BATCH_PARSERS[fmt]([files[i].open_path() for i in indices], indices, ctx)
         outcomes.update(results)
+        return frames
+
+    runs = []
+    for fmt, indices in together.items():
+        count = max(1, min(workers, len(indices) // BATCH_PARSE_MIN_FILES))
+        size = -(-len(indices) // count)
+        runs += [(fmt, indices[k : k + size]) for k in range(0, len(indices), size)]
+    if workers < 2 or len(runs) + len(single) < 2:
+        for index in single:
+            parse_one(index)
+        staged = [(fmt, parse_together(fmt, indices)) for fmt, indices in runs]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            pending = [(fmt, pool.submit(parse_together, fmt, indices)) for fmt, indices in runs]
+            singles = [pool.submit(parse_one, index) for index in single]
+            staged = [(fmt, future.result()) for fmt, future in pending]
+            for future in singles:
+                future.result()
+    for _, frames in staged:
         shared.setdefault("samples", []).extend(frames)
     return outcomes, shared
+
+
+# A format's batch parse is split into runs of at least this many files (one per worker).
+BATCH_PARSE_MIN_FILES = 8
 
 
 def _in_file_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -502,7 +532,7 @@ def _check_and_merge(
     quarantine are those of the whole batch at once.  Two phases: all shards are checked,
     the partitions they will change are logged (``record_stored_rows``), then written.
     """
-    workers = max(1, int(config.section("runner")["local_workers"]))
+    workers = _workers(config)
     with lake_lock(config.lake_dir):
         groups = _shard_groups(staged, config, workers)
         checked = _run_parallel([partial(_check_shard, table, group, ctx) for group in groups], config, workers)
@@ -534,6 +564,11 @@ def _check_and_merge(
 # A batch of fewer staged rows is checked and merged in one piece (threads cost more than
 # they save on small frames).
 SPLIT_MIN_ROWS = 200_000
+
+
+def _workers(config: Config) -> int:
+    """Threads a batch's parsing, checks and merges use: ``[runner] local_workers``."""
+    return max(1, int(config.section("runner")["local_workers"]))
 
 
 def _shard_groups(staged: pl.DataFrame, config: Config, workers: int) -> list[pl.DataFrame]:

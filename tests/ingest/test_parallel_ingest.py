@@ -1,4 +1,4 @@
-"""A batch checked and merged shard by shard on threads gives the lake, the quarantine and
+"""A batch parsed on threads and checked and merged shard by shard on threads gives the lake, the quarantine and
 the accounting of the same batch in one piece, on messy input, and reruns change nothing."""
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def _ingest(landing_root, data_dir, *, workers: int, monkeypatch, force: bool = 
     )
     with monkeypatch.context() as patch:
         patch.setattr(run, "SPLIT_MIN_ROWS", 0)  # split every batch, however small
+        patch.setattr(run, "BATCH_PARSE_MIN_FILES", 1)  # and parse nvidia-smi files in two runs
         report = ingest_path(landing_root, config, force=force)
     return config, report
 
