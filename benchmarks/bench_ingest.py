@@ -148,11 +148,14 @@ def generate(raw: Path, gpus: int, days: int, every_s: int, metrics: int, seed: 
     return lines
 
 
-def ingest_child(raw: Path, data: Path) -> None:
+def ingest_child(raw: Path, data: Path, workers: int | None) -> None:
     from foreshock.config import load_config
     from foreshock.ingest import ingest_path
 
-    config = load_config(data_dir=data).with_overrides({"ingest": {"timezone": "UTC"}})
+    overrides = {"ingest": {"timezone": "UTC"}}
+    if workers:
+        overrides["runner"] = {"local_workers": workers}
+    config = load_config(data_dir=data).with_overrides(overrides)
     started, cpu_started = time.perf_counter(), time.process_time()
     report = ingest_path(raw, config)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
@@ -170,14 +173,15 @@ def ingest_child(raw: Path, data: Path) -> None:
     )
 
 
-def run_ingest(raw: Path, data: Path, code: Path | None) -> dict:
+def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = None) -> dict:
     """Ingest ``raw`` into a fresh lake in a child process (``code``: an older package tree)."""
     shutil.rmtree(data, ignore_errors=True)
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
     child = subprocess.run(
-        [sys.executable, __file__, "--child", "--raw", str(raw), "--data", str(data)],
+        [sys.executable, __file__, "--child", "--raw", str(raw), "--data", str(data)]
+        + (["--workers", str(workers)] if workers else []),
         capture_output=True,
         text=True,
         check=False,
@@ -259,13 +263,20 @@ def main() -> None:
     parser.add_argument("--before", metavar="REV", help="also ingest with the code of this git revision")
     parser.add_argument("--work", type=Path, default=Path("data/bench_ingest"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="also ingest this tree with [runner] local_workers = N (threads per batch), e.g. --workers 1 2",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--raw", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        ingest_child(args.raw, args.data)
+        ingest_child(args.raw, args.data, args.workers[0] if args.workers else None)
         return
     shutil.rmtree(args.work, ignore_errors=True)
     merge_bench(min(args.gpus, 512), args.every)
@@ -287,6 +298,10 @@ def main() -> None:
             )
             after = run_ingest(raw, args.work / "data", None)
             report_ingest("this tree", after, TARGETS[fmt])
+            for workers in args.workers or []:
+                report_ingest(
+                    f"this tree, {workers} worker(s)", run_ingest(raw, args.work / "data", None, workers), TARGETS[fmt]
+                )
             if before_code is not None:
                 before = run_ingest(raw, args.work / "data", before_code)
                 report_ingest(f"at {args.before}", before, TARGETS[fmt])

@@ -103,6 +103,11 @@ def _record_shards(lake_dir: Path, shards: int) -> None:
 
 
 _held = threading.local()  # lake dirs whose lock this thread holds, with the nesting depth
+# What a holder leaves in ``.lock`` when it lets go normally.  A holder writes "held by <pid>"
+# first, so a killed holder leaves that: only then can its temp files be lying in the lake,
+# and only then does the next holder search the whole lake for them (a walk of every
+# partition directory, which costs more than a small merge on a lake of some months).
+LOCK_RELEASED = "released\n"
 TEMP_NAME = re.compile(r"^\..+\.tmp-(\d+)(?:-\d+)?$")
 
 
@@ -111,8 +116,9 @@ def lake_lock(lake_dir: Path) -> Iterator[None]:
     """Exclusive, blocking lock over the lake (released even if the holder crashes).
 
     Re-entrant within a thread, so a caller can hold it over a read-check-merge sequence
-    that calls :func:`merge_into_lake`.  Taking it (outermost) removes temp files a killed
-    writer left in the lake: every lake write happens under this lock, so none is live.
+    that calls :func:`merge_into_lake`.  Taking it (outermost) after a holder was killed
+    removes the temp files that holder may have left in the lake: every lake write happens
+    under this lock, so none is live (see ``LOCK_RELEASED``).
     """
     lake_dir = Path(lake_dir)
     key = str(lake_dir.resolve())
@@ -131,11 +137,40 @@ def lake_lock(lake_dir: Path) -> Iterator[None]:
         fcntl.flock(handle, fcntl.LOCK_EX)
         depth[key] = 1
         try:
-            remove_temp_files(lake_dir)
+            handle.seek(0)
+            if handle.read() != LOCK_RELEASED:  # the last holder was killed (or an older version)
+                remove_temp_files(lake_dir)
+            _mark_lock(handle, f"held by {os.getpid()}\n")
             yield
         finally:
             depth[key] = 0
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            try:
+                _mark_lock(handle, LOCK_RELEASED)
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _mark_lock(handle, text: str) -> None:
+    handle.seek(0)
+    handle.truncate()
+    handle.write(text)
+    handle.flush()
+
+
+@contextmanager
+def lock_held_by_caller(lake_dir: Path) -> Iterator[None]:
+    """In a worker thread of a thread that holds :func:`lake_lock` on ``lake_dir`` and waits
+    for the worker: lets the worker call functions that take the lock (``merge_into_lake``)
+    without taking it again (a second ``flock`` from the same process would wait forever)."""
+    key = str(Path(lake_dir).resolve())
+    depth = getattr(_held, "depth", None)
+    if depth is None:
+        depth = _held.depth = {}
+    depth[key] = depth.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        depth[key] -= 1
 
 
 def remove_temp_files(root: Path, *, only_dead_writers: bool = False) -> list[Path]:
@@ -387,6 +422,7 @@ def merge_into_lake(
     *,
     fast_path: bool = True,
     deduplicated: bool = False,
+    record_changes: bool = True,
 ) -> MergeResult:
     """Merge validated rows of one canonical table into the lake.
 
@@ -397,6 +433,8 @@ def merge_into_lake(
     for benchmarks and tests that compare the two).  ``deduplicated=True`` is for a caller
     that holds the lake lock and has already removed keys repeated in ``df`` or stored
     (ingest does, comparing values to quarantine conflicts): the key checks are skipped.
+    ``record_changes=False``: the caller logs the partitions (``record_stored_rows``) itself
+    (ingest does, before it writes them, so a crash cannot store rows the log misses).
     """
     lake_dir = Path(lake_dir)
     carried = list(df.columns)  # before conform adds a missing optional column as nulls
@@ -430,7 +468,7 @@ def merge_into_lake(
                 )
                 result.rows_stored += fresh.height
                 result.partitions_written += int(fresh.height > 0)
-                if fresh.height:
+                if fresh.height and record_changes:
                     _record_change(lake_dir, table, day, shard, fresh.get_column(time_col))
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
@@ -448,6 +486,48 @@ def _record_change(lake_dir: Path, table: str, day: date, shard: int, times: pl.
     }
     with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
         handle.write(json.dumps(line) + "\n")
+
+
+def record_stored_rows(lake_dir: Path, table: str, frames: list[pl.DataFrame], shards: int) -> None:
+    """Log the partitions the rows of ``frames`` (a telemetry table's) go to, with their time
+    spans: one line per partition, in date and shard order, as :func:`merge_into_lake`
+    writes them.  For a caller that stores exactly these rows next, under the lake lock:
+    logged first, a partition never changes without the features stage hearing of it (a
+    crash in between only makes it recompute a little more)."""
+    time_col = TIME_COLUMN[table]
+    frames = [f for f in frames if f.height]
+    if not frames or time_col is None:
+        return
+    shards = lake_shards(lake_dir, shards)
+    # Spans per date and unit first (a few thousand rows), then per partition.
+    by_unit = (
+        pl.concat([f.lazy().select("unit_id", time_col) for f in frames])
+        .group_by(pl.col(time_col).dt.date().alias("_date"), "unit_id")
+        .agg(first=pl.col(time_col).min(), last=pl.col(time_col).max())
+        .collect()
+    )
+    spans = (
+        with_shard(by_unit, shards)
+        .group_by("_date", "shard")
+        .agg(pl.col("first").min(), pl.col("last").max())
+        .sort("_date", "shard")
+        .select("_date", "shard", "first", "last")
+    )
+    lines = [
+        json.dumps(
+            {
+                "table": table,
+                "date": day.isoformat(),
+                "shard": int(shard),
+                "first": first.isoformat(),
+                "last": last.isoformat(),
+            }
+        )
+        + "\n"
+        for day, shard, first, last in spans.iter_rows()
+    ]
+    with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
+        handle.write("".join(lines))
 
 
 def read_changes(lake_dir: Path) -> list[dict]:

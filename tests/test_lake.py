@@ -1,6 +1,8 @@
 """The lake never loses or duplicates a row, and writes are atomic and serialised."""
 
 import multiprocessing as mp
+import os
+import signal
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -183,3 +185,37 @@ def test_partition_order_is_the_order_of_a_plain_sort():
         expected = frame.sort(_sort_order(table))
         assert sort_rows(frame, table).equals(expected)
         assert not frame.equals(expected)  # the input was not already in order
+
+
+def _hold_lock_and_die(lake: str) -> None:
+    from pathlib import Path
+
+    from foreshock.lake import lake_lock
+
+    with lake_lock(Path(lake)):
+        (Path(lake) / "samples").mkdir(parents=True, exist_ok=True)
+        (Path(lake) / "samples" / f".part.parquet.tmp-{os.getpid()}-1").write_bytes(b"half")
+        os.kill(os.getpid(), signal.SIGKILL)  # killed mid-write, holding the lock
+
+
+def test_a_killed_holders_temp_file_goes_at_the_next_lock_and_a_clean_release_skips_the_search(tmp_path):
+    from foreshock.lake import lake_lock
+
+    merge_into_lake(tmp_path, "samples", _samples(["a"], 2))
+    child = mp.get_context("spawn").Process(target=_hold_lock_and_die, args=(str(tmp_path),))
+    child.start()
+    child.join()
+    assert child.exitcode == -signal.SIGKILL
+    assert list(tmp_path.rglob("*.tmp-*"))
+    with lake_lock(tmp_path):
+        pass
+    assert not list(tmp_path.rglob("*.tmp-*"))  # the killed holder's half file is gone
+    # After a normal release nothing is searched: a stray file (no writer of this lake
+    # leaves one behind when it lets go normally) stays until a holder is killed.
+    stray = tmp_path / "samples" / ".part.parquet.tmp-999999999-1"
+    stray.write_bytes(b"x")
+    with lake_lock(tmp_path):
+        pass
+    assert stray.exists()
+    merge_into_lake(tmp_path, "samples", _samples(["a"], 3))
+    assert read_table(tmp_path, "samples").height == 3

@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from foreshock.ingest.context import TIME_UNIT_SECONDS, IngestContext
-from foreshock.lake import scan_table
+from foreshock.lake import lake_shards, scan_table, shard_of
 
 XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
 XID_SOURCE = "dcgm-xid"
@@ -163,11 +163,27 @@ def xid_events(xid: pl.DataFrame, ctx: IngestContext, common_reason: pl.Expr, co
 
 
 def _prior_codes(ctx: IngestContext, good: pl.DataFrame) -> pl.DataFrame:
-    """Each unit's latest dcgm-xid code stored before its first sample in ``good``."""
-    firsts = good.group_by("unit_id").agg(first_ts=pl.col("ts").min())
+    """Each unit's latest dcgm-xid code stored before its first sample in ``good`` (``good``
+    is sorted by unit and time).  Only units whose first sample holds a non-zero code are
+    looked up: a first reading of 0 makes no event whatever came before it, and most units
+    never report an XID, so most files need no look into the lake at all."""
+    firsts = (
+        good.group_by("unit_id")
+        .agg(first_ts=pl.col("ts").first(), first_code=pl.col("code").first())
+        .filter(pl.col("first_code") != 0)
+        .drop("first_code")
+    )
+    if firsts.height == 0:
+        return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
     end = good.get_column("ts").max()
+    shards = lake_shards(ctx.lake_dir, ctx.shards)
     stored = (
-        scan_table(ctx.lake_dir, "events", end=end)
+        scan_table(
+            ctx.lake_dir,
+            "events",
+            end=end,
+            shards={shard_of(u, shards) for u in firsts.get_column("unit_id").to_list()},
+        )
         .filter(pl.col("source") == XID_SOURCE)
         .select("unit_id", "ts", "code")
         .collect()

@@ -22,8 +22,10 @@ from __future__ import annotations
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -53,8 +55,10 @@ from foreshock.lake import (
     atomic_write_text,
     lake_lock,
     lake_shards,
+    lock_held_by_caller,
     merge_into_lake,
     partition_path,
+    record_stored_rows,
     with_shard,
 )
 
@@ -323,7 +327,7 @@ def ingest_batch(
         config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
     )
     reports = [FileReport(f.path, f.format, "ingested") for f in files]
-    outcomes, shared = _parse_batch(files, ctx)
+    outcomes, shared = _parse_batch(files, ctx, _workers(config))
     parsed: dict[int, ParsedFile] = {}
     for index in range(len(files)):
         outcome = outcomes[index]
@@ -349,12 +353,11 @@ def ingest_batch(
         if not frames:
             continue
         staged = _in_file_order(frames)
-        good, bad = validate(table, staged, ctx)
         if table == "inventory":
+            good, bad = validate(table, staged, ctx)
             _upsert_inventory(good, parsed, reports, config)
         else:
-            conflicts = _merge_telemetry(table, good, reports, config, ctx)
-            bad = pl.concat([bad, conflicts], how="diagonal_relaxed")
+            bad = _check_and_merge(table, staged, reports, config, ctx)
         if bad.height:
             for i, count in _count_by_file(bad).items():
                 reports[i].rows_quarantined += count
@@ -400,33 +403,63 @@ def ingest_batch(
 
 
 def _parse_batch(
-    files: list[PlannedFile], ctx: IngestContext
+    files: list[PlannedFile], ctx: IngestContext, workers: int = 1
 ) -> tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]:
     """Parse a batch's files: ``(per file index a ParsedFile or the error that rejects the
     file, frames staged for several files at once by table, with ``_file``)``.
 
     Files of a format in ``BATCH_PARSERS`` are parsed together (one frame per header
-    instead of one per file); the others one by one.  ``OSError`` propagates (the flow
-    retries the batch).
+    instead of one per file), in ``workers`` runs of consecutive files; the others one by
+    one.  With several workers these parses run side by side on threads (a file-by-file
+    parser in Python beside Polars work that releases the GIL); parsers only read the lake.
+    ``OSError`` propagates (the flow retries the batch).
     """
     outcomes: dict[int, ParsedFile | Exception] = {}
     shared: dict[str, list[pl.DataFrame]] = {}
     together: dict[str, list[int]] = {}
+    single: list[int] = []
     for index, planned in enumerate(files):
         if planned.format in BATCH_PARSERS:
             together.setdefault(planned.format, []).append(index)
-            continue
+        else:
+            single.append(index)
+
+    def parse_one(index: int) -> None:
         try:
-            outcomes[index] = PARSERS[planned.format](planned.open_path(), ctx)
+            outcomes[index] = PARSERS[files[index].format](files[index].open_path(), ctx)
         except OSError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as the file's rejection
             outcomes[index] = exc
-    for fmt, indices in together.items():
+
+    def parse_together(fmt: str, indices: list[int]) -> list[pl.DataFrame]:
         results, frames = BATCH_PARSERS[fmt]([files[i].open_path() for i in indices], indices, ctx)
         outcomes.update(results)
+        return frames
+
+    runs = []
+    for fmt, indices in together.items():
+        count = max(1, min(workers, len(indices) // BATCH_PARSE_MIN_FILES))
+        size = -(-len(indices) // count)
+        runs += [(fmt, indices[k : k + size]) for k in range(0, len(indices), size)]
+    if workers < 2 or len(runs) + len(single) < 2:
+        for index in single:
+            parse_one(index)
+        staged = [(fmt, parse_together(fmt, indices)) for fmt, indices in runs]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            pending = [(fmt, pool.submit(parse_together, fmt, indices)) for fmt, indices in runs]
+            singles = [pool.submit(parse_one, index) for index in single]
+            staged = [(fmt, future.result()) for fmt, future in pending]
+            for future in singles:
+                future.result()
+    for _, frames in staged:
         shared.setdefault("samples", []).extend(frames)
     return outcomes, shared
+
+
+# A format's batch parse is split into runs of at least this many files (one per worker).
+BATCH_PARSE_MIN_FILES = 8
 
 
 def _in_file_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -482,29 +515,96 @@ def _upsert_inventory(
         reports[i].duplicates_dropped += result.duplicates_dropped
 
 
-def _merge_telemetry(
-    table: str, good: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext
+def _check_and_merge(
+    table: str, staged: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext
 ) -> pl.DataFrame:
-    """Merge checked telemetry rows (the stored row wins); returns the conflicts to quarantine.
+    """Check staged telemetry rows and merge the good ones (the stored row wins); returns
+    the rows to quarantine (failed checks and conflicts).
 
     The comparison with the stored rows and the merge happen under one hold of the lake
     lock: a concurrent ingest of the same keys either stored its rows before (ours are
     then duplicates or conflicts, compared value by value) or after (theirs are).
+
+    A large batch is split by the lake's unit shard and the shards are checked and merged
+    side by side on ``[runner] local_workers`` threads (Polars releases the GIL).  Every
+    check looks only at one unit's rows (ids, times, its counter steps, its stored keys)
+    and every key holds its unit, so the split changes no outcome: the lake and the
+    quarantine are those of the whole batch at once.  Two phases: all shards are checked,
+    the partitions they will change are logged (``record_stored_rows``), then written.
     """
+    workers = _workers(config)
     with lake_lock(config.lake_dir):
-        unique, duplicates, conflicts = _deduplicate(table, good, ctx)
-        result = merge_into_lake(
-            config.lake_dir,
-            table,
-            unique.select(_lake_columns(table, unique)),
-            shards=config.shards,
-            deduplicated=True,  # _deduplicate checked the batch and the lake under this lock
-        )
-    if result.rows_stored != unique.height:  # cannot happen under the lock: fail loudly
-        raise RuntimeError(f"{table}: {unique.height} new rows checked but {result.rows_stored} stored")
-    for i, count in _count_by_file(duplicates).items():
-        reports[i].duplicates_dropped += count
-    return conflicts
+        groups = _shard_groups(staged, config, workers)
+        checked = _run_parallel([partial(_check_shard, table, group, ctx) for group in groups], config, workers)
+        unique = [rows for rows, _, _, _ in checked]
+        record_stored_rows(config.lake_dir, table, unique, config.shards)
+        merges = [
+            partial(
+                merge_into_lake,
+                config.lake_dir,
+                table,
+                rows.select(_lake_columns(table, rows)),
+                shards=config.shards,
+                deduplicated=True,  # _check_shard checked the batch and the lake under this lock
+                record_changes=False,  # logged above, before any partition is written
+            )
+            for rows in unique
+        ]
+        results = _run_parallel(merges, config, workers)
+    for rows, result in zip(unique, results):
+        if result.rows_stored != rows.height:  # cannot happen under the lock: fail loudly
+            raise RuntimeError(f"{table}: {rows.height} new rows checked but {result.rows_stored} stored")
+    for _, _, duplicates, _ in checked:
+        for i, count in _count_by_file(duplicates).items():
+            reports[i].duplicates_dropped += count
+    bad = [frame for _, found, _, conflicts in checked for frame in (found, conflicts) if frame.height]
+    return pl.concat(bad, how="diagonal_relaxed") if bad else checked[0][1]
+
+
+# A batch of fewer staged rows is checked and merged in one piece (threads cost more than
+# they save on small frames).
+SPLIT_MIN_ROWS = 200_000
+
+
+def _workers(config: Config) -> int:
+    """Threads a batch's parsing, checks and merges use: ``[runner] local_workers``."""
+    return max(1, int(config.section("runner")["local_workers"]))
+
+
+def _shard_groups(staged: pl.DataFrame, config: Config, workers: int) -> list[pl.DataFrame]:
+    """``staged`` in ``workers`` frames, each holding whole lake shards (rows keep their
+    order; rows without a unit form their own group), or whole when it is small or there
+    is one worker."""
+    if workers < 2 or staged.height < max(SPLIT_MIN_ROWS, 1):
+        return [staged]
+    keyed = with_shard(staged, lake_shards(config.lake_dir, config.shards))
+    # One group per worker (shard number modulo workers; crc32 spreads units evenly): fewer,
+    # larger pieces cost less per-call overhead than one piece per shard.
+    groups = keyed.with_columns(_group=pl.col("shard") % workers).partition_by("_group", maintain_order=True)
+    return [group.drop("_group") for group in groups]
+
+
+def _run_parallel(calls: list, config: Config, workers: int) -> list:
+    """``[call() for call in calls]``, on ``workers`` threads when there are several calls.
+    The caller holds the lake lock and waits: the threads act under it."""
+    if len(calls) == 1 or workers < 2:
+        return [call() for call in calls]
+
+    def under_lock(call):
+        with lock_held_by_caller(config.lake_dir):
+            return call()
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(calls))) as pool:
+        return list(pool.map(under_lock, calls))
+
+
+def _check_shard(
+    table: str, staged: pl.DataFrame, ctx: IngestContext
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """``(new rows to store, rows failing a check, duplicates, conflicts)`` of staged rows."""
+    good, bad = validate(table, staged, ctx)
+    unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+    return unique, bad, duplicates, conflicts
 
 
 def _lake_columns(table: str, frame: pl.DataFrame) -> list[str]:

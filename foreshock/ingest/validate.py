@@ -28,7 +28,7 @@ import polars as pl
 from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import scan_table
+from foreshock.lake import lake_shards, scan_table, shard_of
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
@@ -308,8 +308,15 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     ``last``.  Earlier ones are never a new reading's previous one, so they are not kept
     (an append batch sorts its own readings plus one per series, not the stored days)."""
     series = ["unit_id", "metric"]
+    shards = lake_shards(ctx.lake_dir, ctx.shards)
     scan = (
-        scan_table(ctx.lake_dir, "samples", start=first.date() - timedelta(days=1), end=last)
+        scan_table(
+            ctx.lake_dir,
+            "samples",
+            start=first.date() - timedelta(days=1),
+            end=last,
+            shards={shard_of(u, shards) for u in units.drop_nulls().to_list()},  # only these units' files
+        )
         .filter(pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()) & (pl.col("ts") <= last))
         .select("unit_id", "ts", "metric", "value")
         .collect()

@@ -68,7 +68,9 @@ def ingest(
     quarantine_files: list[str] = []
     for number, batch in track(list(enumerate(plan.batches)), "ingest: batches"):
         # Sequential on purpose: inventory must land before the batches that check units
-        # against it, and a day's XID gauge reads the previous day's stored events.
+        # against it, and a day's XID gauge and counter steps read the previous day's stored
+        # rows.  Inside a batch, parsing and the shard-by-shard checks and merges run on
+        # [runner] local_workers threads (foreshock.ingest.run).
         done = ingest_batch_task(
             planned_to_dict(batch), settings, plan.run_id, number, plan.catalog_path, timezone, scrape_time
         )

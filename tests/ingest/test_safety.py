@@ -10,6 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from landing_files import assert_same_lake, write_landing
 
 from foreshock.config import load_config
@@ -28,6 +29,9 @@ CHILD = textwrap.dedent(
     from foreshock.ingest import ingest_path
 
     kill_after = int(os.environ.get("KILL_AFTER", "0"))
+    if os.environ.get("SPLIT"):  # check and merge every batch shard by shard on two threads
+        import foreshock.ingest.run as run
+        run.SPLIT_MIN_ROWS = 0
     real_write = lake.atomic_write_parquet
     written = [0]
 
@@ -52,8 +56,11 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_child(landing: Path, data_dir: Path, kill_after: int = 0, barrier: Path | None = None) -> subprocess.Popen:
+def run_child(
+    landing: Path, data_dir: Path, kill_after: int = 0, barrier: Path | None = None, split: bool = False
+) -> subprocess.Popen:
     env = {**os.environ, "KILL_AFTER": str(kill_after), "PYTHONPATH": str(ROOT), "BARRIER": str(barrier or "")}
+    env["SPLIT"] = "1" if split else ""
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, str(landing), str(data_dir)],
         env=env,
@@ -70,9 +77,10 @@ def clean_lake(tmp_path: Path, landing: Path) -> tuple[Path, int]:
     return config.lake_dir, report.totals["rows_stored"]
 
 
-def test_run_killed_mid_merge_then_rerun_gives_the_clean_lake(tmp_path):
+@pytest.mark.parametrize("split", [False, True], ids=["whole-batches", "shards-on-threads"])
+def test_run_killed_mid_merge_then_rerun_gives_the_clean_lake(tmp_path, split):
     landing = write_landing(tmp_path / "raw", nodes=2, gpus=4, days=3)
-    killed = run_child(landing.root, tmp_path / "data", kill_after=6)
+    killed = run_child(landing.root, tmp_path / "data", kill_after=6, split=split)
     killed.communicate(timeout=120)
     assert killed.returncode == -signal.SIGKILL
     lake_dir = tmp_path / "data" / "lake"
@@ -82,7 +90,7 @@ def test_run_killed_mid_merge_then_rerun_gives_the_clean_lake(tmp_path):
     assert not any("2026-11-01" in p for p in recorded)  # ... whose unfinished files are not recorded
     assert not list(lake_dir.rglob("*.tmp-*"))  # and no half-written file is visible
 
-    rerun = run_child(landing.root, tmp_path / "data")
+    rerun = run_child(landing.root, tmp_path / "data", split=split)
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err
     assert_same_lake(lake_dir, clean_lake(tmp_path, landing.root)[0])

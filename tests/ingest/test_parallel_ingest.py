@@ -1,0 +1,106 @@
+"""A batch parsed on threads and checked and merged shard by shard on threads gives the lake, the quarantine and
+the accounting of the same batch in one piece, on messy input, and reruns change nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+import pytest
+from landing_files import SMI_FIELDS, START, assert_same_lake, node_name, smi_line, write_landing
+
+import foreshock.ingest.run as run
+from foreshock.config import load_config
+from foreshock.ingest import ingest_path
+from foreshock.ingest.manifest import read_manifest
+from foreshock.lake import read_changes
+
+
+def _messy_landing(root):
+    landing = write_landing(root, nodes=4, gpus=2, days=2, steps_per_day=8)
+    day = START + timedelta(days=1)
+    step = landing.step
+    bad = [
+        smi_line(day + 2 * step, 0, 1, 10),  # a repeated line: duplicates
+        smi_line(day + 3 * step, 1, 2, 10).replace(", 1410 MHz", ", 1500 MHz"),  # same key, other value
+        smi_line(day + 4 * step, 0, 3, 12).replace(" W,", "x W,", 1),  # a broken number
+        smi_line(day + 5 * step, 1, 0, 13).replace(f", {13 // 3}, 0, ", ", 900000000, 0, ", 1),  # a counter jump
+        smi_line(day + 25 * step, 0, 2, 14),  # in the future of this day's file: another day's partition
+        "2026/11/02 01:00:00.000, 7, 00000000:3B:00.0, GPU-ffff0000-5f1c-4e2b-9a1d-0123456789ab"
+        + ", 1" * 16,  # an unknown GPU
+    ]
+    for n in range(landing.nodes):
+        target = root / "nvidia-smi" / node_name(n) / f"{day:%Y-%m-%d}.csv"
+        target.write_text(target.read_text() + "\n".join(bad[n::2]) + "\n")
+    late = root / "nvidia-smi" / node_name(0) / "extra" / f"{day:%Y-%m-%d}.csv"
+    late.parent.mkdir()
+    late.write_text(SMI_FIELDS + "\n" + smi_line(START + 3 * step, 1, 0, 3) + "\n")  # already stored (day 1)
+    return landing
+
+
+def _ingest(landing_root, data_dir, *, workers: int, monkeypatch, force: bool = False):
+    config = load_config(data_dir=data_dir).with_overrides(
+        {"ingest": {"timezone": "UTC"}, "runner": {"local_workers": workers}}
+    )
+    with monkeypatch.context() as patch:
+        patch.setattr(run, "SPLIT_MIN_ROWS", 0)  # split every batch, however small
+        patch.setattr(run, "BATCH_PARSE_MIN_FILES", 1)  # and parse nvidia-smi files in two runs
+        report = ingest_path(landing_root, config, force=force)
+    return config, report
+
+
+def _quarantine(config) -> pl.DataFrame:
+    files = sorted(config.quarantine_dir.rglob("*.parquet"))
+    frame = pl.concat([pl.read_parquet(f) for f in files]) if files else pl.DataFrame()
+    return frame.drop("run_id").sort(pl.all()) if files else frame
+
+
+def _per_file(report) -> list[tuple]:
+    return sorted(
+        (f.path, f.status, f.rows_read, f.rows_stored, f.rows_quarantined, f.duplicates_dropped) for f in report.files
+    )
+
+
+def test_shards_on_threads_store_and_quarantine_what_one_piece_does(tmp_path, monkeypatch):
+    landing = _messy_landing(tmp_path / "raw")
+    whole_config, whole = _ingest(landing.root, tmp_path / "whole", workers=1, monkeypatch=monkeypatch)
+    split_config, split = _ingest(landing.root, tmp_path / "split", workers=2, monkeypatch=monkeypatch)
+
+    assert whole.totals["rows_quarantined"] >= 4 and whole.totals["duplicates_dropped"] >= 2  # the input is messy
+    assert split.adds_up and split.totals == whole.totals
+    assert _per_file(split) == _per_file(whole)
+    assert_same_lake(split_config.lake_dir, whole_config.lake_dir)
+    assert _quarantine(split_config).equals(_quarantine(whole_config))
+    assert read_changes(split_config.lake_dir) == read_changes(whole_config.lake_dir)
+
+    # A rerun of every file on threads stores nothing and changes nothing.
+    _, again = _ingest(landing.root, tmp_path / "split", workers=2, monkeypatch=monkeypatch, force=True)
+    assert again.totals["rows_stored"] == 0 and again.adds_up
+    assert again.totals["rows_read"] == whole.totals["rows_read"]
+    assert_same_lake(split_config.lake_dir, whole_config.lake_dir)
+
+
+def test_a_failed_shard_leaves_no_row_twice_and_the_retry_completes_the_lake(tmp_path, monkeypatch):
+    landing = _messy_landing(tmp_path / "raw")
+    clean_config, clean = _ingest(landing.root, tmp_path / "clean", workers=1, monkeypatch=monkeypatch)
+    real_merge = run.merge_into_lake
+    calls = []
+
+    def merge_then_fail(*args, **kwargs):
+        calls.append(args[1])
+        if calls.count("samples") == 3:  # the third shard's merge of the first day: others are written
+            raise OSError("disk went away")
+        return real_merge(*args, **kwargs)
+
+    monkeypatch.setattr(run, "merge_into_lake", merge_then_fail)
+    with pytest.raises(OSError, match="disk went away"):
+        _ingest(landing.root, tmp_path / "data", workers=2, monkeypatch=monkeypatch)
+    monkeypatch.setattr(run, "merge_into_lake", real_merge)
+    config, retry = _ingest(landing.root, tmp_path / "data", workers=2, monkeypatch=monkeypatch)
+    assert retry.adds_up
+    assert_same_lake(config.lake_dir, clean_config.lake_dir)
+    # Rows the failed run had stored come back as duplicates (the lake above holds none twice).
+    assert retry.totals["duplicates_dropped"] > clean.totals["duplicates_dropped"]
+    assert retry.totals["rows_quarantined"] == clean.totals["rows_quarantined"]
+    recorded = read_manifest(config.lake_dir)
+    assert recorded.height == recorded.select("sha256", "context").unique().height == len(clean.by_status("ingested"))
