@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
 
     from foreshock.models.bundle import RiskBundle
+    from foreshock.models.registry_reader import VersionRecord
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
@@ -48,6 +49,29 @@ def alias_version(name: str, alias: str, *, client: MlflowClient | None = None) 
         return _client(client).get_model_version_by_alias(name, alias)
     except MlflowException:
         return None
+
+
+def find_alias(name: str, alias: str) -> ModelVersion | VersionRecord | None:
+    """:func:`alias_version` for a command of a second's work: read straight from the store
+    where it can be (:mod:`.registry_reader`, no MLflow import), else through the client."""
+    from foreshock.models import registry_reader
+
+    try:
+        return registry_reader.alias_record(registry_reader.tracking_uri(), name, alias)
+    except registry_reader.NotReadable:
+        return alias_version(name, alias)
+
+
+def _run_tags(run_id: str | None) -> dict[str, str]:
+    """A run's tags, read like :func:`find_alias` (empty without a run)."""
+    from foreshock.models import registry_reader
+
+    if not run_id:
+        return {}
+    try:
+        return registry_reader.run_tags(registry_reader.tracking_uri(), run_id)
+    except registry_reader.NotReadable:
+        return _client().get_run(run_id).data.tags
 
 
 def versions(name: str, *, client: MlflowClient | None = None) -> list[ModelVersion]:
@@ -203,11 +227,10 @@ def check_champion(name: str, *, trusted_runs_only: bool = False, trusted_source
     """
     from foreshock.errors import MissingInputError
 
-    client = _client()
-    model_version = alias_version(name, CHAMPION, client=client)
+    model_version = find_alias(name, CHAMPION)
     if model_version is None:
         raise MissingInputError(f"registered model {name!r} has no champion: run `foreshock train` first")
-    run_tags = client.get_run(model_version.run_id).data.tags if model_version.run_id else {}
+    run_tags = _run_tags(model_version.run_id)
     check_version(model_version, run_tags, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source)
     return str(model_version.version)
 
