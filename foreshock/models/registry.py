@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from foreshock.models.trusted_bundle import TRUSTED_SOURCE, check_version, load_trusted_bundle
+from foreshock.models.trusted_bundle import TRUSTED_SOURCE, check_version, load_trusted_bundle, read_bundle
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -189,12 +189,35 @@ def load_version(
 ) -> LoadedBundle:
     """Load a registered version's bundle as data, never running its pyfunc
     (:mod:`foreshock.models.trusted_bundle`: a version foreshock did not log is refused)."""
+    local = _load_in_place(name, version, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source)
+    if local is not None:
+        return local
     client = _client()
     model_version = client.get_model_version(name, str(version))
     bundle = load_trusted_bundle(
         client, name, model_version.version, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source
     )
     return LoadedBundle(bundle, name, str(model_version.version), model_version.run_id or "")
+
+
+def _load_in_place(name: str, version: str | int, **trust) -> LoadedBundle | None:
+    """:func:`load_version` without MLflow's client where the store and its files are on
+    this machine (the embedded SQLite store): the same checks, the files read where they
+    are. ``None`` where the client is needed (it also reports a missing version)."""
+    from foreshock.models import registry_reader
+
+    try:
+        uri = registry_reader.tracking_uri()
+        record = registry_reader.version_record(uri, name, version)
+        if record is None:
+            return None
+        model_dir = registry_reader.local_model_dir(uri, record)
+        run_tags = registry_reader.run_tags(uri, record.run_id) if record.run_id else {}
+    except registry_reader.NotReadable:
+        return None
+    check_version(record, run_tags, **trust)
+    bundle = read_bundle(model_dir, f"models:/{name}/{record.version}")
+    return LoadedBundle(bundle, name, record.version, record.run_id or "")
 
 
 def load_alias(name: str, alias: str, **trust) -> LoadedBundle:
@@ -208,7 +231,7 @@ def load_alias(name: str, alias: str, **trust) -> LoadedBundle:
     LookupError
         When the model has no such alias (e.g. nothing trained yet).
     """
-    model_version = alias_version(name, alias)
+    model_version = find_alias(name, alias)
     if model_version is None:
         raise LookupError(f"registered model {name!r} has no version with alias {alias!r}: run `foreshock train` first")
     return load_version(name, model_version.version, **trust)

@@ -78,15 +78,6 @@ def _is_http(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def readable(uri: str) -> bool:
-    """Whether :func:`alias_record` reads this store itself (else it raises NotReadable)."""
-    try:
-        _check_settings()
-    except NotReadable:
-        return False
-    return _sqlite_path(uri) is not None or _is_http(uri)
-
-
 # --------------------------------------------------------------------------------------
 # SQLite
 # --------------------------------------------------------------------------------------
@@ -96,16 +87,20 @@ def _connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=TIMEOUT_S)
 
 
-def _sqlite_alias(path: Path, name: str, alias: str) -> VersionRecord | None:
+VERSION_COLUMNS = "v.name, v.version, v.run_id, v.creation_time, v.source"
+
+
+def _sqlite_version(path: Path, where: str, params: tuple) -> VersionRecord | None:
+    """The model version a query finds (``v`` is ``model_versions``, ``a`` its aliases)."""
     if not path.is_file():
-        return None  # the client would create an empty store: there is no alias in it
+        return None  # the client would create an empty store: there is no version in it
     try:
         with _connect(path) as db:
             row = db.execute(
-                "SELECT v.name, v.version, v.run_id, v.creation_time, v.source FROM registered_model_aliases a "
-                "JOIN model_versions v ON v.workspace = a.workspace AND v.name = a.name AND v.version = a.version "
-                "WHERE a.workspace = ? AND a.name = ? AND a.alias = ? AND v.current_stage != ?",
-                (DEFAULT_WORKSPACE, name, alias, DELETED_STAGE),
+                f"SELECT {VERSION_COLUMNS} FROM model_versions v "  # noqa: S608 - constant text, values bound
+                "LEFT JOIN registered_model_aliases a ON a.workspace = v.workspace AND a.name = v.name "
+                f"AND a.version = v.version WHERE v.workspace = ? AND v.current_stage != ? AND {where}",
+                (DEFAULT_WORKSPACE, DELETED_STAGE, *params),
             ).fetchone()
             if row is None:
                 return None
@@ -116,6 +111,33 @@ def _sqlite_alias(path: Path, name: str, alias: str) -> VersionRecord | None:
     except sqlite3.Error as exc:  # an older or newer schema than this code knows
         raise NotReadable(f"{path}: {exc}") from None
     return VersionRecord(str(row[0]), str(row[1]), row[2] or None, int(row[3] or 0), row[4], dict(tags))
+
+
+def _sqlite_alias(path: Path, name: str, alias: str) -> VersionRecord | None:
+    return _sqlite_version(path, "a.name = ? AND a.alias = ?", (name, alias))
+
+
+def _sqlite_artifact_location(path: Path, source: str) -> str:
+    """Where a version's files are: a logged model's (``models:/m-...``) or a run's
+    (``runs:/RUN/PATH``) artifact location, or the source itself."""
+    try:
+        with _connect(path) as db:
+            if source.startswith("models:/m-") and "/" not in source[len("models:/") :]:
+                row = db.execute(
+                    "SELECT artifact_location FROM logged_models WHERE model_id = ?", (source[len("models:/") :],)
+                ).fetchone()
+                if row is None:
+                    raise NotReadable(f"no logged model {source}")
+                return str(row[0])
+            if source.startswith("runs:/"):
+                run_id, _, inner = source[len("runs:/") :].partition("/")
+                row = db.execute("SELECT artifact_uri FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
+                if row is None:
+                    raise NotReadable(f"no run {run_id}")
+                return f"{str(row[0]).rstrip('/')}/{inner}" if inner else str(row[0])
+    except sqlite3.Error as exc:
+        raise NotReadable(f"{path}: {exc}") from None
+    return source
 
 
 def _sqlite_run_tags(path: Path, run_id: str) -> dict[str, str]:
@@ -226,6 +248,48 @@ def alias_record(uri: str, name: str, alias: str) -> VersionRecord | None:
     if _is_http(uri):
         return _rest_alias(uri, name, alias)
     raise NotReadable(f"{uri}: read through MLflow's client")
+
+
+def version_record(uri: str, name: str, version: str | int) -> VersionRecord | None:
+    """A registered version by number, or ``None`` (no such model or version).
+
+    Raises
+    ------
+    NotReadable
+        Unless ``uri`` is the embedded SQLite store (its files are read in place, see
+        :func:`local_model_dir`; a server's are downloaded by the client).
+    """
+    _check_settings()
+    path = _sqlite_path(uri)
+    if path is None:
+        raise NotReadable(f"{uri}: read through MLflow's client")
+    return _sqlite_version(path, "v.name = ? AND v.version = ?", (name, int(version)))
+
+
+def local_model_dir(uri: str, record: VersionRecord) -> Path:
+    """The directory holding a version's logged model when it is on this machine (a
+    ``file:`` artifact location of the SQLite store), read in place instead of copied.
+
+    Raises
+    ------
+    NotReadable
+        When the files are elsewhere (a server, object storage): the client downloads them.
+    """
+    _check_settings()
+    path = _sqlite_path(uri)
+    if path is None or not record.source:
+        raise NotReadable(f"{uri}: artifacts through MLflow's client")
+    location = _sqlite_artifact_location(path, record.source)
+    parsed = urllib.parse.urlparse(location)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        local = Path(urllib.parse.unquote(parsed.path))
+    elif parsed.scheme == "" and location.startswith("/"):
+        local = Path(location)
+    else:
+        raise NotReadable(f"{location}: artifacts through MLflow's client")
+    if not local.is_dir():
+        raise NotReadable(f"{local} is not a directory")
+    return local
 
 
 def run_tags(uri: str, run_id: str) -> dict[str, str]:
