@@ -156,8 +156,9 @@ def _sqlite_run_tags(path: Path, run_id: str) -> dict[str, str]:
 
 
 def _get(uri: str, endpoint: str, params: dict[str, str]) -> dict | None:
-    """``GET <uri>/api/2.0/mlflow/<endpoint>``; ``None`` when the server says the
-    resource does not exist (MLflow answers 404 ``RESOURCE_DOES_NOT_EXIST``)."""
+    """``GET <uri>/api/2.0/mlflow/<endpoint>``; ``None`` when the server says there is no
+    such thing: 404 ``RESOURCE_DOES_NOT_EXIST`` (no model, no run) or 400
+    ``INVALID_PARAMETER_VALUE`` (MLflow's answer for a model without that alias)."""
     url = f"{uri.rstrip('/')}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(params)}"
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     token = os.environ.get("MLFLOW_TRACKING_TOKEN")
@@ -171,12 +172,12 @@ def _get(uri: str, endpoint: str, params: dict[str, str]) -> dict | None:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310 - http(s) only
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        if exc.code in (400, 404):
             try:
                 body = json.loads(exc.read() or b"{}")
             except ValueError:
                 body = {}
-            if body.get("error_code") == "RESOURCE_DOES_NOT_EXIST":
+            if body.get("error_code") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                 return None
         raise NotReadable(f"{url}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
