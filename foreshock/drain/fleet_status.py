@@ -137,12 +137,12 @@ def champion_summary(config: Config) -> dict | None:
     try:
         from foreshock.models import registry
 
-        version = registry.alias_version(config.model_name, "champion")
+        version = registry.find_alias(config.model_name, "champion")  # no MLflow import where the store allows
     except Exception:  # no store, no registered model
         return None
     if version is None:
         return None
-    challenger = registry.alias_version(config.model_name, "challenger")
+    challenger = registry.find_alias(config.model_name, "challenger")
     reviews = sorted(config.reports_dir.glob("review-*.md"))
     decision = None
     if reviews:

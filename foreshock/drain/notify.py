@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-import apprise
 import polars as pl
 
 from foreshock.drain.policy import SEVERITY, format_hours, signals_text
@@ -105,6 +104,8 @@ def send(message: Message, settings: NotifySettings, *, sleep=time.sleep) -> boo
 
     Returns whether every URL accepted it.  Never raises: a failure is logged.
     """
+    import apprise  # its plugins take most of a second to load: only when something is sent
+
     pending = list(settings.urls)
     delay = settings.retry_delay.total_seconds()
     for attempt in range(1, settings.attempts + 1):

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from foreshock.models.trusted_bundle import TRUSTED_SOURCE, check_version, load_trusted_bundle
+from foreshock.models.trusted_bundle import TRUSTED_SOURCE, check_version, load_trusted_bundle, read_bundle
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities.model_registry import ModelVersion
 
     from foreshock.models.bundle import RiskBundle
+    from foreshock.models.registry_reader import VersionRecord
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
@@ -48,6 +49,29 @@ def alias_version(name: str, alias: str, *, client: MlflowClient | None = None) 
         return _client(client).get_model_version_by_alias(name, alias)
     except MlflowException:
         return None
+
+
+def find_alias(name: str, alias: str) -> ModelVersion | VersionRecord | None:
+    """:func:`alias_version` for a command of a second's work: read straight from the store
+    where it can be (:mod:`.registry_reader`, no MLflow import), else through the client."""
+    from foreshock.models import registry_reader
+
+    try:
+        return registry_reader.alias_record(registry_reader.tracking_uri(), name, alias)
+    except registry_reader.NotReadable:
+        return alias_version(name, alias)
+
+
+def _run_tags(run_id: str | None) -> dict[str, str]:
+    """A run's tags, read like :func:`find_alias` (empty without a run)."""
+    from foreshock.models import registry_reader
+
+    if not run_id:
+        return {}
+    try:
+        return registry_reader.run_tags(registry_reader.tracking_uri(), run_id)
+    except registry_reader.NotReadable:
+        return _client().get_run(run_id).data.tags
 
 
 def versions(name: str, *, client: MlflowClient | None = None) -> list[ModelVersion]:
@@ -165,12 +189,35 @@ def load_version(
 ) -> LoadedBundle:
     """Load a registered version's bundle as data, never running its pyfunc
     (:mod:`foreshock.models.trusted_bundle`: a version foreshock did not log is refused)."""
+    local = _load_in_place(name, version, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source)
+    if local is not None:
+        return local
     client = _client()
     model_version = client.get_model_version(name, str(version))
     bundle = load_trusted_bundle(
         client, name, model_version.version, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source
     )
     return LoadedBundle(bundle, name, str(model_version.version), model_version.run_id or "")
+
+
+def _load_in_place(name: str, version: str | int, **trust) -> LoadedBundle | None:
+    """:func:`load_version` without MLflow's client where the store and its files are on
+    this machine (the embedded SQLite store): the same checks, the files read where they
+    are. ``None`` where the client is needed (it also reports a missing version)."""
+    from foreshock.models import registry_reader
+
+    try:
+        uri = registry_reader.tracking_uri()
+        record = registry_reader.version_record(uri, name, version)
+        if record is None:
+            return None
+        model_dir = registry_reader.local_model_dir(uri, record)
+        run_tags = registry_reader.run_tags(uri, record.run_id) if record.run_id else {}
+    except registry_reader.NotReadable:
+        return None
+    check_version(record, run_tags, **trust)
+    bundle = read_bundle(model_dir, f"models:/{name}/{record.version}")
+    return LoadedBundle(bundle, name, record.version, record.run_id or "")
 
 
 def load_alias(name: str, alias: str, **trust) -> LoadedBundle:
@@ -184,7 +231,7 @@ def load_alias(name: str, alias: str, **trust) -> LoadedBundle:
     LookupError
         When the model has no such alias (e.g. nothing trained yet).
     """
-    model_version = alias_version(name, alias)
+    model_version = find_alias(name, alias)
     if model_version is None:
         raise LookupError(f"registered model {name!r} has no version with alias {alias!r}: run `foreshock train` first")
     return load_version(name, model_version.version, **trust)
@@ -203,11 +250,10 @@ def check_champion(name: str, *, trusted_runs_only: bool = False, trusted_source
     """
     from foreshock.errors import MissingInputError
 
-    client = _client()
-    model_version = alias_version(name, CHAMPION, client=client)
+    model_version = find_alias(name, CHAMPION)
     if model_version is None:
         raise MissingInputError(f"registered model {name!r} has no champion: run `foreshock train` first")
-    run_tags = client.get_run(model_version.run_id).data.tags if model_version.run_id else {}
+    run_tags = _run_tags(model_version.run_id)
     check_version(model_version, run_tags, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source)
     return str(model_version.version)
 

@@ -113,8 +113,6 @@ def load_trusted_bundle(client, name: str, version: str, *, trusted_runs_only: b
     """
     import mlflow
 
-    from foreshock.models.bundle import RiskBundle
-
     model_version = client.get_model_version(name, str(version))
     run_tags = client.get_run(model_version.run_id).data.tags if model_version.run_id else {}
     check_version(model_version, run_tags, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source)
@@ -122,8 +120,16 @@ def load_trusted_bundle(client, name: str, version: str, *, trusted_runs_only: b
     with tempfile.TemporaryDirectory(prefix="foreshock-champion-") as tmp:
         # Downloading files runs nothing; only MLmodel (YAML) and the bundle are read.
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_version.source, dst_path=tmp))
-        bundle_dir = check_layout(local, label)
-        try:
-            return RiskBundle.load(bundle_dir)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise UntrustedModelError(f"{label}: the bundle does not read: {exc}") from None
+        return read_bundle(local, label)
+
+
+def read_bundle(model_dir: Path, label: str):
+    """The risk bundle in a logged model's directory, after checking its layout: only
+    MLmodel (YAML), bundle.json and LightGBM model text are read."""
+    from foreshock.models.bundle import RiskBundle
+
+    bundle_dir = check_layout(model_dir, label)
+    try:
+        return RiskBundle.load(bundle_dir)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UntrustedModelError(f"{label}: the bundle does not read: {exc}") from None

@@ -46,9 +46,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "foreshock.pipelines.review_flow",
         "challenger vs champion on the same window; promote if guardrails hold",
     ),
-    "score": ("foreshock.pipelines.score_flow", "risk per unit and horizon from models:/<name>@champion"),
+    "score": ("foreshock.pipelines.score_cmd", "risk per unit and horizon from models:/<name>@champion"),
     "publish": (
-        "foreshock.pipelines.publish_flow",
+        "foreshock.pipelines.publish_cmd",
         "write drain recommendations and exports to data/outbox/<timestamp>/",
     ),
     "replay": ("foreshock.pipelines.replay_flow", "replay the drain policy over the backtest history"),

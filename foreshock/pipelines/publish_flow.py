@@ -1,48 +1,18 @@
-"""``foreshock publish``: drain recommendations for operations.
-
-data/scores/latest.parquet -> foreshock.drain.outbox.publish -> data/outbox/<ts>/
-
-The logic lives in ``foreshock.drain``; this flow only wires paths together. Flow and task
-take plain values (settings, paths as text) so a deployment can run them.
+"""The ``publish`` flow: :func:`foreshock.pipelines.cycle_steps.publish_outbox` as a
+Prefect task, plus the top of the new risk list as a markdown artifact on the run, for runs
+a Prefect API records (``foreshock serve``'s cycle, the demo, ``foreshock publish`` with
+``PREFECT_API_URL`` set). Flow and task take plain values (settings, paths as text) so a
+deployment can run them.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import polars as pl
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from foreshock.config import Config
-from foreshock.errors import MissingInputError, UserError
-from foreshock.pipelines.runtime import add_json_flag, flows_tracked, print_json
-
-SINFO_FORMAT = "%N|%T|%E"
-
-
-def _node_states(args: argparse.Namespace) -> pl.DataFrame | None:
-    """Scheduler node states from ``--node-states FILE`` or a live ``sinfo`` (``--sinfo``)."""
-    from foreshock.drain.slurm import read_sinfo
-
-    if getattr(args, "node_states", None):
-        return read_sinfo(Path(args.node_states).read_text())
-    if getattr(args, "sinfo", False):
-        if shutil.which("sinfo") is None:
-            raise UserError("--sinfo: sinfo is not on PATH")
-        out = subprocess.run(
-            ["sinfo", "--noheader", "--Node", f"--format={SINFO_FORMAT}"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
-        return read_sinfo(out.stdout)
-    return None
+from foreshock.pipelines.cycle_steps import publish_outbox
 
 
 @task(cache_policy=NO_CACHE)
@@ -54,13 +24,7 @@ def write_outbox(
     allow_stale: bool = False,
 ) -> str:
     """Run the policy on the latest scores and write a new outbox directory."""
-    from foreshock.drain.outbox import publish
-    from foreshock.drain.slurm import read_sinfo
-
-    config = Config.from_settings(settings)
-    node_states = read_sinfo(Path(node_states_path).read_text()) if node_states_path else None
-    scores = Path(scores_path) if scores_path else None
-    return str(publish(config, scores, node_states=node_states, model=model, allow_stale=allow_stale).directory)
+    return publish_outbox(settings, scores_path, node_states_path, model, allow_stale)
 
 
 @flow(name="publish", log_prints=True, validate_parameters=False)
@@ -86,66 +50,3 @@ def _attach_risk_list(directory: str, top: int = 20) -> None:
     risk_list = read_risk_list(Path(directory) / "risk_list.parquet")
     markdown = f"# foreshock risk list {Path(directory).name}\n\n```\n{format_top(risk_list, top)}\n```\n\noutbox: `{directory}`\n"
     create_markdown_artifact(markdown=markdown, key="foreshock-risk-list", description=f"top {top} of {directory}")
-
-
-def run_publish(args: argparse.Namespace, config: Config) -> int:
-    from foreshock.drain.outbox import format_top
-    from foreshock.drain.risk_list import read_risk_list
-
-    scores_path = Path(args.scores) if args.scores else config.latest_scores
-    if not scores_path.is_file():
-        raise MissingInputError(f"no scores to publish: {scores_path}: run `foreshock score` first")
-    node_states_path = Path(args.node_states) if args.node_states else None
-    if args.sinfo:  # snapshot the live state into a file the flow can take as a path
-        states = _node_states(args)
-        node_states_path = config.outbox_dir / "sinfo-latest.txt"
-        node_states_path.parent.mkdir(parents=True, exist_ok=True)
-        node_states_path.write_text(
-            "\n".join(f"{r['node']}|{r['state']}|{r['reason'] or 'none'}" for r in states.to_dicts()) + "\n"
-        )
-    values = (
-        config.to_settings(args.config),
-        str(scores_path),
-        str(node_states_path) if node_states_path else None,
-        args.model,
-        args.allow_stale,
-    )
-    # without a Prefect API the outbox is written directly (no temporary server, no artifact)
-    directory = Path(publish_flow(*values) if flows_tracked() else write_outbox.fn(*values))
-    risk_list = read_risk_list(directory / "risk_list.parquet")
-    if args.json:
-        print_json(
-            {
-                "outbox": str(directory),
-                "files": sorted(p.name for p in directory.iterdir()),
-                "top": risk_list.head(args.top).to_dicts(),
-            }
-        )
-        return 0
-    print(format_top(risk_list, args.top))
-    print(f"\noutbox: {directory}")
-    for name in sorted(p.name for p in directory.iterdir()):
-        print(f"  {name}")
-    print(f"dry run the Slurm drains with: bash {directory / 'slurm_drain.sh'}  (add --apply to drain)")
-    released = json.loads((directory / "manifest.json").read_text()).get("released_nodes", [])
-    if released:
-        print(f"{len(released)} node(s) to undrain: bash {directory / 'slurm_resume.sh'}  (add --apply to resume)")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    publish = sub.add_parser("publish", help="write drain recommendations and exports to data/outbox/<timestamp>/")
-    publish.add_argument("--scores", help="scores file (default: data/scores/latest.parquet)")
-    states = publish.add_mutually_exclusive_group()
-    states.add_argument(
-        "--node-states",
-        help=f"file of `sinfo --noheader --Node --format='{SINFO_FORMAT.replace('%', '%%')}'` output",
-    )
-    states.add_argument("--sinfo", action="store_true", help="read node states from the live Slurm (sinfo)")
-    publish.add_argument("--model", help="model to use when the scores hold several (the `model` column)")
-    publish.add_argument(
-        "--allow-stale", action="store_true", help="publish scores older than [policy] max_score_age anyway"
-    )
-    publish.add_argument("--top", type=int, default=10, help="rows of the list to print (default 10)")
-    add_json_flag(publish)
-    publish.set_defaults(func=run_publish)

@@ -131,10 +131,34 @@ def flows_tracked() -> bool:
     already runs its temporary server (the demo starts one for all its stages).
 
     Otherwise a command of a second's work (score, publish) runs its flow's function
-    directly: a temporary server takes tens of seconds to start on a small machine."""
+    directly: a temporary server takes tens of seconds to start on a small machine, and
+    Prefect itself seconds to import, so it is asked only when it could say yes."""
+    if "prefect.settings" not in sys.modules and not _api_url_may_be_set():
+        return False
     from prefect.settings import get_current_settings
 
     return bool(get_current_settings().api.url) or bool(_ephemeral_servers())
+
+
+def _api_url_may_be_set() -> bool:
+    """Whether one of Prefect's settings sources could set its API URL: the environment,
+    a ``.env``, ``prefect.toml`` or ``pyproject.toml`` (``[tool.prefect]``) in the working
+    directory, or the profiles file. Only where one could does Prefect get imported to say."""
+    if "PREFECT_API_URL" in os.environ or Path("prefect.toml").is_file():
+        return True
+    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    profiles = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
+    for path, marker in (
+        (Path(".env"), "PREFECT_API_URL"),
+        (Path("pyproject.toml"), "tool.prefect"),
+        (profiles, "PREFECT_API_URL"),
+    ):
+        try:
+            if marker in path.read_text(errors="replace"):
+                return True
+        except OSError:  # absent or unreadable: it sets nothing
+            continue
+    return False
 
 
 def stop_servers_on_signals() -> None:

@@ -116,13 +116,13 @@ def outbox_status(config: Config) -> tuple[datetime | None, int, str]:
 
 
 def champion_status(config: Config) -> tuple[datetime | None, int | None, str]:
-    from foreshock.models.registry import alias_version
+    from foreshock.models.registry import find_alias
     from foreshock.pipelines.runtime import configure_mlflow
 
     if not os.environ.get("MLFLOW_TRACKING_URI") and not (config.mlflow_dir / "mlflow.db").is_file():
         return None, None, f"no MLflow store in {config.mlflow_dir}: run `foreshock train` and `foreshock review`"
     uri = configure_mlflow(config.mlflow_dir)
-    version = alias_version(config.model_name, "champion")
+    version = find_alias(config.model_name, "champion")  # no MLflow import where the store allows
     if version is None:
         return None, None, f"no {config.model_name}@champion in {uri}: run `foreshock train` and `foreshock review`"
     created = datetime.fromtimestamp(version.creation_timestamp / 1000, UTC)

@@ -133,3 +133,30 @@ def test_textfile_gauges_say_which_part_went_stale(pipeline, capsys):
     assert samples[("foreshock_part_max_age_seconds", "lake")] == 30 * 60
     assert samples[("foreshock_part_newest_timestamp_seconds", "champion")] > 0
     assert samples[("foreshock_status_timestamp_seconds", None)] == now.timestamp()
+
+
+def test_status_answers_without_loading_mlflow_or_prefect(pipeline):
+    """A probe every minute must not pay for MLflow's client and Prefect (seconds to import
+    on a small machine): the champion is read straight from the embedded store."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from foreshock.pipelines.cli import main; code = main(sys.argv[1:]); "
+        "print('loaded:', sorted(m for m in ('mlflow', 'prefect', 'sqlalchemy', 'apprise') if m in sys.modules)); "
+        "sys.exit(code)"
+    )
+    now = (NEWEST + timedelta(minutes=10)).isoformat()
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "--data-dir", str(pipeline), "status", "--json", "--now", now],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "FORESHOCK_MODELS_NAME": os.environ["FORESHOCK_MODELS_NAME"]},
+    )
+    assert done.returncode == EXIT_OK, done.stderr
+    result, loaded = done.stdout.rsplit("loaded:", 1)
+    assert loaded.strip() == "[]"
+    champion = {p["part"]: p for p in json.loads(result)["parts"]}["champion"]
+    assert champion["state"] == "ok" and "version 1" in champion["detail"]
