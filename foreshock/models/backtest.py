@@ -378,10 +378,14 @@ def fold_workers(config: Config, source: FeatureSource | FrameSource, *, factori
     return max(1, min(workers, folds))
 
 
-def _worker_logging(level: int, fmt: str | None) -> None:
-    """A worker logs its folds as this process does (level and format of the first handler)."""
+def _start_worker(level: int, fmt: str | None) -> None:
+    """A fold worker logs as this process does (level and format of the first handler) and
+    bins LightGBM Datasets on one thread (the workers already keep the cores busy)."""
+    from foreshock.models.gbm import set_dataset_threads
+
     logging.basicConfig(level=level, format=fmt)
     log.setLevel(level)
+    set_dataset_threads(1)
 
 
 def _run_in_workers(jobs: list[FoldJob], paths: list[Path], workers: int) -> list[dict]:
@@ -397,7 +401,7 @@ def _run_in_workers(jobs: list[FoldJob], paths: list[Path], workers: int) -> lis
     with ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_logging,
+        initializer=_start_worker,
         initargs=(level, fmt),
     ) as pool:
         futures = [pool.submit(job.run, path) for job, path in zip(jobs, paths)]
