@@ -378,14 +378,25 @@ def fold_workers(config: Config, source: FeatureSource | FrameSource, *, factori
     return max(1, min(workers, folds))
 
 
-def _start_worker(level: int, fmt: str | None) -> None:
-    """A fold worker logs as this process does (level and format of the first handler) and
-    bins LightGBM Datasets on one thread (the workers already keep the cores busy)."""
+def _start_worker(level: int, records) -> None:
+    """A fold worker sends its log records to the calling process (which shows them as its
+    own lines) and bins LightGBM Datasets on one thread (the workers already keep the
+    cores busy)."""
+    from logging.handlers import QueueHandler
+
     from foreshock.models.gbm import set_dataset_threads
 
-    logging.basicConfig(level=level, format=fmt)
-    log.setLevel(level)
+    root = logging.getLogger()
+    root.handlers[:] = [QueueHandler(records)]
+    root.setLevel(level)
     set_dataset_threads(1)
+
+
+class _Relay(logging.Handler):
+    """A worker's log record, handled by this process's logger of the same name."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger(record.name).handle(record)
 
 
 def _run_in_workers(jobs: list[FoldJob], paths: list[Path], workers: int) -> list[dict]:
@@ -393,19 +404,23 @@ def _run_in_workers(jobs: list[FoldJob], paths: list[Path], workers: int) -> lis
     a fork would copy in an unknown state); notes in fold order."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from logging.handlers import QueueListener
 
-    root = logging.getLogger()
-    handler = next(iter(root.handlers), None)
-    fmt = handler.formatter._fmt if handler is not None and handler.formatter is not None else None
-    level = log.getEffectiveLevel()
-    with ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_start_worker,
-        initargs=(level, fmt),
-    ) as pool:
-        futures = [pool.submit(job.run, path) for job, path in zip(jobs, paths)]
-        return [future.result() for future in futures]
+    context = multiprocessing.get_context("spawn")
+    records = context.Queue()
+    listener = QueueListener(records, _Relay())
+    listener.start()
+    try:
+        with ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(log.getEffectiveLevel(), records),
+        ) as pool:
+            futures = [pool.submit(job.run, path) for job, path in zip(jobs, paths)]
+            return [future.result() for future in futures]
+    finally:
+        listener.stop()
 
 
 def _label_keys(frame: pl.DataFrame) -> list[str]:
