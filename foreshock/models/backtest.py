@@ -244,7 +244,7 @@ def walk_forward(
     folds = int(folds or section.get("folds", DEFAULT_FOLDS))
     test_fraction = float(test_fraction or section.get("test_fraction", DEFAULT_TEST_FRACTION))
     batch_rows = int(section["score_batch_rows"])
-    factories = factories or model_factories(config)
+    custom_factories = factories is not None
     horizons = config_horizons(config)
     sample = TrainingSample.from_config(config, horizons)
     failures = failures.with_columns(pl.col("failed_at").cast(UTC_TS))
@@ -252,74 +252,17 @@ def walk_forward(
     first, last = source.span()
     plan = plan_folds(first, last, step, folds, test_fraction)
 
-    fold_notes = []
+    jobs = [
+        FoldJob(fold, len(plan), source, known_failures(failures, fold.cutoff), config, sample, drains, batch_rows)
+        for fold in plan
+    ]
+    workers = fold_workers(config, source, factories_given=custom_factories, folds=len(plan))
     with tempfile.TemporaryDirectory(prefix="foreshock-backtest-") as tmp:
-        fold_files = []
-        for fold in plan:
-            started = time.monotonic()
-            known = known_failures(failures, fold.cutoff)
-            train = training_frame(source, known, fold.cutoff, sample, drains=drains)
-            log.info(
-                "backtest: fold %d/%d: training on %s rows before %s (%d known failures)",
-                fold.index + 1,
-                len(plan),
-                f"{train.height:,}",
-                f"{fold.cutoff:%Y-%m-%d %H:%M}",
-                known.height,
-            )
-            unresolved = unresolved_rows(
-                labelled_until(train.select(_label_keys(train)), known, horizons, fold.cutoff, weighted=True), horizons
-            )
-            train_rows, healthy_weight = train.height, float(train.get_column(SAMPLE_WEIGHT).max() or 1.0)
-            models, notes = fit_models(train, known, factories, until=fold.cutoff)
-            del train
-            notes = notes + [
-                f"fold {fold.index}: {n} of {train_rows} training rows have an open {h} outcome at the cutoff "
-                "(negatives weighted by the observed share of the horizon)"
-                for h, n in unresolved.items()
-            ]
-            notes += [
-                f"fold {fold.index}: {name}: {note}"
-                for name, model in models.items()
-                for note in getattr(model, "notes_", [])
-            ]
-            test_rows = 0
-            parts = []
-            for batch in source.batches(fold.cutoff, fold.test_end, batch_rows):
-                test_rows += batch.height
-                for name, model in models.items():
-                    risk = monotone_risk(model.predict_risk(batch))
-                    parts.append(risk.with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
-                    if isinstance(model, ThresholdBaseline):  # the binary rules as run today, beside the ranked ones
-                        parts.append(
-                            model.predict_fires(batch)
-                            .with_columns(pl.lit(RULES_MODEL).alias("model"))
-                            .select(list(SCORE_SCHEMA))
-                        )
-            fold_scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
-            log.info(
-                "backtest: fold %d/%d done in %.0f s: %s test snapshots scored",
-                fold.index + 1,
-                len(plan),
-                time.monotonic() - started,
-                f"{test_rows:,}",
-            )
-            path = Path(tmp) / f"fold-{fold.index}.parquet"
-            fold_scores.write_parquet(path)
-            fold_files.append(path)
-            del parts, fold_scores
-            fold_notes.append(
-                {
-                    **fold.to_dict(),
-                    "train_snapshots": train_rows,
-                    "train_healthy_weight": healthy_weight,
-                    "train_unresolved": unresolved,
-                    "train_failures": known.height,
-                    "test_snapshots": test_rows,
-                    "models": sorted(models),
-                    "notes": notes,
-                }
-            )
+        fold_files = [Path(tmp) / f"fold-{fold.index}.parquet" for fold in plan]
+        if workers > 1:
+            fold_notes = _run_in_workers(jobs, fold_files, workers)
+        else:
+            fold_notes = [job.run(path, factories) for job, path in zip(jobs, fold_files)]
         scores = pl.read_parquet(fold_files) if fold_files else pl.DataFrame(schema=SCORE_SCHEMA)
     scores = scores.sort("model", "horizon", "unit_id", "ts")
     periods = [Period(f.cutoff, f.test_end) for f in plan]
@@ -336,6 +279,148 @@ def walk_forward(
         }
     )
     return BacktestResult(scores=scores, report=report, markdown=render_markdown(report), folds=plan)
+
+
+@dataclass
+class FoldJob:
+    """One fold's work: train on the sample before its cutoff, score its test period.
+
+    Picklable (paths, frames of failures and drains, the configuration), so a fold runs
+    the same in this process or in a worker process (:func:`fold_workers`)."""
+
+    fold: Fold
+    folds: int
+    source: FeatureSource | FrameSource
+    known: pl.DataFrame
+    config: Config
+    sample: TrainingSample
+    drains: pl.DataFrame | None
+    batch_rows: int
+
+    def run(self, path: Path, factories: ModelFactories | None = None) -> dict:
+        """Fit the models (``factories``, default the configured ones), write the fold's
+        out-of-sample scores to ``path``; returns the fold's notes for the report."""
+        fold, known, horizons = self.fold, self.known, config_horizons(self.config)
+        factories = factories or model_factories(self.config)
+        started = time.monotonic()
+        train = training_frame(self.source, known, fold.cutoff, self.sample, drains=self.drains)
+        log.info(
+            "backtest: fold %d/%d: training on %s rows before %s (%d known failures)",
+            fold.index + 1,
+            self.folds,
+            f"{train.height:,}",
+            f"{fold.cutoff:%Y-%m-%d %H:%M}",
+            known.height,
+        )
+        unresolved = unresolved_rows(
+            labelled_until(train.select(_label_keys(train)), known, horizons, fold.cutoff, weighted=True), horizons
+        )
+        train_rows, healthy_weight = train.height, float(train.get_column(SAMPLE_WEIGHT).max() or 1.0)
+        models, notes = fit_models(train, known, factories, until=fold.cutoff)
+        del train
+        notes = notes + [
+            f"fold {fold.index}: {n} of {train_rows} training rows have an open {h} outcome at the cutoff "
+            "(negatives weighted by the observed share of the horizon)"
+            for h, n in unresolved.items()
+        ]
+        notes += [
+            f"fold {fold.index}: {name}: {note}"
+            for name, model in models.items()
+            for note in getattr(model, "notes_", [])
+        ]
+        test_rows = 0
+        parts = []
+        for batch in self.source.batches(fold.cutoff, fold.test_end, self.batch_rows):
+            test_rows += batch.height
+            for name, model in models.items():
+                risk = monotone_risk(model.predict_risk(batch))
+                parts.append(risk.with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
+                if isinstance(model, ThresholdBaseline):  # the binary rules as run today, beside the ranked ones
+                    parts.append(
+                        model.predict_fires(batch)
+                        .with_columns(pl.lit(RULES_MODEL).alias("model"))
+                        .select(list(SCORE_SCHEMA))
+                    )
+        fold_scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
+        log.info(
+            "backtest: fold %d/%d done in %.0f s: %s test snapshots scored",
+            fold.index + 1,
+            self.folds,
+            time.monotonic() - started,
+            f"{test_rows:,}",
+        )
+        fold_scores.write_parquet(path)
+        return {
+            **fold.to_dict(),
+            "train_snapshots": train_rows,
+            "train_healthy_weight": healthy_weight,
+            "train_unresolved": unresolved,
+            "train_failures": known.height,
+            "test_snapshots": test_rows,
+            "models": sorted(models),
+            "notes": notes,
+        }
+
+
+def fold_workers(config: Config, source: FeatureSource | FrameSource, *, factories_given: bool, folds: int) -> int:
+    """How many folds run at once, each in its own process (``[backtest] workers``).
+
+    The folds are independent (each trains on its own past), so on a machine with idle
+    cores they can be fitted side by side; each fold computes exactly what it would in
+    this process.  One process (in turn, here) when: one worker is asked for; the models
+    are given as constructors (which need not pickle); the features are a frame in
+    memory (each worker would get its own copy); the runner is Dask (the gbm full fits
+    already go to the cluster).
+    """
+    workers = int(config.section("backtest")["workers"])
+    if factories_given or not isinstance(source, FeatureSource) or config.section("runner")["kind"] != "local":
+        return 1
+    return max(1, min(workers, folds))
+
+
+def _start_worker(level: int, records) -> None:
+    """A fold worker sends its log records to the calling process (which shows them as its
+    own lines) and bins LightGBM Datasets on one thread (the workers already keep the
+    cores busy)."""
+    from logging.handlers import QueueHandler
+
+    from foreshock.models.gbm import set_dataset_threads
+
+    root = logging.getLogger()
+    root.handlers[:] = [QueueHandler(records)]
+    root.setLevel(level)
+    set_dataset_threads(1)
+
+
+class _Relay(logging.Handler):
+    """A worker's log record, handled by this process's logger of the same name."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger(record.name).handle(record)
+
+
+def _run_in_workers(jobs: list[FoldJob], paths: list[Path], workers: int) -> list[dict]:
+    """The folds on ``workers`` spawned processes (polars and LightGBM hold threads that
+    a fork would copy in an unknown state); notes in fold order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from logging.handlers import QueueListener
+
+    context = multiprocessing.get_context("spawn")
+    records = context.Queue()
+    listener = QueueListener(records, _Relay())
+    listener.start()
+    try:
+        with ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(log.getEffectiveLevel(), records),
+        ) as pool:
+            futures = [pool.submit(job.run, path) for job, path in zip(jobs, paths)]
+            return [future.result() for future in futures]
+    finally:
+        listener.stop()
 
 
 def _label_keys(frame: pl.DataFrame) -> list[str]:

@@ -83,13 +83,15 @@ class RiskBundle:
         if self.primary not in self.models:
             raise ValueError(f"primary model {self.primary!r} not among {sorted(self.models)}")
 
-    def score(self, frame: pl.DataFrame) -> pl.DataFrame:
+    def score(self, frame: pl.DataFrame, models: list[str] | None = None) -> pl.DataFrame:
         """Risk of every model: ``unit_id, ts, model, horizon, risk``.
 
         Parameters
         ----------
         frame
             Feature snapshots (``unit_id, ts`` + feature columns).
+        models
+            Only these models (default: all of the bundle's).
         """
         require_columns(frame, ("unit_id", "ts"), "feature frame")
         parts = [
@@ -97,6 +99,7 @@ class RiskBundle:
             .with_columns(pl.lit(name).alias("model"))
             .select(list(SCORE_SCHEMA))
             for name, model in self.models.items()
+            if models is None or name in models
         ]
         if not parts:
             return pl.DataFrame(schema=SCORE_SCHEMA)
@@ -204,6 +207,7 @@ def train_bundle(
     *,
     until: datetime | None = None,
     drains: pl.DataFrame | None = None,
+    primary_only: bool = False,
 ) -> RiskBundle:
     """Train every model on all labelled history.
 
@@ -221,6 +225,8 @@ def train_bundle(
         Training cutoff (default: the last snapshot); labels only use what is known then.
     drains
         Canonical drains: a drain censors the labels of the snapshots before it.
+    primary_only
+        Fit only the primary model (a review measures nothing else).
 
     Raises
     ------
@@ -236,7 +242,10 @@ def train_bundle(
     known = known_failures(failures.with_columns(pl.col("failed_at").cast(UTC_TS)), cutoff)
     frame = training_frame(source, known, cutoff, sample, drains=drains)
     primary = str(config.section("models").get("primary", "gbm"))
-    models, notes = fit_models(frame, known, model_factories(config), cutoff)
+    factories = model_factories(config)
+    if primary_only:
+        factories = {name: make for name, make in factories.items() if name == primary}
+    models, notes = fit_models(frame, known, factories, cutoff)
     if primary not in models:
         reason = next((n for n in notes if n.startswith(f"{primary}:")), "")
         raise ValueError(f"primary model {primary!r} could not be trained: {reason}")

@@ -102,7 +102,8 @@ def fit_before_window(
     *,
     drains: pl.DataFrame | None = None,
 ):
-    """The challenger's recipe (``[models]`` of ``config``) fitted on data before the window.
+    """The challenger's recipe (``[models]`` of ``config``) fitted on data before the window:
+    its primary model only, the one a review measures.
 
     Snapshots before ``window_start - H`` with the failures known at ``window_start``: every
     training label is resolved by the time the window opens, and none looks into it (the
@@ -124,7 +125,7 @@ def fit_before_window(
             f"no snapshot before {training_cut(window_start, horizon)}: the review window leaves no history"
         )
     known = failures.filter(pl.col("failed_at").cast(UTC_TS) <= pl.lit(window_start).cast(UTC_TS))
-    return train_bundle(train, known, config, until=window_start, drains=drains)
+    return train_bundle(train, known, config, until=window_start, drains=drains, primary_only=True)
 
 
 # -- per-unit pieces for the bootstrap ---------------------------------------------------

@@ -45,6 +45,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
+import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -87,6 +88,25 @@ DEFAULT_PARAMS = {
     "deterministic": True,
     "force_row_wise": True,
 }
+
+
+# Threads that bin the training matrix into a LightGBM Dataset (the trees still grow on
+# ``num_threads``).  Binning is the same whatever the thread count (a feature's bins come
+# from its own values; each row is binned alone), so the models are too; it is a third
+# of a fit's CPU on a few hundred features.  The backtest's fold workers set it to 1: they
+# already keep every core busy (:func:`set_dataset_threads`).
+_dataset_threads = max(1, min(os.cpu_count() or 1, 4))
+
+
+def set_dataset_threads(threads: int) -> None:
+    """Threads binning LightGBM Datasets in this process (1 where processes run side by side)."""
+    global _dataset_threads
+    _dataset_threads = max(1, int(threads))
+
+
+def _binning(params: dict) -> dict:
+    """``params`` for constructing a Dataset: the same bins with :data:`_dataset_threads` threads."""
+    return {**params, "num_threads": _dataset_threads}
 
 
 # Risk never falls as these grow (glob patterns on feature names).
@@ -301,7 +321,8 @@ class GradientBoostedRisk:
         """``rounds`` rounds on every labelled row: on the Dask cluster of ``client``, or
         here without one."""
         if client is None:
-            return lgb.train(params, full, num_boost_round=rounds)
+            full.params = _binning(params)
+            return lgb.train(params, full.construct(), num_boost_round=rounds)
         booster = train_on_dask(client, params, x, y, weight, rounds, self.feature_names_)
         method = params.get("monotone_constraints_method", "basic")
         if method != "basic" and "monotone_constraints" in params:
@@ -337,7 +358,9 @@ class GradientBoostedRisk:
             sampled = np.sort(np.random.default_rng(self.seed).choice(fit_rows, limit, replace=False))
         else:
             sampled = fit_rows
-        bins = lgb.Dataset(x[sampled], y[sampled], feature_name=self.feature_names_, params=params).construct()
+        bins = lgb.Dataset(
+            x[sampled], y[sampled], feature_name=self.feature_names_, params=_binning(params)
+        ).construct()
         if sampled is fit_rows:
             bins.set_weight(fit_weight)
             hold_rows = np.flatnonzero(hold)
@@ -347,10 +370,12 @@ class GradientBoostedRisk:
                 weight=hold_weight,
                 reference=bins,
                 feature_name=self.feature_names_,
-                params=params,
+                params=_binning(params),
             ).construct()
             return bins, dvalid
-        binned = lgb.Dataset(x, y, reference=bins, feature_name=self.feature_names_, params=params).construct()
+        binned = lgb.Dataset(
+            x, y, reference=bins, feature_name=self.feature_names_, params=_binning(params)
+        ).construct()
         del bins
         return _subset(binned, fit_rows, y[fit], fit_weight), _subset(
             binned, np.flatnonzero(hold), y[hold], hold_weight

@@ -205,7 +205,7 @@ def measure_bundle(
     per unit (for the bootstrap)."""
     if horizon not in bundle.horizons:
         raise ValueError(f"version {version} has no {horizon} horizon (has {bundle.horizons})")
-    scores = bundle.score(window_frame).filter((pl.col("model") == bundle.primary) & (pl.col("horizon") == horizon))
+    scores = bundle.score(window_frame, [bundle.primary]).filter(pl.col("horizon") == horizon)
     measured, lead_times = measure_at_budget(scores, failures, horizon, config)
     trained = getattr(bundle, "trained_range", None)
     return Evaluation(
