@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -23,15 +24,27 @@ FORESHOCK = [sys.executable, "-m", "foreshock.pipelines.cli"]
 DEPLOYMENT_NAMES = ("foreshock-ingest", "foreshock-cycle", "foreshock-retrain")
 
 
-def _api(base: str, path: str, body: dict | None = None) -> object:
-    request = urllib.request.Request(
-        f"{base}{path}",
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="GET" if body is None else "POST",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read() or b"null")
+# Answers a busy server gives for "try again" (a SQLite write lock held by the served
+# process is a 503); Prefect's own client retries these too.
+RETRY_CODES = {429, 502, 503}
+
+
+def _api(base: str, path: str, body: dict | None = None, attempts: int = 8) -> object:
+    for attempt in range(attempts):
+        request = urllib.request.Request(
+            f"{base}{path}",
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="GET" if body is None else "POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            if exc.code not in RETRY_CODES or attempt == attempts - 1:
+                raise
+            time.sleep(min(2**attempt, 15))
+    raise AssertionError("unreachable")
 
 
 def _env(tmp: Path, api: str | None = None) -> dict:
