@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Install the real programs the tests start for themselves (Debian packages):
-#   Slurm controller + munge (drain tests), Prometheus + promtool (live pull),
+#   Slurm controller + munge (drain tests), Prometheus + promtool (live pull), the
+#   node exporter (serves the drain metrics textfile),
 #   PostgreSQL (production MLflow/Prefect stores), Chromium (report page screenshots).
 # The tests start each one in a temporary directory on 127.0.0.1 (free port) and stop it
 # by PID, so nothing is started here. A test whose program is missing skips with a reason.
 set -euo pipefail
 missing=()
 for bin in slurmctld:slurmctld scontrol:slurm-client sinfo:slurm-client munged:munge \
-           prometheus:prometheus promtool:prometheus chromium:chromium \
+           prometheus:prometheus promtool:prometheus prometheus-node-exporter:prometheus-node-exporter \
+           chromium:chromium \
            /usr/lib/postgresql/15/bin/initdb:postgresql; do
   command -v "${bin%%:*}" >/dev/null 2>&1 || [ -x "${bin%%:*}" ] || missing+=("${bin##*:}")
 done

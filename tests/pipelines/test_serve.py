@@ -54,6 +54,9 @@ def _env(tmp: Path, api: str | None = None) -> dict:
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_UI_ENABLED="false",
         MLFLOW_DISABLE_TELEMETRY="true",
+        # The runner looks for new runs every second (default 10 s): the second cycle run
+        # must be picked up while the first still runs, or it never has to wait for the slot.
+        PREFECT_RUNNER_POLL_FREQUENCY="1",
     )
     if api:
         env["PREFECT_API_URL"] = api
