@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import numpy as np
 import polars as pl
 
 from foreshock.catalog import Catalog
@@ -189,25 +190,37 @@ def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _with_sample_lives(samples: pl.DataFrame, units: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
-    """``life`` per sample.  Few units of a partition ever failed: their rows are found by
-    the integer unit index and compared with each of their failure times."""
+def _with_sample_lives(
+    samples: pl.DataFrame, units: pl.DataFrame, starts: pl.Series, failures: pl.DataFrame
+) -> pl.DataFrame:
+    """``life`` per sample.  Rows are grouped by unit (``starts``: each unit's first row),
+    so each failure is compared only with the rows of its own unit."""
     failing = failures.join(units, on="unit_id").select("_unit", "failed_at")
     if failing.height == 0:
         return samples.with_columns(pl.lit(0, dtype=pl.Int32).alias("life"))
-    if failing.height > 64:  # a many-failure partition: one join beats many comparisons
-        lived = with_lives(samples, failures)
-    else:
-        life = pl.sum_horizontal(
-            [
-                ((pl.col("_unit") == unit) & (pl.col("ts") > failed_at)).cast(pl.Int32)
-                for unit, failed_at in failing.iter_rows()
-            ]
-        )
-        lived = samples.with_columns(life.cast(pl.Int32).alias("life"))
-    if lived.get_column("life").max() >= _LIFE_SLOTS:
+    bounds = [*starts.to_list(), samples.height]
+    life = np.zeros(samples.height, dtype=np.int32)
+    ts = samples.get_column("ts")
+    for unit, failed_at in failing.iter_rows():
+        lo, hi = bounds[unit], bounds[unit + 1]
+        life[lo:hi] += (ts.slice(lo, hi - lo) > failed_at).to_numpy()
+    if life.max() >= _LIFE_SLOTS:
         raise ValueError(f"a unit has more than {_LIFE_SLOTS - 1} recorded failures; check the failures table")
-    return lived
+    return samples.with_columns(pl.Series("life", life, dtype=pl.Int32))
+
+
+def _unit_runs(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """``_unit`` (run number of ``unit_id``) per row, the unit of each run and each run's
+    first row (a gather of a few hundred rows, not a filter of the whole partition)."""
+    samples = samples.with_columns(pl.col("unit_id").rle_id().cast(pl.UInt32).alias("_unit"))
+    starts = samples.select((pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True).arg_true()).to_series()
+    units = pl.DataFrame(
+        {
+            "_unit": pl.int_range(starts.len(), dtype=pl.UInt32, eager=True),
+            "unit_id": samples.get_column("unit_id").gather(starts),
+        }
+    )
+    return samples, units, starts
 
 
 def rollup_samples(
@@ -249,26 +262,18 @@ def rollup_samples(
     if samples.height == 0:
         return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
     # The lake stores every partition sorted by unit and time; anything else is re-sorted.
-    # Run ids number the units in order (cheaper than comparing strings row by row).
-    if not samples.get_column("unit_id").is_sorted():
-        samples = samples.sort("unit_id", "ts", "metric")
-    samples = samples.with_columns(pl.col("unit_id").rle_id().cast(pl.UInt32).alias("_unit"))
+    # Run ids number the units in order (cheaper than comparing strings row by row); the
+    # units are in order when the ids at the runs' first rows are (runs are maximal).
+    samples, units, starts = _unit_runs(samples)
+    if not units.get_column("unit_id").is_sorted():
+        samples, units, starts = _unit_runs(samples.sort("unit_id", "ts", "metric"))
     new_unit = (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
     if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()).item():
         samples = samples.sort("_unit", "ts", "metric")
     samples = samples.with_columns(
         ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts")
     )
-    # One row per unit, taken at the first row of each run (a gather of a few hundred rows,
-    # not a filter of the whole partition).
-    starts = samples.select(new_unit.arg_true()).to_series()
-    units = pl.DataFrame(
-        {
-            "_unit": pl.int_range(starts.len(), dtype=pl.UInt32, eager=True),
-            "unit_id": samples.get_column("unit_id").gather(starts),
-        }
-    )
-    samples = _with_sample_lives(samples, units, failures)
+    samples = _with_sample_lives(samples, units, starts, failures)
     # The packed key is sorted (units in order, then time, and life and bucket grow with
     # time): group-bys over it run as one linear pass over contiguous runs, no hashing.
     # The rows are split by metric in one pass (each part keeps the unit-then-time order a
