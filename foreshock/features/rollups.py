@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import numpy as np
 import polars as pl
 
 from foreshock.catalog import Catalog
@@ -133,7 +134,8 @@ _BUCKET_SLOTS = 2**32
 
 def _packed_key(every: timedelta) -> pl.Expr:
     every_us = int(every.total_seconds() * 1_000_000)
-    bucket_number = (pl.col("bucket").dt.epoch("us") // every_us).cast(pl.UInt64)
+    # The number of the bucket that owns ``ts`` (``bucket_of`` / every, without the datetime).
+    bucket_number = ((pl.col("ts").dt.epoch("us") - 1) // every_us + 1).cast(pl.UInt64)
     return (
         (pl.col("_unit").cast(pl.UInt64) * _LIFE_SLOTS + pl.col("life").cast(pl.UInt64)) * _BUCKET_SLOTS + bucket_number
     ).alias("_key")
@@ -188,25 +190,37 @@ def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _with_sample_lives(samples: pl.DataFrame, units: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
-    """``life`` per sample.  Few units of a partition ever failed: their rows are found by
-    the integer unit index and compared with each of their failure times."""
+def _with_sample_lives(
+    samples: pl.DataFrame, units: pl.DataFrame, starts: pl.Series, failures: pl.DataFrame
+) -> pl.DataFrame:
+    """``life`` per sample.  Rows are grouped by unit (``starts``: each unit's first row),
+    so each failure is compared only with the rows of its own unit."""
     failing = failures.join(units, on="unit_id").select("_unit", "failed_at")
     if failing.height == 0:
         return samples.with_columns(pl.lit(0, dtype=pl.Int32).alias("life"))
-    if failing.height > 64:  # a many-failure partition: one join beats many comparisons
-        lived = with_lives(samples, failures)
-    else:
-        life = pl.sum_horizontal(
-            [
-                ((pl.col("_unit") == unit) & (pl.col("ts") > failed_at)).cast(pl.Int32)
-                for unit, failed_at in failing.iter_rows()
-            ]
-        )
-        lived = samples.with_columns(life.cast(pl.Int32).alias("life"))
-    if lived.get_column("life").max() >= _LIFE_SLOTS:
+    bounds = [*starts.to_list(), samples.height]
+    life = np.zeros(samples.height, dtype=np.int32)
+    ts = samples.get_column("ts")
+    for unit, failed_at in failing.iter_rows():
+        lo, hi = bounds[unit], bounds[unit + 1]
+        life[lo:hi] += (ts.slice(lo, hi - lo) > failed_at).to_numpy()
+    if life.max() >= _LIFE_SLOTS:
         raise ValueError(f"a unit has more than {_LIFE_SLOTS - 1} recorded failures; check the failures table")
-    return lived
+    return samples.with_columns(pl.Series("life", life, dtype=pl.Int32))
+
+
+def _unit_runs(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """``_unit`` (run number of ``unit_id``) per row, the unit of each run and each run's
+    first row (a gather of a few hundred rows, not a filter of the whole partition)."""
+    samples = samples.with_columns(pl.col("unit_id").rle_id().cast(pl.UInt32).alias("_unit"))
+    starts = samples.select((pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True).arg_true()).to_series()
+    units = pl.DataFrame(
+        {
+            "_unit": pl.int_range(starts.len(), dtype=pl.UInt32, eager=True),
+            "unit_id": samples.get_column("unit_id").gather(starts),
+        }
+    )
+    return samples, units, starts
 
 
 def rollup_samples(
@@ -237,38 +251,34 @@ def rollup_samples(
         ``pieces`` per unit, life, metric and bucket (see ``PIECE_SCHEMA``); ``scrapes``
         per unit, life and bucket: distinct sample times and the last one.
     """
-    samples = samples.filter(pl.col("metric").is_in(catalog.names()) & pl.col("value").is_not_nan()).drop_nulls(
-        ["unit_id", "ts", "value"]
-    )
+    names = catalog.names()
+    # Metrics become small integers once (null for a metric outside the catalog); rows are
+    # copied by the filter only when one of them has to go (nearly never for lake data).
+    samples = samples.with_columns(pl.col("metric").cast(pl.Enum(names), strict=False).to_physical().alias("_metric"))
+    keep = pl.col("_metric").is_not_null() & pl.col("value").is_not_nan() & pl.col("value").is_not_null()
+    keep = keep & pl.col("unit_id").is_not_null() & pl.col("ts").is_not_null()
+    if not samples.select(keep.all()).item():
+        samples = samples.filter(keep)
     if samples.height == 0:
         return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
     # The lake stores every partition sorted by unit and time; anything else is re-sorted.
-    # Run ids number the units in order (cheaper than comparing strings row by row).
-    if not samples.get_column("unit_id").is_sorted():
-        samples = samples.sort("unit_id", "ts", "metric")
-    samples = samples.with_columns(pl.col("unit_id").rle_id().cast(pl.UInt32).alias("_unit"))
+    # Run ids number the units in order (cheaper than comparing strings row by row); the
+    # units are in order when the ids at the runs' first rows are (runs are maximal).
+    samples, units, starts = _unit_runs(samples)
+    if not units.get_column("unit_id").is_sorted():
+        samples, units, starts = _unit_runs(samples.sort("unit_id", "ts", "metric"))
     new_unit = (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
     if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()).item():
         samples = samples.sort("_unit", "ts", "metric")
     samples = samples.with_columns(
-        new_unit.alias("_new_unit"),
-        bucket_of(pl.col("ts"), every).alias("bucket"),
-        ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts"),
+        ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts")
     )
-    units = samples.filter("_new_unit").select("_unit", "unit_id")
-    samples = _with_sample_lives(samples, units, failures)
+    samples = _with_sample_lives(samples, units, starts, failures)
     # The packed key is sorted (units in order, then time, and life and bucket grow with
     # time): group-bys over it run as one linear pass over contiguous runs, no hashing.
-    # Metrics become small integers once, then the rows are split by metric in one pass
-    # (each part keeps the unit-then-time order a counter step needs).
-    names = catalog.names()
-    work = samples.select(
-        _packed_key(every).set_sorted(),
-        "ts",
-        pl.col("metric").cast(pl.Enum(names)).to_physical().alias("_metric"),
-        "value",
-        "_new_ts",
-    )
+    # The rows are split by metric in one pass (each part keeps the unit-then-time order a
+    # counter step needs).
+    work = samples.select(_packed_key(every).set_sorted(), "ts", "_metric", "value", "_new_ts")
     scrapes = (
         work.lazy()
         .group_by(_SERIES)
@@ -276,12 +286,12 @@ def rollup_samples(
     )
     counters = {m.name for m in catalog if m.is_counter}
     queries, present = [], []
-    for (code,), part in (
-        work.select("_key", "ts", "value", "_metric")
-        .partition_by("_metric", as_dict=True, maintain_order=True, include_key=False)
-        .items()
-    ):
+    parts = work.select("_key", "ts", "value", "_metric")
+    # One filter per metric present gathers less than partition_by (which copies the
+    # whole frame into groups first) and keeps the rows' order.
+    for code in sorted(parts.get_column("_metric").unique().to_list()):
         name = names[code]
+        part = parts.filter(pl.col("_metric") == code).drop("_metric")
         sorted_part = part.lazy().with_columns(pl.col("_key").set_sorted())
         queries.append(_counter_pieces(sorted_part, max_gap) if name in counters else _gauge_pieces(sorted_part))
         present.append(name)
