@@ -150,44 +150,101 @@ def _unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:
     )
 
 
+def _same_series() -> pl.Expr:
+    """The row before is the previous sample of the same series (same unit and life), given
+    rows of one metric in unit-then-time order keyed by the packed key."""
+    return ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_key").shift(1) // _BUCKET_SLOTS)).fill_null(False)
+
+
+def _steps(value: str, suffix: str, max_gap: timedelta) -> list[pl.Expr]:
+    """A counter's step from its previous sample (``_delta``) and the time of each increase
+    (``_inc_ts``), for the rows of one metric in unit-then-time order."""
+    recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
+    delta = pl.when(_same_series() & recent).then(_counter_step(pl.col(value), pl.col(value).shift(1)))
+    return [delta.alias(f"_delta{suffix}"), pl.when(delta > 0).then(pl.col("ts")).alias(f"_inc_ts{suffix}")]
+
+
+def _piece_aggs(value: str, counter: bool, suffix: str = "") -> list[pl.Expr]:
+    """Aggregations of one metric's pieces over a group of its rows (a run of the packed
+    key, first and last rows its first and last samples); output names end in ``suffix``."""
+    v = pl.col(value)
+    aggs = [
+        pl.len().cast(pl.Int64).alias("n"),
+        v.sum().alias("sum"),
+        (v * v).sum().alias("sumsq"),
+        v.max().alias("max"),
+        pl.col("ts").last().alias("last_ts"),
+        v.last().alias("last_v"),
+    ]
+    if counter:
+        aggs += [
+            pl.col("ts").first().alias("first_ts"),
+            v.first().alias("first_v"),
+            pl.col(f"_delta{suffix}").sum().alias("inc"),
+            pl.col(f"_inc_ts{suffix}").min().alias("first_inc_ts"),
+            pl.col(f"_inc_ts{suffix}").max().alias("last_inc_ts"),
+            # Only a series' first row can start it, and that row opens its group.
+            pl.col("_head").first().alias("head"),
+        ]
+    return [agg.name.suffix(suffix) for agg in aggs]
+
+
 def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
     """Pieces of one counter metric; ``samples`` holds only that metric in unit-then-time
     order, so the row before a sample is the previous sample of the same series when the
     packed key says it is the same unit and life, and each (unit, life, bucket) group is a
     contiguous run whose first and last rows are its first and last samples."""
-    same_series = ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_key").shift(1) // _BUCKET_SLOTS)).fill_null(False)
-    recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
-    delta = pl.when(same_series & recent).then(_counter_step(pl.col("value"), pl.col("value").shift(1)))
-    stepped = samples.with_columns(delta.alias("_delta"), (~same_series).alias("_head")).with_columns(
-        pl.when(pl.col("_delta") > 0).then(pl.col("ts")).alias("_inc_ts")
-    )
-    return stepped.group_by(_SERIES).agg(
-        pl.len().cast(pl.Int64).alias("n"),
-        pl.col("value").sum().alias("sum"),
-        (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
-        pl.col("value").max().alias("max"),
-        pl.col("ts").first().alias("first_ts"),
-        pl.col("value").first().alias("first_v"),
-        pl.col("ts").last().alias("last_ts"),
-        pl.col("value").last().alias("last_v"),
-        pl.col("_delta").sum().alias("inc"),
-        pl.col("_inc_ts").min().alias("first_inc_ts"),
-        pl.col("_inc_ts").max().alias("last_inc_ts"),
-        # Only a series' first row can start it, and that row opens its group.
-        pl.col("_head").first().alias("head"),
-    )
+    stepped = samples.with_columns(*_steps("value", "", max_gap), (~_same_series()).alias("_head"))
+    return stepped.group_by(_SERIES).agg(_piece_aggs("value", counter=True))
 
 
 def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     """Pieces of one gauge metric (rows of that metric only, unit-then-time order)."""
-    return samples.group_by(_SERIES).agg(
-        pl.len().cast(pl.Int64).alias("n"),
-        pl.col("value").sum().alias("sum"),
-        (pl.col("value") * pl.col("value")).sum().alias("sumsq"),
-        pl.col("value").max().alias("max"),
-        pl.col("ts").last().alias("last_ts"),
-        pl.col("value").last().alias("last_v"),
+    return samples.group_by(_SERIES).agg(_piece_aggs("value", counter=False))
+
+
+def _regular_width(samples: pl.DataFrame) -> int:
+    """How many metrics each sample time of the partition holds when every time of every
+    unit holds the same metrics in the same order (a scrape of the whole set, the usual
+    shape of exporter data); 0 when it does not."""
+    head = samples.head(256).select("_unit", "ts", "_metric")
+    first = head.row(0)
+    k = 0
+    while k < head.height and head.row(k)[:2] == first[:2]:
+        k += 1
+    codes = head.get_column("_metric").head(k).to_list()
+    if k < 2 or k == head.height or len(set(codes)) != k or samples.height % k:
+        return 0
+    checks = []
+    for j in range(1, k):
+        checks += [
+            (pl.col(c).gather_every(k, j) == pl.col(c).gather_every(k, 0)).all() for c in ("_unit", "ts", "life")
+        ]
+    checks += [(pl.col("_metric").gather_every(k, j) == code).all() for j, code in enumerate(codes)]
+    # and no time twice (a duplicate sample would count as a second time here)
+    unit, ts = pl.col("_unit").gather_every(k), pl.col("ts").gather_every(k)
+    checks.append(((ts > ts.shift(1)) | (unit != unit.shift(1))).fill_null(True).all())
+    return k if all(samples.select([check.alias(f"_{i}") for i, check in enumerate(checks)]).row(0)) else 0
+
+
+def _regular_pieces(
+    samples: pl.DataFrame, k: int, kinds: list[tuple[str, bool]], every: timedelta, max_gap: timedelta
+) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+    """Pieces and scrape counts of a partition of ``k`` metrics per sample time (see
+    :func:`_regular_width`; ``kinds``: each position's metric name and whether it is a
+    counter): one row per sample time with a value column per metric, one key, one
+    group-by over all metrics.  The same numbers as the per-metric passes: the previous
+    row is the previous sample of every metric of the row, and each time is distinct."""
+    times = samples.select(pl.col("_unit", "life", "ts").gather_every(k))
+    wide = times.select(_packed_key(every).set_sorted(), "ts").with_columns(
+        [samples.get_column("value").gather_every(k, j).alias(f"_v{j}") for j in range(k)]
     )
+    steps = [e for j, (_, counter) in enumerate(kinds) if counter for e in _steps(f"_v{j}", f"_{j}", max_gap)]
+    wide = wide.with_columns(*steps, (~_same_series()).alias("_head"))
+    aggs = [a for j, (_, counter) in enumerate(kinds) for a in _piece_aggs(f"_v{j}", counter, f"_{j}")]
+    grouped = wide.group_by(_SERIES).agg(*aggs, pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("_ts"))
+    parts = [grouped.select("_key", pl.col(f"^.*_{j}$").name.map(lambda c, j=j: c[: -len(f"_{j}")])) for j in range(k)]
+    return parts, grouped.select("_key", "n_ts", pl.col("_ts").alias("last_ts"))
 
 
 def _with_sample_lives(
@@ -221,6 +278,34 @@ def _unit_runs(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Se
         }
     )
     return samples, units, starts
+
+
+def _split_pieces(
+    samples: pl.DataFrame, names: list[str], counters: set[str], every: timedelta, max_gap: timedelta
+) -> tuple[list[pl.DataFrame], pl.DataFrame, list[str]]:
+    """Pieces per metric and scrape counts of any partition in unit-then-time order: the
+    rows are split by metric (each part keeps the order a counter step needs)."""
+    new_unit = (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
+    new_ts = ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True)
+    work = samples.select(_packed_key(every).set_sorted(), "ts", "_metric", "value", new_ts.alias("_new_ts"))
+    scrapes = (
+        work.lazy()
+        .group_by(_SERIES)
+        .agg(pl.col("_new_ts").sum().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
+    )
+    queries, present = [], []
+    parts = work.select("_key", "ts", "value", "_metric")
+    # One filter per metric present gathers less than partition_by (which copies the
+    # whole frame into groups first) and keeps the rows' order.
+    for code in sorted(parts.get_column("_metric").unique().to_list()):
+        name = names[code]
+        part = parts.filter(pl.col("_metric") == code).drop("_metric")
+        sorted_part = part.lazy().with_columns(pl.col("_key").set_sorted())
+        queries.append(_counter_pieces(sorted_part, max_gap) if name in counters else _gauge_pieces(sorted_part))
+        present.append(name)
+    queries.append(scrapes)
+    *pieces, scrapes_frame = pl.collect_all(queries, engine="in-memory")
+    return pieces, scrapes_frame, present
 
 
 def rollup_samples(
@@ -270,33 +355,21 @@ def rollup_samples(
     new_unit = (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
     if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()).item():
         samples = samples.sort("_unit", "ts", "metric")
-    samples = samples.with_columns(
-        ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True).alias("_new_ts")
-    )
     samples = _with_sample_lives(samples, units, starts, failures)
     # The packed key is sorted (units in order, then time, and life and bucket grow with
     # time): group-bys over it run as one linear pass over contiguous runs, no hashing.
-    # The rows are split by metric in one pass (each part keeps the unit-then-time order a
-    # counter step needs).
-    work = samples.select(_packed_key(every).set_sorted(), "ts", "_metric", "value", "_new_ts")
-    scrapes = (
-        work.lazy()
-        .group_by(_SERIES)
-        .agg(pl.col("_new_ts").sum().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
-    )
+    # A partition whose every sample time holds the same metrics is rolled up one row per
+    # time; any other is split by metric.
     counters = {m.name for m in catalog if m.is_counter}
-    queries, present = [], []
-    parts = work.select("_key", "ts", "value", "_metric")
-    # One filter per metric present gathers less than partition_by (which copies the
-    # whole frame into groups first) and keeps the rows' order.
-    for code in sorted(parts.get_column("_metric").unique().to_list()):
-        name = names[code]
-        part = parts.filter(pl.col("_metric") == code).drop("_metric")
-        sorted_part = part.lazy().with_columns(pl.col("_key").set_sorted())
-        queries.append(_counter_pieces(sorted_part, max_gap) if name in counters else _gauge_pieces(sorted_part))
-        present.append(name)
-    queries.append(scrapes)
-    *parts, scrapes_frame = pl.collect_all(queries, engine="in-memory")
+    k = _regular_width(samples)
+    if k:
+        codes = samples.get_column("_metric").head(k).to_list()
+        present = [names[code] for code in codes]
+        parts, scrapes_frame = _regular_pieces(
+            samples, k, [(name, name in counters) for name in present], every, max_gap
+        )
+    else:
+        parts, scrapes_frame, present = _split_pieces(samples, names, counters, every, max_gap)
     pieces = pl.concat(
         [p.with_columns(pl.lit(name).alias("metric")) for name, p in zip(present, parts, strict=True)],
         how="diagonal_relaxed",

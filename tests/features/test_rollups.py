@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import polars as pl
 from conftest import make_fleet
 from polars.testing import assert_frame_equal
 
 from foreshock.catalog import load_catalog
+from foreshock.contract import UTC_TS
+from foreshock.features import rollups
 from foreshock.features.rollups import rollup_samples
 
 
@@ -26,3 +29,64 @@ def test_rollup_of_a_shuffled_partition_equals_the_sorted_one(seed):
     assert_frame_equal(got_scrapes.sort(keys[:2] + ["bucket"]), expected_scrapes.sort(keys[:2] + ["bucket"]))
     counters = expected.filter(pl.col("metric") == "ecc_sbe_volatile_total")
     assert counters["inc"].sum() > 0
+
+
+def _scrape_of_every_metric(units: int = 3, seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A partition as an exporter writes it: every sample time of every unit holds the same
+    metrics (two counters with resets and one gauge), one unit silent for longer than the
+    longest window, one unit failing mid-series; and its failures."""
+    rng = np.random.default_rng(seed)
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    rows = []
+    for u in range(units):
+        times = [start + timedelta(minutes=5 * i) for i in range(600)]
+        if u == 0:  # a 30-hour silence: no step is taken across it
+            times = times[:100] + [t + timedelta(hours=30) for t in times[100:]]
+        sbe = np.cumsum(rng.poisson(0.3, len(times))).astype(float)
+        sbe[300:] -= sbe[300]  # a driver reload resets the counter
+        replay = np.cumsum(rng.poisson(0.05, len(times))).astype(float)
+        temp = 40 + 10 * rng.random(len(times))
+        for i, t in enumerate(times):
+            for metric, value in (
+                ("ecc_sbe_volatile_total", sbe[i]),
+                ("gpu_temp_c", temp[i]),
+                ("pcie_replay_total", replay[i]),
+            ):
+                rows.append((f"gpu-{u}", t, metric, float(value)))
+    samples = pl.DataFrame(rows, schema=["unit_id", "ts", "metric", "value"], orient="row").with_columns(
+        pl.col("ts").cast(UTC_TS)
+    )
+    failures = pl.DataFrame({"unit_id": ["gpu-1"], "failed_at": [start + timedelta(hours=20)]}).with_columns(
+        pl.col("failed_at").cast(UTC_TS)
+    )
+    return samples, failures
+
+
+def test_a_partition_of_whole_scrapes_rolls_up_like_each_metric_alone(monkeypatch):
+    """Where every sample time holds the same metrics the rollup takes one row per time and
+    one group-by for all metrics; it must give what each metric rolled up alone gives (the
+    per-metric path), counter steps, resets, silences and lives included."""
+    samples, failures = _scrape_of_every_metric()
+    catalog = load_catalog()
+    args = (failures, catalog, timedelta(hours=1), timedelta(days=1))
+    keys = ["unit_id", "life", "metric", "bucket"]
+    paths = []
+    real = rollups._regular_pieces
+    monkeypatch.setattr(rollups, "_regular_pieces", lambda *a, **k: paths.append("one row per time") or real(*a, **k))
+    whole, whole_scrapes = rollup_samples(samples, *args)
+    assert paths == ["one row per time"]
+    alone = [rollup_samples(samples.filter(pl.col("metric") == m), *args) for m in samples["metric"].unique()]
+    assert paths == ["one row per time"]  # a single metric takes the per-metric path
+    assert_frame_equal(whole.sort(keys), pl.concat([p for p, _ in alone]).sort(keys))
+    for _, scrapes in alone:
+        assert_frame_equal(whole_scrapes.sort(keys[:2] + ["bucket"]), scrapes.sort(keys[:2] + ["bucket"]))
+    assert whole["life"].max() == 1 and whole.filter(pl.col("metric") == "ecc_sbe_volatile_total")["inc"].sum() > 0
+    # A missing sample breaks the shape: the per-metric path, with the same pieces elsewhere.
+    gap = samples.filter(
+        ~((pl.col("unit_id") == "gpu-2") & (pl.col("metric") == "gpu_temp_c") & (pl.col("value") > 49))
+    )
+    paths.clear()
+    broken, _ = rollup_samples(gap, *args)
+    assert paths == []
+    untouched = ~((pl.col("unit_id") == "gpu-2") & (pl.col("metric") == "gpu_temp_c"))
+    assert_frame_equal(broken.filter(untouched).sort(keys), whole.filter(untouched).sort(keys))
