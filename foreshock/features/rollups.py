@@ -215,11 +215,9 @@ def _regular_width(samples: pl.DataFrame) -> int:
     codes = head.get_column("_metric").head(k).to_list()
     if k < 2 or k == head.height or len(set(codes)) != k or samples.height % k:
         return 0
-    checks = []
+    checks = []  # life follows from unit and time: equal where they are
     for j in range(1, k):
-        checks += [
-            (pl.col(c).gather_every(k, j) == pl.col(c).gather_every(k, 0)).all() for c in ("_unit", "ts", "life")
-        ]
+        checks += [(pl.col(c).gather_every(k, j) == pl.col(c).gather_every(k, 0)).all() for c in ("_unit", "ts")]
     checks += [(pl.col("_metric").gather_every(k, j) == code).all() for j, code in enumerate(codes)]
     # and no time twice (a duplicate sample would count as a second time here)
     unit, ts = pl.col("_unit").gather_every(k), pl.col("ts").gather_every(k)
