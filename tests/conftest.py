@@ -4,13 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -44,63 +37,15 @@ def mlflow_uri(tmp_path_factory):
         os.environ["MLFLOW_TRACKING_URI"] = old
 
 
-MLFLOW_SERVER_STARTUP_S = 240  # migrations + uvicorn: ~17 s idle, minutes on a saturated 2-core machine
-
-
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     """A real ``mlflow server`` on 127.0.0.1 for the session (its own SQLite store and
     artifact root), stopped by its process group. Yields its URL; tests that use it set
     ``MLFLOW_TRACKING_URI`` themselves (and use their own model names)."""
-    root = tmp_path_factory.mktemp("mlflow-server")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log_path = root / "server.log"
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("mlflow")),
-                "server",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                "1",
-                "--backend-store-uri",
-                f"sqlite:///{root / 'server.db'}",
-                "--artifacts-destination",
-                str(root / "artifacts"),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + MLFLOW_SERVER_STARTUP_S
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"mlflow server exited with {server.returncode}: {log_path.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server did not answer /health within {MLFLOW_SERVER_STARTUP_S} s")
-            time.sleep(0.5)
+    from tests.pipelines.services import mlflow_server
+
+    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as url:
         yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # its own session: the workers stop with it
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
 
 
 DEFAULT_SEED = 20261202

@@ -14,17 +14,8 @@ from prefect.cache_policies import NO_CACHE
 
 from foreshock.pipelines.cycle_steps import publish_outbox
 
-
-@task(cache_policy=NO_CACHE)
-def write_outbox(
-    settings: dict,
-    scores_path: str | None,
-    node_states_path: str | None,
-    model: str | None = None,
-    allow_stale: bool = False,
-) -> str:
-    """Run the policy on the latest scores and write a new outbox directory."""
-    return publish_outbox(settings, scores_path, node_states_path, model, allow_stale)
+# The step itself as a Prefect task (same signature: plain values in, the outbox path out).
+write_outbox = task(publish_outbox, name="write_outbox", cache_policy=NO_CACHE)
 
 
 @flow(name="publish", log_prints=True, validate_parameters=False)

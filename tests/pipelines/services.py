@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -60,3 +61,32 @@ def running(argv: list[str], log: Path, env: dict | None = None, cwd: Path | Non
         yield process
     finally:
         stop(process)
+
+
+MLFLOW_SERVER_STARTUP_S = 240  # migrations + uvicorn: ~17 s idle, minutes on a saturated 2-core machine
+
+
+@contextlib.contextmanager
+def mlflow_server(root: Path, timeout: float = MLFLOW_SERVER_STARTUP_S) -> Iterator[str]:
+    """A real ``mlflow server`` on 127.0.0.1 with its own SQLite store and artifact root
+    (``root/artifacts``), stopped by its process group (workers included); yields its URL."""
+    port = free_port()
+    argv = [
+        str(Path(sys.executable).with_name("mlflow")),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{root / 'server.db'}",
+        "--artifacts-destination",
+        str(root / "artifacts"),
+    ]
+    log = root / "server.log"
+    with running(argv, log, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}) as server:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/health", timeout, server, log)
+        yield url
