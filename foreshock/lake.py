@@ -85,9 +85,10 @@ def shard_of(unit_id: str, shards: int) -> int:
 def with_shard(df: pl.DataFrame, shards: int) -> pl.DataFrame:
     """``df`` with each row's ``shard`` (Int32, null without a unit): crc32 once per distinct
     unit, then looked up by the unit's position among them (an enum cast)."""
-    units = df.get_column("unit_id").unique().drop_nulls()
+    unit_ids = df.get_column("unit_id").cast(pl.String)
+    units = unit_ids.unique().drop_nulls()
     numbers = pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int32)
-    return df.with_columns(shard=numbers.gather(df.get_column("unit_id").cast(pl.Enum(units)).to_physical()))
+    return df.with_columns(shard=numbers.gather(unit_ids.cast(pl.Enum(units)).to_physical()))
 
 
 def lake_shards(lake_dir: Path, default: int) -> int:

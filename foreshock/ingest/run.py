@@ -59,6 +59,7 @@ from foreshock.lake import (
     merge_into_lake,
     partition_path,
     record_stored_rows,
+    shard_of,
     with_shard,
 )
 
@@ -577,13 +578,18 @@ def _shard_groups(staged: pl.DataFrame, config: Config, workers: int) -> list[pl
     is one worker."""
     if workers < 2 or staged.height < max(SPLIT_MIN_ROWS, 1):
         return [staged]
-    keyed = with_shard(staged, lake_shards(config.lake_dir, config.shards))
+    shards = lake_shards(config.lake_dir, config.shards)
     # One group per worker (shard number modulo workers; crc32 spreads units evenly): fewer,
-    # larger pieces cost less per-call overhead than one piece per shard.  Groups in order
-    # of their first rows, as partition_by gives them; a filter each costs less than it.
-    numbers = keyed.select(pl.col("shard") % workers).to_series()
+    # larger pieces cost less per-call overhead than one piece per shard.  Each distinct
+    # unit's group is computed once and looked up by the unit's position (an enum cast).
+    # Groups in order of their first rows, as partition_by gives them; a filter each costs
+    # less than it.
+    unit_ids = staged.get_column("unit_id").cast(pl.String)
+    units = unit_ids.unique().drop_nulls()
+    group_of_unit = pl.Series([shard_of(u, shards) % workers for u in units.to_list()], dtype=pl.Int32)
+    numbers = group_of_unit.gather(unit_ids.cast(pl.Enum(units)).to_physical())
     return [
-        keyed.filter(numbers.is_null() if number is None else numbers == number)
+        staged.filter(numbers.is_null() if number is None else numbers == number)
         for number in numbers.unique(maintain_order=True).to_list()
     ]
 

@@ -328,7 +328,8 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     if scan.height == 0:
         return scan
     before = scan.filter(pl.col("ts") < first)
-    latest = before.group_by(series).agg(pl.col("ts").max(), pl.col("value").sort_by("ts").last())
+    # A series' times are distinct (they are keys): its value at the latest time.
+    latest = before.group_by(series).agg(pl.col("ts").max(), pl.col("value").get(pl.col("ts").arg_max()))
     return pl.concat([latest.select(scan.columns), scan.filter(pl.col("ts") >= first)])
 
 

@@ -56,7 +56,7 @@ def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     staged = pl.DataFrame({"unit_id": [names[i] for i in rng.integers(0, len(names), 5000)], "x": range(5000)})
     keyed = with_shard(staged, config.shards)
     expected = [
-        g.drop("_group")
+        g.drop("_group", "shard")
         for g in keyed.with_columns(_group=pl.col("shard") % 2).partition_by("_group", maintain_order=True)
     ]
     monkeypatch.setattr(run, "SPLIT_MIN_ROWS", 0)
