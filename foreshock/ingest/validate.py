@@ -177,6 +177,8 @@ def _apply(frame: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr, str]]) -> t
     conditions = [condition.fill_null(False) for condition, _, _ in checks]
     failing = pl.col("_reason").is_not_null() | (pl.any_horizontal(conditions) if conditions else pl.lit(False))
     marked = frame.with_columns(_failing=failing)
+    if not marked.get_column("_failing").any():  # the common case: no copy of the rows
+        return frame, frame.head(0)
     good = marked.filter(~pl.col("_failing")).drop("_failing")
     number = pl.lit(None, dtype=pl.Int16)
     for index in reversed(range(len(checks))):
