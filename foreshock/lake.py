@@ -408,7 +408,7 @@ def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:
     caller then takes the exact path, so a collision costs time, never a row."""
     if frame.height < 2:
         return True
-    hashes = frame.select(pl.struct(key).hash(seed=0)).to_series()
+    hashes = frame.select(key).hash_rows(seed=0)
     return hashes.n_unique() == hashes.len()
 
 
