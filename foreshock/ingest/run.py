@@ -486,13 +486,35 @@ def record_catalog(lake_dir: Path, catalog: Catalog) -> None:
     """Merge the run's metric catalog into the one the lake records (``_catalog.yaml``), so
     later stages know every metric the lake holds without being told the file again."""
     with lake_lock(lake_dir):
-        recorded = read_lake_catalog(lake_dir)
+        recorded = _recorded_catalog(lake_dir)
         merged = catalog if recorded is None else merge_catalogs(recorded, catalog)
         if recorded is None or catalog_to_dict(merged) != catalog_to_dict(recorded):
             text = yaml.safe_dump(catalog_to_dict(merged), sort_keys=True, allow_unicode=True)
             atomic_write_text(
                 lake_catalog_path(lake_dir), "# written by foreshock ingest: the lake's metric catalog\n" + text
             )
+
+
+# The lake catalog last read, by path, with the file's identity (inode, mtime, size) then:
+# a run reads it once, not once per batch, while no one rewrites it.
+_read_catalogs: dict[str, tuple[tuple[int, int, int], Catalog]] = {}
+
+
+def _recorded_catalog(lake_dir: Path) -> Catalog | None:
+    """``read_lake_catalog(lake_dir)``, parsed again only when the file has changed."""
+    path = lake_catalog_path(lake_dir)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return read_lake_catalog(lake_dir)
+    stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+    cached = _read_catalogs.get(str(path))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    recorded = read_lake_catalog(lake_dir)
+    if recorded is not None:
+        _read_catalogs[str(path)] = (stamp, recorded)
+    return recorded
 
 
 def _upsert_inventory(
