@@ -495,25 +495,24 @@ def record_catalog(lake_dir: Path, catalog: Catalog) -> None:
             )
 
 
-# The lake catalog last read, by path, with the file's identity (inode, mtime, size) then:
-# a run reads it once, not once per batch, while no one rewrites it.
-_read_catalogs: dict[str, tuple[tuple[int, int, int], Catalog]] = {}
+# The lake catalog last read, by path, with its text: a run parses it once, not once per
+# batch, while its text stays the same (reading 5 KB costs little; parsing YAML does not).
+_read_catalogs: dict[str, tuple[str, Catalog]] = {}
 
 
 def _recorded_catalog(lake_dir: Path) -> Catalog | None:
-    """``read_lake_catalog(lake_dir)``, parsed again only when the file has changed."""
+    """``read_lake_catalog(lake_dir)``, parsed again only when the file's text changed."""
     path = lake_catalog_path(lake_dir)
     try:
-        info = path.stat()
-    except FileNotFoundError:
+        text = path.read_text()
+    except (FileNotFoundError, IsADirectoryError):
         return read_lake_catalog(lake_dir)
-    stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
     cached = _read_catalogs.get(str(path))
-    if cached is not None and cached[0] == stamp:
+    if cached is not None and cached[0] == text:
         return cached[1]
     recorded = read_lake_catalog(lake_dir)
     if recorded is not None:
-        _read_catalogs[str(path)] = (stamp, recorded)
+        _read_catalogs[str(path)] = (text, recorded)
     return recorded
 
 

@@ -64,3 +64,107 @@ def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     assert len(got) == len(expected) == 3
     for a, b in zip(got, expected):
         assert a.equals(b)
+
+
+def _old_series_sort(parts: list[pl.DataFrame], series_count: int) -> pl.DataFrame:
+    return pl.concat(parts, how="vertical_relaxed").sort("_sid", "ts", maintain_order=True)
+
+
+def _old_shard_groups(staged: pl.DataFrame, config, workers: int) -> list[pl.DataFrame]:
+    if workers < 2:
+        return [staged]
+    keyed = with_shard(staged, config.shards).drop("shard")
+    groups = keyed.with_columns(
+        _group=pl.col("unit_id").map_elements(lambda u: shard_of(u, config.shards) % workers, return_dtype=pl.Int32)
+    ).partition_by("_group", maintain_order=True)
+    return [group.drop("_group") for group in groups]
+
+
+def _canonical_landing(root, units: list[str], seed: int, day: int) -> None:
+    """A day of unsorted canonical samples (a counter and a gauge, metric after metric) with
+    rows repeated in the file, conflicting values, a counter jump, rows of the day before
+    (stored already by the first ingest) and a row of the next day."""
+    rng = np.random.default_rng(seed)
+    start = T0.replace(day=day)
+    times = pl.datetime_range(start, start.replace(hour=23), "1h", eager=True, time_zone="UTC")
+    grid = pl.DataFrame({"unit_id": units}).join(pl.DataFrame({"ts": times}), how="cross")
+    counter = grid.with_columns(
+        metric=pl.lit("ecc_sbe_volatile_total"),
+        value=pl.Series(np.cumsum(rng.poisson(0.3, (len(units), len(times))), axis=1).ravel().astype(float)),
+    )
+    gauge = grid.with_columns(metric=pl.lit("gpu_temp_c"), value=pl.Series(rng.uniform(30, 80, grid.height).round(1)))
+    rows = pl.concat([counter, gauge])
+    extra = [
+        rows.slice(10, 25),  # repeated: duplicates
+        rows.slice(40, 5).with_columns(value=pl.col("value") + 3),  # same keys, other values: conflicts
+        counter.slice(60, 1).with_columns(value=pl.lit(1e9)),  # a counter jump (the key repeats too)
+        gauge.head(3).with_columns(ts=pl.col("ts") + pl.duration(days=1)),  # the next day
+    ]
+    if day > 1:  # the day before, as the first ingest stored it (duplicates) and one changed
+        before = pl.read_parquet(root.parent / "day1" / f"samples-2026-11-{day - 1:02d}.parquet").head(200)
+        extra += [before, before.tail(2).with_columns(value=pl.col("value") + 7)]
+    frame = pl.concat([rows, *extra]).sample(fraction=1.0, shuffle=True, seed=seed)
+    root.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(root / f"samples-2026-11-{day:02d}.parquet")
+
+
+def _ingest_twice(tmp_path, data_dir, monkeypatch):
+    from foreshock.ingest import ingest_path
+
+    config = load_config(data_dir=data_dir).with_overrides(
+        {"ingest": {"timezone": "UTC"}, "runner": {"local_workers": 2}}
+    )
+    monkeypatch.setattr(run, "SPLIT_MIN_ROWS", 0)  # split every batch into shard groups
+    reports = [ingest_path(tmp_path / name, config) for name in ("inventory", "day1", "day2")]
+    lake = config.lake_dir
+    files = {str(p.relative_to(lake)): pl.read_parquet(p) for p in sorted(lake.rglob("part.parquet"))}
+    quarantine = [pl.read_parquet(p).drop("run_id") for p in sorted(config.quarantine_dir.rglob("*.parquet"))]
+    accounting = [
+        sorted(
+            (f.path, f.status, f.rows_read, f.rows_stored, f.rows_quarantined, f.duplicates_dropped) for f in r.files
+        )
+        for r in reports
+    ]
+    changes = (lake / "_changes.jsonl").read_text()
+    return files, quarantine, accounting, changes
+
+
+def test_an_unsorted_messy_ingest_gives_what_the_plain_splits_and_sorts_give(tmp_path, monkeypatch):
+    """Unsorted rows over two days and several shards, duplicates and conflicts within a
+    file and against the lake, a counter jump: the lake files (rows and their order), the
+    quarantine, the per-file accounting and the change log are those of the plain
+    operations (partition_by and a sort per partition, one stable sort of the counter
+    readings, partition_by into shard groups)."""
+    import foreshock.ingest.validate as validate
+    import foreshock.lake as lake
+
+    units = [f"node{n:02d}-gpu{g}" for n in range(9) for g in range(4)]
+    inventory = pl.DataFrame(
+        {
+            "unit_id": units,
+            "node": [u.split("-")[0] for u in units],
+            "rack": "rack01",
+            "model": "NVIDIA H100 80GB HBM3",
+            "installed_at": "2026-01-01T00:00:00Z",
+        }
+    )
+    (tmp_path / "inventory").mkdir()
+    inventory.write_csv(tmp_path / "inventory" / "inventory.csv")
+    _canonical_landing(tmp_path / "day1", units, 1, 1)
+    _canonical_landing(tmp_path / "day2", units, 2, 2)
+
+    new = _ingest_twice(tmp_path, tmp_path / "new", monkeypatch)
+    monkeypatch.setattr(lake, "_split_sorted", lambda *args, **kwargs: None)
+    monkeypatch.setattr(validate, "_sort_by_series_time", _old_series_sort)
+    monkeypatch.setattr(run, "_shard_groups", _old_shard_groups)
+    old = _ingest_twice(tmp_path, tmp_path / "old", monkeypatch)
+
+    files, quarantine, accounting, changes = new
+    assert sum(row[4] for report in accounting for row in report) >= 8  # conflicts, the jump: quarantined
+    assert sum(row[5] for report in accounting for row in report) >= 200  # duplicates
+    assert files.keys() == old[0].keys() and len(files) > 4
+    for name, frame in files.items():
+        assert frame.equals(old[0][name]), name
+    assert len(quarantine) == len(old[1]) and all(a.equals(b) for a, b in zip(quarantine, old[1]))
+    assert accounting == old[2]
+    assert changes == old[3]
