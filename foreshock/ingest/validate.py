@@ -37,9 +37,12 @@ ID_RUST_PATTERN = "^(?:" + ID_PATTERN.pattern.removesuffix("\\Z") + ")$"  # Rust
 ID_RULE = "letters, digits and . _ : - only: no spaces, shell metacharacters or path separators"
 
 
-def _bad_id(frame: pl.DataFrame, column: str) -> tuple[pl.Expr, pl.Expr, str]:
-    # Ids repeat on every row: check each distinct value once.
-    bad = [v for v in frame.get_column(column).unique().drop_nulls().to_list() if not ID_PATTERN.fullmatch(v)]
+def _bad_id(frame: pl.DataFrame, column: str, distinct: list[str] | None = None) -> tuple[pl.Expr, pl.Expr, str]:
+    # Ids repeat on every row: check each distinct value once (``distinct``: the column's
+    # distinct values without null, when the caller has them).
+    if distinct is None:
+        distinct = frame.get_column(column).unique().drop_nulls().to_list()
+    bad = [v for v in distinct if not ID_PATTERN.fullmatch(v)]
     value = pl.col(column)
     return (
         value.is_in(pl.Series(bad, dtype=pl.String).implode()) if bad else pl.lit(False),
@@ -53,9 +56,10 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
 
     Rows the parser already rejected stay bad with the parser's reason.
     """
+    units = frame.get_column("unit_id").unique().drop_nulls().to_list()  # used by two checks
     checks: list[tuple[pl.Expr, pl.Expr, str]] = [
         (pl.col("unit_id").is_null(), pl.lit("missing unit_id"), "unit_id"),
-        _bad_id(frame, "unit_id"),
+        _bad_id(frame, "unit_id", units),
     ]
     if table == "inventory":
         checks += [_bad_id(frame, "node"), _bad_id(frame, "rack")]
@@ -82,7 +86,7 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
         ]
     if table != "inventory" and ctx.has_inventory:
         known = set(ctx.known_units().to_list())
-        strangers = [u for u in frame.get_column("unit_id").unique().drop_nulls().to_list() if u not in known]
+        strangers = [u for u in units if u not in known]
         unknown = (
             pl.col("unit_id").is_in(pl.Series(strangers, dtype=pl.String).implode()) if strangers else pl.lit(False)
         )
