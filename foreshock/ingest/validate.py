@@ -317,7 +317,6 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     the last one before ``first`` (back to the day before), and those from ``first`` to
     ``last``.  Earlier ones are never a new reading's previous one, so they are not kept
     (an append batch sorts its own readings plus one per series, not the stored days)."""
-    series = ["unit_id", "metric"]
     shards = lake_shards(ctx.lake_dir, ctx.shards)
     scan = (
         scan_table(
@@ -334,8 +333,17 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     if scan.height == 0:
         return scan
     before = scan.filter(pl.col("ts") < first)
-    # A series' times are distinct (they are keys): its value at the latest time.
-    latest = before.group_by(series).agg(pl.col("ts").max(), pl.col("value").get(pl.col("ts").arg_max()))
+    # A series' times are distinct (they are keys): its value at the latest time.  Grouped
+    # by the series number (the scan holds only ``units`` and ``metrics``), not two strings.
+    number, _ = _series_number(units, metrics)
+    latest = before.group_by(number.alias("_sid")).agg(pl.col("ts").max(), pl.col("value").get(pl.col("ts").arg_max()))
+    sid = latest.get_column("_sid")
+    latest = latest.select(
+        unit_id=units.gather(sid // len(metrics)),
+        ts=pl.col("ts"),
+        metric=pl.Series(metrics, dtype=pl.String).gather(sid % len(metrics)),
+        value=pl.col("value"),
+    )
     return pl.concat([latest.select(scan.columns), scan.filter(pl.col("ts") >= first)])
 
 
