@@ -83,9 +83,12 @@ def shard_of(unit_id: str, shards: int) -> int:
 
 
 def with_shard(df: pl.DataFrame, shards: int) -> pl.DataFrame:
-    units = df.get_column("unit_id").unique().drop_nulls()
+    """``df`` with each row's ``shard`` (Int32, null without a unit): crc32 once per distinct
+    unit, then looked up by the unit's position among them (an enum cast)."""
+    unit_ids = df.get_column("unit_id").cast(pl.String)
+    units = unit_ids.unique().drop_nulls()
     numbers = pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int32)
-    return df.with_columns(shard=pl.col("unit_id").replace_strict(units, numbers, default=None, return_dtype=pl.Int32))
+    return df.with_columns(shard=numbers.gather(unit_ids.cast(pl.Enum(units)).to_physical()))
 
 
 def lake_shards(lake_dir: Path, default: int) -> int:
@@ -270,6 +273,45 @@ def _sort_order(table: str) -> list[str]:
     return ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
 
 
+def _rank_parts(frame: pl.DataFrame, names: list[str]) -> list[tuple[pl.Expr, int]] | None:
+    """Each column of ``names`` as a non-negative integer rank expression with the bits it
+    needs (strings ranked over their distinct values, times and integers offset from their
+    minimum), in the order of the values; None when a column has nulls or another type."""
+    parts: list[tuple[pl.Expr, int]] = []
+    for name in names:
+        column = frame.get_column(name)
+        if column.null_count():
+            return None
+        if column.dtype == pl.String:
+            distinct = column.unique().sort()
+            rank = _rank_of(name, distinct)
+            span = distinct.len() - 1
+        elif column.dtype.is_temporal() or column.dtype.is_integer():
+            physical = column.to_physical()
+            low, high = physical.min(), physical.max()
+            rank = (pl.col(name).to_physical().cast(pl.Int64) - low).cast(pl.UInt64)
+            span = high - low
+        else:
+            return None
+        parts.append((rank, max(int(span), 0).bit_length()))
+    return parts
+
+
+def _rank_of(name: str, distinct: pl.Series) -> pl.Expr:
+    """Each value of the string column ``name`` as its position in ``distinct`` (which
+    holds every value of the column, once): a cast to an enum of those values, cheaper
+    than a lookup by value."""
+    return pl.col(name).cast(pl.Enum(distinct)).to_physical().cast(pl.UInt64)
+
+
+def _packed(parts: list[tuple[pl.Expr, int]]) -> pl.Expr:
+    """One 64-bit key from ``parts`` (the first is the most significant)."""
+    key = pl.lit(0, dtype=pl.UInt64)
+    for rank, bits in parts:
+        key = key * pl.lit(1 << bits, dtype=pl.UInt64) + rank if bits else key
+    return key
+
+
 def sort_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
     """``frame`` in partition order (:func:`_sort_order`), the order ``frame.sort`` gives.
 
@@ -281,30 +323,83 @@ def sort_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
     order = _sort_order(table)
     if frame.height < 2:
         return frame
-    parts: list[tuple[pl.Expr, int]] = []  # (non-negative rank expression, bits it needs)
-    for name in order:
-        column = frame.get_column(name)
-        if column.null_count():
-            return frame.sort(order)
-        if column.dtype == pl.String:
-            distinct = column.unique().sort()
-            ranks = pl.int_range(distinct.len(), dtype=pl.UInt64, eager=True)
-            rank = pl.col(name).replace_strict(distinct, ranks, return_dtype=pl.UInt64)
-            span = distinct.len() - 1
-        elif column.dtype.is_temporal() or column.dtype.is_integer():
-            physical = column.to_physical()
-            low, high = physical.min(), physical.max()
-            rank = (pl.col(name).to_physical().cast(pl.Int64) - low).cast(pl.UInt64)
-            span = high - low
-        else:
-            return frame.sort(order)
-        parts.append((rank, max(int(span), 0).bit_length()))
-    if sum(bits for _, bits in parts) > 64:
+    parts = _rank_parts(frame, order)
+    if parts is None or sum(bits for _, bits in parts) > 64:
         return frame.sort(order)
-    key = pl.lit(0, dtype=pl.UInt64)
-    for rank, bits in parts:
-        key = key * pl.lit(1 << bits, dtype=pl.UInt64) + rank if bits else key
-    return frame.sort(key, maintain_order=True)
+    return frame.sort(_packed(parts), maintain_order=True)
+
+
+def _split_sorted(
+    frame: pl.DataFrame, table: str, shards: int, *, in_frame_order: bool = True, unique_keys: bool = False
+) -> list[tuple[date, int, pl.DataFrame]] | None:
+    """A telemetry frame split into its partitions, each in partition order: ``(day, shard,
+    rows)``, in the order of the partitions' first rows in ``frame`` (``in_frame_order``)
+    or else in date and shard order.
+
+    Same partitions and rows as ``partition_by`` on (date, shard) followed by
+    :func:`sort_rows` on each, from one sort of the whole frame by a packed 64-bit key
+    (date, then the unit ranked by shard and id, then time and the rest of the key; the
+    shard is a function of the unit, so it needs no bits of its own), skipped when the
+    rows are in that order already.  Each partition is a slice of the sorted frame.
+    None when the key does not pack (nulls, ranges too wide): the caller splits as before.
+    ``unique_keys``: no two rows share a key (the caller deduplicated them), so the order
+    is the same without keeping the order of ties, which sorts faster.
+    """
+    time_col = TIME_COLUMN[table]
+    order = _sort_order(table)
+    if frame.height == 0 or any(frame.get_column(name).null_count() for name in order):
+        return None
+    rest = _rank_parts(frame, order[1:])
+    if rest is None:
+        return None
+    units = frame.get_column("unit_id").unique()
+    by_shard = pl.DataFrame(
+        {"unit_id": units, "shard": pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int64)}
+    ).sort("shard", "unit_id")
+    unit_shard = by_shard.get_column("shard")
+    unit_bits = max(units.len() - 1, 0).bit_length()
+    unit_rank = _rank_of("unit_id", by_shard.get_column("unit_id"))
+    dtype = frame.schema[time_col]
+    per_day = {"us": 86_400_000_000, "ns": 86_400_000_000_000, "ms": 86_400_000}.get(getattr(dtype, "time_unit", None))
+    if isinstance(dtype, pl.Datetime) and dtype.time_zone in (None, "UTC") and per_day:
+        day = pl.col(time_col).to_physical() // per_day  # the UTC date's day number, without a calendar pass
+    else:
+        day = pl.col(time_col).dt.date().to_physical().cast(pl.Int64)
+    first_day, last_day = frame.select(day.min().alias("first"), day.max().alias("last")).row(0)
+    day_bits = int(last_day - first_day).bit_length()
+    parts = [((day - first_day).cast(pl.UInt64), day_bits), (unit_rank, unit_bits), *rest]
+    if sum(bits for _, bits in parts) > 64:
+        return None
+    low_bits = sum(bits for _, bits in rest)
+    keyed = frame.with_columns(_key=_packed(parts))
+
+    def partition_of(key: pl.Series) -> pl.Series:
+        """Day rank * shards + shard of each packed key."""
+        rank = _shifted(key, low_bits) % (1 << unit_bits)
+        return _shifted(key, low_bits + unit_bits).cast(pl.Int64) * shards + unit_shard.gather(rank)
+
+    first_seen = None
+    if in_frame_order:
+        first_seen = partition_of(keyed.get_column("_key")).unique(maintain_order=True).to_list()
+    if not keyed.get_column("_key").is_sorted():
+        keyed = keyed.sort("_key", maintain_order=not unique_keys)
+    runs = partition_of(keyed.get_column("_key")).rle()
+    rows = keyed.drop("_key")
+    epoch = date(1970, 1, 1).toordinal()
+    pieces: dict[int, tuple[date, int, pl.DataFrame]] = {}
+    offset = 0
+    for length, number in zip(runs.struct.field("len").to_list(), runs.struct.field("value").to_list()):
+        day_of = date.fromordinal(epoch + first_day + number // shards)
+        pieces[number] = (day_of, number % shards, rows.slice(offset, length))
+        offset += length
+    return [pieces[n] for n in first_seen] if first_seen is not None else list(pieces.values())
+
+
+def _shifted(key: pl.Series, bits: int) -> pl.Series:
+    """``key >> bits`` for a UInt64 series."""
+    if bits >= 64:
+        return pl.zeros(key.len(), dtype=pl.UInt64, eager=True)
+    return key // pl.Series([1 << bits], dtype=pl.UInt64)
 
 
 def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:
@@ -313,7 +408,7 @@ def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:
     caller then takes the exact path, so a collision costs time, never a row."""
     if frame.height < 2:
         return True
-    hashes = frame.select(pl.struct(key).hash(seed=0)).to_series()
+    hashes = frame.select(key).hash_rows(seed=0)
     return hashes.n_unique() == hashes.len()
 
 
@@ -323,6 +418,7 @@ def _merge_one(
     table: str,
     fast: bool = True,
     deduplicated: bool = False,
+    presorted: bool = False,
 ) -> pl.DataFrame:
     """Merge ``new`` into the file at ``path``; returns the rows newly stored.
 
@@ -334,13 +430,14 @@ def _merge_one(
     older), which gives exactly the order a full sort gives.  Anything else takes the
     exact path: deduplicate, anti-join with the stored keys, sort everything.
     ``deduplicated``: the caller has already dropped repeated and stored keys under the
-    same hold of the lake lock, so neither check is repeated here.
+    same hold of the lake lock, so neither check is repeated here.  ``presorted``: ``new``
+    is in partition order already (:func:`_split_sorted`).
     """
     key = list(KEYS[table])
     time_col = TIME_COLUMN[table]
     existing = pl.read_parquet(path) if path.exists() else None
     if fast and time_col is not None and (deduplicated or _keys_unique(new, key)):
-        new = sort_rows(new, table)
+        new = new if presorted else sort_rows(new, table)
         if existing is None:
             atomic_write_parquet(new, path)
             return new
@@ -456,15 +553,15 @@ def merge_into_lake(
             result.rows_stored += stored
             result.partitions_written += int(stored > 0)
         else:
-            keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
-            parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
-            for (day, shard), part in parts.items():
+            split = _split_sorted(df, table, shards, in_frame_order=record_changes, unique_keys=deduplicated)
+            presorted = split is not None
+            if split is None:
+                keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
+                parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
+                split = [(day, shard, part.drop("_date", "shard")) for (day, shard), part in parts.items()]
+            for day, shard, part in split:
                 fresh = _merge_one(
-                    partition_path(lake_dir, table, day, shard),
-                    part.drop("_date", "shard"),
-                    table,
-                    fast_path,
-                    deduplicated,
+                    partition_path(lake_dir, table, day, shard), part, table, fast_path, deduplicated, presorted
                 )
                 result.rows_stored += fresh.height
                 result.partitions_written += int(fresh.height > 0)

@@ -7,7 +7,18 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
-from foreshock.lake import _sort_order, lake_summary, merge_into_lake, partition_files, read_table, shard_of, sort_rows
+from foreshock.lake import (
+    _sort_order,
+    _split_sorted,
+    lake_summary,
+    merge_into_lake,
+    partition_files,
+    read_changes,
+    read_table,
+    shard_of,
+    sort_rows,
+    with_shard,
+)
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -185,6 +196,90 @@ def test_partition_order_is_the_order_of_a_plain_sort():
         expected = frame.sort(_sort_order(table))
         assert sort_rows(frame, table).equals(expected)
         assert not frame.equals(expected)  # the input was not already in order
+
+
+def _split_by_partition_by(frame: pl.DataFrame, table: str, shards: int) -> list:
+    """The split ``merge_into_lake`` made before ``_split_sorted``: partition_by, then a sort each."""
+    time_col = "ts"
+    keyed = with_shard(frame, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
+    parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
+    return [(day, shard, sort_rows(part.drop("_date", "shard"), table)) for (day, shard), part in parts.items()]
+
+
+def test_one_sort_split_gives_the_partitions_of_partition_by_and_a_sort_each():
+    """Unsorted rows over several days and shards, repeated keys, rows already in order,
+    events (an integer in the key), and keys too wide to pack (the caller falls back)."""
+    units = [f"node{n}-gpu{g}" for n in range(7) for g in range(3)] + ["a", "B"]
+    mixed = pl.concat([_samples(units, 60, metric=m, offset=k) for k, m in enumerate(("zeta", "gpu_temp_c", "Alpha"))])
+    shuffled = mixed.sample(fraction=1.0, shuffle=True, seed=5)
+    repeated = pl.concat([shuffled, shuffled.head(50).with_columns(value=pl.col("value") + 1), shuffled.tail(9)])
+    in_order = pl.concat([part for _, _, part in _split_by_partition_by(mixed, "samples", 4)])
+    events = pl.DataFrame(
+        {
+            "unit_id": ["b", "a", "b", "a", "a", "c"],
+            "ts": [T0, T0, T0 - timedelta(days=3), T0 + timedelta(hours=30), T0, T0],
+            "source": ["xid", "xid", "dmesg", "dmesg", "xid", "xid"],
+            "code": [79, 48, 13, 79, -2, 79],
+            "count": [1, 1, 1, 1, 1, 2],
+        }
+    )
+    cases = [
+        ("samples", shuffled, 4),
+        ("samples", repeated, 8),
+        ("samples", in_order, 4),
+        ("samples", mixed, 1),
+        ("samples", mixed.head(1), 3),
+        ("events", events, 2),
+    ]
+    for table, frame, shards in cases:
+        expected = _split_by_partition_by(frame, table, shards)
+        for in_frame_order in (True, False):
+            unique = frame.select(_sort_order(table)).is_unique().all()
+            got = _split_sorted(frame, table, shards, in_frame_order=in_frame_order, unique_keys=unique)
+            assert got is not None
+            if not in_frame_order:
+                expected_here = sorted(expected, key=lambda piece: (piece[0], piece[1]))
+            else:
+                expected_here = expected
+            assert [(d, s) for d, s, _ in got] == [(d, s) for d, s, _ in expected_here]
+            for (_, _, part), (_, _, want) in zip(got, expected_here):
+                assert part.equals(want)
+    decades = shuffled.with_columns(ts=pl.col("ts") + pl.duration(days=pl.int_range(pl.len()) * 73_000))
+    assert _split_sorted(decades, "samples", 4) is None  # too wide to pack
+    assert _split_sorted(events.with_columns(source=pl.lit(None, dtype=pl.String)), "events", 2) is None
+
+
+def test_merges_of_unsorted_mixed_batches_keep_the_lake_and_change_log_of_the_old_split(tmp_path, monkeypatch):
+    """Mixed dates and shards, unsorted rows, duplicates within a batch and against the lake:
+    the same files, accounting and change log with the one-sort split and without it."""
+    import foreshock.lake as lake_module
+
+    units = [f"node{n}-gpu{g}" for n in range(5) for g in range(4)]
+    day = pl.concat([_samples(units, 40, metric=m) for m in ("ecc_sbe_volatile_total", "gpu_temp_c")])
+    batches = [
+        day.sample(fraction=0.6, shuffle=True, seed=1),
+        day.sample(fraction=0.7, shuffle=True, seed=2),  # overlaps the first: duplicates against the lake
+        pl.concat([day.tail(30), day.tail(30)]),  # repeated within the batch
+        _samples(units[:3], 60, offset=1.0).sample(fraction=1.0, shuffle=True, seed=4),  # late and later rows
+    ]
+    outcomes = {}
+    for split in (True, False):
+        lake = tmp_path / str(split)
+        if not split:
+            monkeypatch.setattr(lake_module, "_split_sorted", lambda *args, **kwargs: None)
+        for fast in (True, False):
+            results = [
+                merge_into_lake(lake / str(fast), "samples", b, shards=3, fast_path=fast).__dict__ for b in batches
+            ]
+            outcomes[split, fast] = (results, _partitions(lake / str(fast)), read_changes(lake / str(fast)))
+        monkeypatch.undo()
+    for fast in (True, False):
+        (results, parts, changes), (old_results, old_parts, old_changes) = outcomes[True, fast], outcomes[False, fast]
+        assert results == old_results and changes == old_changes
+        assert parts.keys() == old_parts.keys() and len(parts) > 3
+        for name, frame in parts.items():
+            assert frame.equals(old_parts[name]), name
+    assert outcomes[True, True][1].keys() == outcomes[True, False][1].keys()
 
 
 def _hold_lock_and_die(lake: str) -> None:

@@ -59,6 +59,7 @@ from foreshock.lake import (
     merge_into_lake,
     partition_path,
     record_stored_rows,
+    shard_of,
     with_shard,
 )
 
@@ -485,13 +486,34 @@ def record_catalog(lake_dir: Path, catalog: Catalog) -> None:
     """Merge the run's metric catalog into the one the lake records (``_catalog.yaml``), so
     later stages know every metric the lake holds without being told the file again."""
     with lake_lock(lake_dir):
-        recorded = read_lake_catalog(lake_dir)
+        recorded = _recorded_catalog(lake_dir)
         merged = catalog if recorded is None else merge_catalogs(recorded, catalog)
         if recorded is None or catalog_to_dict(merged) != catalog_to_dict(recorded):
             text = yaml.safe_dump(catalog_to_dict(merged), sort_keys=True, allow_unicode=True)
             atomic_write_text(
                 lake_catalog_path(lake_dir), "# written by foreshock ingest: the lake's metric catalog\n" + text
             )
+
+
+# The lake catalog last read, by path, with its text: a run parses it once, not once per
+# batch, while its text stays the same (reading 5 KB costs little; parsing YAML does not).
+_read_catalogs: dict[str, tuple[str, Catalog]] = {}
+
+
+def _recorded_catalog(lake_dir: Path) -> Catalog | None:
+    """``read_lake_catalog(lake_dir)``, parsed again only when the file's text changed."""
+    path = lake_catalog_path(lake_dir)
+    try:
+        text = path.read_text()
+    except (FileNotFoundError, IsADirectoryError):
+        return read_lake_catalog(lake_dir)
+    cached = _read_catalogs.get(str(path))
+    if cached is not None and cached[0] == text:
+        return cached[1]
+    recorded = read_lake_catalog(lake_dir)
+    if recorded is not None:
+        _read_catalogs[str(path)] = (text, recorded)
+    return recorded
 
 
 def _upsert_inventory(
@@ -577,11 +599,20 @@ def _shard_groups(staged: pl.DataFrame, config: Config, workers: int) -> list[pl
     is one worker."""
     if workers < 2 or staged.height < max(SPLIT_MIN_ROWS, 1):
         return [staged]
-    keyed = with_shard(staged, lake_shards(config.lake_dir, config.shards))
+    shards = lake_shards(config.lake_dir, config.shards)
     # One group per worker (shard number modulo workers; crc32 spreads units evenly): fewer,
-    # larger pieces cost less per-call overhead than one piece per shard.
-    groups = keyed.with_columns(_group=pl.col("shard") % workers).partition_by("_group", maintain_order=True)
-    return [group.drop("_group") for group in groups]
+    # larger pieces cost less per-call overhead than one piece per shard.  Each distinct
+    # unit's group is computed once and looked up by the unit's position (an enum cast).
+    # Groups in order of their first rows, as partition_by gives them; a filter each costs
+    # less than it.
+    unit_ids = staged.get_column("unit_id").cast(pl.String)
+    units = unit_ids.unique().drop_nulls()
+    group_of_unit = pl.Series([shard_of(u, shards) % workers for u in units.to_list()], dtype=pl.Int32)
+    numbers = group_of_unit.gather(unit_ids.cast(pl.Enum(units)).to_physical())
+    return [
+        staged.filter(numbers.is_null() if number is None else numbers == number)
+        for number in numbers.unique(maintain_order=True).to_list()
+    ]
 
 
 def _run_parallel(calls: list, config: Config, workers: int) -> list:
@@ -649,7 +680,8 @@ def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl
     values = _value_columns(table)
     # Most batches have no repeated key: find candidates by a hash of the key (sorting
     # 64-bit hashes is far cheaper than grouping by three columns), then check exactly.
-    hashes = good.select(pl.struct(key).hash(seed=0)).to_series()
+    # (``hash_rows`` costs a third of hashing a struct of the key columns.)
+    hashes = good.select(key).hash_rows(seed=0)
     ordered = hashes.sort()
     repeated = ordered.slice(1).filter(ordered.slice(1) == ordered.slice(0, max(ordered.len() - 1, 0))).unique()
     if repeated.len() == 0:

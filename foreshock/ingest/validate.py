@@ -37,9 +37,12 @@ ID_RUST_PATTERN = "^(?:" + ID_PATTERN.pattern.removesuffix("\\Z") + ")$"  # Rust
 ID_RULE = "letters, digits and . _ : - only: no spaces, shell metacharacters or path separators"
 
 
-def _bad_id(frame: pl.DataFrame, column: str) -> tuple[pl.Expr, pl.Expr, str]:
-    # Ids repeat on every row: check each distinct value once.
-    bad = [v for v in frame.get_column(column).unique().drop_nulls().to_list() if not ID_PATTERN.fullmatch(v)]
+def _bad_id(frame: pl.DataFrame, column: str, distinct: list[str] | None = None) -> tuple[pl.Expr, pl.Expr, str]:
+    # Ids repeat on every row: check each distinct value once (``distinct``: the column's
+    # distinct values without null, when the caller has them).
+    if distinct is None:
+        distinct = frame.get_column(column).unique().drop_nulls().to_list()
+    bad = [v for v in distinct if not ID_PATTERN.fullmatch(v)]
     value = pl.col(column)
     return (
         value.is_in(pl.Series(bad, dtype=pl.String).implode()) if bad else pl.lit(False),
@@ -53,9 +56,10 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
 
     Rows the parser already rejected stay bad with the parser's reason.
     """
+    units = frame.get_column("unit_id").unique().drop_nulls().to_list()  # used by two checks
     checks: list[tuple[pl.Expr, pl.Expr, str]] = [
         (pl.col("unit_id").is_null(), pl.lit("missing unit_id"), "unit_id"),
-        _bad_id(frame, "unit_id"),
+        _bad_id(frame, "unit_id", units),
     ]
     if table == "inventory":
         checks += [_bad_id(frame, "node"), _bad_id(frame, "rack")]
@@ -82,7 +86,7 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
         ]
     if table != "inventory" and ctx.has_inventory:
         known = set(ctx.known_units().to_list())
-        strangers = [u for u in frame.get_column("unit_id").unique().drop_nulls().to_list() if u not in known]
+        strangers = [u for u in units if u not in known]
         unknown = (
             pl.col("unit_id").is_in(pl.Series(strangers, dtype=pl.String).implode()) if strangers else pl.lit(False)
         )
@@ -177,6 +181,8 @@ def _apply(frame: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr, str]]) -> t
     conditions = [condition.fill_null(False) for condition, _, _ in checks]
     failing = pl.col("_reason").is_not_null() | (pl.any_horizontal(conditions) if conditions else pl.lit(False))
     marked = frame.with_columns(_failing=failing)
+    if not marked.get_column("_failing").any():  # the common case: no copy of the rows
+        return frame, frame.head(0)
     good = marked.filter(~pl.col("_failing")).drop("_failing")
     number = pl.lit(None, dtype=pl.Int16)
     for index in reversed(range(len(checks))):
@@ -271,19 +277,23 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
         return frame.with_columns(empty)
     first, last = candidates.get_column("ts").min(), candidates.get_column("ts").max()
     # Number each series (unit, metric) from the unit's and the metric's numbers: the sort
-    # and the look-back to the previous reading then run over integers, not strings.
-    units = candidates.get_column("unit_id").unique()
+    # and the look-back to the previous reading then run over integers, not strings.  Units
+    # are numbered in order of appearance, so a batch listing each unit's readings in time
+    # order (one metric after another) is in series order already and needs no sort.
+    units = candidates.get_column("unit_id").unique(maintain_order=True)
     metrics = sorted(limits)
-    series = _series_number(units, metrics)
+    series, metric_number = _series_number(units, metrics)
     stored = _stored_counters(ctx, units, metrics, first, last)
-    rate = pl.col("metric").replace_strict(limits, default=None, return_dtype=pl.Float64)
+    rate = metric_number.replace_strict(
+        list(range(len(metrics))), [limits[m] for m in metrics], default=None, return_dtype=pl.Float64
+    )
     numbered = [
         part.select(_sid=series, _max_rate=rate, ts=pl.col("ts"), value=pl.col("value"), _row=row)
         for part, row in ((stored, pl.lit(None, dtype=pl.UInt32)), (candidates, pl.col("_row")))
     ]
     # Stored readings first, then this batch's in row order: a stable sort by (series, time)
     # puts a stored reading before a new one at the same time, and new ones in row order.
-    readings = _sort_by_series_time(pl.concat(numbered, how="vertical_relaxed"), units.len() * len(metrics))
+    readings = _sort_by_series_time(numbered, units.len() * len(metrics))
     same_series = pl.col("_sid") == pl.col("_sid").shift(1)
     previous = pl.when(same_series).then(pl.col("value").shift(1))
     seconds = pl.when(same_series).then((pl.col("ts") - pl.col("ts").shift(1)).dt.total_microseconds() / 1e6)
@@ -307,7 +317,6 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     the last one before ``first`` (back to the day before), and those from ``first`` to
     ``last``.  Earlier ones are never a new reading's previous one, so they are not kept
     (an append batch sorts its own readings plus one per series, not the stored days)."""
-    series = ["unit_id", "metric"]
     shards = lake_shards(ctx.lake_dir, ctx.shards)
     scan = (
         scan_table(
@@ -324,30 +333,57 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     if scan.height == 0:
         return scan
     before = scan.filter(pl.col("ts") < first)
-    latest = before.group_by(series).agg(pl.col("ts").max(), pl.col("value").sort_by("ts").last())
+    # A series' times are distinct (they are keys): its value at the latest time.  Grouped
+    # by the series number (the scan holds only ``units`` and ``metrics``), not two strings.
+    number, _ = _series_number(units, metrics)
+    latest = before.group_by(number.alias("_sid")).agg(pl.col("ts").max(), pl.col("value").get(pl.col("ts").arg_max()))
+    sid = latest.get_column("_sid")
+    latest = latest.select(
+        unit_id=units.gather(sid // len(metrics)),
+        ts=pl.col("ts"),
+        metric=pl.Series(metrics, dtype=pl.String).gather(sid % len(metrics)),
+        value=pl.col("value"),
+    )
     return pl.concat([latest.select(scan.columns), scan.filter(pl.col("ts") >= first)])
 
 
-def _series_number(units: pl.Series, metrics: list[str]) -> pl.Expr:
-    """``unit number * len(metrics) + metric number`` (null for other units and metrics)."""
-    unit = pl.col("unit_id").replace_strict(
-        units, pl.int_range(units.len(), dtype=pl.UInt64, eager=True), default=None, return_dtype=pl.UInt64
-    )
-    metric = pl.col("metric").replace_strict(metrics, list(range(len(metrics))), default=None, return_dtype=pl.UInt64)
-    return unit * len(metrics) + metric
+def _series_number(units: pl.Series, metrics: list[str]) -> tuple[pl.Expr, pl.Expr]:
+    """``(unit number * len(metrics) + metric number, metric number)`` for rows whose unit
+    is one of ``units`` (distinct, no null) and metric one of ``metrics`` (the callers'
+    rows are filtered so): a cast to an enum of those values, cheaper than a lookup by value."""
+    unit = pl.col("unit_id").cast(pl.Enum(units)).to_physical().cast(pl.UInt64)
+    metric = pl.col("metric").cast(pl.Enum(metrics)).to_physical().cast(pl.UInt64)
+    return unit * len(metrics) + metric, metric
 
 
-def _sort_by_series_time(readings: pl.DataFrame, series_count: int) -> pl.DataFrame:
-    """Stable sort by ``_sid`` then ``ts``: one packed 64-bit key when the ranges fit."""
+def _sort_by_series_time(parts: list[pl.DataFrame], series_count: int) -> pl.DataFrame:
+    """The rows of ``parts`` (same columns), in that order, stably sorted by ``_sid`` then
+    ``ts``: one packed 64-bit key when the ranges fit.
+
+    Each part is sorted by the key on its own (not at all when it is in order already, as
+    a batch's readings of one unit after another often are) and the parts are merged with
+    an earlier part's rows first among equal keys: the order of one stable sort of all."""
+    readings = pl.concat(parts, how="vertical_relaxed")
     if readings.height < 2:
         return readings
     micros = readings.get_column("ts").dt.epoch("us")
     low, span = micros.min(), micros.max() - micros.min()
     time_bits = int(span).bit_length()
-    if max(series_count - 1, 0).bit_length() + time_bits > 63:
+    if max(series_count - 1, 0).bit_length() + time_bits > 63 or readings.get_column("_sid").null_count():
         return readings.sort("_sid", "ts", maintain_order=True)
     offset = (pl.col("ts").dt.epoch("us") - low).cast(pl.UInt64)
-    return readings.sort(pl.col("_sid") * pl.lit(1 << time_bits, dtype=pl.UInt64) + offset, maintain_order=True)
+    key = (pl.col("_sid") * pl.lit(1 << time_bits, dtype=pl.UInt64) + offset).alias("_key")
+    merged = None
+    start = 0
+    for part in parts:
+        if part.height == 0:
+            continue
+        keyed = readings.slice(start, part.height).with_columns(key)
+        start += part.height
+        if not keyed.get_column("_key").is_sorted():
+            keyed = keyed.sort("_key", maintain_order=True)
+        merged = keyed if merged is None else merged.merge_sorted(keyed, key="_key", maintain_order=True)
+    return merged.drop("_key")
 
 
 def _lookup(column: pl.Expr, mapping: dict[str, float]) -> pl.Expr:

@@ -1,0 +1,170 @@
+"""The cheaper splits and sorts of a batch give exactly what the plain operations give."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import polars as pl
+
+import foreshock.ingest.run as run
+from foreshock.config import load_config
+from foreshock.ingest.run import _shard_groups
+from foreshock.ingest.validate import _sort_by_series_time
+from foreshock.lake import shard_of, with_shard
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _readings(rows: int, seed: int, *, stored: bool) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pl.DataFrame(
+        {
+            "_sid": pl.Series(rng.integers(0, 7, rows), dtype=pl.UInt64),
+            "_max_rate": pl.Series(rng.uniform(0, 1, rows)),
+            "ts": pl.Series(T0.timestamp() * 1e6 + rng.integers(0, 20, rows) * 60e6)
+            .cast(pl.Int64)
+            .cast(pl.Datetime("us", "UTC")),
+            "value": pl.Series(rng.uniform(0, 1, rows)),
+            "_row": pl.Series([None] * rows if stored else list(range(rows)), dtype=pl.UInt32),
+        }
+    )
+
+
+def test_series_sort_merges_sorted_parts_in_the_order_of_one_stable_sort():
+    """Ties within and across parts (same series and time), unsorted and sorted parts, an
+    empty part: stored rows stay before new ones, each part's rows in their order."""
+    stored, new = _readings(300, 1, stored=True), _readings(900, 2, stored=False)
+    in_order = new.sort("_sid", "ts", maintain_order=True).with_columns(_row=pl.int_range(pl.len(), dtype=pl.UInt32))
+    for parts in ([stored, new], [stored, in_order], [stored.head(0), new], [in_order], [stored, stored, new]):
+        expected = pl.concat(parts).sort("_sid", "ts", maintain_order=True)
+        assert _sort_by_series_time(parts, 7).equals(expected)
+
+
+def test_with_shard_is_the_crc32_shard_of_each_unit_and_null_without_one():
+    units = pl.Series(["node1-gpu0", None, "a", "node1-gpu0", "B", None, "zz"], dtype=pl.String)
+    frame = pl.DataFrame({"unit_id": units, "x": range(units.len())})
+    expected = [None if u is None else shard_of(u, 5) for u in units.to_list()]
+    shard = with_shard(frame, 5).get_column("shard")
+    assert shard.dtype == pl.Int32 and shard.to_list() == expected
+
+
+def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
+    config = load_config(data_dir=tmp_path)
+    rng = np.random.default_rng(3)
+    names = [f"node{n}-gpu{g}" for n in range(40) for g in range(8)] + [None]
+    staged = pl.DataFrame({"unit_id": [names[i] for i in rng.integers(0, len(names), 5000)], "x": range(5000)})
+    keyed = with_shard(staged, config.shards)
+    expected = [
+        g.drop("_group", "shard")
+        for g in keyed.with_columns(_group=pl.col("shard") % 2).partition_by("_group", maintain_order=True)
+    ]
+    monkeypatch.setattr(run, "SPLIT_MIN_ROWS", 0)
+    got = _shard_groups(staged, config, 2)
+    assert len(got) == len(expected) == 3
+    for a, b in zip(got, expected):
+        assert a.equals(b)
+
+
+def _old_series_sort(parts: list[pl.DataFrame], series_count: int) -> pl.DataFrame:
+    return pl.concat(parts, how="vertical_relaxed").sort("_sid", "ts", maintain_order=True)
+
+
+def _old_shard_groups(staged: pl.DataFrame, config, workers: int) -> list[pl.DataFrame]:
+    if workers < 2:
+        return [staged]
+    keyed = with_shard(staged, config.shards).drop("shard")
+    groups = keyed.with_columns(
+        _group=pl.col("unit_id").map_elements(lambda u: shard_of(u, config.shards) % workers, return_dtype=pl.Int32)
+    ).partition_by("_group", maintain_order=True)
+    return [group.drop("_group") for group in groups]
+
+
+def _canonical_landing(root, units: list[str], seed: int, day: int) -> None:
+    """A day of unsorted canonical samples (a counter and a gauge, metric after metric) with
+    rows repeated in the file, conflicting values, a counter jump, rows of the day before
+    (stored already by the first ingest) and a row of the next day."""
+    rng = np.random.default_rng(seed)
+    start = T0.replace(day=day)
+    times = pl.datetime_range(start, start.replace(hour=23), "1h", eager=True, time_zone="UTC")
+    grid = pl.DataFrame({"unit_id": units}).join(pl.DataFrame({"ts": times}), how="cross")
+    counter = grid.with_columns(
+        metric=pl.lit("ecc_sbe_volatile_total"),
+        value=pl.Series(np.cumsum(rng.poisson(0.3, (len(units), len(times))), axis=1).ravel().astype(float)),
+    )
+    gauge = grid.with_columns(metric=pl.lit("gpu_temp_c"), value=pl.Series(rng.uniform(30, 80, grid.height).round(1)))
+    rows = pl.concat([counter, gauge])
+    extra = [
+        rows.slice(10, 25),  # repeated: duplicates
+        rows.slice(40, 5).with_columns(value=pl.col("value") + 3),  # same keys, other values: conflicts
+        counter.slice(60, 1).with_columns(value=pl.lit(1e9)),  # a counter jump (the key repeats too)
+        gauge.head(3).with_columns(ts=pl.col("ts") + pl.duration(days=1)),  # the next day
+    ]
+    if day > 1:  # the day before, as the first ingest stored it (duplicates) and one changed
+        before = pl.read_parquet(root.parent / "day1" / f"samples-2026-11-{day - 1:02d}.parquet").head(200)
+        extra += [before, before.tail(2).with_columns(value=pl.col("value") + 7)]
+    frame = pl.concat([rows, *extra]).sample(fraction=1.0, shuffle=True, seed=seed)
+    root.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(root / f"samples-2026-11-{day:02d}.parquet")
+
+
+def _ingest_twice(tmp_path, data_dir, monkeypatch):
+    from foreshock.ingest import ingest_path
+
+    config = load_config(data_dir=data_dir).with_overrides(
+        {"ingest": {"timezone": "UTC"}, "runner": {"local_workers": 2}}
+    )
+    monkeypatch.setattr(run, "SPLIT_MIN_ROWS", 0)  # split every batch into shard groups
+    reports = [ingest_path(tmp_path / name, config) for name in ("inventory", "day1", "day2")]
+    lake = config.lake_dir
+    files = {str(p.relative_to(lake)): pl.read_parquet(p) for p in sorted(lake.rglob("part.parquet"))}
+    quarantine = [pl.read_parquet(p).drop("run_id") for p in sorted(config.quarantine_dir.rglob("*.parquet"))]
+    accounting = [
+        sorted(
+            (f.path, f.status, f.rows_read, f.rows_stored, f.rows_quarantined, f.duplicates_dropped) for f in r.files
+        )
+        for r in reports
+    ]
+    changes = (lake / "_changes.jsonl").read_text()
+    return files, quarantine, accounting, changes
+
+
+def test_an_unsorted_messy_ingest_gives_what_the_plain_splits_and_sorts_give(tmp_path, monkeypatch):
+    """Unsorted rows over two days and several shards, duplicates and conflicts within a
+    file and against the lake, a counter jump: the lake files (rows and their order), the
+    quarantine, the per-file accounting and the change log are those of the plain
+    operations (partition_by and a sort per partition, one stable sort of the counter
+    readings, partition_by into shard groups)."""
+    import foreshock.ingest.validate as validate
+    import foreshock.lake as lake
+
+    units = [f"node{n:02d}-gpu{g}" for n in range(9) for g in range(4)]
+    inventory = pl.DataFrame(
+        {
+            "unit_id": units,
+            "node": [u.split("-")[0] for u in units],
+            "rack": "rack01",
+            "model": "NVIDIA H100 80GB HBM3",
+            "installed_at": "2026-01-01T00:00:00Z",
+        }
+    )
+    (tmp_path / "inventory").mkdir()
+    inventory.write_csv(tmp_path / "inventory" / "inventory.csv")
+    _canonical_landing(tmp_path / "day1", units, 1, 1)
+    _canonical_landing(tmp_path / "day2", units, 2, 2)
+
+    new = _ingest_twice(tmp_path, tmp_path / "new", monkeypatch)
+    monkeypatch.setattr(lake, "_split_sorted", lambda *args, **kwargs: None)
+    monkeypatch.setattr(validate, "_sort_by_series_time", _old_series_sort)
+    monkeypatch.setattr(run, "_shard_groups", _old_shard_groups)
+    old = _ingest_twice(tmp_path, tmp_path / "old", monkeypatch)
+
+    files, quarantine, accounting, changes = new
+    assert sum(row[4] for report in accounting for row in report) >= 8  # conflicts, the jump: quarantined
+    assert sum(row[5] for report in accounting for row in report) >= 200  # duplicates
+    assert files.keys() == old[0].keys() and len(files) > 4
+    for name, frame in files.items():
+        assert frame.equals(old[0][name]), name
+    assert len(quarantine) == len(old[1]) and all(a.equals(b) for a, b in zip(quarantine, old[1]))
+    assert accounting == old[2]
+    assert changes == old[3]
