@@ -94,11 +94,15 @@ class Rollup:
         )
 
 
+def _bucket_number(ts: pl.Expr, every_us: int) -> pl.Expr:
+    """The number of the snapshot that owns a timestamp (its time / ``every``)."""
+    return (ts.dt.epoch("us") - 1) // every_us + 1
+
+
 def bucket_of(ts: pl.Expr, every: timedelta) -> pl.Expr:
     """The snapshot that owns a timestamp: the first multiple of ``every`` at or after it."""
     every_us = int(every.total_seconds() * 1_000_000)
-    micros = ts.dt.epoch("us")
-    return (((micros - 1) // every_us + 1) * every_us).cast(UTC_TS)
+    return (_bucket_number(ts, every_us) * every_us).cast(UTC_TS)
 
 
 def with_lives(frame: pl.DataFrame, failures: pl.DataFrame, at: str = "ts") -> pl.DataFrame:
@@ -134,8 +138,7 @@ _BUCKET_SLOTS = 2**32
 
 def _packed_key(every: timedelta) -> pl.Expr:
     every_us = int(every.total_seconds() * 1_000_000)
-    # The number of the bucket that owns ``ts`` (``bucket_of`` / every, without the datetime).
-    bucket_number = ((pl.col("ts").dt.epoch("us") - 1) // every_us + 1).cast(pl.UInt64)
+    bucket_number = _bucket_number(pl.col("ts"), every_us).cast(pl.UInt64)
     return (
         (pl.col("_unit").cast(pl.UInt64) * _LIFE_SLOTS + pl.col("life").cast(pl.UInt64)) * _BUCKET_SLOTS + bucket_number
     ).alias("_key")
@@ -148,6 +151,11 @@ def _unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:
         ((pl.col("_key") // _BUCKET_SLOTS) % _LIFE_SLOTS).cast(pl.Int32).alias("life"),
         ((pl.col("_key") % _BUCKET_SLOTS).cast(pl.Int64) * every_us).cast(UTC_TS).alias("bucket"),
     )
+
+
+def _new_unit() -> pl.Expr:
+    """The row starts a unit's rows (rows grouped by the unit's run number ``_unit``)."""
+    return (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
 
 
 def _same_series() -> pl.Expr:
@@ -203,10 +211,10 @@ def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     return samples.group_by(_SERIES).agg(_piece_aggs("value", counter=False))
 
 
-def _regular_width(samples: pl.DataFrame) -> int:
-    """How many metrics each sample time of the partition holds when every time of every
-    unit holds the same metrics in the same order (a scrape of the whole set, the usual
-    shape of exporter data); 0 when it does not."""
+def _scrape_metrics(samples: pl.DataFrame) -> list[int] | None:
+    """The metric codes each sample time of the partition holds, in row order, when every
+    time of every unit holds the same metrics in the same order (a scrape of the whole set,
+    the usual shape of exporter data); None when it does not."""
     head = samples.head(256).select("_unit", "ts", "_metric")
     first = head.row(0)
     k = 0
@@ -214,7 +222,7 @@ def _regular_width(samples: pl.DataFrame) -> int:
         k += 1
     codes = head.get_column("_metric").head(k).to_list()
     if k < 2 or k == head.height or len(set(codes)) != k or samples.height % k:
-        return 0
+        return None
     checks = []  # life follows from unit and time: equal where they are
     for j in range(1, k):
         checks += [(pl.col(c).gather_every(k, j) == pl.col(c).gather_every(k, 0)).all() for c in ("_unit", "ts")]
@@ -222,24 +230,25 @@ def _regular_width(samples: pl.DataFrame) -> int:
     # and no time twice (a duplicate sample would count as a second time here)
     unit, ts = pl.col("_unit").gather_every(k), pl.col("ts").gather_every(k)
     checks.append(((ts > ts.shift(1)) | (unit != unit.shift(1))).fill_null(True).all())
-    return k if all(samples.select([check.alias(f"_{i}") for i, check in enumerate(checks)]).row(0)) else 0
+    return codes if all(samples.select([check.alias(f"_{i}") for i, check in enumerate(checks)]).row(0)) else None
 
 
 def _regular_pieces(
-    samples: pl.DataFrame, k: int, kinds: list[tuple[str, bool]], every: timedelta, max_gap: timedelta
+    samples: pl.DataFrame, counter: list[bool], every: timedelta, max_gap: timedelta
 ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
-    """Pieces and scrape counts of a partition of ``k`` metrics per sample time (see
-    :func:`_regular_width`; ``kinds``: each position's metric name and whether it is a
+    """Pieces and scrape counts of a partition of ``len(counter)`` metrics per sample time
+    (see :func:`_scrape_metrics`; ``counter``: whether the metric at each position is a
     counter): one row per sample time with a value column per metric, one key, one
     group-by over all metrics.  The same numbers as the per-metric passes: the previous
     row is the previous sample of every metric of the row, and each time is distinct."""
+    k = len(counter)
     times = samples.select(pl.col("_unit", "life", "ts").gather_every(k))
     wide = times.select(_packed_key(every).set_sorted(), "ts").with_columns(
         [samples.get_column("value").gather_every(k, j).alias(f"_v{j}") for j in range(k)]
     )
-    steps = [e for j, (_, counter) in enumerate(kinds) if counter for e in _steps(f"_v{j}", f"_{j}", max_gap)]
+    steps = [e for j in range(k) if counter[j] for e in _steps(f"_v{j}", f"_{j}", max_gap)]
     wide = wide.with_columns(*steps, (~_same_series()).alias("_head"))
-    aggs = [a for j, (_, counter) in enumerate(kinds) for a in _piece_aggs(f"_v{j}", counter, f"_{j}")]
+    aggs = [a for j in range(k) for a in _piece_aggs(f"_v{j}", counter[j], f"_{j}")]
     grouped = wide.group_by(_SERIES).agg(*aggs, pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("_ts"))
     parts = [grouped.select("_key", pl.col(f"^.*_{j}$").name.map(lambda c, j=j: c[: -len(f"_{j}")])) for j in range(k)]
     return parts, grouped.select("_key", "n_ts", pl.col("_ts").alias("last_ts"))
@@ -268,7 +277,7 @@ def _unit_runs(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Se
     """``_unit`` (run number of ``unit_id``) per row, the unit of each run and each run's
     first row (a gather of a few hundred rows, not a filter of the whole partition)."""
     samples = samples.with_columns(pl.col("unit_id").rle_id().cast(pl.UInt32).alias("_unit"))
-    starts = samples.select((pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True).arg_true()).to_series()
+    starts = samples.select(_new_unit().arg_true()).to_series()
     units = pl.DataFrame(
         {
             "_unit": pl.int_range(starts.len(), dtype=pl.UInt32, eager=True),
@@ -283,8 +292,7 @@ def _split_pieces(
 ) -> tuple[list[pl.DataFrame], pl.DataFrame, list[str]]:
     """Pieces per metric and scrape counts of any partition in unit-then-time order: the
     rows are split by metric (each part keeps the order a counter step needs)."""
-    new_unit = (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
-    new_ts = ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit).fill_null(True)
+    new_ts = ((pl.col("ts") != pl.col("ts").shift(1)) | _new_unit()).fill_null(True)
     work = samples.select(_packed_key(every).set_sorted(), "ts", "_metric", "value", new_ts.alias("_new_ts"))
     scrapes = (
         work.lazy()
@@ -350,8 +358,7 @@ def rollup_samples(
     samples, units, starts = _unit_runs(samples)
     if not units.get_column("unit_id").is_sorted():
         samples, units, starts = _unit_runs(samples.sort("unit_id", "ts", "metric"))
-    new_unit = (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
-    if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit).any()).item():
+    if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~_new_unit()).any()).item():
         samples = samples.sort("_unit", "ts", "metric")
     samples = _with_sample_lives(samples, units, starts, failures)
     # The packed key is sorted (units in order, then time, and life and bucket grow with
@@ -359,13 +366,10 @@ def rollup_samples(
     # A partition whose every sample time holds the same metrics is rolled up one row per
     # time; any other is split by metric.
     counters = {m.name for m in catalog if m.is_counter}
-    k = _regular_width(samples)
-    if k:
-        codes = samples.get_column("_metric").head(k).to_list()
+    codes = _scrape_metrics(samples)
+    if codes is not None:
         present = [names[code] for code in codes]
-        parts, scrapes_frame = _regular_pieces(
-            samples, k, [(name, name in counters) for name in present], every, max_gap
-        )
+        parts, scrapes_frame = _regular_pieces(samples, [name in counters for name in present], every, max_gap)
     else:
         parts, scrapes_frame, present = _split_pieces(samples, names, counters, every, max_gap)
     pieces = pl.concat(
