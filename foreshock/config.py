@@ -107,6 +107,11 @@ class Config:
         return int(self.settings["lake"]["shards"])
 
     @property
+    def local_workers(self) -> int:
+        """``[runner] local_workers``: threads (or local Dask processes) for partitioned work."""
+        return max(1, int(self.settings["runner"]["local_workers"]))
+
+    @property
     def model_name(self) -> str:
         return str(self.settings["models"]["name"])
 

@@ -82,13 +82,18 @@ def shard_of(unit_id: str, shards: int) -> int:
     return zlib.crc32(unit_id.encode()) % shards
 
 
-def with_shard(df: pl.DataFrame, shards: int) -> pl.DataFrame:
-    """``df`` with each row's ``shard`` (Int32, null without a unit): crc32 once per distinct
-    unit, then looked up by the unit's position among them (an enum cast)."""
-    unit_ids = df.get_column("unit_id").cast(pl.String)
+def shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
+    """Each row's shard (Int32, null without a unit): crc32 once per distinct unit, then
+    looked up by the unit's position among them (an enum cast)."""
+    unit_ids = unit_ids.cast(pl.String)
     units = unit_ids.unique().drop_nulls()
     numbers = pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int32)
-    return df.with_columns(shard=numbers.gather(unit_ids.cast(pl.Enum(units)).to_physical()))
+    return numbers.gather(unit_ids.cast(pl.Enum(units)).to_physical()).alias("shard")
+
+
+def with_shard(df: pl.DataFrame, shards: int) -> pl.DataFrame:
+    """``df`` with each row's ``shard`` (:func:`shard_numbers`)."""
+    return df.with_columns(shard_numbers(df.get_column("unit_id"), shards))
 
 
 def lake_shards(lake_dir: Path, default: int) -> int:
@@ -353,9 +358,7 @@ def _split_sorted(
     if rest is None:
         return None
     units = frame.get_column("unit_id").unique()
-    by_shard = pl.DataFrame(
-        {"unit_id": units, "shard": pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int64)}
-    ).sort("shard", "unit_id")
+    by_shard = with_shard(pl.DataFrame({"unit_id": units}), shards).sort("shard", "unit_id")
     unit_shard = by_shard.get_column("shard")
     unit_bits = max(units.len() - 1, 0).bit_length()
     unit_rank = _rank_of("unit_id", by_shard.get_column("unit_id"))
@@ -393,6 +396,16 @@ def _split_sorted(
         pieces[number] = (day_of, number % shards, rows.slice(offset, length))
         offset += length
     return [pieces[n] for n in first_seen] if first_seen is not None else list(pieces.values())
+
+
+def split_by_partition(frame: pl.DataFrame, table: str, shards: int) -> list[tuple[date, int, pl.DataFrame]]:
+    """A telemetry frame split into its partitions ``(day, shard, rows)`` in the order of
+    their first rows, each part's rows in frame order (``partition_by``): the split for
+    frames :func:`_split_sorted` cannot pack."""
+    time_col = TIME_COLUMN[table]
+    keyed = with_shard(frame, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
+    parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
+    return [(day, shard, part.drop("_date", "shard")) for (day, shard), part in parts.items()]
 
 
 def _shifted(key: pl.Series, bits: int) -> pl.Series:
@@ -556,9 +569,7 @@ def merge_into_lake(
             split = _split_sorted(df, table, shards, in_frame_order=record_changes, unique_keys=deduplicated)
             presorted = split is not None
             if split is None:
-                keyed = with_shard(df, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
-                parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
-                split = [(day, shard, part.drop("_date", "shard")) for (day, shard), part in parts.items()]
+                split = split_by_partition(df, table, shards)
             for day, shard, part in split:
                 fresh = _merge_one(
                     partition_path(lake_dir, table, day, shard), part, table, fast_path, deduplicated, presorted

@@ -17,7 +17,7 @@ from foreshock.lake import (
     read_table,
     shard_of,
     sort_rows,
-    with_shard,
+    split_by_partition,
 )
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -199,11 +199,9 @@ def test_partition_order_is_the_order_of_a_plain_sort():
 
 
 def _split_by_partition_by(frame: pl.DataFrame, table: str, shards: int) -> list:
-    """The split ``merge_into_lake`` made before ``_split_sorted``: partition_by, then a sort each."""
-    time_col = "ts"
-    keyed = with_shard(frame, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
-    parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
-    return [(day, shard, sort_rows(part.drop("_date", "shard"), table)) for (day, shard), part in parts.items()]
+    """The split ``merge_into_lake`` made before ``_split_sorted`` (and still makes when the
+    key does not pack): partition_by, then a sort each."""
+    return [(day, shard, sort_rows(part, table)) for day, shard, part in split_by_partition(frame, table, shards)]
 
 
 def test_one_sort_split_gives_the_partitions_of_partition_by_and_a_sort_each():

@@ -596,8 +596,7 @@ def update_features(
         return 0
     # Shards side by side on [runner] local_workers threads, as the flow's thread pool runs
     # its shard tasks (each shard writes its own staging files).
-    workers = max(1, int(config.section("runner")["local_workers"]))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=config.local_workers) as pool:
         for blocks in plan.block_groups(feature_spec(config)):
             list(pool.map(lambda shard, blocks=blocks: stage_shard(config, shard, blocks), range(plan.shards)))
     rows = sum(finalize_day(config, day, lo, hi) for day, lo, hi in plan.day_spans())

@@ -59,7 +59,7 @@ from foreshock.lake import (
     merge_into_lake,
     partition_path,
     record_stored_rows,
-    shard_of,
+    shard_numbers,
     with_shard,
 )
 
@@ -328,7 +328,7 @@ def ingest_batch(
         config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
     )
     reports = [FileReport(f.path, f.format, "ingested") for f in files]
-    outcomes, shared = _parse_batch(files, ctx, _workers(config))
+    outcomes, shared = _parse_batch(files, ctx, config.local_workers)
     parsed: dict[int, ParsedFile] = {}
     for index in range(len(files)):
         outcome = outcomes[index]
@@ -554,7 +554,7 @@ def _check_and_merge(
     quarantine are those of the whole batch at once.  Two phases: all shards are checked,
     the partitions they will change are logged (``record_stored_rows``), then written.
     """
-    workers = _workers(config)
+    workers = config.local_workers
     with lake_lock(config.lake_dir):
         groups = _shard_groups(staged, config, workers)
         checked = _run_parallel([partial(_check_shard, table, group, ctx) for group in groups], config, workers)
@@ -588,11 +588,6 @@ def _check_and_merge(
 SPLIT_MIN_ROWS = 200_000
 
 
-def _workers(config: Config) -> int:
-    """Threads a batch's parsing, checks and merges use: ``[runner] local_workers``."""
-    return max(1, int(config.section("runner")["local_workers"]))
-
-
 def _shard_groups(staged: pl.DataFrame, config: Config, workers: int) -> list[pl.DataFrame]:
     """``staged`` in ``workers`` frames, each holding whole lake shards (rows keep their
     order; rows without a unit form their own group), or whole when it is small or there
@@ -605,10 +600,7 @@ def _shard_groups(staged: pl.DataFrame, config: Config, workers: int) -> list[pl
     # unit's group is computed once and looked up by the unit's position (an enum cast).
     # Groups in order of their first rows, as partition_by gives them; a filter each costs
     # less than it.
-    unit_ids = staged.get_column("unit_id").cast(pl.String)
-    units = unit_ids.unique().drop_nulls()
-    group_of_unit = pl.Series([shard_of(u, shards) % workers for u in units.to_list()], dtype=pl.Int32)
-    numbers = group_of_unit.gather(unit_ids.cast(pl.Enum(units)).to_physical())
+    numbers = shard_numbers(staged.get_column("unit_id"), shards) % workers
     return [
         staged.filter(numbers.is_null() if number is None else numbers == number)
         for number in numbers.unique(maintain_order=True).to_list()

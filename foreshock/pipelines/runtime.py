@@ -235,7 +235,7 @@ def task_runner(config: Config) -> TaskRunner:
     ``LocalCluster`` of ``local_workers`` single-threaded processes when it is empty).
     Tasks pass settings and paths, never frames, so either runner gives the same results."""
     section = config.section("runner")
-    kind, workers = section["kind"], int(section["local_workers"])
+    kind, workers = section["kind"], config.local_workers
     if kind == "local":
         from prefect.task_runners import ThreadPoolTaskRunner
 
