@@ -583,6 +583,16 @@ def finalize_day(config: Config, day: date, lo: datetime, hi: datetime) -> int:
     return rows
 
 
+def finalize_days(config: Config, spans: list[tuple[date, datetime, datetime]]) -> int:
+    """:func:`finalize_day` for each ``(day, lo, hi)``, dates side by side on ``[runner]
+    local_workers`` threads (each date reads its own staged files and writes its own
+    partitions).  Returns the rows written."""
+    if len(spans) < 2 or config.local_workers < 2:
+        return sum(finalize_day(config, day, lo, hi) for day, lo, hi in spans)
+    with ThreadPoolExecutor(max_workers=config.local_workers) as pool:
+        return sum(pool.map(lambda span: finalize_day(config, *span), spans))
+
+
 def update_features(
     config: Config,
     start: date | None = None,
@@ -599,7 +609,7 @@ def update_features(
     with ThreadPoolExecutor(max_workers=config.local_workers) as pool:
         for blocks in plan.block_groups(feature_spec(config)):
             list(pool.map(lambda shard, blocks=blocks: stage_shard(config, shard, blocks), range(plan.shards)))
-    rows = sum(finalize_day(config, day, lo, hi) for day, lo, hi in plan.day_spans())
+    rows = finalize_days(config, plan.day_spans())
     finish_update(config, plan)
     return rows
 
@@ -609,6 +619,7 @@ __all__ = [
     "build_features",
     "error_activity_columns",
     "finalize_day",
+    "finalize_days",
     "finish_update",
     "late_spans",
     "output_schema",

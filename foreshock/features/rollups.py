@@ -234,17 +234,18 @@ def _scrape_metrics(samples: pl.DataFrame) -> list[int] | None:
 
 
 def _regular_pieces(
-    samples: pl.DataFrame, counter: list[bool], every: timedelta, max_gap: timedelta
+    times: pl.DataFrame, values: pl.Series, counter: list[bool], every: timedelta, max_gap: timedelta
 ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """Pieces and scrape counts of a partition of ``len(counter)`` metrics per sample time
     (see :func:`_scrape_metrics`; ``counter``: whether the metric at each position is a
-    counter): one row per sample time with a value column per metric, one key, one
-    group-by over all metrics.  The same numbers as the per-metric passes: the previous
-    row is the previous sample of every metric of the row, and each time is distinct."""
+    counter): ``times`` holds ``_unit, life, ts`` of each sample time and ``values`` the
+    samples' values, time by time.  One row per sample time with a value column per
+    metric, one key, one group-by over all metrics.  The same numbers as the per-metric
+    passes: the previous row is the previous sample of every metric of the row, and each
+    time is distinct."""
     k = len(counter)
-    times = samples.select(pl.col("_unit", "life", "ts").gather_every(k))
     wide = times.select(_packed_key(every).set_sorted(), "ts").with_columns(
-        [samples.get_column("value").gather_every(k, j).alias(f"_v{j}") for j in range(k)]
+        [values.gather_every(k, j).alias(f"_v{j}") for j in range(k)]
     )
     steps = [e for j in range(k) if counter[j] for e in _steps(f"_v{j}", f"_{j}", max_gap)]
     wide = wide.with_columns(*steps, (~_same_series()).alias("_head"))
@@ -252,6 +253,56 @@ def _regular_pieces(
     grouped = wide.group_by(_SERIES).agg(*aggs, pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("_ts"))
     parts = [grouped.select("_key", pl.col(f"^.*_{j}$").name.map(lambda c, j=j: c[: -len(f"_{j}")])) for j in range(k)]
     return parts, grouped.select("_key", "n_ts", pl.col("_ts").alias("last_ts"))
+
+
+def _scrape_times(samples: pl.DataFrame, names: list[str]) -> tuple[list[str], pl.DataFrame, pl.DataFrame] | None:
+    """``(metric at each position, times, units)`` when a raw partition is whole scrapes as
+    the lake stores them: units in order, every sample time of a unit holding the same
+    catalog metrics in the same order, times rising, no null or NaN anywhere; None
+    otherwise.  ``times`` holds ``_unit, ts`` (and ``starts`` semantics of
+    :func:`_unit_runs`) per sample time, ``units`` the unit of each run number.  Checked on
+    the raw columns with one pass each (unit runs, the metric pattern, the times of a
+    scrape), so the common case costs no metric codes or unit numbers per sample."""
+    head = samples.head(256).select("unit_id", "ts", "metric")
+    if head.height == 0:
+        return None
+    first = head.row(0)[:2]
+    k = 0
+    while k < head.height and head.row(k)[:2] == first:
+        k += 1
+    present = head.get_column("metric").head(k).to_list()
+    known = set(names)
+    if k < 2 or k == head.height or len(set(present)) != k or samples.height % k or not known.issuperset(present):
+        return None
+    unit, ts, metric, value = pl.col("unit_id"), pl.col("ts"), pl.col("metric"), pl.col("value")
+    checks = [c.null_count() == 0 for c in (unit, ts, metric, value)] + [~value.is_nan().any()]
+    # the first scrape's pattern repeats every k rows
+    checks.append((metric == metric.shift(k)).all())
+    if not all(samples.select([check.alias(f"_{i}") for i, check in enumerate(checks)]).row(0)):
+        return None
+    # A unit's rows are whole scrapes when its run's length is a multiple of k (runs then
+    # start at multiples of k); each scrape's rows share one time.
+    runs = samples.select(unit.rle()).unnest("unit_id")
+    lengths = runs.get_column("len")
+    if (lengths % k != 0).any() or not runs.get_column("value").is_sorted():
+        return None
+    stamps = samples.get_column("ts").to_numpy().view("int64").reshape(-1, k)
+    if not (stamps == stamps[:, :1]).all():
+        return None
+    scrapes = (lengths // k).to_numpy()
+    times = pl.DataFrame(
+        {
+            "_unit": np.repeat(np.arange(runs.height, dtype=np.uint32), scrapes),
+            "ts": samples.get_column("ts").gather_every(k),
+        }
+    )
+    # each time once per unit, rising
+    if not times.select(((pl.col("ts") > pl.col("ts").shift(1)) | _new_unit()).all()).item():
+        return None
+    units = pl.DataFrame(
+        {"_unit": pl.int_range(runs.height, dtype=pl.UInt32, eager=True), "unit_id": runs.get_column("value")}
+    )
+    return present, times, units
 
 
 def _with_sample_lives(
@@ -314,6 +365,50 @@ def _split_pieces(
     return pieces, scrapes_frame, present
 
 
+def _any_pieces(
+    samples: pl.DataFrame,
+    names: list[str],
+    counters: set[str],
+    failures: pl.DataFrame,
+    every: timedelta,
+    max_gap: timedelta,
+) -> tuple[list[pl.DataFrame], pl.DataFrame, list[str], pl.DataFrame] | None:
+    """Pieces of any raw partition (rows in any order, metrics outside the catalog, null
+    or NaN values, partial scrapes): ``(pieces per metric, scrape counts, the metrics,
+    the units by run number)``, or None when no row is left to roll up."""
+    # Metrics become small integers once (null for a metric outside the catalog); rows are
+    # copied by the filter only when one of them has to go.
+    samples = samples.with_columns(pl.col("metric").cast(pl.Enum(names), strict=False).to_physical().alias("_metric"))
+    keep = pl.col("_metric").is_not_null() & pl.col("value").is_not_nan() & pl.col("value").is_not_null()
+    keep = keep & pl.col("unit_id").is_not_null() & pl.col("ts").is_not_null()
+    if not samples.select(keep.all()).item():
+        samples = samples.filter(keep)
+    if samples.height == 0:
+        return None
+    # The lake stores every partition sorted by unit and time; anything else is re-sorted.
+    # Run ids number the units in order (cheaper than comparing strings row by row); the
+    # units are in order when the ids at the runs' first rows are (runs are maximal).
+    samples, units, starts = _unit_runs(samples)
+    if not units.get_column("unit_id").is_sorted():
+        samples, units, starts = _unit_runs(samples.sort("unit_id", "ts", "metric"))
+    if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~_new_unit()).any()).item():
+        samples = samples.sort("_unit", "ts", "metric")
+    samples = _with_sample_lives(samples, units, starts, failures)
+    # The packed key is sorted (units in order, then time, and life and bucket grow with
+    # time): group-bys over it run as one linear pass over contiguous runs, no hashing.
+    # A partition whose every sample time holds the same metrics is rolled up one row per
+    # time; any other is split by metric.
+    codes = _scrape_metrics(samples)
+    if codes is not None:
+        present = [names[code] for code in codes]
+        times = samples.select(pl.col("_unit", "life", "ts").gather_every(len(codes)))
+        counter = [name in counters for name in present]
+        parts, scrapes = _regular_pieces(times, samples.get_column("value"), counter, every, max_gap)
+        return parts, scrapes, present, units
+    parts, scrapes, present = _split_pieces(samples, names, counters, every, max_gap)
+    return parts, scrapes, present, units
+
+
 def rollup_samples(
     samples: pl.DataFrame,
     failures: pl.DataFrame,
@@ -343,35 +438,24 @@ def rollup_samples(
         per unit, life and bucket: distinct sample times and the last one.
     """
     names = catalog.names()
-    # Metrics become small integers once (null for a metric outside the catalog); rows are
-    # copied by the filter only when one of them has to go (nearly never for lake data).
-    samples = samples.with_columns(pl.col("metric").cast(pl.Enum(names), strict=False).to_physical().alias("_metric"))
-    keep = pl.col("_metric").is_not_null() & pl.col("value").is_not_nan() & pl.col("value").is_not_null()
-    keep = keep & pl.col("unit_id").is_not_null() & pl.col("ts").is_not_null()
-    if not samples.select(keep.all()).item():
-        samples = samples.filter(keep)
-    if samples.height == 0:
-        return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
-    # The lake stores every partition sorted by unit and time; anything else is re-sorted.
-    # Run ids number the units in order (cheaper than comparing strings row by row); the
-    # units are in order when the ids at the runs' first rows are (runs are maximal).
-    samples, units, starts = _unit_runs(samples)
-    if not units.get_column("unit_id").is_sorted():
-        samples, units, starts = _unit_runs(samples.sort("unit_id", "ts", "metric"))
-    if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~_new_unit()).any()).item():
-        samples = samples.sort("_unit", "ts", "metric")
-    samples = _with_sample_lives(samples, units, starts, failures)
-    # The packed key is sorted (units in order, then time, and life and bucket grow with
-    # time): group-bys over it run as one linear pass over contiguous runs, no hashing.
-    # A partition whose every sample time holds the same metrics is rolled up one row per
-    # time; any other is split by metric.
+    # A Parquet read gives one chunk per row group; every pass below is cheaper on
+    # contiguous columns, and a column added to a chunked frame would rechunk it anyway.
+    samples = samples.rechunk()
     counters = {m.name for m in catalog if m.is_counter}
-    codes = _scrape_metrics(samples)
-    if codes is not None:
-        present = [names[code] for code in codes]
-        parts, scrapes_frame = _regular_pieces(samples, [name in counters for name in present], every, max_gap)
+    # The lake's usual shape first: whole scrapes of catalog metrics in unit-then-time
+    # order, rolled up one row per sample time (units numbered, lives found, per time).
+    scraped = _scrape_times(samples, names)
+    if scraped is not None:
+        present, times, units = scraped
+        starts = times.select(_new_unit().arg_true()).to_series()
+        times = _with_sample_lives(times, units, starts, failures)
+        counter = [name in counters for name in present]
+        parts, scrapes_frame = _regular_pieces(times, samples.get_column("value"), counter, every, max_gap)
     else:
-        parts, scrapes_frame, present = _split_pieces(samples, names, counters, every, max_gap)
+        rolled = _any_pieces(samples, names, counters, failures, every, max_gap)
+        if rolled is None:
+            return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
+        parts, scrapes_frame, present, units = rolled
     pieces = pl.concat(
         [p.with_columns(pl.lit(name).alias("metric")) for name, p in zip(present, parts, strict=True)],
         how="diagonal_relaxed",

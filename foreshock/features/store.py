@@ -18,7 +18,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.contract import SNAPSHOT_KEY
-from foreshock.lake import PART_NAME, atomic_write_parquet, shard_of
+from foreshock.lake import PART_NAME, atomic_write_parquet, shard_numbers
 
 STAGING = "_staging"
 ROLLUPS = "_rollups"
@@ -110,13 +110,20 @@ def write_features(
     int
         Rows written (new or replaced).
     """
-    units = frame.get_column("unit_id").unique().to_list()
-    mapping = pl.DataFrame(
-        {"unit_id": units, "_shard": [shard_of(u, shards) for u in units]},
-        schema={"unit_id": pl.String, "_shard": pl.Int32},
+    # One order for every partition: date, shard, then the key.  The wide frame is gathered
+    # once (not at all when it is already in that order) and each partition is a slice.
+    keys = frame.select(
+        pl.col("ts").dt.date().alias("_day"), shard_numbers(frame.get_column("unit_id"), shards).alias("_shard"), *KEY
+    ).with_row_index("_row")
+    ordered = keys.sort("_day", "_shard", *KEY, maintain_order=True)
+    if not ordered.get_column("_row").equals(keys.get_column("_row")):
+        frame = frame.select(pl.all().gather(ordered.get_column("_row")))
+    runs = (
+        ordered.with_row_index("_at")
+        .group_by("_day", "_shard", maintain_order=True)
+        .agg(pl.col("_at").first(), pl.len())
     )
-    keyed = frame.join(mapping, on="unit_id").with_columns(pl.col("ts").dt.date().alias("_day"))
-    parts = {(day, shard): part.drop("_day", "_shard") for (day, shard), part in keyed.group_by(["_day", "_shard"])}
+    parts = {(day, shard): frame.slice(at, n) for day, shard, at, n in runs.iter_rows()}
     if replace is not None:
         lo, hi = replace
         for path in feature_files(features_dir):
@@ -133,9 +140,9 @@ def write_features(
                 kept = kept.filter(~pl.col("ts").is_between(replace[0], replace[1]))
             if part.height == 0 and kept.height == stored.height:
                 continue
-            part = pl.concat([kept, part], how="diagonal_relaxed").select(part.columns or kept.columns)
+            part = pl.concat([kept, part], how="diagonal_relaxed").select(part.columns or kept.columns).sort(KEY)
         if part.height:
-            atomic_write_parquet(part.sort(KEY), path)
+            atomic_write_parquet(part, path)
         elif path.exists():
             path.unlink()
     return frame.height

@@ -23,7 +23,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
-from foreshock.features.build import finalize_day, finish_update, plan_update, stage_shard
+from foreshock.features.build import finalize_days, finish_update, plan_update, stage_shard
 from foreshock.features.spec import feature_spec
 from foreshock.pipelines.inputs import lake_metrics_in_catalog
 from foreshock.pipelines.progress import track
@@ -47,9 +47,9 @@ DATES_PER_TASK = 7
 @task(name="features-dates", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def finalize_days_task(settings: dict, days: list[list[str]], staged: list[list[str]]) -> int:
     config = Config.from_settings(settings)
-    return sum(
-        finalize_day(config, date.fromisoformat(day), datetime.fromisoformat(lo), datetime.fromisoformat(hi))
-        for day, lo, hi in days
+    return finalize_days(
+        config,
+        [(date.fromisoformat(day), datetime.fromisoformat(lo), datetime.fromisoformat(hi)) for day, lo, hi in days],
     )
 
 

@@ -85,3 +85,32 @@ def test_scan_features_aligns_columns_across_partitions(tmp_path):
     )
     again = scan_features(features_dir).collect()
     assert again.height == 3 and again.filter(pl.col("unit_id") == "a").sort("ts")["x_mean_1h"].to_list() == [9.0, 2.0]
+
+
+def test_feature_rows_in_any_order_land_sorted_in_their_date_and_shard(tmp_path):
+    """Rows handed over in any order are stored one file per date and lake shard, each
+    sorted by unit and time and holding exactly its rows."""
+    from foreshock.features.store import feature_files, write_features
+    from foreshock.lake import shard_of
+
+    units = [f"gpu-{i:03d}" for i in range(40)]
+    rows = pl.DataFrame(
+        {
+            "unit_id": units * 30,
+            "ts": [T0 + timedelta(hours=3 * (i // 40)) for i in range(1200)],
+            "x_mean_1h": [float(i) for i in range(1200)],
+        }
+    ).with_columns(pl.col("ts").dt.cast_time_unit("us"))
+    features_dir = tmp_path / "features"
+    assert write_features(rows.sample(fraction=1.0, shuffle=True, seed=5), features_dir, 4) == 1200
+    files = feature_files(features_dir)
+    assert len(files) == 4 * 4  # 90 hours: four dates, four shards each
+    stored = []
+    for path in files:
+        part = pl.read_parquet(path)
+        day, shard = path.parent.parent.name.split("=")[1], int(path.parent.name.split("=")[1])
+        assert part.equals(part.sort("unit_id", "ts"))
+        assert {shard_of(u, 4) for u in part["unit_id"]} == {shard}
+        assert {t.date().isoformat() for t in part["ts"]} == {day}
+        stored.append(part)
+    assert_frame_equal(pl.concat(stored).sort("unit_id", "ts"), rows.sort("unit_id", "ts"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
 import polars as pl
 from conftest import make_fleet
 from polars.testing import assert_frame_equal
@@ -90,3 +91,61 @@ def test_a_partition_of_whole_scrapes_rolls_up_like_each_metric_alone(monkeypatc
     assert paths == []
     untouched = ~((pl.col("unit_id") == "gpu-2") & (pl.col("metric") == "gpu_temp_c"))
     assert_frame_equal(broken.filter(untouched).sort(keys), whole.filter(untouched).sort(keys))
+
+
+def _off_by_seconds(samples: pl.DataFrame) -> pl.DataFrame:
+    """One metric of the last scrape of a bucket sampled 7 s after the others (so in the
+    next bucket)."""
+    late = pl.int_range(pl.len()) == 3 * 12 + 1
+    return samples.with_columns(pl.when(late).then(pl.col("ts") + pl.duration(seconds=7)).otherwise("ts").alias("ts"))
+
+
+def _scrapes_across_units(samples: pl.DataFrame) -> pl.DataFrame:
+    """gpu-1 stops after the first two metrics of its 401st scrape and gpu-2 starts with
+    the third metric of the same time: every three rows still share a time and follow the
+    metric pattern, but one scrape holds two units."""
+    at = samples.filter(pl.col("unit_id") == "gpu-1").get_column("ts").unique().sort()[400]
+    row = pl.int_range(pl.len()).over("unit_id", "ts")
+    gpu1 = (pl.col("unit_id") == "gpu-1") & ((pl.col("ts") < at) | ((pl.col("ts") == at) & (row < 2)))
+    gpu2 = (pl.col("unit_id") == "gpu-2") & ((pl.col("ts") > at) | ((pl.col("ts") == at) & (row == 2)))
+    return samples.filter((pl.col("unit_id") == "gpu-0") | gpu1 | gpu2)
+
+
+PERTURBED = {
+    "a scrape across two units": _scrapes_across_units,
+    "a metric of one scrape 7 s late": _off_by_seconds,
+    "units out of order": lambda s: pl.concat(
+        [s.filter(pl.col("unit_id") == "gpu-2"), s.filter(pl.col("unit_id") != "gpu-2")]
+    ),
+    "a unit's rows in two runs": lambda s: pl.concat(
+        [s.slice(0, 300), s.filter(pl.col("unit_id") == "gpu-1"), s.slice(300)]
+    ).unique(maintain_order=True),
+    "a NaN value": lambda s: s.with_columns(
+        pl.when(pl.int_range(pl.len()) == 901).then(float("nan")).otherwise("value").alias("value")
+    ),
+    "a metric outside the catalog in every scrape": lambda s: pl.concat(
+        [s, s.filter(pl.col("metric") == "gpu_temp_c").with_columns(pl.lit("vendor_special").alias("metric"))]
+    ).sort("unit_id", "ts", "metric"),
+    "two metrics swapped in one scrape": lambda s: pl.concat(
+        [s.slice(0, 150), s.slice(151, 1), s.slice(150, 1), s.slice(152)]
+    ),
+    "a scrape stored twice": lambda s: pl.concat([s.slice(0, 600), s.slice(597, 3), s.slice(600)]),
+    "a time going back": lambda s: pl.concat([s.slice(0, 600), s.slice(0, 3), s.slice(600)]),
+}
+
+
+@pytest.mark.parametrize("change", sorted(PERTURBED))
+def test_a_partition_that_is_nearly_whole_scrapes_rolls_up_like_each_metric_alone(change):
+    """A partition of the lake's usual shape but for one flaw (a late sample, units out of
+    order or split, a NaN, a foreign metric, a repeated or earlier scrape) must not be
+    rolled up by the one-row-per-time path as if it were whole: the pieces equal those of
+    each metric rolled up alone."""
+    samples, failures = _scrape_of_every_metric()
+    samples = PERTURBED[change](samples)
+    catalog = load_catalog()
+    args = (failures, catalog, timedelta(hours=1), timedelta(days=1))
+    keys = ["unit_id", "life", "metric", "bucket"]
+    whole, whole_scrapes = rollup_samples(samples, *args)
+    alone = [rollup_samples(samples.filter(pl.col("metric") == m), *args) for m in samples["metric"].unique()]
+    assert_frame_equal(whole.sort(keys), pl.concat([p for p, _ in alone]).sort(keys))
+    assert whole.height > 0
