@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
-import pytest
 import polars as pl
+import pytest
 from conftest import make_fleet
 from polars.testing import assert_frame_equal
 
