@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
@@ -55,11 +56,8 @@ def _run_on_task_runner(step: str, jobs: list[dict]) -> list[dict]:
 def _on_dask() -> bool:
     """Whether this flow run's task runner is prefect-dask's (``--runner dask``)."""
     context = FlowRunContext.get()
-    try:
-        from prefect_dask import DaskTaskRunner
-    except ImportError:  # without the dask extra there is no such runner
-        return False
-    return context is not None and isinstance(context.task_runner, DaskTaskRunner)
+    module = sys.modules.get("prefect_dask")  # imported by task_runner() when it made one
+    return context is not None and module is not None and isinstance(context.task_runner, module.DaskTaskRunner)
 
 
 @task(
