@@ -38,6 +38,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
@@ -111,8 +112,8 @@ def _record_shards(lake_dir: Path, shards: int) -> None:
 
 
 _held = threading.local()  # lake dirs whose lock this thread holds, with the nesting depth
-# What a holder leaves in ``.lock`` when it lets go normally.  A holder writes "held by <pid>"
-# first, so a killed holder leaves that: only then can its temp files be lying in the lake,
+# What a holder leaves in ``.lock`` when it lets go normally.  A holder writes "held by <pid>
+# <token>" first, so a killed holder leaves that: only then can its temp files be lying in the lake,
 # and only then does the next holder search the whole lake for them (a walk of every
 # partition directory, which costs more than a small merge on a lake of some months).
 LOCK_RELEASED = "released\n"
@@ -148,10 +149,13 @@ def lake_lock(lake_dir: Path) -> Iterator[None]:
             handle.seek(0)
             if handle.read() != LOCK_RELEASED:  # the last holder was killed (or an older version)
                 remove_temp_files(lake_dir)
-            _mark_lock(handle, f"held by {os.getpid()}\n")
+            token = secrets.token_hex(16)
+            _tokens()[key] = token
+            _mark_lock(handle, f"held by {os.getpid()} {token}\n")
             yield
         finally:
             depth[key] = 0
+            _tokens().pop(key, None)
             try:
                 _mark_lock(handle, LOCK_RELEASED)
             finally:
@@ -179,6 +183,42 @@ def lock_held_by_caller(lake_dir: Path) -> Iterator[None]:
         yield
     finally:
         depth[key] -= 1
+
+
+def _tokens() -> dict[str, str]:
+    tokens = getattr(_held, "tokens", None)
+    if tokens is None:
+        tokens = _held.tokens = {}
+    return tokens
+
+
+def lock_token(lake_dir: Path) -> str:
+    """The token of this thread's (outermost) hold of :func:`lake_lock` on ``lake_dir``: a
+    random value, new for every hold, that the holder also writes in ``.lock``.  A holder
+    hands it to work it runs in other processes and waits for (see
+    :func:`lock_held_by_token`).  RuntimeError when this thread does not hold the lock."""
+    token = _tokens().get(str(Path(lake_dir).resolve()))
+    if token is None:
+        raise RuntimeError(f"the lake lock of {lake_dir} is not held by this thread")
+    return token
+
+
+@contextmanager
+def lock_held_by_token(lake_dir: Path, token: str) -> Iterator[None]:
+    """:func:`lock_held_by_caller` for another process (a Dask worker) doing work for a
+    holder of :func:`lake_lock` that passed it :func:`lock_token` and waits for it: the
+    work may call functions that take the lock (``merge_into_lake``).  Refused (RuntimeError)
+    unless ``.lock`` shows that very hold still current: a token of a hold that has ended
+    (its holder let go, or was killed and another writer took the lock) never lets anyone
+    in, so other writers stay excluded as before."""
+    try:
+        marker = (Path(lake_dir) / ".lock").read_text()
+    except FileNotFoundError:
+        marker = ""
+    if not token or not marker.startswith("held by ") or marker.split()[-1:] != [token]:
+        raise RuntimeError(f"the lake lock of {lake_dir} is not held under this token (the holder let go)")
+    with lock_held_by_caller(lake_dir):
+        yield
 
 
 def remove_temp_files(root: Path, *, only_dead_writers: bool = False) -> list[Path]:

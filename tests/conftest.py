@@ -48,6 +48,19 @@ def mlflow_server(tmp_path_factory):
         yield url
 
 
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A real Dask scheduler and two single-threaded worker processes on 127.0.0.1 for one
+    test (``tests/dask_cluster.py``); yields the scheduler's address."""
+    pytest.importorskip("prefect_dask", reason="the dask extra is not installed (make setup installs it)")
+    from dask_cluster import DASK, dask_cluster
+
+    if not DASK.exists():
+        pytest.skip(f"no dask command next to {DASK.parent}")
+    with dask_cluster(tmp_path / "dask-logs") as address:
+        yield address
+
+
 DEFAULT_SEED = 20261202
 
 

@@ -15,16 +15,24 @@ duplicates_dropped``.  Telemetry is append-only: a row whose key is stored with 
 is quarantined as a conflict.  Inventory is an upsert: each file is merged in turn (path
 order), and a row that changes its unit (a replaced GPU's new uuid) replaces the stored row
 and counts as updated; an identical row is a duplicate.
+
+Where the check and merge run: by default on ``[runner] local_workers`` threads of this
+process.  Given :class:`GroupTasks` (the flow passes them on the Dask runner), each shard
+group's rows are staged to a Parquet file under ``<data>/staging/ingest/`` and checked and
+merged by ``GROUP_STEPS`` called elsewhere (Dask workers), which take and return paths and
+counts; this process holds the lake lock throughout and hands its token to the merges.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -37,6 +45,7 @@ from foreshock.catalog import (
     lake_catalog_path,
     load_catalog,
     merge_catalogs,
+    parse_catalog,
     read_lake_catalog,
 )
 from foreshock.config import Config
@@ -56,6 +65,8 @@ from foreshock.lake import (
     lake_lock,
     lake_shards,
     lock_held_by_caller,
+    lock_held_by_token,
+    lock_token,
     merge_into_lake,
     partition_path,
     record_stored_rows,
@@ -308,6 +319,18 @@ def _batches(files: list[PlannedFile], max_bytes: int) -> list[list[PlannedFile]
     return batches
 
 
+@dataclass
+class GroupTasks:
+    """Runs a batch's per-shard-group steps as tasks of another runner (the Prefect flow on
+    Dask gives one): ``run(step, jobs)`` calls ``GROUP_STEPS[step](job)`` for each job, in
+    processes that see the data directory, and returns the results in job order once
+    *every* job has ended (then raising the first failure: none may still be working when
+    the lake lock is let go).  Jobs and results are plain values: paths, counts, settings."""
+
+    run: Callable[[str, list[dict]], list[dict]]
+    settings: dict
+
+
 def ingest_batch(
     files: list[PlannedFile],
     config: Config,
@@ -317,12 +340,14 @@ def ingest_batch(
     catalog_path: str | None = None,
     timezone_name: str | None = None,
     scrape_time: datetime | None = None,
+    tasks: GroupTasks | None = None,
 ) -> tuple[list[FileReport], str | None]:
     """Parse, check and merge one batch; record its files in the manifest.
 
     Returns the batch's file reports and the quarantine file written (or None).  An
     ``OSError`` propagates (the flow retries the batch); a file that cannot be parsed is
-    reported as rejected and the others go on.
+    reported as rejected and the others go on.  ``tasks``: check and merge the shard
+    groups as those tasks (see :func:`_check_and_merge_as_tasks`) instead of on threads.
     """
     ctx = IngestContext.from_config(
         config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
@@ -357,6 +382,10 @@ def ingest_batch(
         if table == "inventory":
             good, bad = validate(table, staged, ctx)
             _upsert_inventory(good, parsed, reports, config)
+        elif tasks is not None:
+            bad = _check_and_merge_as_tasks(
+                table, staged, reports, config, ctx, tasks, f"{run_id}-b{batch_number:04d}-{table}"
+            )
         else:
             bad = _check_and_merge(table, staged, reports, config, ctx)
         if bad.height:
@@ -588,11 +617,14 @@ def _check_and_merge(
 SPLIT_MIN_ROWS = 200_000
 
 
-def _shard_groups(staged: pl.DataFrame, config: Config, workers: int) -> list[pl.DataFrame]:
+def _shard_groups(
+    staged: pl.DataFrame, config: Config, workers: int, min_rows: int | None = None
+) -> list[pl.DataFrame]:
     """``staged`` in ``workers`` frames, each holding whole lake shards (rows keep their
-    order; rows without a unit form their own group), or whole when it is small or there
-    is one worker."""
-    if workers < 2 or staged.height < max(SPLIT_MIN_ROWS, 1):
+    order; rows without a unit form their own group), or whole when it has fewer than
+    ``min_rows`` rows (default ``SPLIT_MIN_ROWS``) or there is one worker."""
+    min_rows = SPLIT_MIN_ROWS if min_rows is None else min_rows
+    if workers < 2 or staged.height < max(min_rows, 1):
         return [staged]
     shards = lake_shards(config.lake_dir, config.shards)
     # One group per worker (shard number modulo workers; crc32 spreads units evenly): fewer,
@@ -628,6 +660,161 @@ def _check_shard(
     good, bad = validate(table, staged, ctx)
     unique, duplicates, conflicts = _deduplicate(table, good, ctx)
     return unique, bad, duplicates, conflicts
+
+
+# With GroupTasks, a table's staged rows are split into one group per this many rows (at
+# most one per lake shard): a task costs a Parquet write and read and the scheduler's
+# round trip, more than a thread.
+TASK_GROUP_MIN_ROWS = 100_000
+STAGING_PARQUET = {"compression": "lz4", "statistics": False}
+
+
+def staging_root(config: Config) -> Path:
+    """Where a batch's shard groups are staged for :class:`GroupTasks`: a directory per
+    table of a batch, made and removed while the driver holds the lake lock."""
+    return config.data_dir / "staging" / "ingest"
+
+
+def _check_and_merge_as_tasks(
+    table: str,
+    staged: pl.DataFrame,
+    reports: list[FileReport],
+    config: Config,
+    ctx: IngestContext,
+    tasks: GroupTasks,
+    name: str,
+) -> pl.DataFrame:
+    """:func:`_check_and_merge` with each shard group checked and merged by a task of
+    ``tasks`` (on a Dask worker): same groups of whole shards, same two phases, same lake,
+    quarantine and counts.
+
+    Under one hold of the lake lock, this process writes each group's rows (and the
+    inventory the checks use) to ``staging_root/<name>/``; ``check`` tasks read a group,
+    check it against the batch and the lake and write its new rows, failed rows and
+    conflicts to files, returning their paths and the duplicates per file; the partitions
+    the new rows go to are logged here (``record_stored_rows``); then ``merge`` tasks
+    merge the new rows, acting under this hold through the lock's token (a task given a
+    token of a hold that has ended is refused).  The directory is removed before the lock
+    is let go, whatever happens; one left by a killed driver is removed by the next hold
+    that stages (no stage directory outlives the hold that made it).
+    """
+    lake_dir = config.lake_dir
+    time_col = TIME_COLUMN[table]
+    shards = lake_shards(lake_dir, config.shards)
+    count = max(1, min(shards, -(-staged.height // max(TASK_GROUP_MIN_ROWS, 1))))
+    with lake_lock(lake_dir):
+        root = staging_root(config)
+        if root.is_dir():  # a killed driver's: none is in use while we hold the lock
+            for leftover in root.iterdir():
+                shutil.rmtree(leftover, ignore_errors=True)
+        directory = root / name
+        try:
+            directory.mkdir(parents=True)
+            inventory = directory / "inventory.parquet"
+            ctx.inventory.write_parquet(inventory, **STAGING_PARQUET)
+            context = _context_job(ctx, inventory)
+            jobs = []
+            for k, group in enumerate(_shard_groups(staged, config, count, min_rows=0)):
+                rows = directory / f"group-{k:03d}.parquet"
+                group.write_parquet(rows, **STAGING_PARQUET)
+                jobs.append({"settings": tasks.settings, "table": table, "rows": str(rows), "context": context})
+            checked = tasks.run("check", jobs)
+            if time_col is not None:
+                columns = ["unit_id", time_col]
+                new = [pl.read_parquet(c["new"], columns=columns) for c in checked if c["new_rows"]]
+                record_stored_rows(lake_dir, table, new, config.shards)
+            token = lock_token(lake_dir)
+            merging = [c for c in checked if c["new_rows"]]
+            merge_jobs = [
+                {"settings": tasks.settings, "table": table, "rows": c["new"], "token": token} for c in merging
+            ]
+            results = tasks.run("merge", merge_jobs) if merge_jobs else []
+            for c, result in zip(merging, results):
+                if result["rows_stored"] != c["new_rows"]:  # cannot happen under the lock: fail loudly
+                    raise RuntimeError(f"{table}: {c['new_rows']} new rows checked but {result['rows_stored']} stored")
+            bad = [pl.read_parquet(path) for c in checked for path in c["bad"]]
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    for c in checked:
+        for i, number in c["duplicates"]:
+            reports[i].duplicates_dropped += number
+    return pl.concat(bad, how="diagonal_relaxed") if bad else staged.head(0)
+
+
+def _context_job(ctx: IngestContext, inventory: Path) -> dict:
+    """What a task needs to rebuild the batch's :class:`IngestContext`, as plain values."""
+    return {
+        "catalog": catalog_to_dict(ctx.catalog),
+        "catalog_source": ctx.catalog.source,
+        "inventory": str(inventory),
+        "lake_dir": str(ctx.lake_dir),
+        "timezone": ctx.timezone,
+        "now": ctx.now.isoformat(),
+        "max_future_us": ctx.max_future // timedelta(microseconds=1),
+        "scrape_time": ctx.scrape_time.isoformat() if ctx.scrape_time else None,
+        "violation_unit": ctx.violation_unit,
+        "shards": ctx.shards,
+    }
+
+
+def _context_from_job(job: dict) -> IngestContext:
+    return IngestContext(
+        catalog=parse_catalog(job["catalog"], source=job["catalog_source"]),
+        inventory=pl.read_parquet(job["inventory"]),
+        lake_dir=Path(job["lake_dir"]),
+        timezone=job["timezone"],
+        now=datetime.fromisoformat(job["now"]),
+        max_future=timedelta(microseconds=job["max_future_us"]),
+        scrape_time=datetime.fromisoformat(job["scrape_time"]) if job["scrape_time"] else None,
+        violation_unit=job["violation_unit"],
+        shards=job["shards"],
+    )
+
+
+def check_group(job: dict) -> dict:
+    """A ``check`` task: one staged shard group checked (``_check_shard``).  Writes the new
+    rows (lake columns) and the rows to quarantine (failed checks, then conflicts) next to
+    the group's file; returns their paths, the new rows' count and the duplicates per file
+    (``[[file index, count], ...]``).  Reads the lake only."""
+    table, rows = job["table"], Path(job["rows"])
+    unique, failed, duplicates, conflicts = _check_shard(
+        table, pl.read_parquet(rows), _context_from_job(job["context"])
+    )
+    new = rows.with_name(f"{rows.stem}-new.parquet")
+    unique.select(_lake_columns(table, unique)).write_parquet(new, **STAGING_PARQUET)
+    bad = []
+    for kind, frame in (("failed", failed), ("conflicts", conflicts)):
+        if frame.height:
+            path = rows.with_name(f"{rows.stem}-{kind}.parquet")
+            frame.write_parquet(path, **STAGING_PARQUET)
+            bad.append(str(path))
+    return {
+        "new": str(new),
+        "new_rows": unique.height,
+        "bad": bad,
+        "duplicates": [[i, n] for i, n in sorted(_count_by_file(duplicates).items())],
+    }
+
+
+def merge_group(job: dict) -> dict:
+    """A ``merge`` task: a group's checked new rows merged into the lake, under the hold of
+    the lake lock whose token the job carries (refused if that hold has ended)."""
+    config = Config.from_settings(job["settings"])
+    rows = pl.read_parquet(job["rows"])
+    with lock_held_by_token(config.lake_dir, job["token"]):
+        result = merge_into_lake(
+            config.lake_dir,
+            job["table"],
+            rows,
+            shards=config.shards,
+            deduplicated=True,  # check_group checked the batch and the lake under this hold
+            record_changes=False,  # logged by the driver before any merge started
+        )
+    return {"rows_stored": result.rows_stored}
+
+
+# The steps GroupTasks run, by name (a task takes the name and a job of plain values).
+GROUP_STEPS: dict[str, Callable[[dict], dict]] = {"check": check_group, "merge": merge_group}
 
 
 def _lake_columns(table: str, frame: pl.DataFrame) -> list[str]:

@@ -4,25 +4,60 @@ Wiring only: planning, parsing, checks and merges live in :mod:`foreshock.ingest
 task per batch of files (a day of a fleet's files, not one per file: task overhead is
 ~17 ms here); tasks take and return plain values (paths, counts), never frames, and are
 retried on I/O errors.
+
+The batches run one after another in this process.  On the local runner (the default) a
+batch's parse and its shard groups' checks and merges run on ``[runner] local_workers``
+threads inside its task.  On the Dask runner (``--runner dask``) the batch task stages each
+shard group's rows under ``<data>/staging/ingest/`` and submits one ``ingest-shard-group``
+task per group and phase (check, then merge) to the flow's task runner, so they run on the
+cluster's workers while this process holds the lake lock (see
+``foreshock.ingest.run._check_and_merge_as_tasks``).  The workers need the data directory
+on a filesystem they share with this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from prefect.futures import wait
 
 from foreshock.config import Config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, UserError
 from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
 from foreshock.ingest.context import check_timezone
-from foreshock.ingest.run import finish_report, planned_from_dict, planned_to_dict
+from foreshock.ingest.run import GROUP_STEPS, GroupTasks, finish_report, planned_from_dict, planned_to_dict
 from foreshock.pipelines.progress import track
-from foreshock.pipelines.runtime import retry_on_io_error
+from foreshock.pipelines.runtime import retry_on_io_error, task_runner
+
+
+# No retries of its own: a merge that failed half way must not be repeated on rows checked
+# before it (the batch task is retried as a whole, checking them again).
+@task(name="ingest-shard-group", cache_policy=NO_CACHE)
+def shard_group_task(step: str, job: dict) -> dict:
+    """One shard group's ``check`` or ``merge`` step (paths and counts in and out)."""
+    return GROUP_STEPS[step](job)
+
+
+def _run_on_task_runner(step: str, jobs: list[dict]) -> list[dict]:
+    """``GroupTasks.run``: the jobs as tasks of the flow's task runner, results in order,
+    after all of them ended (the batch holds the lake lock until then)."""
+    futures = [shard_group_task.submit(step, job) for job in jobs]
+    wait(futures)
+    return [future.result() for future in futures]
+
+
+def _on_dask() -> bool:
+    """Whether this flow run's task runner is prefect-dask's (``--runner dask``)."""
+    context = FlowRunContext.get()
+    module = sys.modules.get("prefect_dask")  # imported by task_runner() when it made one
+    return context is not None and module is not None and isinstance(context.task_runner, module.DaskTaskRunner)
 
 
 @task(
@@ -36,8 +71,10 @@ def ingest_batch_task(
     catalog_path: str | None,
     timezone: str | None,
     scrape_time: str | None,
+    group_tasks: bool = False,
 ) -> dict:
-    """Parse, check and merge one batch of files; returns its file reports as dicts."""
+    """Parse, check and merge one batch of files; returns its file reports as dicts.
+    ``group_tasks``: its shard groups are checked and merged as tasks of the flow's runner."""
     reports, quarantine_file = ingest_batch(
         planned_from_dict(files),
         Config.from_settings(settings),
@@ -46,6 +83,7 @@ def ingest_batch_task(
         catalog_path=catalog_path,
         timezone_name=timezone,
         scrape_time=parse_scrape_time(scrape_time),
+        tasks=GroupTasks(run=_run_on_task_runner, settings=settings) if group_tasks else None,
     )
     return {"files": [dataclasses.asdict(r) for r in reports], "quarantine_file": quarantine_file}
 
@@ -66,13 +104,15 @@ def ingest(
     plan = plan_ingest(path, config, source, force=force, follow_symlinks=follow_symlinks)
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
+    on_dask = _on_dask()
     for number, batch in track(list(enumerate(plan.batches)), "ingest: batches"):
         # Sequential on purpose: inventory must land before the batches that check units
         # against it, and a day's XID gauge and counter steps read the previous day's stored
         # rows.  Inside a batch, parsing and the shard-by-shard checks and merges run on
-        # [runner] local_workers threads (foreshock.ingest.run).
+        # [runner] local_workers threads (foreshock.ingest.run), or the checks and merges
+        # as tasks on the Dask workers.
         done = ingest_batch_task(
-            planned_to_dict(batch), settings, plan.run_id, number, plan.catalog_path, timezone, scrape_time
+            planned_to_dict(batch), settings, plan.run_id, number, plan.catalog_path, timezone, scrape_time, on_dask
         )
         reports += [FileReport(**item) for item in done["files"]]
         if done["quarantine_file"]:
@@ -129,7 +169,10 @@ def run(args: argparse.Namespace, config) -> int:
         raise UserError(f"ingest path not found: {path}")
     if args.catalog:
         config = config.with_overrides({"paths": {"catalog": args.catalog}})
-    result = ingest(
+    flow_run = ingest
+    if config.section("runner")["kind"] != "local":  # the local runner keeps the in-process threads
+        flow_run = ingest.with_options(task_runner=task_runner(config))
+    result = flow_run(
         config.to_settings(args.config),
         path=path,
         source=args.source,

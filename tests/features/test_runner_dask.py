@@ -1,16 +1,10 @@
 """`foreshock --runner dask --dask-address ...` runs the features flow on a real Dask cluster
-(a scheduler and two single-threaded worker processes started here on 127.0.0.1) and
-stores exactly what the local thread-pool runner stores."""
+(a scheduler and two single-threaded worker processes on 127.0.0.1: the ``dask_cluster``
+fixture of tests/conftest.py) and stores exactly what the local thread-pool runner stores."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,59 +16,6 @@ from foreshock.features.store import scan_features
 from foreshock.pipelines.cli import main
 
 pytest.importorskip("prefect_dask", reason="the dask extra is not installed (make setup installs it)")
-DASK = Path(sys.executable).with_name("dask")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for_workers(address: str, count: int, timeout: float = 120) -> None:
-    from distributed import Client
-
-    with Client(address, timeout=timeout) as client:
-        client.wait_for_workers(count, timeout=timeout)
-
-
-@pytest.fixture
-def dask_cluster(tmp_path):
-    if not DASK.exists():
-        pytest.skip(f"no dask command next to {sys.executable}")
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    logs = tmp_path / "dask-logs"
-    logs.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")])}
-    scheduler = subprocess.Popen(
-        [str(DASK), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-        stdout=open(logs / "scheduler.log", "w"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    workers = subprocess.Popen(
-        [str(DASK), "worker", address, "--nworkers", "2", "--nthreads", "1", "--memory-limit", "2GB", "--no-dashboard"],
-        stdout=open(logs / "workers.log", "w"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        _wait_for_workers(address, 2)
-        yield address
-    finally:
-        for process in (workers, scheduler):  # our own processes, by PID (their groups)
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        for process in (workers, scheduler):
-            try:
-                process.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 def _config(data_dir: Path):

@@ -173,6 +173,30 @@ def write_landing(
     return landing
 
 
+def write_messy_landing(root: Path) -> Landing:
+    """A small landing with bad rows: repeated lines, a conflict, a broken number, a counter
+    jump, a row of another day, an unknown GPU, and a file of rows already stored."""
+    landing = write_landing(root, nodes=4, gpus=2, days=2, steps_per_day=8)
+    day = START + timedelta(days=1)
+    step = landing.step
+    bad = [
+        smi_line(day + 2 * step, 0, 1, 10),  # a repeated line: duplicates
+        smi_line(day + 3 * step, 1, 2, 10).replace(", 1410 MHz", ", 1500 MHz"),  # same key, other value
+        smi_line(day + 4 * step, 0, 3, 12).replace(" W,", "x W,", 1),  # a broken number
+        smi_line(day + 5 * step, 1, 0, 13).replace(f", {13 // 3}, 0, ", ", 900000000, 0, ", 1),  # a counter jump
+        smi_line(day + 25 * step, 0, 2, 14),  # in the future of this day's file: another day's partition
+        "2026/11/02 01:00:00.000, 7, 00000000:3B:00.0, GPU-ffff0000-5f1c-4e2b-9a1d-0123456789ab"
+        + ", 1" * 16,  # an unknown GPU
+    ]
+    for n in range(landing.nodes):
+        target = root / "nvidia-smi" / node_name(n) / f"{day:%Y-%m-%d}.csv"
+        target.write_text(target.read_text() + "\n".join(bad[n::2]) + "\n")
+    late = root / "nvidia-smi" / node_name(0) / "extra" / f"{day:%Y-%m-%d}.csv"
+    late.parent.mkdir()
+    late.write_text(SMI_FIELDS + "\n" + smi_line(START + 3 * step, 1, 0, 3) + "\n")  # already stored (day 1)
+    return landing
+
+
 def lake_snapshot(lake_dir: Path) -> dict[str, object]:
     """Every canonical table, sorted, plus the partition file names: equal lakes compare equal."""
     from foreshock.contract import KEYS, TABLES

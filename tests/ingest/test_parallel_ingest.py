@@ -4,39 +4,16 @@ the accounting of the same batch in one piece, on messy input, and reruns change
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
 
 import polars as pl
 import pytest
-from landing_files import SMI_FIELDS, START, assert_same_lake, node_name, smi_line, write_landing
+from landing_files import assert_same_lake, write_messy_landing
 
 import foreshock.ingest.run as run
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.ingest.manifest import read_manifest
 from foreshock.lake import read_changes
-
-
-def _messy_landing(root):
-    landing = write_landing(root, nodes=4, gpus=2, days=2, steps_per_day=8)
-    day = START + timedelta(days=1)
-    step = landing.step
-    bad = [
-        smi_line(day + 2 * step, 0, 1, 10),  # a repeated line: duplicates
-        smi_line(day + 3 * step, 1, 2, 10).replace(", 1410 MHz", ", 1500 MHz"),  # same key, other value
-        smi_line(day + 4 * step, 0, 3, 12).replace(" W,", "x W,", 1),  # a broken number
-        smi_line(day + 5 * step, 1, 0, 13).replace(f", {13 // 3}, 0, ", ", 900000000, 0, ", 1),  # a counter jump
-        smi_line(day + 25 * step, 0, 2, 14),  # in the future of this day's file: another day's partition
-        "2026/11/02 01:00:00.000, 7, 00000000:3B:00.0, GPU-ffff0000-5f1c-4e2b-9a1d-0123456789ab"
-        + ", 1" * 16,  # an unknown GPU
-    ]
-    for n in range(landing.nodes):
-        target = root / "nvidia-smi" / node_name(n) / f"{day:%Y-%m-%d}.csv"
-        target.write_text(target.read_text() + "\n".join(bad[n::2]) + "\n")
-    late = root / "nvidia-smi" / node_name(0) / "extra" / f"{day:%Y-%m-%d}.csv"
-    late.parent.mkdir()
-    late.write_text(SMI_FIELDS + "\n" + smi_line(START + 3 * step, 1, 0, 3) + "\n")  # already stored (day 1)
-    return landing
 
 
 def _ingest(landing_root, data_dir, *, workers: int, monkeypatch, force: bool = False):
@@ -63,7 +40,7 @@ def _per_file(report) -> list[tuple]:
 
 
 def test_shards_on_threads_store_and_quarantine_what_one_piece_does(tmp_path, monkeypatch):
-    landing = _messy_landing(tmp_path / "raw")
+    landing = write_messy_landing(tmp_path / "raw")
     whole_config, whole = _ingest(landing.root, tmp_path / "whole", workers=1, monkeypatch=monkeypatch)
     split_config, split = _ingest(landing.root, tmp_path / "split", workers=2, monkeypatch=monkeypatch)
 
@@ -82,7 +59,7 @@ def test_shards_on_threads_store_and_quarantine_what_one_piece_does(tmp_path, mo
 
 
 def test_a_failed_shard_leaves_no_row_twice_and_the_retry_completes_the_lake(tmp_path, monkeypatch):
-    landing = _messy_landing(tmp_path / "raw")
+    landing = write_messy_landing(tmp_path / "raw")
     clean_config, clean = _ingest(landing.root, tmp_path / "clean", workers=1, monkeypatch=monkeypatch)
     real_merge = run.merge_into_lake
     calls = []
