@@ -519,17 +519,30 @@ def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
         .otherwise(pl.col("last_inc_ts"))
         .alias("last_inc_ts"),
     )
-    return bridged.group_by(["unit_id", "life", "metric", "bucket"]).agg(
-        pl.col("n").sum(),
-        pl.col("sum").sum(),
-        pl.col("sumsq").sum(),
-        pl.col("max").max(),
-        pl.col("last_v").get(pl.col("last_ts").arg_max()),
-        pl.col("last_ts").max(),
-        pl.col("inc").sum(),
-        pl.col("first_inc_ts").min(),
-        pl.col("last_inc_ts").max(),
+    # Only a bucket that spans two files has two pieces (rows in key order: adjacent); the
+    # others are already whole and skip the group-by (one row's aggregates are itself,
+    # but for a gauge's missing increase, which sums to 0).
+    same_key = (same_series & (pl.col("bucket") == pl.col("bucket").shift(1))).fill_null(False)
+    bridged = bridged.with_columns((same_key | same_key.shift(-1).fill_null(False)).alias("_split"))
+    columns = ["unit_id", "life", "metric", "bucket", "n", "sum", "sumsq", "max", "last_v", "last_ts", "inc"]
+    columns += ["first_inc_ts", "last_inc_ts"]
+    whole = bridged.filter(~pl.col("_split")).select(columns).with_columns(pl.col("inc").fill_null(0.0))
+    split = (
+        bridged.filter(pl.col("_split"))
+        .group_by(["unit_id", "life", "metric", "bucket"])
+        .agg(
+            pl.col("n").sum(),
+            pl.col("sum").sum(),
+            pl.col("sumsq").sum(),
+            pl.col("max").max(),
+            pl.col("last_v").get(pl.col("last_ts").arg_max()),
+            pl.col("last_ts").max(),
+            pl.col("inc").sum(),
+            pl.col("first_inc_ts").min(),
+            pl.col("last_inc_ts").max(),
+        )
     )
+    return pl.concat([whole, split])
 
 
 def combine_scrapes(scrapes: pl.DataFrame) -> pl.DataFrame:
