@@ -149,3 +149,24 @@ def test_a_partition_that_is_nearly_whole_scrapes_rolls_up_like_each_metric_alon
     alone = [rollup_samples(samples.filter(pl.col("metric") == m), *args) for m in samples["metric"].unique()]
     assert_frame_equal(whole.sort(keys), pl.concat([p for p, _ in alone]).sort(keys))
     assert whole.height > 0
+
+
+def test_pieces_of_two_files_combine_to_the_pieces_of_one():
+    """A day boundary cuts buckets (and counter steps) in two files: rolled up file by file
+    and combined, the pieces equal those of the rows rolled up at once, the bucket that
+    spans the cut included (its counts, sums, last value and the step across the cut)."""
+    samples, failures = _scrape_of_every_metric()
+    catalog = load_catalog()
+    every, max_gap = timedelta(hours=1), timedelta(days=1)
+    cut = datetime(2026, 11, 1, 17, 22, tzinfo=UTC)  # inside a bucket, between two samples
+    keys = ["unit_id", "life", "metric", "bucket"]
+    parts = [
+        rollup_samples(samples.filter(part), failures, catalog, every, max_gap)[0]
+        for part in (pl.col("ts") <= cut, pl.col("ts") > cut)
+    ]
+    combined = rollups.combine_pieces(pl.concat(parts), max_gap).sort(keys)
+    once = rollups.combine_pieces(rollup_samples(samples, failures, catalog, every, max_gap)[0], max_gap).sort(keys)
+    assert_frame_equal(combined, once)
+    spanning = combined.filter(pl.col("bucket") == datetime(2026, 11, 1, 18, tzinfo=UTC))
+    assert spanning.height > 0 and (spanning["n"] == 12).all()
+    assert combined.filter(pl.col("metric") == "ecc_sbe_volatile_total")["inc"].sum() > 0
