@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
@@ -30,6 +31,7 @@ from foreshock.catalog import Catalog
 from foreshock.contract import UTC_TS
 
 UNIT_LIFE_BUCKET = ["unit_id", "life", "bucket"]
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 # Per (unit, life, metric, bucket) piece of one raw file.
 PIECE_SCHEMA: dict[str, pl.DataType] = {
@@ -164,12 +166,23 @@ def _same_series() -> pl.Expr:
     return ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_key").shift(1) // _BUCKET_SLOTS)).fill_null(False)
 
 
-def _steps(value: str, suffix: str, max_gap: timedelta) -> list[pl.Expr]:
-    """A counter's step from its previous sample (``_delta``) and the time of each increase
-    (``_inc_ts``), for the rows of one metric in unit-then-time order."""
-    recent = (pl.col("ts") - pl.col("ts").shift(1)) <= max_gap
-    delta = pl.when(_same_series() & recent).then(_counter_step(pl.col(value), pl.col(value).shift(1)))
-    return [delta.alias(f"_delta{suffix}"), pl.when(delta > 0).then(pl.col("ts")).alias(f"_inc_ts{suffix}")]
+def _with_steps(frame: FrameT, values: list[tuple[str, str]], max_gap: timedelta) -> FrameT:
+    """``frame`` (rows in unit-then-time order keyed by the packed key) with ``_head`` (the
+    row starts a series) and, for each counter column ``(value, suffix)``, its step from
+    the previous sample (``_delta<suffix>``) and the time of each increase
+    (``_inc_ts<suffix>``).  A step is taken only from the previous sample of the same
+    series at most ``max_gap`` earlier (one link column for all counters)."""
+    same = _same_series()
+    linked = same & ((pl.col("ts") - pl.col("ts").shift(1)) <= max_gap)
+    frame = frame.with_columns(linked.alias("_link"), (~same).alias("_head"))
+    frame = frame.with_columns(
+        pl.when(pl.col("_link")).then(_counter_step(pl.col(value), pl.col(value).shift(1))).alias(f"_delta{suffix}")
+        for value, suffix in values
+    )
+    increased = [
+        pl.when(pl.col(f"_delta{suffix}") > 0).then(pl.col("ts")).alias(f"_inc_ts{suffix}") for _, suffix in values
+    ]
+    return frame.with_columns(increased).drop("_link")
 
 
 def _piece_aggs(value: str, counter: bool, suffix: str = "") -> list[pl.Expr]:
@@ -202,7 +215,7 @@ def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
     order, so the row before a sample is the previous sample of the same series when the
     packed key says it is the same unit and life, and each (unit, life, bucket) group is a
     contiguous run whose first and last rows are its first and last samples."""
-    stepped = samples.with_columns(*_steps("value", "", max_gap), (~_same_series()).alias("_head"))
+    stepped = _with_steps(samples, [("value", "")], max_gap)
     return stepped.group_by(_SERIES).agg(_piece_aggs("value", counter=True))
 
 
@@ -247,8 +260,7 @@ def _regular_pieces(
     wide = times.select(_packed_key(every).set_sorted(), "ts").with_columns(
         [values.gather_every(k, j).alias(f"_v{j}") for j in range(k)]
     )
-    steps = [e for j in range(k) if counter[j] for e in _steps(f"_v{j}", f"_{j}", max_gap)]
-    wide = wide.with_columns(*steps, (~_same_series()).alias("_head"))
+    wide = _with_steps(wide, [(f"_v{j}", f"_{j}") for j in range(k) if counter[j]], max_gap)
     aggs = [a for j in range(k) for a in _piece_aggs(f"_v{j}", counter[j], f"_{j}")]
     grouped = wide.group_by(_SERIES).agg(*aggs, pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("_ts"))
     parts = [grouped.select("_key", pl.col(f"^.*_{j}$").name.map(lambda c, j=j: c[: -len(f"_{j}")])) for j in range(k)]
@@ -376,6 +388,7 @@ def _any_pieces(
     """Pieces of any raw partition (rows in any order, metrics outside the catalog, null
     or NaN values, partial scrapes): ``(pieces per metric, scrape counts, the metrics,
     the units by run number)``, or None when no row is left to roll up."""
+    samples = samples.rechunk()  # several passes over every column follow
     # Metrics become small integers once (null for a metric outside the catalog); rows are
     # copied by the filter only when one of them has to go.
     samples = samples.with_columns(pl.col("metric").cast(pl.Enum(names), strict=False).to_physical().alias("_metric"))
@@ -438,9 +451,10 @@ def rollup_samples(
         per unit, life and bucket: distinct sample times and the last one.
     """
     names = catalog.names()
-    # A Parquet read gives one chunk per row group; every pass below is cheaper on
-    # contiguous columns, and a column added to a chunked frame would rechunk it anyway.
-    samples = samples.rechunk()
+    # A Parquet read gives one chunk per row group.  The numeric columns are made
+    # contiguous (viewed as arrays below); the string columns are only scanned, which costs
+    # the same chunked as copying them would.
+    samples = samples.with_columns(samples.get_column("ts").rechunk(), samples.get_column("value").rechunk())
     counters = {m.name for m in catalog if m.is_counter}
     # The lake's usual shape first: whole scrapes of catalog metrics in unit-then-time
     # order, rolled up one row per sample time (units numbered, lives found, per time).
