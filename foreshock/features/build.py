@@ -343,7 +343,8 @@ def shard_block_features(
 
 
 def _finish(frame: pl.DataFrame, spec: FeatureSpec) -> pl.DataFrame:
-    return _conform(add_peer_features(frame, spec), output_schema(spec)).sort("unit_id", "ts")
+    """Peer features added and the columns of the output schema, rows in their order."""
+    return _conform(add_peer_features(frame, spec), output_schema(spec))
 
 
 def _global_tables(lake_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -391,7 +392,7 @@ def build_features(
     ]
     if not parts:
         return pl.DataFrame(schema=schema)
-    frame = _finish(pl.concat(parts, how="diagonal_relaxed"), spec)
+    frame = _finish(pl.concat(parts, how="diagonal_relaxed"), spec).sort("unit_id", "ts")
     if shards is not None:
         wanted = {int(s) for s in shards}
         n = lake_shards(lake_dir, config.shards)
@@ -572,6 +573,7 @@ def finalize_day(config: Config, day: date, lo: datetime, hi: datetime) -> int:
     spec = feature_spec(config)
     staged = store.staged_files(config.features_dir, day)
     if staged:
+        # in shard, unit and time order as staged: write_features then has nothing to reorder
         frame = _finish(pl.concat([store.read_scratch(p) for p in staged], how="diagonal_relaxed"), spec)
     else:
         frame = pl.DataFrame(schema=output_schema(spec))

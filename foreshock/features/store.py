@@ -65,7 +65,7 @@ def write_scratch_text(path: Path, text: str) -> None:
 
 def read_scratch(path: Path) -> pl.DataFrame:
     """Read a file written by :func:`write_scratch`."""
-    return pl.scan_ipc(path).collect()
+    return pl.read_ipc(path)
 
 
 def write_staged(frame: pl.DataFrame, path: Path) -> None:
