@@ -271,8 +271,8 @@ def _scrape_times(samples: pl.DataFrame, names: list[str]) -> tuple[list[str], p
     """``(metric at each position, times, units)`` when a raw partition is whole scrapes as
     the lake stores them: units in order, every sample time of a unit holding the same
     catalog metrics in the same order, times rising, no null or NaN anywhere; None
-    otherwise.  ``times`` holds ``_unit, ts`` (and ``starts`` semantics of
-    :func:`_unit_runs`) per sample time, ``units`` the unit of each run number.  Checked on
+    otherwise.  ``times`` holds ``_unit, ts`` per sample time (``_unit`` numbering the
+    units' runs as :func:`_unit_runs` does), ``units`` the unit of each run.  Checked on
     the raw columns with one pass each (unit runs, the metric pattern, the times of a
     scrape), so the common case costs no metric codes or unit numbers per sample."""
     head = samples.head(256).select("unit_id", "ts", "metric")
