@@ -424,8 +424,7 @@ class GradientBoostedRisk:
                 )
                 if split is not None:
                     fit, hold = split.fit, split.holdout
-                    # every worker scores the whole holdout (see grow_from_store)
-                    holdout = parts.everywhere(rows[hold], y[hold], w[hold])
+                    holdout = parts.holdout(rows[hold], y[hold], w[hold])
                     metric = self.early_stopping_metric
                     grown = grow_from_store(
                         parts,
@@ -440,8 +439,7 @@ class GradientBoostedRisk:
                     self._note_dask_constraints(params, f"early stopping on {int(fit.sum())} rows")
                     best = early_stopped_round(grown.scores, self.early_stopping_rounds, metric)
                     rounds = max(best, self.min_rounds)
-                    # one copy of the holdout is enough from here on (its margins)
-                    hold_x = holdout[0][0]
+                    hold_x = holdout.x
                     del holdout
                     margin = parts.margins(grown.booster, hold_x, num_iteration=rounds)
                     calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])

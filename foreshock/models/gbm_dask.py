@@ -184,7 +184,7 @@ def _read_part(
 
     wanted = keys.select(pl.all().gather(rows))
     frame = source.rows(None, until, columns, keys=wanted)
-    if frame.height != wanted.height or not frame.get_column("ts").equals(wanted.get_column("ts")):
+    if frame.height != wanted.height or not frame.select("unit_id", "ts").equals(wanted):
         raise ValueError(f"feature store: {frame.height} rows read for {wanted.height} keys (store changed?)")
     return feature_matrix_of(frame, feature_names, rules)
 
@@ -192,6 +192,41 @@ def _read_part(
 def _margins(model_text: str, x: np.ndarray, num_iteration: int | None) -> np.ndarray:
     """On a worker: raw margins of ``x`` by the booster of ``model_text``."""
     return lgb.Booster(model_str=model_text).predict(x, num_iteration=num_iteration, raw_score=True)
+
+
+def average_precision(score: np.ndarray, y: np.ndarray, weight: np.ndarray) -> float:
+    """Weighted average precision as LightGBM's ``average_precision`` metric computes it:
+    rows by descending score, tied scores taken together, the precision at each distinct
+    score weighted by the positives it adds; 1 when every row or no row is positive."""
+    order = np.argsort(-score, kind="stable")
+    s, w = score[order], weight[order]
+    positive = np.where(y[order] > 0, w, 0.0)
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    pos, rows = np.cumsum(np.add.reduceat(positive, starts)), np.cumsum(np.add.reduceat(w, starts))
+    total = pos[-1] if pos.size else 0.0
+    if total <= 0 or total == rows[-1]:
+        return 1.0
+    return float(np.sum(np.diff(pos, prepend=0.0) * (pos / rows)) / total)
+
+
+# Held-out metrics computed here, round by round, without lightgbm.dask's eval sets.
+_CURVES = {"average_precision": average_precision}
+
+
+def _held_out_curve(
+    model_text: str, x: np.ndarray, y: np.ndarray, weight: np.ndarray, start: int, rounds: int, metric: str
+) -> list[float]:
+    """On the worker holding the holdout: ``metric`` after each of rounds ``start + 1`` ..
+    ``start + rounds``, the margins grown one tree at a time (as LightGBM's own score
+    updater does for a validation set)."""
+    booster = lgb.Booster(model_str=model_text)
+    weight = np.asarray(weight, dtype=np.float32).astype(np.float64)  # LightGBM keeps weights as float32
+    margin = booster.predict(x, num_iteration=start, raw_score=True) if start else np.zeros(x.shape[0])
+    out = []
+    for r in range(start, start + rounds):
+        margin = margin + booster.predict(x, start_iteration=r, num_iteration=1, raw_score=True)
+        out.append(_CURVES[metric](margin, y, weight))
+    return out
 
 
 @dataclass
@@ -253,6 +288,13 @@ class StoreParts:
                 out.append((self.client.scatter(block, workers=[worker], direct=True), block.shape, block.dtype))
         return (_stack(x), *(_stack(v) for v in vs))
 
+    def holdout(self, rows: np.ndarray, y: np.ndarray, weight: np.ndarray) -> HeldOut:
+        """The held-out rows on one worker: their matrix (built there), labels and weights."""
+        worker = self.workers[0]
+        x = self.read(rows, worker)
+        y_f, w_f = (self.client.scatter(np.ascontiguousarray(v), workers=[worker], direct=True) for v in (y, weight))
+        return HeldOut(x, y_f, w_f, worker, rows, y, weight)
+
     def everywhere(self, rows: np.ndarray, *vectors: np.ndarray) -> tuple[Any, ...]:
         """Like :meth:`spread`, but all of ``rows`` on every worker (block k on worker k):
         the held-out rows, so that each worker scores the same holdout."""
@@ -271,6 +313,21 @@ class StoreParts:
 
 
 @dataclass
+class HeldOut:
+    """The holdout on one worker (:meth:`StoreParts.holdout`): futures of its matrix part
+    (with shape and dtype), labels and weights; its rows, labels and weights as the driver
+    has them."""
+
+    x: tuple[Any, tuple, np.dtype]
+    y: Any
+    weight: Any
+    worker: str
+    rows: np.ndarray
+    labels: np.ndarray
+    weights: np.ndarray
+
+
+@dataclass
 class Grown:
     """What :func:`grow_from_store` returns: the booster and, with a holdout, its curve."""
 
@@ -285,33 +342,35 @@ def grow_from_store(
     y: np.ndarray,
     weight: np.ndarray,
     rounds: int,
-    holdout: tuple[list, list, list] | None = None,
+    holdout: HeldOut | None = None,
     patience: int | None = None,
 ) -> Grown:
     """Up to ``rounds`` rounds on ``rows`` (positions in ``parts.keys``), their matrix built
-    on the workers once; with ``holdout`` (the blocks of :meth:`StoreParts.everywhere`:
-    matrix, labels, weights), the held-out ``params["metric"]`` of every round.
+    on the workers once; with ``holdout``, the held-out ``params["metric"]`` of every round.
 
     lightgbm.dask has no early stopping (LightGBM issues #3712, #4189, #4493: each worker
     would decide alone, and one stopping early leaves the others waiting for it), so the
     rounds are grown in stages of ``2 x patience`` rounds, each continuing the booster of
     the last (``init_model``; the bagging seed moves on by one per stage, so stages do not
     repeat each other's bags), until :func:`early_stopped_round`'s rule has stopped on the
-    curve so far or ``rounds`` are grown; the caller picks the round from the curve.  The
-    metric LightGBM records on Dask is that of the eval rows *of the worker that returns the
-    model*; every worker holds the whole holdout, so it is the metric of the holdout.
+    curve so far or ``rounds`` are grown; the caller picks the round from the curve.
+
+    The curve is computed on the worker holding the holdout, one tree at a time
+    (:func:`_held_out_curve`, LightGBM's definition of the metric), not by lightgbm.dask's
+    eval sets: with those, ``fit`` fetches a data part of every worker to the client to
+    check that it holds eval rows, which would bring a share of the matrix to the driver
+    after all.  For a metric not computed here (:data:`_CURVES`), the eval sets are used
+    anyway, with the whole holdout on every worker (LightGBM reports the metric of the eval
+    rows of the worker that returns the model), and the driver briefly holds those parts.
     """
     x, y_d, w_d = parts.spread(rows, y, weight)  # one read of the store, for every stage
-    kwargs: dict[str, Any] = {}
     metric = str(params.get("metric", ""))
-    if holdout is not None:
-        hx, hy, hw = holdout
-        kwargs = {
-            "eval_X": (_stack(hx),),
-            "eval_y": (_stack(hy),),
-            "eval_sample_weight": [_stack(hw)],
-            "eval_names": ["holdout"],
-        }
+    kwargs: dict[str, Any] = {}
+    if holdout is not None and metric not in _CURVES:
+        logger.warning("gbm: held-out %s on Dask through lightgbm.dask's eval sets (see grow_from_store)", metric)
+        hx, hy, hw = parts.everywhere(holdout.rows, holdout.labels, holdout.weights)
+        kwargs = {"eval_X": (_stack(hx),), "eval_y": (_stack(hy),), "eval_sample_weight": [_stack(hw)]}
+        kwargs["eval_names"] = ["holdout"]
     stage = rounds if holdout is None or not patience else 2 * patience
     booster, scores, grown = None, [], 0
     while grown < rounds:
@@ -319,11 +378,26 @@ def grow_from_store(
         model = _classifier(parts.client, {**params, "seed": params["seed"] + grown // stage}, n)
         more = {"init_model": booster} if booster is not None else {}
         _fit(model, x, y_d, sample_weight=w_d, feature_name=list(parts.feature_names), **kwargs, **more)
-        booster, grown = model.booster_, grown + n
-        if holdout is None:
-            continue
-        scores += list(model.evals_result_["holdout"][metric])
-        if patience and _patience(scores, patience, metric)[1]:
+        booster = model.booster_
+        if holdout is not None and kwargs:
+            scores += list(model.evals_result_["holdout"][metric])
+        elif holdout is not None:
+            text = booster.model_to_string()
+            curve = parts.client.submit(
+                _held_out_curve,
+                text,
+                holdout.x[0],
+                holdout.y,
+                holdout.weight,
+                grown,
+                n,
+                metric,
+                workers=[holdout.worker],
+                pure=False,
+            )
+            scores += curve.result()
+        grown += n
+        if holdout is not None and patience and _patience(scores, patience, metric)[1]:
             break
     logger.info("gbm: %d rounds on %d rows built on %d Dask workers", grown, rows.size, len(parts.workers))
     return Grown(lgb.Booster(model_str=booster.model_to_string()), scores)

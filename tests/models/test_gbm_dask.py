@@ -15,7 +15,7 @@ from foreshock.models import gbm as gbm_module
 from foreshock.models.bundle import RiskBundle, fit_models
 from foreshock.models.dataset import FeatureSource, StoredSample, TrainingSample, training_sample
 from foreshock.models.gbm import GradientBoostedRisk
-from foreshock.models.gbm_dask import early_stopped_round
+from foreshock.models.gbm_dask import _held_out_curve, early_stopped_round
 from tests.models.synthetic_fleet import synthetic_fleet
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
@@ -205,6 +205,18 @@ def test_driver_never_builds_the_feature_matrix(rng, client, tmp_path, monkeypat
     monkeypatch.setattr(FeatureSource, "rows", recorded)
     monkeypatch.setattr(gbm_module, "feature_matrix_of", forbidden)
     monkeypatch.setattr(StoredSample, "frame", forbidden)
+    # nothing computed on the workers comes back as a matrix (or a data part holding one:
+    # lightgbm.dask's eval sets fetch them)
+    result = distributed.Future.result
+
+    def small_result(self, *args, **kwargs):
+        out = result(self, *args, **kwargs)
+        values = out.values() if isinstance(out, dict) else [out]
+        assert not any(np.ndim(v) == 2 for v in values if isinstance(v, np.ndarray)), "a matrix came to the driver"
+        assert not (isinstance(out, dict) and "data" in out), "a data part came to the driver"
+        return out
+
+    monkeypatch.setattr(distributed.Future, "result", small_result)
 
     class Seen:
         """A second model of the bundle: gets the sample read once, after the GBM."""
@@ -302,3 +314,25 @@ def test_train_bundle_on_dask_hands_the_store_to_the_workers(rng, client, tmp_pa
     assert set(bundle.models) >= {"gbm", "baseline"}
     assert bundle.feature_names and "gpu_temp_c_mean_1h" in bundle.feature_names
     assert bundle.score(test).filter(pl.col("model") == "gbm").get_column("risk").is_between(0, 1).all()
+
+
+def test_held_out_curve_is_lightgbms_metric(rng):
+    """The held-out curve computed on the worker (one tree at a time, no eval sets) is the
+    ``average_precision`` LightGBM records for a validation set: weights, tied scores (a
+    coarse feature) and a curve started part-way (a later stage) included."""
+    x = np.round(rng.normal(size=(4000, 4)), 1)
+    y = (x[:, 0] + rng.normal(scale=1.5, size=4000) > 1.8).astype(float)
+    w = rng.uniform(0.2, 3.0, size=4000)
+    params = {"objective": "binary", "metric": "average_precision", "verbose": -1, "num_threads": 1, "seed": 5}
+    params |= {"learning_rate": 0.2, "num_leaves": 7, "min_data_in_leaf": 20, "bagging_fraction": 0.8}
+    params |= {"bagging_freq": 1}
+    train = lgb.Dataset(x[:3000], y[:3000], weight=w[:3000])
+    valid = lgb.Dataset(x[3000:], y[3000:], weight=w[3000:], reference=train)
+    recorded: dict = {}
+    booster = lgb.train(
+        params, train, 60, valid_sets=[valid], valid_names=["v"], callbacks=[lgb.record_evaluation(recorded)]
+    )
+    text = booster.model_to_string()
+    ours = _held_out_curve(text, x[3000:], y[3000:], w[3000:], 0, 25, "average_precision")
+    ours += _held_out_curve(text, x[3000:], y[3000:], w[3000:], 25, 35, "average_precision")
+    np.testing.assert_allclose(ours, recorded["v"]["average_precision"], rtol=0, atol=1e-12)
