@@ -7,9 +7,10 @@ cluster and a horizon's training rows reach ``dask_min_rows``, in one of two way
   keys, labels, weights and the purged holdout and nothing else; :class:`StoreParts` has
   each worker build its share of the feature matrix from the store's files (tasks take the
   files and row positions, not frames); :func:`grow_from_store` grows the early-stopping
-  fit in stages with the held-out metric recorded until the early-stopping rule stops
-  (lightgbm.dask has no early stopping of its own), the workers predict the holdout's
-  margins for the Platt calibrator, and the refit is grown the same way.  The driver's memory stays that of the keys;
+  fit in stages until the early-stopping rule stops on the held-out curve, which the
+  worker holding the holdout computes (lightgbm.dask has no early stopping of its own);
+  that worker predicts the holdout's margins for the Platt calibrator, and the refit is
+  grown the same way.  The driver's memory stays that of the keys;
 * a frame in memory (:func:`train_on_dask`): early stopping and calibration run on the
   driver, and only the full fit goes to the workers, every n-th row of the driver's matrix
   scattered to each.
@@ -297,7 +298,8 @@ class StoreParts:
 
     def everywhere(self, rows: np.ndarray, *vectors: np.ndarray) -> tuple[Any, ...]:
         """Like :meth:`spread`, but all of ``rows`` on every worker (block k on worker k):
-        the held-out rows, so that each worker scores the same holdout."""
+        the held-out rows as lightgbm.dask's eval sets need them, so that each worker
+        scores the same holdout (:func:`grow_from_store`, a metric not in :data:`_CURVES`)."""
         x, vs = [], [[] for _ in vectors]
         for worker in self.workers:
             x.append(self.read(rows, worker))
