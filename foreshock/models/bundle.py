@@ -38,7 +38,14 @@ from foreshock.models.base import (
 )
 from foreshock.models.baseline import ThresholdBaseline
 from foreshock.models.cox_time_varying import CoxTimeVaryingRisk
-from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
+from foreshock.models.dataset import (
+    FeatureSource,
+    FrameSource,
+    StoredSample,
+    TrainingSample,
+    as_source,
+    training_sample,
+)
 from foreshock.models.gbm import GradientBoostedRisk
 from foreshock.models.gbm_dask import dask_target
 from foreshock.models.training import known_failures
@@ -180,18 +187,28 @@ def model_factories(config: Config) -> dict[str, callable]:
 
 
 def fit_models(
-    features: pl.DataFrame,
+    features: pl.DataFrame | StoredSample,
     failures: pl.DataFrame,
     factories: dict,
     until: datetime | None = None,
 ) -> tuple[dict[str, RiskModel], list[str]]:
     """Fit each model; one that cannot be fitted (no failures yet, ...) is left out with a note.
-    Each fit is a log line with its time (the long part of backtest, train and review)."""
+    Each fit is a log line with its time (the long part of backtest, train and review).
+
+    A sample left in the store (:class:`~foreshock.models.dataset.StoredSample`) goes as it
+    is to the gradient-boosted model (on a Dask cluster its workers read the rows); the
+    other models get it read once, when the first of them needs it."""
     fitted, notes = {}, []
+    frame = features if isinstance(features, pl.DataFrame) else None
     for name, make in factories.items():
         started = time.monotonic()
         try:
-            fitted[name] = make().fit(features, failures, until=until)
+            model = make()
+            if frame is None and not isinstance(model, GradientBoostedRisk):
+                frame = features.frame()
+            fitted[name] = model.fit(
+                features if isinstance(model, GradientBoostedRisk) else frame, failures, until=until
+            )
         except ValueError as exc:
             notes.append(f"{name}: not fitted: {exc}")
             log.info("%s: not fitted: %s", name, exc)
@@ -240,7 +257,11 @@ def train_bundle(
     cutoff = until or last + source.step()  # the last snapshot is known when it is taken
     sample = TrainingSample.from_config(config, config_horizons(config))
     known = known_failures(failures.with_columns(pl.col("failed_at").cast(UTC_TS)), cutoff)
-    frame = training_frame(source, known, cutoff, sample, drains=drains)
+    stored = training_sample(source, known, cutoff, sample, drains=drains)
+    # on a Dask cluster the gradient-boosted model's workers read the sample's rows
+    # themselves (gbm_dask.StoreParts); otherwise it is read here, once
+    on_dask = config.section("runner")["kind"] == "dask"
+    frame = stored if on_dask else stored.frame()
     primary = str(config.section("models").get("primary", "gbm"))
     factories = model_factories(config)
     if primary_only:
@@ -253,7 +274,7 @@ def train_bundle(
         models=models,
         primary=primary,
         horizons=config_horizons(config),
-        feature_names=frame_feature_columns(frame.head(0)),
+        feature_names=frame_feature_columns(stored.head() if on_dask else frame.head(0)),
         trained_range=(first, until or last),
         notes=notes + [f"{name}: {n}" for name, model in models.items() for n in getattr(model, "notes_", [])],
     )

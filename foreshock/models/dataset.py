@@ -275,6 +275,65 @@ def training_frame(
     ValueError
         When no snapshot precedes ``until``.
     """
+    return training_sample(source, failures, until, sample, drains=drains, columns=columns).frame()
+
+
+@dataclass
+class StoredSample:
+    """A training sample left in the feature store: the keys of its rows, their
+    ``sample_weight`` and ``censored_at``, and where to read the rest.
+
+    :meth:`frame` reads it whole (what :func:`training_frame` returns); a model that can
+    spread its rows over a cluster reads only :attr:`keys` here and lets each worker read
+    its share of the rows from :attr:`source`'s files (:mod:`foreshock.models.gbm_dask`).
+
+    Attributes
+    ----------
+    source
+        The feature store (or a frame in memory, which only :meth:`frame` can read).
+    keys
+        ``unit_id, ts, sample_weight, censored_at`` of the rows, sorted by ``unit_id, ts``.
+    until
+        The training cutoff: every row is before it.
+    columns
+        The columns read with the keys, in the store's order.
+    """
+
+    source: FeatureSource | FrameSource
+    keys: pl.DataFrame
+    until: datetime
+    columns: list[str]
+
+    @property
+    def height(self) -> int:
+        return self.keys.height
+
+    def frame(self) -> pl.DataFrame:
+        """Every row with every column (features Float32), sorted by ``unit_id, ts``."""
+        return self.source.rows(None, self.until, self.columns, keys=self.keys)
+
+    def head(self) -> pl.DataFrame:
+        """The first row with every column, as :meth:`frame` has them (names and types)."""
+        return self.source.rows(None, self.until, self.columns, keys=self.keys.head(1))
+
+
+def training_sample(
+    source: FeatureSource | FrameSource,
+    failures: pl.DataFrame,
+    until: datetime,
+    sample: TrainingSample,
+    *,
+    drains: pl.DataFrame | None = None,
+    columns: list[str] | None = None,
+) -> StoredSample:
+    """The rows a model trains on at cutoff ``until`` (see :func:`training_frame`), chosen
+    on keys and not read yet.
+
+    Raises
+    ------
+    ValueError
+        When no snapshot precedes ``until``.
+    """
     keys = source.keys(None, until)
     if keys.height == 0:
         raise ValueError(f"no feature snapshots before {until}")
@@ -282,7 +341,7 @@ def training_frame(
     del keys
     chosen = chosen.with_columns(drain_censoring(chosen, drains))
     wanted = [c for c in (columns or list(source.schema)) if c not in (SAMPLE_WEIGHT, CENSORED_AT)]
-    return source.rows(None, until, wanted, keys=chosen.drop([c for c in chosen.columns if c == "life_start"]))
+    return StoredSample(source, chosen.drop([c for c in chosen.columns if c == "life_start"]), until, wanted)
 
 
 @dataclass

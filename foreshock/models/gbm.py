@@ -32,9 +32,17 @@ trees then start from what operators already know and learn where it is wrong, i
 of rediscovering "errors growing fast" from a few dozen failures.
 
 Given a Dask cluster (``dask_client``; ``[runner] kind = "dask"`` through
-:func:`foreshock.models.bundle.model_factories`), the full fits of horizons with at least
-``dask_min_rows`` rows are grown on its workers by :mod:`foreshock.models.gbm_dask`;
-early stopping and calibration stay here.
+:func:`foreshock.models.bundle.model_factories`) and a horizon with at least
+``dask_min_rows`` rows, the fits run on its workers (:mod:`foreshock.models.gbm_dask`).
+A training sample left in the feature store (:class:`~foreshock.models.dataset.StoredSample`,
+what :func:`~foreshock.models.bundle.train_bundle` passes on Dask) is never read whole here:
+the driver labels its keys, chooses the rows, class weights and purged holdout as above,
+and the workers read their shares of the rows from the store and grow every fit (early
+stopping included: rounds grown in stages with the held-out metric recorded until the
+rule of :func:`lightgbm.early_stopping` has stopped, the round it keeps picked from the
+curve, since lightgbm.dask cannot stop early); only the holdout's margins come back for
+the calibrator.  A frame already in memory keeps early stopping and calibration here and
+sends the full fit to the workers.
 
 Explanations are LightGBM's own per-row contributions (``pred_contrib=True``, TreeSHAP),
 in log-odds of the raw model.
@@ -68,7 +76,14 @@ from foreshock.models.base import (
 )
 from foreshock.models.baseline import ThresholdBaseline
 from foreshock.models.calibration import PlattCalibrator, uncalibrated
-from foreshock.models.gbm_dask import dask_client, train_on_dask
+from foreshock.models.dataset import FeatureSource, StoredSample
+from foreshock.models.gbm_dask import (
+    StoreParts,
+    dask_client,
+    early_stopped_round,
+    grow_from_store,
+    train_on_dask,
+)
 from foreshock.models.training import labelled_until, purged_holdout
 
 logger = logging.getLogger(__name__)
@@ -162,11 +177,13 @@ class GradientBoostedRisk:
     error_counters
         Error-family counters of the catalog, for the rules' generic growth rule.
     dask_client
-        A Dask cluster for the full fits (:mod:`foreshock.models.gbm_dask`): a
-        ``distributed.Client``, a scheduler address or ``LocalCluster`` keyword arguments;
-        None: every fit is local.  A setting of this run, not of the model (not saved).
+        A Dask cluster (:mod:`foreshock.models.gbm_dask`): a ``distributed.Client``, a
+        scheduler address or ``LocalCluster`` keyword arguments; None: every fit is local.
+        A setting of this run, not of the model (not saved).
     dask_min_rows
-        Fewest training rows of a horizon for its full fit to run on ``dask_client``.
+        Fewest training rows of a horizon for its full fit to run on ``dask_client``; with
+        a :class:`~foreshock.models.dataset.StoredSample`, once one horizon has that many
+        rows every fit of every horizon runs there (the driver holds no feature matrix).
     """
 
     horizons: list[str]
@@ -215,31 +232,30 @@ class GradientBoostedRisk:
         """Fit one booster and one calibrator per horizon on labels known at ``until``.
 
         ``frame`` may carry ``sample_weight`` (healthy rows subsampled, weighted by the
-        inverse rate: :mod:`foreshock.models.dataset`) and ``censored_at`` (drains).
+        inverse rate: :mod:`foreshock.models.dataset`) and ``censored_at`` (drains).  It may
+        also be a sample left in the feature store (:class:`StoredSample`): with a Dask
+        cluster and ``dask_min_rows`` rows it is read by the workers only
+        (:meth:`_fit_from_store`), otherwise it is read here and fitted as a frame.
         """
+        if isinstance(frame, StoredSample):
+            if until is None:
+                until = frame.keys.get_column("ts").max()
+            if self.dask_client is not None and isinstance(frame.source, FeatureSource):
+                # labels, weights and the holdout come from the keys alone (a few bytes a row)
+                labelled = labelled_until(frame.keys, failures, self.horizons, until, weighted=True)
+                targets = self._targets(labelled)
+                if max(rows.size for rows, _, _ in targets.values()) >= self.dask_min_rows:
+                    return self._fit_from_store(frame, labelled, targets, until)
+                del labelled, targets
+            frame = frame.frame()
         if until is None:
             until = frame.get_column("ts").max()
         labelled = labelled_until(frame, failures, self.horizons, until, weighted=True)
-        self.feature_names_ = [n for n in frame_feature_columns(frame) if not _matches(n, self.exclude)]
-        if not self.feature_names_:
-            raise ValueError("no numeric feature columns to train on")
-        self.rules_ = None
-        if self.rules is not None:
-            self.rules_ = ThresholdBaseline(self.horizons, dict(self.rules), list(self.error_counters)).resolve(frame)
-            self.feature_names_ += list(self.rules_.rule_features(frame.head(1)))
+        self._resolve_features(frame, frame)
         x_all = self._matrix(labelled)
         ts_all = labelled.get_column("ts").to_numpy()
-        sample = sample_weights(labelled)
-        failure_id = labelled.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
-        targets = {}
-        for h in self.horizons:
-            y_col = labelled.get_column(label_column(h))
-            label_weight = labelled.get_column(weight_column(h)).cast(pl.Float64).to_numpy()
-            rows = np.flatnonzero((label_weight > 0) & y_col.is_not_null().to_numpy())
-            y = y_col.to_numpy()[rows].astype(np.float64)
-            if y.sum() == 0:
-                raise ValueError(f"horizon {h}: no failure among {y.size} labelled snapshots; cannot train")
-            targets[h] = (rows, y, label_weight[rows] * sample[rows])
+        failure_id = _failure_ids(labelled)
+        targets = self._targets(labelled)
         del labelled
         self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
         # the full fits of horizons with at least dask_min_rows rows run on the Dask cluster
@@ -308,6 +324,37 @@ class GradientBoostedRisk:
                 self.best_rounds_[h] = rounds
         return self
 
+    def _resolve_features(self, names: pl.DataFrame, data: pl.DataFrame) -> None:
+        """``feature_names_`` and ``rules_`` from the columns of ``names``; the rules whose
+        limit is learnt from the data (the generic growth rules) read ``data``."""
+        self.feature_names_ = [n for n in frame_feature_columns(names) if not _matches(n, self.exclude)]
+        if not self.feature_names_:
+            raise ValueError("no numeric feature columns to train on")
+        self.rules_ = None
+        if self.rules is not None:
+            self.rules_ = self._baseline().resolve(names)
+            if data is not names:  # the growth rules' limits from their columns' values
+                learnt = {r.name: r for r in self._baseline().resolve(data).rules_ if r.name.endswith("_growth")}
+                self.rules_.rules_ = [learnt.get(r.name, r) for r in self.rules_.rules_]
+            self.feature_names_ += list(self.rules_.rule_features(names.head(1)))
+
+    def _baseline(self) -> ThresholdBaseline:
+        return ThresholdBaseline(self.horizons, dict(self.rules), list(self.error_counters))
+
+    def _targets(self, labelled: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per horizon: the labelled rows it trains on, their labels and weights."""
+        sample = sample_weights(labelled)
+        targets = {}
+        for h in self.horizons:
+            y_col = labelled.get_column(label_column(h))
+            label_weight = labelled.get_column(weight_column(h)).cast(pl.Float64).to_numpy()
+            rows = np.flatnonzero((label_weight > 0) & y_col.is_not_null().to_numpy())
+            y = y_col.to_numpy()[rows].astype(np.float64)
+            if y.sum() == 0:
+                raise ValueError(f"horizon {h}: no failure among {y.size} labelled snapshots; cannot train")
+            targets[h] = (rows, y, label_weight[rows] * sample[rows])
+        return targets
+
     def _train_full(
         self,
         client: Any,
@@ -324,14 +371,118 @@ class GradientBoostedRisk:
             full.params = _binning(params)
             return lgb.train(params, full.construct(), num_boost_round=rounds)
         booster = train_on_dask(client, params, x, y, weight, rounds, self.feature_names_)
+        self._note_dask_constraints(params, f"full fit on {y.size} rows")
+        return booster
+
+    def _note_dask_constraints(self, params: dict, what: str) -> None:
         method = params.get("monotone_constraints_method", "basic")
         if method != "basic" and "monotone_constraints" in params:
             self.notes_.append(
-                f"full fit on {y.size} rows grown on Dask: LightGBM's distributed learner has only "
+                f"{what} grown on Dask: LightGBM's distributed learner has only "
                 f"basic monotone constraints (this model asks for {method})"
             )
             logger.warning("gbm %s", self.notes_[-1])
-        return booster
+
+    def _fit_from_store(
+        self,
+        stored: StoredSample,
+        labelled: pl.DataFrame,
+        targets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+        until: datetime,
+    ) -> GradientBoostedRisk:
+        """:meth:`fit` with every fit on the Dask cluster and no feature matrix here.
+
+        The driver holds the labelled keys (``unit_id, ts``, labels, weights, failure ids)
+        and decides everything the local path decides from them: the rows of each horizon,
+        the class weight, the purged holdout and its embargo.  The workers build their
+        shares of the matrix from the feature store (:class:`.gbm_dask.StoreParts`).
+        Early stopping grows rounds in stages with the held-out metric of every round
+        recorded until :func:`lightgbm.early_stopping`'s rule stops, and keeps the round it
+        would (:func:`.gbm_dask.early_stopped_round`; lightgbm.dask cannot stop early); the
+        holdout margins are predicted on a worker and only they come back for the Platt
+        calibrator; the refit and its intercept shift are those of the local path."""
+        head = stored.head()
+        growth = self._growth_columns(head)
+        data = stored.source.rows(None, until, ["unit_id", "ts", *growth], keys=stored.keys) if growth else head
+        self._resolve_features(head, data)
+        del data
+        ts_all = labelled.get_column("ts").to_numpy()
+        failure_id = _failure_ids(labelled)
+        keys = labelled.select("unit_id", "ts")
+        del labelled
+        self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
+        with dask_client(self.dask_client) as client:
+            parts = StoreParts(client, stored.source, keys, stored.columns, until, self.feature_names_, self.rules_)
+            for h in self.horizons:
+                rows, y, w = targets.pop(h)
+                ts = ts_all[rows]
+                pos_weight = self._pos_weight(y, w)
+                class_w = np.where(y > 0, pos_weight, 1.0)
+                params = self._params(int(y.sum()))
+                split = purged_holdout(
+                    ts, y > 0, failure_id[rows], until, h, self.min_holdout_failures, self.max_holdout_fraction
+                )
+                if split is not None:
+                    fit, hold = split.fit, split.holdout
+                    holdout = parts.holdout(rows[hold], y[hold], w[hold])
+                    metric = self.early_stopping_metric
+                    grown = grow_from_store(
+                        parts,
+                        {**params, "metric": metric},
+                        rows[fit],
+                        y[fit],
+                        (w * class_w)[fit],
+                        self.num_boost_round,
+                        holdout=holdout,
+                        patience=self.early_stopping_rounds,
+                    )
+                    self._note_dask_constraints(params, f"early stopping on {int(fit.sum())} rows")
+                    best = early_stopped_round(grown.scores, self.early_stopping_rounds, metric)
+                    rounds = max(best, self.min_rounds)
+                    hold_x = holdout.x
+                    del holdout
+                    margin = parts.margins(grown.booster, hold_x, num_iteration=rounds)
+                    calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
+                    self.holdouts_[h] = {
+                        "start": split.start.isoformat(),
+                        "end": split.end.isoformat(),
+                        "failures": split.failures,
+                        "rows": int(hold.sum()),
+                        "fit_rows": int(fit.sum()),
+                    }
+                    if self.refit_full:
+                        booster = grow_from_store(parts, params, rows, y, w * class_w, rounds).booster
+                        self._note_dask_constraints(params, f"full fit on {y.size} rows")
+                        # the intercept shift of the local path (see fit)
+                        target = float(np.average(calibrator.predict(margin), weights=w[hold]))
+                        refit_margin = parts.margins(booster, hold_x)
+                        calibrator = calibrator.shifted_to_mean(refit_margin, target, w[hold])
+                    else:
+                        booster = _truncate(grown.booster, rounds)
+                    del hold_x
+                else:
+                    self.notes_.append(
+                        f"horizon {h}: fewer than {self.min_holdout_failures} failures in a purged holdout ending "
+                        f"{h} before the cutoff; fixed {self.fallback_rounds} rounds, risk left uncalibrated "
+                        f"(sigmoid of the margin less log {pos_weight:.2f}, ranking only)"
+                    )
+                    logger.warning("gbm %s", self.notes_[-1])
+                    rounds = self.fallback_rounds
+                    booster = grow_from_store(parts, params, rows, y, w * class_w, rounds).booster
+                    self._note_dask_constraints(params, f"full fit on {y.size} rows")
+                    calibrator = uncalibrated(np.log(pos_weight))
+                self.boosters_[h] = booster
+                self.calibrators_[h] = calibrator
+                self.best_rounds_[h] = rounds
+        return self
+
+    def _growth_columns(self, head: pl.DataFrame) -> list[str]:
+        """The columns whose values set a rule's limit (the generic growth rules': a
+        quantile over the sample), read for every row; the other rules need names only."""
+        if self.rules is None:
+            return []
+        rules = self._baseline().resolve(head)
+        return sorted({c for r in rules.rules_ if r.name.endswith("_growth") for c in r.columns})
 
     def _split_datasets(
         self,
@@ -390,22 +541,8 @@ class GradientBoostedRisk:
         return float(np.clip(np.sqrt(max(neg, 1.0) / max(pos, 1.0)), 1.0, self.max_pos_weight))
 
     def _matrix(self, frame: pl.DataFrame) -> np.ndarray:
-        """Feature matrix in ``feature_names_`` order (Float32, row-major as LightGBM reads
-        it, filled one column at a time: no second copy), rule features computed on the fly."""
-        derived = self.rules_.rule_features(frame) if self.rules_ is not None else {}
-        columns = [
-            pl.Series(name, derived[name]).cast(pl.Float32)
-            if name in derived
-            else frame.get_column(name).cast(pl.Float32)
-            if name in frame.columns
-            else pl.Series(name, np.full(frame.height, np.nan, dtype=np.float32))  # a metric no longer reported
-            for name in self.feature_names_
-        ]
-        if not columns:
-            return np.empty((frame.height, 0), dtype=np.float32)
-        # Polars writes the row-major matrix itself (numpy filling it a column at a time
-        # strides through memory); nulls become NaN
-        return pl.DataFrame(columns).to_numpy(order="c")
+        """Feature matrix in ``feature_names_`` order (:func:`feature_matrix_of`)."""
+        return feature_matrix_of(frame, self.feature_names_, self.rules_)
 
     def _check(self) -> None:
         if not self.boosters_:
@@ -518,6 +655,31 @@ class GradientBoostedRisk:
         model.notes_ = list(state["notes_"])
         model.holdouts_ = dict(state.get("holdouts_", {}))
         return model
+
+
+def feature_matrix_of(frame: pl.DataFrame, names: list[str], rules: ThresholdBaseline | None) -> np.ndarray:
+    """Feature matrix of ``names`` (Float32, row-major as LightGBM reads it, filled one
+    column at a time: no second copy), the ``rules``' features computed on the fly; also
+    what a Dask worker builds from its share of the feature store (:mod:`.gbm_dask`)."""
+    derived = rules.rule_features(frame) if rules is not None else {}
+    columns = [
+        pl.Series(name, derived[name]).cast(pl.Float32)
+        if name in derived
+        else frame.get_column(name).cast(pl.Float32)
+        if name in frame.columns
+        else pl.Series(name, np.full(frame.height, np.nan, dtype=np.float32))  # a metric no longer reported
+        for name in names
+    ]
+    if not columns:
+        return np.empty((frame.height, 0), dtype=np.float32)
+    # Polars writes the row-major matrix itself (numpy filling it a column at a time
+    # strides through memory); nulls become NaN
+    return pl.DataFrame(columns).to_numpy(order="c")
+
+
+def _failure_ids(labelled: pl.DataFrame) -> np.ndarray:
+    """Per row, the failure it may precede (``unit#life``): the holdout counts distinct ones."""
+    return labelled.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
 
 
 def _subset(binned: lgb.Dataset, rows: np.ndarray, label: np.ndarray, weight: np.ndarray) -> lgb.Dataset:

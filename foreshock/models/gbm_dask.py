@@ -1,20 +1,28 @@
 """Boosting on Dask workers with ``lightgbm.dask``, for training samples past one machine.
 
-:class:`~foreshock.models.gbm.GradientBoostedRisk` hands the *full* fits here (the refit on
-every labelled row after early stopping, or the fixed-round fit without a holdout) when it
-is given a Dask cluster and the horizon's training rows reach ``dask_min_rows``.  Early
-stopping and calibration stay on the driver: the round count and the Platt calibrator come
-from the purged holdout exactly as in the local path, so the only thing that changes with
-the runner is where the trees of the final fit are grown.  LightGBM's data-parallel
-learner (``tree_learner = "data"``) gives each worker every n-th row, takes the bins of
-each feature from one worker's rows and sums the split histograms over the network; the
-trees differ slightly from a single-machine fit (other bin edges, other floating-point
-sums), the ranking of units does not (``tests/models/test_gbm_dask.py``).
+:class:`~foreshock.models.gbm.GradientBoostedRisk` trains here when it is given a Dask
+cluster and a horizon's training rows reach ``dask_min_rows``, in one of two ways:
 
-The result is a plain :class:`lightgbm.Booster` rebuilt from its model text on the
-driver, so prediction, calibration and the bundle (LightGBM's model text) are the same as
-for a local fit.  ``distributed`` comes with the ``dask`` extra; nothing is imported from
-it unless a cluster is used.
+* a training sample left in the feature store (``StoredSample``): the driver keeps the
+  keys, labels, weights and the purged holdout and nothing else; :class:`StoreParts` has
+  each worker build its share of the feature matrix from the store's files (tasks take the
+  files and row positions, not frames); :func:`grow_from_store` grows the early-stopping
+  fit in stages until the early-stopping rule stops on the held-out curve, which the
+  worker holding the holdout computes (lightgbm.dask has no early stopping of its own);
+  that worker predicts the holdout's margins for the Platt calibrator, and the refit is
+  grown the same way.  The driver's memory stays that of the keys;
+* a frame in memory (:func:`train_on_dask`): early stopping and calibration run on the
+  driver, and only the full fit goes to the workers, every n-th row of the driver's matrix
+  scattered to each.
+
+LightGBM's data-parallel learner (``tree_learner = "data"``) takes the bins of each feature
+from one worker's rows and sums the split histograms over the network; the trees differ
+slightly from a single-machine fit (other bin edges, other floating-point sums, each
+worker's own bagging), the ranking of units does not (``tests/models/test_gbm_dask.py``).
+
+Boosters come back to the driver as model text (a plain :class:`lightgbm.Booster`), so
+prediction, calibration and the bundle are the same as for a local fit.  ``distributed``
+comes with the ``dask`` extra; nothing is imported from it unless a cluster is used.
 """
 
 from __future__ import annotations
@@ -23,13 +31,19 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import lightgbm as lgb
 import numpy as np
+import polars as pl
 
 if TYPE_CHECKING:
     from distributed import Client
+
+    from foreshock.models.baseline import ThresholdBaseline
+    from foreshock.models.dataset import FeatureSource
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +79,35 @@ def dask_target(runner: dict) -> str | dict:
     return {"n_workers": int(runner["local_workers"]), "threads_per_worker": 1, "processes": True}
 
 
+def _classifier(client: Client, params: dict, rounds: int):
+    """A ``DaskLGBMClassifier`` of ``rounds`` rounds with the local fit's LightGBM parameters
+    (less those lightgbm.dask sets from the workers)."""
+    from lightgbm.dask import DaskLGBMClassifier
+
+    settings = {k: v for k, v in params.items() if k not in _WORKER_SET and k != "seed"}
+    return DaskLGBMClassifier(client=client, n_estimators=rounds, random_state=params["seed"], **settings)
+
+
+def _fit(model, *args, **kwargs) -> None:
+    with warnings.catch_warnings():  # threads per worker are the workers' own: that is the point
+        warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
+        model.fit(*args, **kwargs)
+
+
+def _workers(client: Client) -> list[str]:
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise ValueError("the Dask cluster has no workers")
+    return workers
+
+
+def _stack(blocks: list[tuple[Any, tuple, np.dtype]]):
+    """One Dask array of ``(future, shape, dtype)`` blocks, in order."""
+    import dask.array as da
+
+    return da.concatenate([da.from_delayed(f, shape=shape, dtype=dtype) for f, shape, dtype in blocks])
+
+
 def train_on_dask(
     client: Client,
     params: dict,
@@ -76,13 +119,11 @@ def train_on_dask(
 ) -> lgb.Booster:
     """``rounds`` boosting rounds of a binary classifier on ``x`` split across the workers
     of ``client`` (every n-th row to each of the n workers, scattered to it), with the same
-    LightGBM parameters as a local :func:`lightgbm.train`; returns the booster."""
-    import dask.array as da
-    from lightgbm.dask import DaskLGBMClassifier
+    LightGBM parameters as a local :func:`lightgbm.train`; returns the booster.
 
-    workers = sorted(client.scheduler_info()["workers"])
-    if not workers:
-        raise ValueError("the Dask cluster has no workers")
+    The matrix is the driver's (a training frame in memory); :class:`StoreParts` builds it
+    on the workers instead."""
+    workers = _workers(client)
     # Every n-th row to each worker: LightGBM finds the bins of a feature on one worker's
     # rows, so each worker's rows must look like the whole sample (the frame is sorted by
     # unit: contiguous blocks would bin on half of the units).
@@ -92,17 +133,273 @@ def train_on_dask(
         for key, values in (("x", x), ("y", y), ("w", weight)):
             block = np.ascontiguousarray(values[k::shares])
             future = client.scatter(block, workers=[worker], direct=True)
-            parts[key].append(da.from_delayed(future, shape=block.shape, dtype=block.dtype))
-    settings = {k: v for k, v in params.items() if k not in _WORKER_SET and k != "seed"}
-    model = DaskLGBMClassifier(client=client, n_estimators=rounds, random_state=params["seed"], **settings)
-    with warnings.catch_warnings():  # threads per worker are the workers' own: that is the point
-        warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
-        model.fit(
-            da.concatenate(parts["x"]),
-            da.concatenate(parts["y"]),
-            sample_weight=da.concatenate(parts["w"]),
-            feature_name=list(feature_names),
-        )
+            parts[key].append((future, block.shape, block.dtype))
+    model = _classifier(client, params, rounds)
+    _fit(
+        model,
+        _stack(parts["x"]),
+        _stack(parts["y"]),
+        sample_weight=_stack(parts["w"]),
+        feature_name=list(feature_names),
+    )
     logger.info("gbm: %d rounds on %d rows across %d Dask workers", rounds, x.shape[0], shares)
     # a driver-side booster from the model text (no client, no network settings)
     return lgb.Booster(model_str=model.booster_.model_to_string())
+
+
+# Metrics LightGBM maximises (the others it minimises), for the early-stopping rule.
+_HIGHER_IS_BETTER = ("auc", "average_precision", "map", "ndcg", "auc_mu")
+
+
+def early_stopped_round(scores: list[float], patience: int, metric: str) -> int:
+    """The round (1-based) ``lightgbm.early_stopping(patience)`` keeps for this per-round
+    held-out ``metric`` curve: the best score so far (strictly better replaces it), stopping
+    once ``patience`` rounds pass without one; the best round of the whole curve when that
+    never happens."""
+    return _patience(scores, patience, metric)[0]
+
+
+def _patience(scores: list[float], patience: int, metric: str) -> tuple[int, bool]:
+    """:func:`early_stopped_round`, and whether the curve already stopped."""
+    higher = metric.split("@")[0] in _HIGHER_IS_BETTER
+    best, best_round = None, 0
+    for i, score in enumerate(scores):
+        if best is None or (score > best if higher else score < best):
+            best, best_round = score, i
+        elif i - best_round >= patience:
+            return best_round + 1, True
+    return best_round + 1, False
+
+
+def _read_part(
+    source: FeatureSource,
+    keys: pl.DataFrame,
+    rows: np.ndarray,
+    columns: list[str],
+    until: datetime,
+    feature_names: list[str],
+    rules: ThresholdBaseline | None,
+) -> np.ndarray:
+    """On a worker: the feature matrix of ``keys[rows]`` read from the store's files."""
+    from foreshock.models.gbm import feature_matrix_of
+
+    wanted = keys.select(pl.all().gather(rows))
+    frame = source.rows(None, until, columns, keys=wanted)
+    if frame.height != wanted.height or not frame.select("unit_id", "ts").equals(wanted):
+        raise ValueError(f"feature store: {frame.height} rows read for {wanted.height} keys (store changed?)")
+    return feature_matrix_of(frame, feature_names, rules)
+
+
+def _margins(model_text: str, x: np.ndarray, num_iteration: int | None) -> np.ndarray:
+    """On a worker: raw margins of ``x`` by the booster of ``model_text``."""
+    return lgb.Booster(model_str=model_text).predict(x, num_iteration=num_iteration, raw_score=True)
+
+
+def average_precision(score: np.ndarray, y: np.ndarray, weight: np.ndarray) -> float:
+    """Weighted average precision as LightGBM's ``average_precision`` metric computes it:
+    rows by descending score, tied scores taken together, the precision at each distinct
+    score weighted by the positives it adds; 1 when every row or no row is positive."""
+    order = np.argsort(-score, kind="stable")
+    s, w = score[order], weight[order]
+    positive = np.where(y[order] > 0, w, 0.0)
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    pos, rows = np.cumsum(np.add.reduceat(positive, starts)), np.cumsum(np.add.reduceat(w, starts))
+    total = pos[-1] if pos.size else 0.0
+    if total <= 0 or total == rows[-1]:
+        return 1.0
+    return float(np.sum(np.diff(pos, prepend=0.0) * (pos / rows)) / total)
+
+
+# Held-out metrics computed here, round by round, without lightgbm.dask's eval sets.
+_CURVES = {"average_precision": average_precision}
+
+
+def _held_out_curve(
+    model_text: str, x: np.ndarray, y: np.ndarray, weight: np.ndarray, start: int, rounds: int, metric: str
+) -> list[float]:
+    """On the worker holding the holdout: ``metric`` after each of rounds ``start + 1`` ..
+    ``start + rounds``, the margins grown one tree at a time (as LightGBM's own score
+    updater does for a validation set)."""
+    booster = lgb.Booster(model_str=model_text)
+    weight = np.asarray(weight, dtype=np.float32).astype(np.float64)  # LightGBM keeps weights as float32
+    margin = booster.predict(x, num_iteration=start, raw_score=True) if start else np.zeros(x.shape[0])
+    out = []
+    for r in range(start, start + rounds):
+        margin = margin + booster.predict(x, start_iteration=r, num_iteration=1, raw_score=True)
+        out.append(_CURVES[metric](margin, y, weight))
+    return out
+
+
+@dataclass
+class StoreParts:
+    """The training sample's feature matrix, built by the workers from the feature store.
+
+    The driver holds the sample's keys only (``unit_id, ts`` in its row order: a few bytes
+    a row), sent once to every worker.  A part is a task on one worker that takes the
+    store's files and a row selection (positions in ``keys``), reads those rows' features
+    day by day (:meth:`~foreshock.models.dataset.FeatureSource.rows`) and returns their
+    matrix (Float32, ``feature_names`` order, the rule features computed there): no
+    feature frame or matrix travels through the driver.  The workers must see the store's
+    paths (a shared file system, as for the lake) and have ``foreshock`` installed.
+    """
+
+    client: Client
+    source: FeatureSource
+    keys: pl.DataFrame
+    columns: list[str]
+    until: datetime
+    feature_names: list[str]
+    rules: ThresholdBaseline | None = None
+    workers: list[str] = field(init=False)
+    _keys: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.workers = _workers(self.client)
+        self._keys = self.client.scatter(self.keys.select("unit_id", "ts"), broadcast=True)
+
+    def read(self, rows: np.ndarray, worker: str) -> tuple[Any, tuple, np.dtype]:
+        """A future of the matrix of ``rows`` built on ``worker``, with its shape and dtype."""
+        future = self.client.submit(
+            _read_part,
+            self.source,
+            self._keys,
+            np.ascontiguousarray(rows),
+            self.columns,
+            self.until,
+            self.feature_names,
+            self.rules,
+            workers=[worker],
+            allow_other_workers=False,
+            pure=False,
+        )
+        return future, (rows.size, len(self.feature_names)), np.dtype(np.float32)
+
+    def spread(self, rows: np.ndarray, *vectors: np.ndarray) -> tuple[Any, ...]:
+        """Dask arrays of ``rows``' matrix and of each per-row vector, every n-th row on each
+        of the n workers."""
+        # Every n-th row to each worker: LightGBM finds the bins of a feature on one worker's
+        # rows, so each worker's rows must look like the whole sample (the rows are sorted by
+        # unit: contiguous blocks would bin on half of the units).
+        shares = max(min(len(self.workers), rows.size), 1)
+        x, vs = [], [[] for _ in vectors]
+        for k, worker in enumerate(self.workers[:shares]):
+            x.append(self.read(rows[k::shares], worker))
+            for out, values in zip(vs, vectors, strict=True):
+                block = np.ascontiguousarray(values[k::shares])
+                out.append((self.client.scatter(block, workers=[worker], direct=True), block.shape, block.dtype))
+        return (_stack(x), *(_stack(v) for v in vs))
+
+    def holdout(self, rows: np.ndarray, y: np.ndarray, weight: np.ndarray) -> HeldOut:
+        """The held-out rows on one worker: their matrix (built there), labels and weights."""
+        worker = self.workers[0]
+        x = self.read(rows, worker)
+        y_f, w_f = (self.client.scatter(np.ascontiguousarray(v), workers=[worker], direct=True) for v in (y, weight))
+        return HeldOut(x, y_f, w_f, worker, rows, y, weight)
+
+    def everywhere(self, rows: np.ndarray, *vectors: np.ndarray) -> tuple[Any, ...]:
+        """Like :meth:`spread`, but all of ``rows`` on every worker (block k on worker k):
+        the held-out rows as lightgbm.dask's eval sets need them, so that each worker
+        scores the same holdout (:func:`grow_from_store`, a metric not in :data:`_CURVES`)."""
+        x, vs = [], [[] for _ in vectors]
+        for worker in self.workers:
+            x.append(self.read(rows, worker))
+            for out, values in zip(vs, vectors, strict=True):
+                block = np.ascontiguousarray(values)
+                out.append((self.client.scatter(block, workers=[worker], direct=True), block.shape, block.dtype))
+        return (x, *vs)
+
+    def margins(self, booster: lgb.Booster, part: tuple[Any, tuple, np.dtype], num_iteration: int | None = None):
+        """Raw margins of a part, predicted on the worker holding it; only they come back."""
+        text = booster.model_to_string()
+        return np.asarray(self.client.submit(_margins, text, part[0], num_iteration, pure=False).result())
+
+
+@dataclass
+class HeldOut:
+    """The holdout on one worker (:meth:`StoreParts.holdout`): futures of its matrix part
+    (with shape and dtype), labels and weights; its rows, labels and weights as the driver
+    has them."""
+
+    x: tuple[Any, tuple, np.dtype]
+    y: Any
+    weight: Any
+    worker: str
+    rows: np.ndarray
+    labels: np.ndarray
+    weights: np.ndarray
+
+
+@dataclass
+class Grown:
+    """What :func:`grow_from_store` returns: the booster and, with a holdout, its curve."""
+
+    booster: lgb.Booster
+    scores: list[float] = field(default_factory=list)
+
+
+def grow_from_store(
+    parts: StoreParts,
+    params: dict,
+    rows: np.ndarray,
+    y: np.ndarray,
+    weight: np.ndarray,
+    rounds: int,
+    holdout: HeldOut | None = None,
+    patience: int | None = None,
+) -> Grown:
+    """Up to ``rounds`` rounds on ``rows`` (positions in ``parts.keys``), their matrix built
+    on the workers once; with ``holdout``, the held-out ``params["metric"]`` of every round.
+
+    lightgbm.dask has no early stopping (LightGBM issues #3712, #4189, #4493: each worker
+    would decide alone, and one stopping early leaves the others waiting for it), so the
+    rounds are grown in stages of ``2 x patience`` rounds, each continuing the booster of
+    the last (``init_model``; the bagging seed moves on by one per stage, so stages do not
+    repeat each other's bags), until :func:`early_stopped_round`'s rule has stopped on the
+    curve so far or ``rounds`` are grown; the caller picks the round from the curve.
+
+    The curve is computed on the worker holding the holdout, one tree at a time
+    (:func:`_held_out_curve`, LightGBM's definition of the metric), not by lightgbm.dask's
+    eval sets: with those, ``fit`` fetches a data part of every worker to the client to
+    check that it holds eval rows, which would bring a share of the matrix to the driver
+    after all.  For a metric not computed here (:data:`_CURVES`), the eval sets are used
+    anyway, with the whole holdout on every worker (LightGBM reports the metric of the eval
+    rows of the worker that returns the model), and the driver briefly holds those parts.
+    """
+    x, y_d, w_d = parts.spread(rows, y, weight)  # one read of the store, for every stage
+    metric = str(params.get("metric", ""))
+    kwargs: dict[str, Any] = {}
+    if holdout is not None and metric not in _CURVES:
+        logger.warning("gbm: held-out %s on Dask through lightgbm.dask's eval sets (see grow_from_store)", metric)
+        hx, hy, hw = parts.everywhere(holdout.rows, holdout.labels, holdout.weights)
+        kwargs = {"eval_X": (_stack(hx),), "eval_y": (_stack(hy),), "eval_sample_weight": [_stack(hw)]}
+        kwargs["eval_names"] = ["holdout"]
+    stage = rounds if holdout is None or not patience else 2 * patience
+    booster, scores, grown = None, [], 0
+    while grown < rounds:
+        n = min(stage, rounds - grown)
+        model = _classifier(parts.client, {**params, "seed": params["seed"] + grown // stage}, n)
+        more = {"init_model": booster} if booster is not None else {}
+        _fit(model, x, y_d, sample_weight=w_d, feature_name=list(parts.feature_names), **kwargs, **more)
+        booster = model.booster_
+        if holdout is not None and kwargs:
+            scores += list(model.evals_result_["holdout"][metric])
+        elif holdout is not None:
+            text = booster.model_to_string()
+            curve = parts.client.submit(
+                _held_out_curve,
+                text,
+                holdout.x[0],
+                holdout.y,
+                holdout.weight,
+                grown,
+                n,
+                metric,
+                workers=[holdout.worker],
+                pure=False,
+            )
+            scores += curve.result()
+        grown += n
+        if holdout is not None and patience and _patience(scores, patience, metric)[1]:
+            break
+    logger.info("gbm: %d rounds on %d rows built on %d Dask workers", grown, rows.size, len(parts.workers))
+    return Grown(lgb.Booster(model_str=booster.model_to_string()), scores)

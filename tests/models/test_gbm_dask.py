@@ -1,14 +1,21 @@
 """LightGBM on Dask (``lightgbm.dask``): a real LocalCluster of two worker processes on
-127.0.0.1 grows the trees, and the units rank as with the local fit."""
+127.0.0.1 grows the trees, and the units rank as with the local fit.  A training sample
+left in the feature store (``StoredSample``) is read by the workers, never by the driver."""
 
 from __future__ import annotations
 
+import lightgbm as lgb
 import numpy as np
 import polars as pl
 import pytest
 
-from foreshock.models.bundle import RiskBundle
+from foreshock.config import load_config
+from foreshock.features.store import write_features
+from foreshock.models import gbm as gbm_module
+from foreshock.models.bundle import RiskBundle, fit_models
+from foreshock.models.dataset import FeatureSource, StoredSample, TrainingSample, training_sample
 from foreshock.models.gbm import GradientBoostedRisk
+from foreshock.models.gbm_dask import _held_out_curve, early_stopped_round
 from tests.models.synthetic_fleet import synthetic_fleet
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
@@ -117,3 +124,215 @@ def test_small_samples_stay_local_below_dask_min_rows(rng, client):
     assert booster_settings(model, "24h")["tree_learner"] == "serial"
     reference = GradientBoostedRisk(horizons=["24h"]).fit(fleet.features, fleet.failures)
     np.testing.assert_array_equal(risks(model, fleet.features, "24h"), risks(reference, fleet.features, "24h"))
+
+
+def stored_fleet(rng, tmp_path, units: int, days: int, extra: dict | None = None):
+    """A synthetic fleet written to a feature store, and its training sample at 60 % of
+    its span (every row: the local reference reads the same rows)."""
+    fleet = synthetic_fleet(rng, units=units, days=days)
+    features = fleet.features.with_columns(pl.col("ts").dt.cast_time_unit("us"), **(extra or {}))
+    write_features(features, tmp_path / "features", 4)
+    cutoff, _, test = held_out(fleet)
+    source = FeatureSource.from_dir(tmp_path / "features")
+    sample = training_sample(source, fleet.failures, cutoff, TrainingSample(max_healthy_rows=0))
+    return fleet, cutoff, sample, test
+
+
+@pytest.mark.slow
+def test_store_fit_on_dask_ranks_like_the_local_fit(rng, client, tmp_path):
+    fleet, cutoff, sample, test = stored_fleet(rng, tmp_path, units=120, days=24)
+    frame = sample.frame()
+    local = GradientBoostedRisk(horizons=HORIZONS, params=SAME_SETTINGS).fit(frame, fleet.failures, until=cutoff)
+    # what another LightGBM seed changes on the same rows: the noise floor of the comparison
+    reseeded = GradientBoostedRisk(horizons=HORIZONS, params=SAME_SETTINGS, seed=8).fit(
+        frame, fleet.failures, until=cutoff
+    )
+    del frame
+    on_dask = GradientBoostedRisk(horizons=HORIZONS, params=SAME_SETTINGS, dask_client=client).fit(
+        sample, fleet.failures, until=cutoff
+    )
+    # the same rows, the same holdout and embargo: decided on the driver from the keys
+    assert on_dask.holdouts_ == local.holdouts_ and set(local.holdouts_) == set(HORIZONS)
+    assert on_dask.feature_names_ == local.feature_names_
+    assert on_dask.notes_ == local.notes_ == []
+    for h in HORIZONS:
+        settings = booster_settings(on_dask, h)
+        assert settings["tree_learner"] == "data" and settings["num_machines"] == "2"
+        # early stopping ran on Dask: its round count is near the local one.  The held-out
+        # metric plateaus after a few dozen rounds, so where the patience rule stops moves
+        # with any change of the trees (another LightGBM seed moves it by up to ~50 rounds
+        # on some fleets); here: within the patience.
+        rounds = (local.best_rounds_[h], reseeded.best_rounds_[h], on_dask.best_rounds_[h])
+        print(f"{h}: rounds local {rounds[0]} (other seed {rounds[1]}), Dask {rounds[2]}")
+        assert abs(on_dask.best_rounds_[h] - local.best_rounds_[h]) <= local.early_stopping_rounds
+        a, b, c = (
+            m.predict_risk(test).filter(pl.col("horizon") == h).sort("unit_id", "ts")
+            for m in (local, on_dask, reseeded)
+        )
+        rows = spearmanr(a.get_column("risk"), b.get_column("risk")).statistic
+        units = spearmanr(unit_ranking(a), unit_ranking(b)).statistic
+        noise = spearmanr(a.get_column("risk"), c.get_column("risk")).statistic
+        unit_noise = spearmanr(unit_ranking(a), unit_ranking(c)).statistic
+        print(
+            f"{h}: Spearman over {a.height} held-out snapshots {rows:.4f} (local, other seed: {noise:.4f}), "
+            f"over units {units:.4f} (local, other seed: {unit_noise:.4f})"
+        )
+        # Units as in the test above; snapshots within what a local fit's seed changes.
+        assert units >= 0.95
+        assert rows >= min(noise, 0.95) - 0.03
+        # calibrated on the same holdout: the mean risk agrees too
+        assert abs(b.get_column("risk").mean() / a.get_column("risk").mean() - 1) < 0.25
+
+
+@pytest.mark.slow
+def test_driver_never_builds_the_feature_matrix(rng, client, tmp_path, monkeypatch):
+    """On the store path the driver reads keys (and one row for the column names); a
+    matrix or a feature frame built here fails the test.  The workers are other processes:
+    the patches do not reach them."""
+    fleet, cutoff, sample, _ = stored_fleet(rng, tmp_path, units=60, days=16)
+    frame_columns = len(sample.columns)
+    reads: list[tuple[int, int]] = []
+    rows = FeatureSource.rows
+
+    def recorded(self, start, end, columns=None, keys=None):
+        out = rows(self, start, end, columns, keys=keys)
+        reads.append((out.height, out.width))
+        return out
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the driver built a feature matrix or read the whole sample")
+
+    monkeypatch.setattr(FeatureSource, "rows", recorded)
+    monkeypatch.setattr(gbm_module, "feature_matrix_of", forbidden)
+    monkeypatch.setattr(StoredSample, "frame", forbidden)
+    # nothing computed on the workers comes back as a matrix (or a data part holding one:
+    # lightgbm.dask's eval sets fetch them)
+    result = distributed.Future.result
+
+    def small_result(self, *args, **kwargs):
+        out = result(self, *args, **kwargs)
+        values = out.values() if isinstance(out, dict) else [out]
+        assert not any(np.ndim(v) == 2 for v in values if isinstance(v, np.ndarray)), "a matrix came to the driver"
+        assert not (isinstance(out, dict) and "data" in out), "a data part came to the driver"
+        return out
+
+    monkeypatch.setattr(distributed.Future, "result", small_result)
+
+    class Seen:
+        """A second model of the bundle: gets the sample read once, after the GBM."""
+
+        def fit(self, frame, failures, *, until=None):
+            self.frame = frame
+            return self
+
+    model = GradientBoostedRisk(horizons=["72h"], params=SAME_SETTINGS, dask_client=client)
+    fitted, notes = fit_models(sample, fleet.failures, {"gbm": lambda: model}, until=cutoff)
+    assert notes == [] and fitted["gbm"] is model and settings_of(model)["tree_learner"] == "data"
+    wide = [(height, width) for height, width in reads if width >= frame_columns]
+    assert wide and all(height <= 1 for height, _ in wide), reads  # one row, for the names
+    assert model.holdouts_["72h"]["rows"] > 0
+
+    # the other models of a bundle still get a frame (read when the first of them needs it)
+    monkeypatch.setattr(
+        StoredSample, "frame", lambda self: rows(self.source, None, self.until, self.columns, self.keys)
+    )
+    fitted, _ = fit_models(sample, fleet.failures, {"gbm": lambda: model, "seen": Seen}, until=cutoff)
+    assert fitted["seen"].frame.height == sample.height
+
+
+def settings_of(model: GradientBoostedRisk) -> dict[str, str]:
+    return booster_settings(model, model.horizons[0])
+
+
+@pytest.mark.slow
+def test_store_fit_learns_the_rule_limits_from_the_sample(rng, client, tmp_path):
+    """With ``[baseline]`` rules as features, the growth rules' limits come from their
+    columns over the whole sample (read alone on the driver), as in the local fit."""
+    counts = (pl.col("gpu_temp_c_mean_1h") * 10 % 13).floor()  # an error counter of another family
+    fleet, cutoff, sample, _ = stored_fleet(
+        rng, tmp_path, units=60, days=16, extra={"pcie_replay_total_increase_1d": counts}
+    )
+    settings = {
+        "horizons": ["72h"],
+        "params": SAME_SETTINGS,
+        "rules": load_config().section("baseline"),
+        "error_counters": ["pcie_replay_total"],
+        "num_boost_round": 60,
+    }
+    local = GradientBoostedRisk(**settings).fit(sample.frame(), fleet.failures, until=cutoff)
+    on_dask = GradientBoostedRisk(**settings, dask_client=client).fit(sample, fleet.failures, until=cutoff)
+    growth = [r for r in local.rules_.rules_ if r.name == "pcie_replay_total_growth"]
+    assert growth and growth[0].limit > 1.0  # learnt from the data, not the floor
+    assert on_dask.rules_.state() == local.rules_.state()
+    assert on_dask.feature_names_ == local.feature_names_
+    assert any(n.startswith("rule_") for n in on_dask.feature_names_)
+
+
+def test_early_stopped_round_is_lightgbms_rule(rng):
+    """The round picked from a recorded curve is the one ``lgb.early_stopping`` stops at."""
+    x = rng.normal(size=(3000, 5))
+    y = (x[:, 0] + rng.normal(scale=2.0, size=3000) > 1.5).astype(float)
+    params = {"objective": "binary", "metric": "average_precision", "verbose": -1, "num_threads": 1, "seed": 3}
+    params |= {"learning_rate": 0.3, "num_leaves": 31, "min_data_in_leaf": 5}
+    train, valid = lgb.Dataset(x[:2000], y[:2000]), lgb.Dataset(x[2000:], y[2000:])
+    for patience in (3, 10, 400):
+        stopped = lgb.train(
+            params, train, 200, valid_sets=[valid], callbacks=[lgb.early_stopping(patience, verbose=False)]
+        )
+        curve: dict = {}
+        lgb.train(params, train, 200, valid_sets=[valid], valid_names=["v"], callbacks=[lgb.record_evaluation(curve)])
+        assert early_stopped_round(curve["v"]["average_precision"], patience, "average_precision") == (
+            stopped.best_iteration
+        )
+    assert early_stopped_round([0.5, 0.4, 0.3, 0.45, 0.46, 0.2], 2, "binary_logloss") == 3
+    assert early_stopped_round([0.5, 0.4, 0.3, 0.45, 0.2], 1, "auc") == 1
+
+
+@pytest.mark.slow
+def test_train_bundle_on_dask_hands_the_store_to_the_workers(rng, client, tmp_path, monkeypatch):
+    """``[runner] kind = "dask"``: ``train_bundle`` passes the sample left in the store to the
+    GBM (its workers read it); the other models get the frame, read once after it."""
+    from foreshock.models import bundle as bundle_module
+
+    fleet, _, _, test = stored_fleet(rng, tmp_path, units=60, days=16)
+    monkeypatch.setattr(bundle_module, "dask_target", lambda runner: client)
+    given = []
+    fit = GradientBoostedRisk.fit
+
+    def seen(self, frame, failures, *, until=None):
+        given.append(type(frame).__name__)
+        return fit(self, frame, failures, until=until)
+
+    monkeypatch.setattr(GradientBoostedRisk, "fit", seen)
+    config = load_config().with_overrides(
+        {"runner": {"kind": "dask"}, "models": {"dask_min_rows": 0, "max_healthy_rows": 0}}
+    )
+    bundle = bundle_module.train_bundle(FeatureSource.from_dir(tmp_path / "features"), fleet.failures, config)
+    assert given == ["StoredSample"]
+    gbm = bundle.models["gbm"]
+    assert all(booster_settings(gbm, h)["tree_learner"] == "data" for h in gbm.horizons)
+    assert set(bundle.models) >= {"gbm", "baseline"}
+    assert bundle.feature_names and "gpu_temp_c_mean_1h" in bundle.feature_names
+    assert bundle.score(test).filter(pl.col("model") == "gbm").get_column("risk").is_between(0, 1).all()
+
+
+def test_held_out_curve_is_lightgbms_metric(rng):
+    """The held-out curve computed on the worker (one tree at a time, no eval sets) is the
+    ``average_precision`` LightGBM records for a validation set: weights, tied scores (a
+    coarse feature) and a curve started part-way (a later stage) included."""
+    x = np.round(rng.normal(size=(4000, 4)), 1)
+    y = (x[:, 0] + rng.normal(scale=1.5, size=4000) > 1.8).astype(float)
+    w = rng.uniform(0.2, 3.0, size=4000)
+    params = {"objective": "binary", "metric": "average_precision", "verbose": -1, "num_threads": 1, "seed": 5}
+    params |= {"learning_rate": 0.2, "num_leaves": 7, "min_data_in_leaf": 20, "bagging_fraction": 0.8}
+    params |= {"bagging_freq": 1}
+    train = lgb.Dataset(x[:3000], y[:3000], weight=w[:3000])
+    valid = lgb.Dataset(x[3000:], y[3000:], weight=w[3000:], reference=train)
+    recorded: dict = {}
+    booster = lgb.train(
+        params, train, 60, valid_sets=[valid], valid_names=["v"], callbacks=[lgb.record_evaluation(recorded)]
+    )
+    text = booster.model_to_string()
+    ours = _held_out_curve(text, x[3000:], y[3000:], w[3000:], 0, 25, "average_precision")
+    ours += _held_out_curve(text, x[3000:], y[3000:], w[3000:], 25, 35, "average_precision")
+    np.testing.assert_allclose(ours, recorded["v"]["average_precision"], rtol=0, atol=1e-12)
