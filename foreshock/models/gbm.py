@@ -84,7 +84,7 @@ from foreshock.models.gbm_dask import (
     grow_from_store,
     train_on_dask,
 )
-from foreshock.models.training import labelled_until, purged_holdout
+from foreshock.models.training import Holdout, labelled_until, purged_holdout
 
 logger = logging.getLogger(__name__)
 
@@ -290,13 +290,7 @@ class GradientBoostedRisk:
                     hold_rows = np.flatnonzero(hold)
                     margin = _predict_rows(booster, x, hold_rows, num_iteration=rounds)
                     calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
-                    self.holdouts_[h] = {
-                        "start": split.start.isoformat(),
-                        "end": split.end.isoformat(),
-                        "failures": split.failures,
-                        "rows": int(hold.sum()),
-                        "fit_rows": int(fit.sum()),
-                    }
+                    self.holdouts_[h] = _holdout_record(split, fit, hold)
                     del dtrain, dvalid
                     if self.refit_full:
                         booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
@@ -309,13 +303,7 @@ class GradientBoostedRisk:
                     else:
                         booster = _truncate(booster, rounds)
                 else:
-                    self.notes_.append(
-                        f"horizon {h}: fewer than {self.min_holdout_failures} failures in a purged holdout ending "
-                        f"{h} before the cutoff; fixed {self.fallback_rounds} rounds, risk left uncalibrated "
-                        f"(sigmoid of the margin less log {pos_weight:.2f}, ranking only)"
-                    )
-                    logger.warning("gbm %s", self.notes_[-1])
-                    rounds = self.fallback_rounds
+                    rounds = self._without_holdout(h, pos_weight)
                     booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
                     calibrator = uncalibrated(np.log(pos_weight))
                 del full, x
@@ -323,6 +311,17 @@ class GradientBoostedRisk:
                 self.calibrators_[h] = calibrator
                 self.best_rounds_[h] = rounds
         return self
+
+    def _without_holdout(self, horizon: str, pos_weight: float) -> int:
+        """Records (and logs) that ``horizon`` has too few held-out failures to early-stop
+        and calibrate on; returns the fixed round count used instead."""
+        self.notes_.append(
+            f"horizon {horizon}: fewer than {self.min_holdout_failures} failures in a purged holdout ending "
+            f"{horizon} before the cutoff; fixed {self.fallback_rounds} rounds, risk left uncalibrated "
+            f"(sigmoid of the margin less log {pos_weight:.2f}, ranking only)"
+        )
+        logger.warning("gbm %s", self.notes_[-1])
+        return self.fallback_rounds
 
     def _resolve_features(self, names: pl.DataFrame, data: pl.DataFrame) -> None:
         """``feature_names_`` and ``rules_`` from the columns of ``names``; the rules whose
@@ -443,13 +442,7 @@ class GradientBoostedRisk:
                     del holdout
                     margin = parts.margins(grown.booster, hold_x, num_iteration=rounds)
                     calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
-                    self.holdouts_[h] = {
-                        "start": split.start.isoformat(),
-                        "end": split.end.isoformat(),
-                        "failures": split.failures,
-                        "rows": int(hold.sum()),
-                        "fit_rows": int(fit.sum()),
-                    }
+                    self.holdouts_[h] = _holdout_record(split, fit, hold)
                     if self.refit_full:
                         booster = grow_from_store(parts, params, rows, y, w * class_w, rounds).booster
                         self._note_dask_constraints(params, f"full fit on {y.size} rows")
@@ -461,13 +454,7 @@ class GradientBoostedRisk:
                         booster = _truncate(grown.booster, rounds)
                     del hold_x
                 else:
-                    self.notes_.append(
-                        f"horizon {h}: fewer than {self.min_holdout_failures} failures in a purged holdout ending "
-                        f"{h} before the cutoff; fixed {self.fallback_rounds} rounds, risk left uncalibrated "
-                        f"(sigmoid of the margin less log {pos_weight:.2f}, ranking only)"
-                    )
-                    logger.warning("gbm %s", self.notes_[-1])
-                    rounds = self.fallback_rounds
+                    rounds = self._without_holdout(h, pos_weight)
                     booster = grow_from_store(parts, params, rows, y, w * class_w, rounds).booster
                     self._note_dask_constraints(params, f"full fit on {y.size} rows")
                     calibrator = uncalibrated(np.log(pos_weight))
@@ -688,6 +675,17 @@ def _subset(binned: lgb.Dataset, rows: np.ndarray, label: np.ndarray, weight: np
     part.set_label(label)
     part.set_weight(weight)
     return part
+
+
+def _holdout_record(split: Holdout, fit: np.ndarray, hold: np.ndarray) -> dict:
+    """What the model records of a horizon's purged holdout (``holdouts_``)."""
+    return {
+        "start": split.start.isoformat(),
+        "end": split.end.isoformat(),
+        "failures": split.failures,
+        "rows": int(hold.sum()),
+        "fit_rows": int(fit.sum()),
+    }
 
 
 def _predict_rows(
