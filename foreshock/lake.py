@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN, conform
@@ -318,10 +319,14 @@ def _sort_order(table: str) -> list[str]:
     return ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
 
 
-def _rank_parts(frame: pl.DataFrame, names: list[str]) -> list[tuple[pl.Expr, int]] | None:
+def _rank_parts(
+    frame: pl.DataFrame, names: list[str], decoders: list[tuple[str, object]] | None = None
+) -> list[tuple[pl.Expr, int]] | None:
     """Each column of ``names`` as a non-negative integer rank expression with the bits it
     needs (strings ranked over their distinct values, times and integers offset from their
-    minimum), in the order of the values; None when a column has nulls or another type."""
+    minimum), in the order of the values; None when a column has nulls or another type.
+    ``decoders``: given a list, each column's ``(name, distinct values)`` (strings) or
+    ``(name, (minimum, dtype))`` is appended, to turn ranks back into values (:func:`_unrank`)."""
     parts: list[tuple[pl.Expr, int]] = []
     for name in names:
         column = frame.get_column(name)
@@ -331,15 +336,36 @@ def _rank_parts(frame: pl.DataFrame, names: list[str]) -> list[tuple[pl.Expr, in
             distinct = column.unique().sort()
             rank = _rank_of(name, distinct)
             span = distinct.len() - 1
+            info: object = distinct
         elif column.dtype.is_temporal() or column.dtype.is_integer():
             physical = column.to_physical()
             low, high = physical.min(), physical.max()
             rank = (pl.col(name).to_physical().cast(pl.Int64) - low).cast(pl.UInt64)
             span = high - low
+            info = (low, column.dtype)
         else:
             return None
         parts.append((rank, max(int(span), 0).bit_length()))
+        if decoders is not None:
+            decoders.append((name, info))
     return parts
+
+
+def _ranks(key: np.ndarray, shift: int, bits: int) -> np.ndarray:
+    """The ``bits`` bits of packed keys above their lowest ``shift`` bits."""
+    if shift >= 64:
+        return np.zeros(len(key), dtype=np.uint64)
+    return (key >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+
+
+def _unrank(name: str, info: object, ranks: np.ndarray) -> pl.Series:
+    """Column ``name``'s values from their ranks (``info`` from :func:`_rank_parts`)."""
+    if isinstance(info, pl.Series):  # a string column's distinct values, sorted
+        return info.gather(pl.Series(ranks.astype(np.int64))).alias(name)
+    low, dtype = info
+    values = pl.Series(name, ranks.astype(np.int64) + np.int64(low))
+    physical = dtype.to_physical() if hasattr(dtype, "to_physical") else dtype
+    return values.cast(physical).cast(dtype)
 
 
 def _rank_of(name: str, distinct: pl.Series) -> pl.Expr:
@@ -394,21 +420,24 @@ def _split_sorted(
     order = _sort_order(table)
     if frame.height == 0 or any(frame.get_column(name).null_count() for name in order):
         return None
-    rest = _rank_parts(frame, order[1:])
+    decoders: list[tuple[str, object]] = []
+    rest = _rank_parts(frame, order[1:], decoders)
     if rest is None:
         return None
     units = frame.get_column("unit_id").unique()
     by_shard = with_shard(pl.DataFrame({"unit_id": units}), shards).sort("shard", "unit_id")
-    unit_shard = by_shard.get_column("shard")
+    unit_shard = by_shard.get_column("shard").to_numpy().astype(np.int64)
     unit_bits = max(units.len() - 1, 0).bit_length()
     unit_rank = _rank_of("unit_id", by_shard.get_column("unit_id"))
     dtype = frame.schema[time_col]
     per_day = {"us": 86_400_000_000, "ns": 86_400_000_000_000, "ms": 86_400_000}.get(getattr(dtype, "time_unit", None))
     if isinstance(dtype, pl.Datetime) and dtype.time_zone in (None, "UTC") and per_day:
         day = pl.col(time_col).to_physical() // per_day  # the UTC date's day number, without a calendar pass
+        times = frame.get_column(time_col).to_physical()
+        first_day, last_day = times.min() // per_day, times.max() // per_day  # floor division, as the expression
     else:
         day = pl.col(time_col).dt.date().to_physical().cast(pl.Int64)
-    first_day, last_day = frame.select(day.min().alias("first"), day.max().alias("last")).row(0)
+        first_day, last_day = frame.select(day.min().alias("first"), day.max().alias("last")).row(0)
     day_bits = int(last_day - first_day).bit_length()
     parts = [((day - first_day).cast(pl.UInt64), day_bits), (unit_rank, unit_bits), *rest]
     if sum(bits for _, bits in parts) > 64:
@@ -416,25 +445,53 @@ def _split_sorted(
     low_bits = sum(bits for _, bits in rest)
     keyed = frame.with_columns(_key=_packed(parts))
 
-    def partition_of(key: pl.Series) -> pl.Series:
+    def partition_of(key: np.ndarray) -> np.ndarray:
         """Day rank * shards + shard of each packed key."""
-        rank = _shifted(key, low_bits) % (1 << unit_bits)
-        return _shifted(key, low_bits + unit_bits).cast(pl.Int64) * shards + unit_shard.gather(rank)
+        rank = _ranks(key, low_bits, unit_bits).astype(np.int64)
+        return _ranks(key, low_bits + unit_bits, 64 - low_bits - unit_bits).astype(np.int64) * shards + unit_shard[rank]
 
     first_seen = None
     if in_frame_order:
-        first_seen = partition_of(keyed.get_column("_key")).unique(maintain_order=True).to_list()
-    if not keyed.get_column("_key").is_sorted():
-        keyed = keyed.sort("_key", maintain_order=not unique_keys)
-    runs = partition_of(keyed.get_column("_key")).rle()
-    rows = keyed.drop("_key")
+        numbers = pl.Series(partition_of(keyed.get_column("_key").to_numpy()))
+        first_seen = numbers.unique(maintain_order=True).to_list()
+    if keyed.get_column("_key").is_sorted():
+        rows = keyed.drop("_key")
+        key = keyed.get_column("_key").to_numpy()
+    else:
+        # Sort the key and the columns outside it only; the key's columns are read back
+        # from the sorted key (each is a function of its bits), which moves far less data
+        # than gathering every column (strings above all) in the new order.
+        others = [name for name in frame.columns if name not in order]
+        ordered = keyed.select("_key", *others).sort("_key", maintain_order=not unique_keys)
+        key = ordered.get_column("_key").to_numpy()
+        columns = {name: ordered.get_column(name) for name in others}
+        columns["unit_id"] = by_shard.get_column("unit_id").gather(
+            pl.Series(_ranks(key, low_bits, unit_bits).astype(np.int64))
+        )
+        shift = low_bits
+        for (name, info), (_, bits) in zip(decoders, rest):
+            shift -= bits
+            columns[name] = _unrank(name, info, _ranks(key, shift, bits))
+        rows = pl.DataFrame([columns[name].alias(name) for name in frame.columns])
+    # Partitions follow each other in (day, shard) order in the sorted key (units are ranked
+    # by shard first): each one's first row is found by a binary search for its lowest key.
+    first_rank = {}
+    for rank, shard in enumerate(unit_shard.tolist()):
+        first_rank.setdefault(shard, rank)
+    starts = [
+        (number, (d << (low_bits + unit_bits)) | (rank << low_bits))
+        for d in range(int(last_day - first_day) + 1)
+        for shard, rank in sorted(first_rank.items())
+        for number in [d * shards + shard]
+    ]
+    offsets = np.searchsorted(key, np.array([low for _, low in starts], dtype=np.uint64), side="left").tolist()
+    offsets.append(len(key))
     epoch = date(1970, 1, 1).toordinal()
     pieces: dict[int, tuple[date, int, pl.DataFrame]] = {}
-    offset = 0
-    for length, number in zip(runs.struct.field("len").to_list(), runs.struct.field("value").to_list()):
-        day_of = date.fromordinal(epoch + first_day + number // shards)
-        pieces[number] = (day_of, number % shards, rows.slice(offset, length))
-        offset += length
+    for (number, _), offset, end in zip(starts, offsets, offsets[1:]):
+        if end > offset:
+            day_of = date.fromordinal(epoch + first_day + number // shards)
+            pieces[number] = (day_of, number % shards, rows.slice(offset, end - offset))
     return [pieces[n] for n in first_seen] if first_seen is not None else list(pieces.values())
 
 

@@ -90,7 +90,9 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
         unknown = (
             pl.col("unit_id").is_in(pl.Series(strangers, dtype=pl.String).implode()) if strangers else pl.lit(False)
         )
-        if "_node" in frame.columns:
+        # Host-level rows (DIMMs) name their node; a frame without any (an all-null column,
+        # as every GPU sample has) needs no look at it.
+        if "_node" in frame.columns and frame.get_column("_node").null_count() < frame.height:
             host_level = pl.col("_node").is_not_null()
             nodes = set(ctx.known_nodes().to_list())
             strange_hosts = [n for n in frame.get_column("_node").unique().drop_nulls().to_list() if n not in nodes]
