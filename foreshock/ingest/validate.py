@@ -284,13 +284,10 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
     # order (one metric after another) is in series order already and needs no sort.
     units = candidates.get_column("unit_id").unique(maintain_order=True)
     metrics = sorted(limits)
-    series, metric_number = _series_number(units, metrics)
+    series, _ = _series_number(units, metrics)
     stored = _stored_counters(ctx, units, metrics, first, last)
-    rate = metric_number.replace_strict(
-        list(range(len(metrics))), [limits[m] for m in metrics], default=None, return_dtype=pl.Float64
-    )
     numbered = [
-        part.select(_sid=series, _max_rate=rate, ts=pl.col("ts"), value=pl.col("value"), _row=row)
+        part.select(_sid=series, ts=pl.col("ts"), value=pl.col("value"), _row=row)
         for part, row in ((stored, pl.lit(None, dtype=pl.UInt32)), (candidates, pl.col("_row")))
     ]
     # Stored readings first, then this batch's in row order: a stable sort by (series, time)
@@ -304,6 +301,10 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
         .filter(pl.col("_row").is_not_null() & (pl.col("value") > pl.col("_previous")))
         .with_columns(
             _step_rate=(pl.col("value") - pl.col("_previous")) / pl.max_horizontal("_seconds", MIN_RATE_INTERVAL),
+            # Looked up for the steps only (a counter rarely moves between readings).
+            _max_rate=(pl.col("_sid") % len(metrics)).replace_strict(
+                list(range(len(metrics))), [limits[m] for m in metrics], default=None, return_dtype=pl.Float64
+            ),
         )
         .select("_row", *STEP_COLUMNS)
     )
