@@ -663,20 +663,113 @@ def merge_into_lake(
             result.rows_stored += stored
             result.partitions_written += int(stored > 0)
         else:
-            split = _split_sorted(df, table, shards, in_frame_order=record_changes, unique_keys=deduplicated)
-            presorted = split is not None
-            if split is None:
-                split = split_by_partition(df, table, shards)
-            for day, shard, part in split:
-                fresh = _merge_one(
-                    partition_path(lake_dir, table, day, shard), part, table, fast_path, deduplicated, presorted
-                )
-                result.rows_stored += fresh.height
-                result.partitions_written += int(fresh.height > 0)
-                if fresh.height and record_changes:
-                    _record_change(lake_dir, table, day, shard, fresh.get_column(time_col))
+            split = _split_conformed(df, table, shards, in_frame_order=record_changes, unique_keys=deduplicated)
+            result = _merge_split(lake_dir, split, fast_path, deduplicated, record_changes)
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
+
+
+@dataclass
+class SplitRows:
+    """A telemetry table's rows split into their partitions (``pieces``: ``(day, shard,
+    rows)``), each in partition order when ``presorted``: :func:`split_for_merge`."""
+
+    table: str
+    shards: int
+    pieces: list[tuple[date, int, pl.DataFrame]]
+    presorted: bool
+    rows_in: int
+
+
+def _split_conformed(
+    df: pl.DataFrame, table: str, shards: int, *, in_frame_order: bool, unique_keys: bool
+) -> SplitRows:
+    split = _split_sorted(df, table, shards, in_frame_order=in_frame_order, unique_keys=unique_keys)
+    presorted = split is not None
+    if split is None:
+        split = split_by_partition(df, table, shards)
+    return SplitRows(table, shards, split, presorted, df.height)
+
+
+def split_for_merge(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8) -> SplitRows:
+    """The split and sort :func:`merge_into_lake` makes of deduplicated telemetry rows
+    (``deduplicated=True``), done apart so that a caller holding the lake lock can run it
+    beside other work, log the partitions from it (:func:`record_split`) and then write
+    them (:func:`merge_split`): the same files as ``merge_into_lake`` of ``df``."""
+    if TIME_COLUMN[table] is None or table == "inventory":
+        raise ValueError(f"split_for_merge is for telemetry tables, not {table!r}")
+    df = conform(df, table)
+    shards = lake_shards(lake_dir, shards)
+    if df.height == 0:
+        return SplitRows(table, shards, [], True, 0)
+    return _split_conformed(df, table, shards, in_frame_order=False, unique_keys=True)
+
+
+def merge_split(lake_dir: Path, split: SplitRows) -> MergeResult:
+    """Write the rows of :func:`split_for_merge` into the lake (the caller checked them
+    against the batch and the lake and logged them, under the same hold of the lock)."""
+    with lake_lock(lake_dir):
+        if split.rows_in:
+            _record_shards(Path(lake_dir), split.shards)
+        result = _merge_split(Path(lake_dir), split, True, True, False)
+    result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
+    return result
+
+
+def _merge_split(
+    lake_dir: Path, split: SplitRows, fast_path: bool, deduplicated: bool, record_changes: bool
+) -> MergeResult:
+    result = MergeResult(rows_in=split.rows_in)
+    time_col = TIME_COLUMN[split.table]
+    for day, shard, part in split.pieces:
+        fresh = _merge_one(
+            partition_path(lake_dir, split.table, day, shard),
+            part,
+            split.table,
+            fast_path,
+            deduplicated,
+            split.presorted,
+        )
+        result.rows_stored += fresh.height
+        result.partitions_written += int(fresh.height > 0)
+        if fresh.height and record_changes:
+            _record_change(lake_dir, split.table, day, shard, fresh.get_column(time_col))
+    return result
+
+
+def record_split(lake_dir: Path, splits: list[SplitRows]) -> None:
+    """:func:`record_stored_rows` of the rows of ``splits`` (one table's), read off their
+    partitions: the same lines, without a pass over the rows by date and unit."""
+    spans: dict[tuple[date, int], tuple[datetime, datetime]] = {}
+    table = None
+    for split in splits:
+        table = split.table
+        time_col = TIME_COLUMN[split.table]
+        for day, shard, part in split.pieces:
+            if part.height == 0:
+                continue
+            times = part.get_column(time_col)
+            first, last = times.min(), times.max()
+            if (day, shard) in spans:
+                first, last = min(first, spans[day, shard][0]), max(last, spans[day, shard][1])
+            spans[day, shard] = (first, last)
+    if not spans:
+        return
+    lines = [
+        json.dumps(
+            {
+                "table": table,
+                "date": day.isoformat(),
+                "shard": int(shard),
+                "first": first.isoformat(),
+                "last": last.isoformat(),
+            }
+        )
+        + "\n"
+        for (day, shard), (first, last) in sorted(spans.items())
+    ]
+    with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
+        handle.write("".join(lines))
 
 
 def _record_change(lake_dir: Path, table: str, day: date, shard: int, times: pl.Series) -> None:

@@ -60,6 +60,7 @@ from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.validate import validate
 from foreshock.lake import (
+    SplitRows,
     atomic_write_parquet,
     atomic_write_text,
     lake_lock,
@@ -68,9 +69,12 @@ from foreshock.lake import (
     lock_held_by_token,
     lock_token,
     merge_into_lake,
+    merge_split,
     partition_path,
+    record_split,
     record_stored_rows,
     shard_numbers,
+    split_for_merge,
     with_shard,
 )
 
@@ -580,28 +584,24 @@ def _check_and_merge(
     side by side on ``[runner] local_workers`` threads (Polars releases the GIL).  Every
     check looks only at one unit's rows (ids, times, its counter steps, its stored keys)
     and every key holds its unit, so the split changes no outcome: the lake and the
-    quarantine are those of the whole batch at once.  Two phases: all shards are checked,
-    the partitions they will change are logged (``record_stored_rows``), then written.
+    quarantine are those of the whole batch at once.  Two phases: all shards are checked
+    and their new rows split into partitions and sorted (``split_for_merge``), the
+    partitions they will change are logged (``record_split``: the lines
+    ``record_stored_rows`` writes), then written.
     """
     workers = config.local_workers
     with lake_lock(config.lake_dir):
         groups = _shard_groups(staged, config, workers)
-        checked = _run_parallel([partial(_check_shard, table, group, ctx) for group in groups], config, workers)
+        done = _run_parallel(
+            [partial(_check_and_split, table, group, ctx, config) for group in groups], config, workers
+        )
+        checked = [found for found, _ in done]
+        splits = [split for _, split in done]
         unique = [rows for rows, _, _, _ in checked]
-        record_stored_rows(config.lake_dir, table, unique, config.shards)
-        merges = [
-            partial(
-                merge_into_lake,
-                config.lake_dir,
-                table,
-                rows.select(_lake_columns(table, rows)),
-                shards=config.shards,
-                deduplicated=True,  # _check_shard checked the batch and the lake under this lock
-                record_changes=False,  # logged above, before any partition is written
-            )
-            for rows in unique
-        ]
-        results = _run_parallel(merges, config, workers)
+        # Logged before any partition is written (a crash cannot store rows the log misses).
+        record_split(config.lake_dir, splits)
+        # _check_shard checked the batch and the lake under this lock: written as they are.
+        results = _run_parallel([partial(merge_split, config.lake_dir, split) for split in splits], config, workers)
     for rows, result in zip(unique, results):
         if result.rows_stored != rows.height:  # cannot happen under the lock: fail loudly
             raise RuntimeError(f"{table}: {rows.height} new rows checked but {result.rows_stored} stored")
@@ -651,6 +651,16 @@ def _run_parallel(calls: list, config: Config, workers: int) -> list:
 
     with ThreadPoolExecutor(max_workers=min(workers, len(calls))) as pool:
         return list(pool.map(under_lock, calls))
+
+
+def _check_and_split(
+    table: str, staged: pl.DataFrame, ctx: IngestContext, config: Config
+) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame], SplitRows]:
+    """:func:`_check_shard`, then the new rows split into their partitions and sorted
+    (:func:`split_for_merge`), on the same thread."""
+    checked = _check_shard(table, staged, ctx)
+    unique = checked[0]
+    return checked, split_for_merge(config.lake_dir, table, unique.select(_lake_columns(table, unique)), config.shards)
 
 
 def _check_shard(
