@@ -401,7 +401,13 @@ def sort_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
 
 
 def _split_sorted(
-    frame: pl.DataFrame, table: str, shards: int, *, in_frame_order: bool = True, unique_keys: bool = False
+    frame: pl.DataFrame,
+    table: str,
+    shards: int,
+    *,
+    in_frame_order: bool = True,
+    unique_keys: bool = False,
+    repeats: list[bool] | None = None,
 ) -> list[tuple[date, int, pl.DataFrame]] | None:
     """A telemetry frame split into its partitions, each in partition order: ``(day, shard,
     rows)``, in the order of the partitions' first rows in ``frame`` (``in_frame_order``)
@@ -414,7 +420,9 @@ def _split_sorted(
     rows are in that order already.  Each partition is a slice of the sorted frame.
     None when the key does not pack (nulls, ranges too wide): the caller splits as before.
     ``unique_keys``: no two rows share a key (the caller deduplicated them), so the order
-    is the same without keeping the order of ties, which sorts faster.
+    is the same without keeping the order of ties, which sorts faster.  ``repeats``: given a
+    list, whether two rows share a key is appended (exact: equal packed keys are equal keys,
+    next to each other once sorted).
     """
     time_col = TIME_COLUMN[table]
     order = _sort_order(table)
@@ -484,6 +492,8 @@ def _split_sorted(
         for shard, rank in sorted(first_rank.items())
         for number in [d * shards + shard]
     ]
+    if repeats is not None:
+        repeats.append(bool(len(key) > 1 and (key[1:] == key[:-1]).any()))
     offsets = np.searchsorted(key, np.array([low for _, low in starts], dtype=np.uint64), side="left").tolist()
     offsets.append(len(key))
     epoch = date(1970, 1, 1).toordinal()
@@ -679,29 +689,35 @@ class SplitRows:
     pieces: list[tuple[date, int, pl.DataFrame]]
     presorted: bool
     rows_in: int
+    # Whether two rows share a key (None: not known, the key did not pack).
+    repeated: bool | None = None
 
 
 def _split_conformed(
     df: pl.DataFrame, table: str, shards: int, *, in_frame_order: bool, unique_keys: bool
 ) -> SplitRows:
-    split = _split_sorted(df, table, shards, in_frame_order=in_frame_order, unique_keys=unique_keys)
+    repeats: list[bool] = []
+    split = _split_sorted(df, table, shards, in_frame_order=in_frame_order, unique_keys=unique_keys, repeats=repeats)
     presorted = split is not None
     if split is None:
         split = split_by_partition(df, table, shards)
-    return SplitRows(table, shards, split, presorted, df.height)
+    return SplitRows(table, shards, split, presorted, df.height, repeats[0] if repeats else None)
 
 
 def split_for_merge(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8) -> SplitRows:
     """The split and sort :func:`merge_into_lake` makes of deduplicated telemetry rows
     (``deduplicated=True``), done apart so that a caller holding the lake lock can run it
     beside other work, log the partitions from it (:func:`record_split`) and then write
-    them (:func:`merge_split`): the same files as ``merge_into_lake`` of ``df``."""
+    them (:func:`merge_split`): the same files as ``merge_into_lake`` of ``df``.  The split
+    also tells whether two rows of ``df`` share a key (``repeated``): a caller that has not
+    deduplicated them yet may split first and deduplicate only when some do (the order of
+    rows with the same key is then not kept: such a split is not for writing)."""
     if TIME_COLUMN[table] is None or table == "inventory":
         raise ValueError(f"split_for_merge is for telemetry tables, not {table!r}")
     df = conform(df, table)
     shards = lake_shards(lake_dir, shards)
     if df.height == 0:
-        return SplitRows(table, shards, [], True, 0)
+        return SplitRows(table, shards, [], True, 0, False)
     return _split_conformed(df, table, shards, in_frame_order=False, unique_keys=True)
 
 

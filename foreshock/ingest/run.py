@@ -657,10 +657,23 @@ def _check_and_split(
     table: str, staged: pl.DataFrame, ctx: IngestContext, config: Config
 ) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame], SplitRows]:
     """:func:`_check_shard`, then the new rows split into their partitions and sorted
-    (:func:`split_for_merge`), on the same thread."""
-    checked = _check_shard(table, staged, ctx)
-    unique = checked[0]
-    return checked, split_for_merge(config.lake_dir, table, unique.select(_lake_columns(table, unique)), config.shards)
+    (:func:`split_for_merge`), on the same thread.
+
+    Most batches repeat no key and hold no stored one: the rows that pass the checks are
+    split first, and when the split finds no two rows with the same key (exactly: it
+    sorts the whole key) and the lake holds none of their keys, they are the new rows as
+    they are, with no duplicates or conflicts (what :func:`_deduplicate` finds then),
+    without its search for repeated keys.  Otherwise the rows are deduplicated as ever
+    and the new ones split."""
+    good, bad = validate(table, staged, ctx)
+    split = split_for_merge(config.lake_dir, table, good.select(_lake_columns(table, good)), config.shards)
+    if split.repeated is False:
+        stored = _stored_rows(table, good, ctx)
+        if stored is None or stored.height == 0:
+            return (good, bad, good.head(0), good.head(0)), split
+    unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+    lake_rows = unique.select(_lake_columns(table, unique))
+    return (unique, bad, duplicates, conflicts), split_for_merge(config.lake_dir, table, lake_rows, config.shards)
 
 
 def _check_shard(
