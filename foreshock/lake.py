@@ -86,8 +86,27 @@ def shard_of(unit_id: str, shards: int) -> int:
 
 def shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
     """Each row's shard (Int32, null without a unit): crc32 once per distinct unit, then
-    looked up by the unit's position among them (an enum cast)."""
+    looked up by the unit's position among them (an enum cast).  Rows that come in long
+    runs of one unit (a unit's readings one after another, as files list them) are looked
+    up once per run and repeated along it, without the per-row cast."""
     unit_ids = unit_ids.cast(pl.String)
+    head = unit_ids.head(RUN_LOOKUP_MIN_ROWS)
+    if unit_ids.len() >= RUN_LOOKUP_MIN_ROWS and head.rle_id().max() < RUN_LOOKUP_MIN_ROWS // RUN_LOOKUP_MIN_LENGTH:
+        runs = unit_ids.rle()  # the first rows come in runs: most likely all do
+        if runs.len() * RUN_LOOKUP_MIN_LENGTH <= unit_ids.len():
+            lengths = runs.struct.field("len").to_numpy()
+            per_run = _shard_numbers(runs.struct.field("value"), shards)
+            return per_run.gather(pl.Series(np.repeat(np.arange(len(lengths)), lengths))).alias("shard")
+    return _shard_numbers(unit_ids, shards)
+
+
+# shard_numbers looks units up per run when a frame has this many rows and its runs of one
+# unit are this long on average.
+RUN_LOOKUP_MIN_ROWS = 4096
+RUN_LOOKUP_MIN_LENGTH = 64
+
+
+def _shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
     units = unit_ids.unique().drop_nulls()
     numbers = pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int32)
     return numbers.gather(unit_ids.cast(pl.Enum(units)).to_physical()).alias("shard")

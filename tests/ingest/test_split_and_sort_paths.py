@@ -49,6 +49,23 @@ def test_with_shard_is_the_crc32_shard_of_each_unit_and_null_without_one():
     assert shard.dtype == pl.Int32 and shard.to_list() == expected
 
 
+def test_shard_numbers_per_run_of_a_unit_are_those_of_the_per_row_lookup():
+    """Long runs of one unit (looked up once per run), runs with nulls, shuffled rows, and
+    rows in runs at first and shuffled after: the shards of the per-row lookup."""
+    from foreshock.lake import RUN_LOOKUP_MIN_ROWS, _shard_numbers, shard_numbers
+
+    units = pl.Series([f"node{n}-gpu{g}" for n in range(30) for g in range(8)], dtype=pl.String)
+    runs = units.gather(np.repeat(np.arange(units.len()), 300))
+    with_nulls = pl.concat([pl.Series([None] * 700, dtype=pl.String), runs, pl.Series([None] * 5, dtype=pl.String)])
+    shuffled = runs.sample(fraction=1.0, shuffle=True, seed=7)
+    mixed = pl.concat([runs.head(RUN_LOOKUP_MIN_ROWS * 2), shuffled])
+    for series in (runs, with_nulls, shuffled, mixed, runs.head(100)):
+        expected = _shard_numbers(series, 8)
+        got = shard_numbers(series, 8)
+        assert got.dtype == pl.Int32 and got.name == "shard" and got.equals(expected)
+    assert shard_numbers(with_nulls, 8).null_count() == 705
+
+
 def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     config = load_config(data_dir=tmp_path)
     rng = np.random.default_rng(3)
