@@ -90,20 +90,41 @@ def shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
     runs of one unit (a unit's readings one after another, as files list them) are looked
     up once per run and repeated along it, without the per-row cast."""
     unit_ids = unit_ids.cast(pl.String)
-    head = unit_ids.head(RUN_LOOKUP_MIN_ROWS)
-    if unit_ids.len() >= RUN_LOOKUP_MIN_ROWS and head.rle_id().max() < RUN_LOOKUP_MIN_ROWS // RUN_LOOKUP_MIN_LENGTH:
-        runs = unit_ids.rle()  # the first rows come in runs: most likely all do
-        if runs.len() * RUN_LOOKUP_MIN_LENGTH <= unit_ids.len():
-            lengths = runs.struct.field("len").to_numpy()
-            per_run = _shard_numbers(runs.struct.field("value"), shards)
-            return per_run.gather(pl.Series(np.repeat(np.arange(len(lengths)), lengths))).alias("shard")
+    runs = long_runs(unit_ids)
+    if runs is not None:
+        values, lengths = runs
+        per_run = _shard_numbers(values, shards)
+        return per_run.gather(pl.Series(np.repeat(np.arange(len(lengths)), lengths))).alias("shard")
     return _shard_numbers(unit_ids, shards)
 
 
-# shard_numbers looks units up per run when a frame has this many rows and its runs of one
-# unit are this long on average.
+# Values are looked up per run (long_runs) when a column has this many rows and its runs of
+# one value are this long on average.
 RUN_LOOKUP_MIN_ROWS = 4096
 RUN_LOOKUP_MIN_LENGTH = 64
+
+
+def long_runs(column: pl.Series) -> tuple[pl.Series, np.ndarray] | None:
+    """``(value of each run, its length)`` of the runs of equal values in ``column`` when
+    they are long (``RUN_LOOKUP_MIN_LENGTH`` rows on average, as a unit's readings or a
+    metric's listed one after another are), else None: a lookup by value can then be done
+    once per run instead of once per row.  The first rows are looked at first, so a column
+    without runs costs little."""
+    if column.len() < RUN_LOOKUP_MIN_ROWS:
+        return None
+    if column.head(RUN_LOOKUP_MIN_ROWS).rle_id().max() >= RUN_LOOKUP_MIN_ROWS // RUN_LOOKUP_MIN_LENGTH:
+        return None
+    runs = column.rle()
+    if runs.len() * RUN_LOOKUP_MIN_LENGTH > column.len():
+        return None
+    return runs.struct.field("value"), runs.struct.field("len").to_numpy()
+
+
+def distinct_values(column: pl.Series, *, maintain_order: bool = False) -> pl.Series:
+    """``column.unique(maintain_order=...)``, from the values of its runs when they are long
+    (:func:`long_runs`): ids and metric names repeat on row after row."""
+    runs = long_runs(column)
+    return (column if runs is None else runs[0]).unique(maintain_order=maintain_order)
 
 
 def _shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
@@ -352,7 +373,7 @@ def _rank_parts(
         if column.null_count():
             return None
         if column.dtype == pl.String:
-            distinct = column.unique().sort()
+            distinct = distinct_values(column).sort()
             rank = _rank_of(name, distinct)
             span = distinct.len() - 1
             info: object = distinct
@@ -451,7 +472,7 @@ def _split_sorted(
     rest = _rank_parts(frame, order[1:], decoders)
     if rest is None:
         return None
-    units = frame.get_column("unit_id").unique()
+    units = distinct_values(frame.get_column("unit_id"))
     by_shard = with_shard(pl.DataFrame({"unit_id": units}), shards).sort("shard", "unit_id")
     unit_shard = by_shard.get_column("shard").to_numpy().astype(np.int64)
     unit_bits = max(units.len() - 1, 0).bit_length()

@@ -942,7 +942,12 @@ def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataF
     if time_col is None:
         paths = [partition_path(ctx.lake_dir, table)]
     else:
-        days = rows.get_column(time_col).dt.date().unique().to_list()
+        times = rows.get_column(time_col)
+        first, last = times.min(), times.max()
+        if first is not None and last is not None and first.date() == last.date():
+            days = [first.date()]  # a day's rows (the date of a UTC time, as dt.date gives it)
+        else:
+            days = times.dt.date().unique().to_list()
         if not any((Path(ctx.lake_dir) / table / f"date={d.isoformat()}").is_dir() for d in days):
             return None  # the common first ingest of a day: nothing stored to compare with
         shards = lake_shards(ctx.lake_dir, ctx.shards)

@@ -28,7 +28,7 @@ import polars as pl
 from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import lake_shards, scan_table, shard_of
+from foreshock.lake import distinct_values, lake_shards, scan_table, shard_of
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
@@ -56,7 +56,7 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
 
     Rows the parser already rejected stay bad with the parser's reason.
     """
-    units = frame.get_column("unit_id").unique().drop_nulls().to_list()  # used by two checks
+    units = distinct_values(frame.get_column("unit_id")).drop_nulls().to_list()  # used by two checks
     checks: list[tuple[pl.Expr, pl.Expr, str]] = [
         (pl.col("unit_id").is_null(), pl.lit("missing unit_id"), "unit_id"),
         _bad_id(frame, "unit_id", units),
@@ -208,7 +208,7 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
     catalog = ctx.catalog
     metric = pl.col("metric")
     value = pl.col("value")
-    present = frame.get_column("metric").unique().drop_nulls().to_list()
+    present = distinct_values(frame.get_column("metric")).drop_nulls().to_list()
     unknown = [m for m in present if m not in catalog]
     counters = [m for m in present if m in catalog and catalog[m].is_counter]
     counter = metric.is_in(pl.Series(counters, dtype=pl.String).implode()) if counters else pl.lit(False)
@@ -282,7 +282,7 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
     # and the look-back to the previous reading then run over integers, not strings.  Units
     # are numbered in order of appearance, so a batch listing each unit's readings in time
     # order (one metric after another) is in series order already and needs no sort.
-    units = candidates.get_column("unit_id").unique(maintain_order=True)
+    units = distinct_values(candidates.get_column("unit_id"), maintain_order=True)
     metrics = sorted(limits)
     series, _ = _series_number(units, metrics)
     stored = _stored_counters(ctx, units, metrics, first, last)

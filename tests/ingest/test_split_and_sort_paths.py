@@ -66,6 +66,22 @@ def test_shard_numbers_per_run_of_a_unit_are_those_of_the_per_row_lookup():
     assert shard_numbers(with_nulls, 8).null_count() == 705
 
 
+def test_distinct_values_from_runs_are_those_of_unique():
+    """Long runs (with nulls), shuffled values, runs at first and shuffled after, a short
+    column: the values of ``unique``, in order of first appearance when asked."""
+    from foreshock.lake import RUN_LOOKUP_MIN_ROWS, distinct_values, long_runs
+
+    units = pl.Series([f"node{n}-gpu{g}" for n in range(30) for g in range(8)], dtype=pl.String)
+    runs = units.gather(np.repeat(np.arange(units.len())[::-1], 300))
+    with_nulls = pl.concat([runs.head(9000), pl.Series([None] * 700, dtype=pl.String), runs.slice(9000)])
+    shuffled = runs.sample(fraction=1.0, shuffle=True, seed=7)
+    mixed = pl.concat([runs.head(RUN_LOOKUP_MIN_ROWS * 2), shuffled])
+    assert long_runs(runs) is not None and long_runs(shuffled) is None and long_runs(mixed) is None
+    for series in (runs, with_nulls, shuffled, mixed, runs.head(100)):
+        assert distinct_values(series, maintain_order=True).to_list() == series.unique(maintain_order=True).to_list()
+        assert distinct_values(series).sort(nulls_last=True).equals(series.unique().sort(nulls_last=True))
+
+
 def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     config = load_config(data_dir=tmp_path)
     rng = np.random.default_rng(3)

@@ -19,6 +19,7 @@ from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_table
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.timestamps import datetime_to_utc, is_naive, parse_utc, resolve_fall_back
+from foreshock.lake import distinct_values
 
 REQUIRED: dict[str, tuple[str, ...]] = {
     "inventory": REQUIRED_INVENTORY,
@@ -182,7 +183,7 @@ def _clean_distinct(column: pl.Series) -> pl.Series | None:
     """The distinct values (without null) of a text column none of whose values has
     surrounding blanks or is empty, else None (checked over its distinct values: ids and
     metric names repeat on every row)."""
-    distinct = column.unique().drop_nulls()
+    distinct = distinct_values(column).drop_nulls()
     if bool((distinct == distinct.str.strip_chars()).all()) and not bool((distinct == "").any()):
         return distinct
     return None
