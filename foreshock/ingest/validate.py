@@ -230,19 +230,27 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
             pl.format("absurd value {} for {}: outside the catalog range [{}, {}]", value, metric, low, high),
             "value",
         ),
-        (
-            pl.col("_step_rate") > pl.col("_max_rate"),
-            pl.format(
-                "implausible counter step for {}: {} -> {} in {} s, faster than the catalog's max_rate {}/s",
-                metric,
-                pl.col("_previous"),
-                value,
-                pl.col("_seconds").round(1),
-                pl.col("_max_rate"),
-            ),
-            "value",
-        ),
+        _step_check(frame),
     ]
+
+
+def _step_check(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr, str]:
+    """The counter-step check, on the columns :func:`with_counter_steps` adds (a check that
+    cannot fail when it added none)."""
+    if "_step_rate" not in frame.columns:
+        return pl.lit(False), pl.lit(None, dtype=pl.String), "value"
+    return (
+        pl.col("_step_rate") > pl.col("_max_rate"),
+        pl.format(
+            "implausible counter step for {}: {} -> {} in {} s, faster than the catalog's max_rate {}/s",
+            pl.col("metric"),
+            pl.col("_previous"),
+            pl.col("value"),
+            pl.col("_seconds").round(1),
+            pl.col("_max_rate"),
+        ),
+        "value",
+    )
 
 
 def _out_of_range(metrics: list[str], catalog) -> pl.Expr:
@@ -260,10 +268,11 @@ def _out_of_range(metrics: list[str], catalog) -> pl.Expr:
 
 
 def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
-    """``frame`` with the growth rate of each counter reading from the unit's previous one
-    (``_step_rate``, null for gauges, resets and first readings) and its ``_max_rate``."""
+    """``frame`` with, for each counter reading that grew faster than its ``_max_rate`` from
+    the unit's previous one, that growth rate (``_step_rate``), the previous value and the
+    seconds between them (``STEP_COLUMNS``; null on the other rows); ``frame`` as it is when
+    no reading did (the step check then has nothing to find)."""
     limits = {m.name: m.max_rate for m in ctx.catalog if m.is_counter and m.max_rate is not None}
-    empty = [pl.lit(None, dtype=pl.Float64).alias(c) for c in STEP_COLUMNS]
     candidates = (
         frame.with_row_index("_row")
         .filter(
@@ -276,7 +285,7 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
         .select("_row", "unit_id", "ts", "metric", "value")
     )
     if not limits or candidates.height == 0:
-        return frame.with_columns(empty)
+        return frame
     first, last = candidates.get_column("ts").min(), candidates.get_column("ts").max()
     # Number each series (unit, metric) from the unit's and the metric's numbers: the sort
     # and the look-back to the previous reading then run over integers, not strings.  Units
@@ -307,7 +316,10 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
             ),
         )
         .select("_row", *STEP_COLUMNS)
+        .filter(pl.col("_step_rate") > pl.col("_max_rate"))  # the only steps the check reads
     )
+    if steps.height == 0:  # the common case: no column of nulls the length of the batch
+        return frame
     rows = steps.get_column("_row")
     return frame.with_columns(
         pl.Series(name, [], dtype=pl.Float64).extend_constant(None, frame.height).scatter(rows, steps.get_column(name))
