@@ -351,7 +351,16 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     # A series' times are distinct (they are keys): its value at the latest time.  Grouped
     # by the series number (the scan holds only ``units`` and ``metrics``), not two strings.
     number, _ = _series_number(units, metrics)
-    latest = before.group_by(number.alias("_sid")).agg(pl.col("ts").max(), pl.col("value").get(pl.col("ts").arg_max()))
+    keyed = before.select(number.alias("_sid"), "ts", "value")
+    # Lake files list a unit's readings in time order, so a series' rows often come in a
+    # few runs (one per file, when it is the only counter) each in time order: then only
+    # the last row of each run can be its latest, and only those are grouped.  Checked,
+    # not assumed: a run whose times go back is grouped row by row as before.
+    sid, ts = pl.col("_sid"), pl.col("ts")
+    ends = keyed.filter((sid != sid.shift(-1)).fill_null(True))
+    if ends.height * 4 <= keyed.height and not keyed.select(((sid == sid.shift(1)) & (ts < ts.shift(1))).any()).item():
+        keyed = ends
+    latest = keyed.group_by("_sid").agg(pl.col("ts").max(), pl.col("value").get(pl.col("ts").arg_max()))
     sid = latest.get_column("_sid")
     latest = latest.select(
         unit_id=units.gather(sid // len(metrics)),

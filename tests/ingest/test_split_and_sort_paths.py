@@ -82,6 +82,52 @@ def test_distinct_values_from_runs_are_those_of_unique():
         assert distinct_values(series).sort(nulls_last=True).equals(series.unique().sort(nulls_last=True))
 
 
+def _latest_plainly(lake_dir, units, metrics, first) -> pl.DataFrame:
+    from foreshock.lake import read_table
+
+    stored = read_table(lake_dir, "samples").filter(
+        pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()) & (pl.col("ts") < first)
+    )
+    return (
+        stored.sort("ts").group_by("unit_id", "metric").agg(pl.all().last()).select("unit_id", "ts", "metric", "value")
+    )
+
+
+def test_stored_counters_take_each_series_latest_reading_from_runs_only_when_they_are_in_time_order(tmp_path):
+    """The last stored reading of each series before a batch: from the ends of the series'
+    runs when the lake lists them in time order (merged partitions), and from every row
+    when a file does not (a partition written with times backwards); both as a plain group-by."""
+    from datetime import timedelta
+
+    from foreshock.ingest.context import IngestContext
+    from foreshock.ingest.validate import _stored_counters
+    from foreshock.lake import merge_into_lake, partition_path
+
+    units = pl.Series([f"node{n}-gpu{g}" for n in range(6) for g in range(4)], dtype=pl.String)
+    metrics = ["ecc_dbe_volatile_total", "ecc_sbe_volatile_total"]
+    rng = np.random.default_rng(5)
+    rows = pl.DataFrame(
+        {
+            "unit_id": np.repeat(units.to_numpy(), 300),
+            "ts": [T0 + timedelta(minutes=m) for _ in range(units.len()) for m in range(300)],
+            "metric": "ecc_sbe_volatile_total",
+            "value": rng.uniform(0, 100, units.len() * 300),
+        }
+    )
+    first = T0 + timedelta(days=1)
+    for name, shuffle in (("ordered", False), ("backwards", True)):
+        config = load_config(data_dir=tmp_path / name)
+        merge_into_lake(config.lake_dir, "samples", rows, shards=config.shards)
+        if shuffle:  # rewrite one partition with each unit's times backwards (no merge writes one so)
+            path = partition_path(config.lake_dir, "samples", T0.date(), 0)
+            pl.read_parquet(path).sort("unit_id", "ts", descending=[False, True]).write_parquet(path)
+        ctx = IngestContext.from_config(config)
+        got = _stored_counters(ctx, units, metrics, first, first + timedelta(hours=1))
+        want = _latest_plainly(config.lake_dir, units, metrics, first)
+        assert got.sort("unit_id", "metric").equals(want.sort("unit_id", "metric")), name
+        assert got.height == units.len()
+
+
 def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     config = load_config(data_dir=tmp_path)
     rng = np.random.default_rng(3)
