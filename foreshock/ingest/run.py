@@ -659,19 +659,20 @@ def _check_and_split(
     """:func:`_check_shard`, then the new rows split into their partitions and sorted
     (:func:`split_for_merge`), on the same thread.
 
-    Most batches repeat no key and hold no stored one: the rows that pass the checks are
-    split first, and when the split finds no two rows with the same key (exactly: it
-    sorts the whole key) and the lake holds none of their keys, they are the new rows as
+    Most batches hold no stored key and repeat none: when the lake holds none of the keys
+    of the rows that pass the checks, those rows are split first, and when the split finds
+    no two with the same key (exactly: it sorts the whole key), they are the new rows as
     they are, with no duplicates or conflicts (what :func:`_deduplicate` finds then),
     without its search for repeated keys.  Otherwise the rows are deduplicated as ever
-    and the new ones split."""
+    (with the stored rows found here: a batch's repeated keys are among its first rows'
+    keys, so the lake holds the same rows of both) and the new ones split."""
     good, bad = validate(table, staged, ctx)
-    split = split_for_merge(config.lake_dir, table, good.select(_lake_columns(table, good)), config.shards)
-    if split.repeated is False:
-        stored = _stored_rows(table, good, ctx)
-        if stored is None or stored.height == 0:
+    stored = _stored_rows(table, good, ctx)
+    if stored is None or stored.height == 0:
+        split = split_for_merge(config.lake_dir, table, good.select(_lake_columns(table, good)), config.shards)
+        if split.repeated is False:
             return (good, bad, good.head(0), good.head(0)), split
-    unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+    unique, duplicates, conflicts = _deduplicate(table, good, ctx, stored=stored)
     lake_rows = unique.select(_lake_columns(table, unique))
     return (unique, bad, duplicates, conflicts), split_for_merge(config.lake_dir, table, lake_rows, config.shards)
 
@@ -871,12 +872,19 @@ def _differs(table: str, left: str, right: str) -> pl.Expr:
     return pl.any_horizontal(checks) if checks else pl.lit(False)
 
 
-def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+_LOOK_UP = object()  # _deduplicate's stored rows: not given, look them up
+
+
+def _deduplicate(
+    table: str, good: pl.DataFrame, ctx: IngestContext, *, stored: pl.DataFrame | None | object = _LOOK_UP
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Split checked telemetry rows into ``(unique new rows, duplicates, conflicts)``.
 
     A duplicate has the key of an earlier row of the batch or of a stored row and the
     same values; a *conflict* has the key but other values: the first row (the stored
     one, else the batch's first) is kept and the conflicting one quarantined.
+    ``stored``: the stored rows with the keys of ``good`` (:func:`_stored_rows`), when the
+    caller has looked them up already.
     """
     key = list(KEYS[table])
     values = _value_columns(table)
@@ -912,7 +920,8 @@ def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl
                 _field=pl.lit(",".join(values)),
             )
         )
-    stored = _stored_rows(table, firsts, ctx)
+    if stored is _LOOK_UP:
+        stored = _stored_rows(table, firsts, ctx)  # the same as those of ``good``: same keys
     if stored is not None and stored.height:
         joined = firsts.join(stored, on=key, how="left", suffix="_stored", nulls_equal=True)
         present = pl.col("_present").is_not_null()

@@ -79,7 +79,8 @@ def test_fast_path_only_where_no_key_repeats_or_is_stored_and_the_same_outcome_e
         return real(*args, **kwargs)
 
     monkeypatch.setattr(run, "_deduplicate", counting)
-    for staged, fast in ((fresh, True), (jumps, True), (repeated, False), (overlapping, False)):
+    both = pl.concat([overlapping, overlapping.slice(10, 30).with_columns(_line=pl.col("_line") + 10_000)])
+    for staged, fast in ((fresh, True), (jumps, True), (repeated, False), (overlapping, False), (both, False)):
         want = _general("samples", staged, ctx, config)
         general_calls.clear()
         got = run._check_and_split("samples", staged, ctx, config)
