@@ -526,9 +526,12 @@ def _split_sorted(
     first_rank = {}
     for rank, shard in enumerate(unit_shard.tolist()):
         first_rank.setdefault(shard, rank)
+    days = range(int(last_day - first_day) + 1)
+    if len(days) * len(first_rank) > 4096:  # rows over a long span: only the days present
+        days = np.unique(_ranks(key, low_bits + unit_bits, day_bits)).tolist()
     starts = [
         (number, (d << (low_bits + unit_bits)) | (rank << low_bits))
-        for d in range(int(last_day - first_day) + 1)
+        for d in days
         for shard, rank in sorted(first_rank.items())
         for number in [d * shards + shard]
     ]
@@ -553,13 +556,6 @@ def split_by_partition(frame: pl.DataFrame, table: str, shards: int) -> list[tup
     keyed = with_shard(frame, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
     parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
     return [(day, shard, part.drop("_date", "shard")) for (day, shard), part in parts.items()]
-
-
-def _shifted(key: pl.Series, bits: int) -> pl.Series:
-    """``key >> bits`` for a UInt64 series."""
-    if bits >= 64:
-        return pl.zeros(key.len(), dtype=pl.UInt64, eager=True)
-    return key // pl.Series([1 << bits], dtype=pl.UInt64)
 
 
 def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:

@@ -225,7 +225,10 @@ def test_one_sort_split_gives_the_partitions_of_partition_by_and_a_sort_each():
             "count": [1, 1, 1, 1, 1, 2],
         }
     )
+    # Rows on a few days over a long span: more (day, shard) pairs than are worth a search each.
+    spread = shuffled.with_columns(ts=pl.col("ts") + pl.duration(days=(pl.int_range(pl.len()) % 5) * 150))
     cases = [
+        ("samples", spread, 8),
         ("samples", shuffled, 4),
         ("samples", repeated, 8),
         ("samples", in_order, 4),
