@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import yaml
 
@@ -68,6 +69,7 @@ from foreshock.lake import (
     lock_held_by_caller,
     lock_held_by_token,
     lock_token,
+    long_runs,
     merge_into_lake,
     merge_split,
     partition_path,
@@ -632,6 +634,16 @@ def _shard_groups(
     # unit's group is computed once and looked up by the unit's position (an enum cast).
     # Groups in order of their first rows, as partition_by gives them; a filter each costs
     # less than it.
+    runs = long_runs(staged.get_column("unit_id"))
+    if runs is not None:  # rows in long runs of one unit: each run's group, repeated along it
+        values, lengths = runs
+        per_run = shard_numbers(values, shards) % workers
+        if per_run.null_count() == 0:  # (rows without a unit: grouped below)
+            numbers = per_run.to_numpy()
+            return [
+                staged.filter(pl.Series(np.repeat(numbers == number, lengths)))
+                for number in per_run.unique(maintain_order=True).to_list()
+            ]
     numbers = shard_numbers(staged.get_column("unit_id"), shards) % workers
     return [
         staged.filter(numbers.is_null() if number is None else numbers == number)

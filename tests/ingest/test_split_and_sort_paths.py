@@ -143,6 +143,17 @@ def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     assert len(got) == len(expected) == 3
     for a, b in zip(got, expected):
         assert a.equals(b)
+    # Rows in long runs of one unit (grouped run by run), with and without a run of no unit.
+    units = pl.Series([None, *names[:20]], dtype=pl.String)
+    in_runs = pl.DataFrame({"unit_id": units.gather(np.repeat(rng.permutation(units.len()), 500)), "x": range(10_500)})
+    assert run.long_runs(in_runs.get_column("unit_id")) is not None
+    for frame, groups in ((in_runs, 3), (in_runs.drop_nulls("unit_id"), 2)):
+        keyed = with_shard(frame, config.shards).with_columns(_group=pl.col("shard") % 3)
+        expected = [g.drop("_group", "shard") for g in keyed.partition_by("_group", maintain_order=True)]
+        got = _shard_groups(frame, config, 3)
+        assert len(got) == len(expected) >= groups
+        for a, b in zip(got, expected):
+            assert a.equals(b)
 
 
 def _old_series_sort(parts: list[pl.DataFrame], series_count: int) -> pl.DataFrame:
