@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN, conform
@@ -85,8 +86,48 @@ def shard_of(unit_id: str, shards: int) -> int:
 
 def shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
     """Each row's shard (Int32, null without a unit): crc32 once per distinct unit, then
-    looked up by the unit's position among them (an enum cast)."""
+    looked up by the unit's position among them (an enum cast).  Rows that come in long
+    runs of one unit (a unit's readings one after another, as files list them) are looked
+    up once per run and repeated along it, without the per-row cast."""
     unit_ids = unit_ids.cast(pl.String)
+    runs = long_runs(unit_ids)
+    if runs is not None:
+        values, lengths = runs
+        per_run = _shard_numbers(values, shards)
+        return per_run.gather(pl.Series(np.repeat(np.arange(len(lengths)), lengths))).alias("shard")
+    return _shard_numbers(unit_ids, shards)
+
+
+# Values are looked up per run (long_runs) when a column has this many rows and its runs of
+# one value are this long on average.
+RUN_LOOKUP_MIN_ROWS = 4096
+RUN_LOOKUP_MIN_LENGTH = 64
+
+
+def long_runs(column: pl.Series) -> tuple[pl.Series, np.ndarray] | None:
+    """``(value of each run, its length)`` of the runs of equal values in ``column`` when
+    they are long (``RUN_LOOKUP_MIN_LENGTH`` rows on average, as a unit's readings or a
+    metric's listed one after another are), else None: a lookup by value can then be done
+    once per run instead of once per row.  The first rows are looked at first, so a column
+    without runs costs little."""
+    if column.len() < RUN_LOOKUP_MIN_ROWS:
+        return None
+    if column.head(RUN_LOOKUP_MIN_ROWS).rle_id().max() >= RUN_LOOKUP_MIN_ROWS // RUN_LOOKUP_MIN_LENGTH:
+        return None
+    runs = column.rle()
+    if runs.len() * RUN_LOOKUP_MIN_LENGTH > column.len():
+        return None
+    return runs.struct.field("value"), runs.struct.field("len").to_numpy()
+
+
+def distinct_values(column: pl.Series, *, maintain_order: bool = False) -> pl.Series:
+    """``column.unique(maintain_order=...)``, from the values of its runs when they are long
+    (:func:`long_runs`): ids and metric names repeat on row after row."""
+    runs = long_runs(column)
+    return (column if runs is None else runs[0]).unique(maintain_order=maintain_order)
+
+
+def _shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
     units = unit_ids.unique().drop_nulls()
     numbers = pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int32)
     return numbers.gather(unit_ids.cast(pl.Enum(units)).to_physical()).alias("shard")
@@ -318,28 +359,53 @@ def _sort_order(table: str) -> list[str]:
     return ["unit_id"] + ([time_col] if time_col else []) + [k for k in key if k not in ("unit_id", time_col)]
 
 
-def _rank_parts(frame: pl.DataFrame, names: list[str]) -> list[tuple[pl.Expr, int]] | None:
+def _rank_parts(
+    frame: pl.DataFrame, names: list[str], decoders: list[tuple[str, object]] | None = None
+) -> list[tuple[pl.Expr, int]] | None:
     """Each column of ``names`` as a non-negative integer rank expression with the bits it
     needs (strings ranked over their distinct values, times and integers offset from their
-    minimum), in the order of the values; None when a column has nulls or another type."""
+    minimum), in the order of the values; None when a column has nulls or another type.
+    ``decoders``: given a list, each column's ``(name, distinct values)`` (strings) or
+    ``(name, (minimum, dtype))`` is appended, to turn ranks back into values (:func:`_unrank`)."""
     parts: list[tuple[pl.Expr, int]] = []
     for name in names:
         column = frame.get_column(name)
         if column.null_count():
             return None
         if column.dtype == pl.String:
-            distinct = column.unique().sort()
+            distinct = distinct_values(column).sort()
             rank = _rank_of(name, distinct)
             span = distinct.len() - 1
+            info: object = distinct
         elif column.dtype.is_temporal() or column.dtype.is_integer():
             physical = column.to_physical()
             low, high = physical.min(), physical.max()
             rank = (pl.col(name).to_physical().cast(pl.Int64) - low).cast(pl.UInt64)
             span = high - low
+            info = (low, column.dtype)
         else:
             return None
         parts.append((rank, max(int(span), 0).bit_length()))
+        if decoders is not None:
+            decoders.append((name, info))
     return parts
+
+
+def _ranks(key: np.ndarray, shift: int, bits: int) -> np.ndarray:
+    """The ``bits`` bits of packed keys above their lowest ``shift`` bits."""
+    if shift >= 64:
+        return np.zeros(len(key), dtype=np.uint64)
+    return (key >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+
+
+def _unrank(name: str, info: object, ranks: np.ndarray) -> pl.Series:
+    """Column ``name``'s values from their ranks (``info`` from :func:`_rank_parts`)."""
+    if isinstance(info, pl.Series):  # a string column's distinct values, sorted
+        return info.gather(pl.Series(ranks.astype(np.int64))).alias(name)
+    low, dtype = info
+    values = pl.Series(name, ranks.astype(np.int64) + np.int64(low))
+    physical = dtype.to_physical() if hasattr(dtype, "to_physical") else dtype
+    return values.cast(physical).cast(dtype)
 
 
 def _rank_of(name: str, distinct: pl.Series) -> pl.Expr:
@@ -375,7 +441,13 @@ def sort_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
 
 
 def _split_sorted(
-    frame: pl.DataFrame, table: str, shards: int, *, in_frame_order: bool = True, unique_keys: bool = False
+    frame: pl.DataFrame,
+    table: str,
+    shards: int,
+    *,
+    in_frame_order: bool = True,
+    unique_keys: bool = False,
+    repeats: list[bool] | None = None,
 ) -> list[tuple[date, int, pl.DataFrame]] | None:
     """A telemetry frame split into its partitions, each in partition order: ``(day, shard,
     rows)``, in the order of the partitions' first rows in ``frame`` (``in_frame_order``)
@@ -388,27 +460,32 @@ def _split_sorted(
     rows are in that order already.  Each partition is a slice of the sorted frame.
     None when the key does not pack (nulls, ranges too wide): the caller splits as before.
     ``unique_keys``: no two rows share a key (the caller deduplicated them), so the order
-    is the same without keeping the order of ties, which sorts faster.
+    is the same without keeping the order of ties, which sorts faster.  ``repeats``: given a
+    list, whether two rows share a key is appended (exact: equal packed keys are equal keys,
+    next to each other once sorted).
     """
     time_col = TIME_COLUMN[table]
     order = _sort_order(table)
     if frame.height == 0 or any(frame.get_column(name).null_count() for name in order):
         return None
-    rest = _rank_parts(frame, order[1:])
+    decoders: list[tuple[str, object]] = []
+    rest = _rank_parts(frame, order[1:], decoders)
     if rest is None:
         return None
-    units = frame.get_column("unit_id").unique()
+    units = distinct_values(frame.get_column("unit_id"))
     by_shard = with_shard(pl.DataFrame({"unit_id": units}), shards).sort("shard", "unit_id")
-    unit_shard = by_shard.get_column("shard")
+    unit_shard = by_shard.get_column("shard").to_numpy().astype(np.int64)
     unit_bits = max(units.len() - 1, 0).bit_length()
     unit_rank = _rank_of("unit_id", by_shard.get_column("unit_id"))
     dtype = frame.schema[time_col]
     per_day = {"us": 86_400_000_000, "ns": 86_400_000_000_000, "ms": 86_400_000}.get(getattr(dtype, "time_unit", None))
     if isinstance(dtype, pl.Datetime) and dtype.time_zone in (None, "UTC") and per_day:
         day = pl.col(time_col).to_physical() // per_day  # the UTC date's day number, without a calendar pass
+        times = frame.get_column(time_col).to_physical()
+        first_day, last_day = times.min() // per_day, times.max() // per_day  # floor division, as the expression
     else:
         day = pl.col(time_col).dt.date().to_physical().cast(pl.Int64)
-    first_day, last_day = frame.select(day.min().alias("first"), day.max().alias("last")).row(0)
+        first_day, last_day = frame.select(day.min().alias("first"), day.max().alias("last")).row(0)
     day_bits = int(last_day - first_day).bit_length()
     parts = [((day - first_day).cast(pl.UInt64), day_bits), (unit_rank, unit_bits), *rest]
     if sum(bits for _, bits in parts) > 64:
@@ -416,25 +493,58 @@ def _split_sorted(
     low_bits = sum(bits for _, bits in rest)
     keyed = frame.with_columns(_key=_packed(parts))
 
-    def partition_of(key: pl.Series) -> pl.Series:
+    def partition_of(key: np.ndarray) -> np.ndarray:
         """Day rank * shards + shard of each packed key."""
-        rank = _shifted(key, low_bits) % (1 << unit_bits)
-        return _shifted(key, low_bits + unit_bits).cast(pl.Int64) * shards + unit_shard.gather(rank)
+        rank = _ranks(key, low_bits, unit_bits).astype(np.int64)
+        return _ranks(key, low_bits + unit_bits, 64 - low_bits - unit_bits).astype(np.int64) * shards + unit_shard[rank]
 
     first_seen = None
     if in_frame_order:
-        first_seen = partition_of(keyed.get_column("_key")).unique(maintain_order=True).to_list()
-    if not keyed.get_column("_key").is_sorted():
-        keyed = keyed.sort("_key", maintain_order=not unique_keys)
-    runs = partition_of(keyed.get_column("_key")).rle()
-    rows = keyed.drop("_key")
+        numbers = pl.Series(partition_of(keyed.get_column("_key").to_numpy()))
+        first_seen = numbers.unique(maintain_order=True).to_list()
+    if keyed.get_column("_key").is_sorted():
+        rows = keyed.drop("_key")
+        key = keyed.get_column("_key").to_numpy()
+    else:
+        # Sort the key and the columns outside it only; the key's columns are read back
+        # from the sorted key (each is a function of its bits), which moves far less data
+        # than gathering every column (strings above all) in the new order.
+        others = [name for name in frame.columns if name not in order]
+        ordered = keyed.select("_key", *others).sort("_key", maintain_order=not unique_keys)
+        key = ordered.get_column("_key").to_numpy()
+        columns = {name: ordered.get_column(name) for name in others}
+        columns["unit_id"] = by_shard.get_column("unit_id").gather(
+            pl.Series(_ranks(key, low_bits, unit_bits).astype(np.int64))
+        )
+        shift = low_bits
+        for (name, info), (_, bits) in zip(decoders, rest):
+            shift -= bits
+            columns[name] = _unrank(name, info, _ranks(key, shift, bits))
+        rows = pl.DataFrame([columns[name].alias(name) for name in frame.columns])
+    # Partitions follow each other in (day, shard) order in the sorted key (units are ranked
+    # by shard first): each one's first row is found by a binary search for its lowest key.
+    first_rank = {}
+    for rank, shard in enumerate(unit_shard.tolist()):
+        first_rank.setdefault(shard, rank)
+    days = range(int(last_day - first_day) + 1)
+    if len(days) * len(first_rank) > 4096:  # rows over a long span: only the days present
+        days = np.unique(_ranks(key, low_bits + unit_bits, day_bits)).tolist()
+    starts = [
+        (number, (d << (low_bits + unit_bits)) | (rank << low_bits))
+        for d in days
+        for shard, rank in sorted(first_rank.items())
+        for number in [d * shards + shard]
+    ]
+    if repeats is not None:
+        repeats.append(bool(len(key) > 1 and (key[1:] == key[:-1]).any()))
+    offsets = np.searchsorted(key, np.array([low for _, low in starts], dtype=np.uint64), side="left").tolist()
+    offsets.append(len(key))
     epoch = date(1970, 1, 1).toordinal()
     pieces: dict[int, tuple[date, int, pl.DataFrame]] = {}
-    offset = 0
-    for length, number in zip(runs.struct.field("len").to_list(), runs.struct.field("value").to_list()):
-        day_of = date.fromordinal(epoch + first_day + number // shards)
-        pieces[number] = (day_of, number % shards, rows.slice(offset, length))
-        offset += length
+    for (number, _), offset, end in zip(starts, offsets, offsets[1:]):
+        if end > offset:
+            day_of = date.fromordinal(epoch + first_day + number // shards)
+            pieces[number] = (day_of, number % shards, rows.slice(offset, end - offset))
     return [pieces[n] for n in first_seen] if first_seen is not None else list(pieces.values())
 
 
@@ -446,13 +556,6 @@ def split_by_partition(frame: pl.DataFrame, table: str, shards: int) -> list[tup
     keyed = with_shard(frame, shards).with_columns(pl.col(time_col).dt.date().alias("_date"))
     parts = keyed.partition_by(["_date", "shard"], maintain_order=True, as_dict=True)
     return [(day, shard, part.drop("_date", "shard")) for (day, shard), part in parts.items()]
-
-
-def _shifted(key: pl.Series, bits: int) -> pl.Series:
-    """``key >> bits`` for a UInt64 series."""
-    if bits >= 64:
-        return pl.zeros(key.len(), dtype=pl.UInt64, eager=True)
-    return key // pl.Series([1 << bits], dtype=pl.UInt64)
 
 
 def _keys_unique(frame: pl.DataFrame, key: list[str]) -> bool:
@@ -606,20 +709,119 @@ def merge_into_lake(
             result.rows_stored += stored
             result.partitions_written += int(stored > 0)
         else:
-            split = _split_sorted(df, table, shards, in_frame_order=record_changes, unique_keys=deduplicated)
-            presorted = split is not None
-            if split is None:
-                split = split_by_partition(df, table, shards)
-            for day, shard, part in split:
-                fresh = _merge_one(
-                    partition_path(lake_dir, table, day, shard), part, table, fast_path, deduplicated, presorted
-                )
-                result.rows_stored += fresh.height
-                result.partitions_written += int(fresh.height > 0)
-                if fresh.height and record_changes:
-                    _record_change(lake_dir, table, day, shard, fresh.get_column(time_col))
+            split = _split_conformed(df, table, shards, in_frame_order=record_changes, unique_keys=deduplicated)
+            result = _merge_split(lake_dir, split, fast_path, deduplicated, record_changes)
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
+
+
+@dataclass
+class SplitRows:
+    """A telemetry table's rows split into their partitions (``pieces``: ``(day, shard,
+    rows)``), each in partition order when ``presorted``: :func:`split_for_merge`."""
+
+    table: str
+    shards: int
+    pieces: list[tuple[date, int, pl.DataFrame]]
+    presorted: bool
+    rows_in: int
+    # Whether two rows share a key (None: not known, the key did not pack).
+    repeated: bool | None = None
+
+
+def _split_conformed(
+    df: pl.DataFrame, table: str, shards: int, *, in_frame_order: bool, unique_keys: bool
+) -> SplitRows:
+    repeats: list[bool] = []
+    split = _split_sorted(df, table, shards, in_frame_order=in_frame_order, unique_keys=unique_keys, repeats=repeats)
+    presorted = split is not None
+    if split is None:
+        split = split_by_partition(df, table, shards)
+    return SplitRows(table, shards, split, presorted, df.height, repeats[0] if repeats else None)
+
+
+def split_for_merge(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8) -> SplitRows:
+    """The split and sort :func:`merge_into_lake` makes of deduplicated telemetry rows
+    (``deduplicated=True``), done apart so that a caller holding the lake lock can run it
+    beside other work, log the partitions from it (:func:`record_split`) and then write
+    them (:func:`merge_split`): the same files as ``merge_into_lake`` of ``df``.  The split
+    also tells whether two rows of ``df`` share a key (``repeated``): a caller that has not
+    deduplicated them yet may split first and deduplicate only when some do (the order of
+    rows with the same key is then not kept: such a split is not for writing)."""
+    if TIME_COLUMN[table] is None or table == "inventory":
+        raise ValueError(f"split_for_merge is for telemetry tables, not {table!r}")
+    df = conform(df, table)
+    shards = lake_shards(lake_dir, shards)
+    if df.height == 0:
+        return SplitRows(table, shards, [], True, 0, False)
+    return _split_conformed(df, table, shards, in_frame_order=False, unique_keys=True)
+
+
+def merge_split(lake_dir: Path, split: SplitRows) -> MergeResult:
+    """Write the rows of :func:`split_for_merge` into the lake (the caller checked them
+    against the batch and the lake and logged them, under the same hold of the lock)."""
+    with lake_lock(lake_dir):
+        if split.rows_in:
+            _record_shards(Path(lake_dir), split.shards)
+        result = _merge_split(Path(lake_dir), split, True, True, False)
+    result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
+    return result
+
+
+def _merge_split(
+    lake_dir: Path, split: SplitRows, fast_path: bool, deduplicated: bool, record_changes: bool
+) -> MergeResult:
+    result = MergeResult(rows_in=split.rows_in)
+    time_col = TIME_COLUMN[split.table]
+    for day, shard, part in split.pieces:
+        fresh = _merge_one(
+            partition_path(lake_dir, split.table, day, shard),
+            part,
+            split.table,
+            fast_path,
+            deduplicated,
+            split.presorted,
+        )
+        result.rows_stored += fresh.height
+        result.partitions_written += int(fresh.height > 0)
+        if fresh.height and record_changes:
+            _record_change(lake_dir, split.table, day, shard, fresh.get_column(time_col))
+    return result
+
+
+def record_split(lake_dir: Path, splits: list[SplitRows]) -> None:
+    """:func:`record_stored_rows` of the rows of ``splits`` (one table's), read off their
+    partitions: the same lines, without a pass over the rows by date and unit."""
+    spans: dict[tuple[date, int], tuple[datetime, datetime]] = {}
+    table = None
+    for split in splits:
+        table = split.table
+        time_col = TIME_COLUMN[split.table]
+        for day, shard, part in split.pieces:
+            if part.height == 0:
+                continue
+            times = part.get_column(time_col)
+            first, last = times.min(), times.max()
+            if (day, shard) in spans:
+                first, last = min(first, spans[day, shard][0]), max(last, spans[day, shard][1])
+            spans[day, shard] = (first, last)
+    if not spans:
+        return
+    lines = [
+        json.dumps(
+            {
+                "table": table,
+                "date": day.isoformat(),
+                "shard": int(shard),
+                "first": first.isoformat(),
+                "last": last.isoformat(),
+            }
+        )
+        + "\n"
+        for (day, shard), (first, last) in sorted(spans.items())
+    ]
+    with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
+        handle.write("".join(lines))
 
 
 def _record_change(lake_dir: Path, table: str, day: date, shard: int, times: pl.Series) -> None:

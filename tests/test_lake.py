@@ -12,12 +12,16 @@ from foreshock.lake import (
     _split_sorted,
     lake_summary,
     merge_into_lake,
+    merge_split,
     partition_files,
     read_changes,
     read_table,
+    record_split,
+    record_stored_rows,
     shard_of,
     sort_rows,
     split_by_partition,
+    split_for_merge,
 )
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -221,7 +225,10 @@ def test_one_sort_split_gives_the_partitions_of_partition_by_and_a_sort_each():
             "count": [1, 1, 1, 1, 1, 2],
         }
     )
+    # Rows on a few days over a long span: more (day, shard) pairs than are worth a search each.
+    spread = shuffled.with_columns(ts=pl.col("ts") + pl.duration(days=(pl.int_range(pl.len()) % 5) * 150))
     cases = [
+        ("samples", spread, 8),
         ("samples", shuffled, 4),
         ("samples", repeated, 8),
         ("samples", in_order, 4),
@@ -278,6 +285,50 @@ def test_merges_of_unsorted_mixed_batches_keep_the_lake_and_change_log_of_the_ol
         for name, frame in parts.items():
             assert frame.equals(old_parts[name]), name
     assert outcomes[True, True][1].keys() == outcomes[True, False][1].keys()
+
+
+def test_a_split_made_apart_logs_and_writes_what_merge_into_lake_does(tmp_path, monkeypatch):
+    """Deduplicated rows split apart (``split_for_merge``), logged from their partitions
+    (``record_split``) and written (``merge_split``), in one or two groups of whole shards or
+    two halves of the rows:
+    the change log of ``record_stored_rows`` and the files and counts of ``merge_into_lake``,
+    for unsorted rows over three days (one unit's rows crossing midnight), rows already in
+    order, appends to stored partitions, and rows whose key does not pack."""
+    import foreshock.lake as lake_module
+
+    units = [f"node{n}-gpu{g}" for n in range(5) for g in range(4)]
+    day = pl.concat([_samples(units, 40, metric=m) for m in ("ecc_sbe_volatile_total", "gpu_temp_c")])
+    later = _samples(units[:7], 30, offset=1.0).with_columns(pl.col("ts") + timedelta(hours=41))
+    in_order = pl.concat([part for _, _, part in _split_by_partition_by(day, "samples", 3)])
+    shuffled = [day.sample(fraction=1.0, shuffle=True, seed=1), later.sample(fraction=1.0, shuffle=True, seed=2)]
+    for packs in (True, False):
+        for groups in (1, 2, 3):
+            old, new = tmp_path / f"old-{packs}-{groups}", tmp_path / f"new-{packs}-{groups}"
+            old.mkdir(), new.mkdir()
+            if not packs:
+                monkeypatch.setattr(lake_module, "_split_sorted", lambda *args, **kwargs: None)
+            for batch in [in_order, shuffled[1], in_order.head(0)] if groups == 1 else shuffled:
+                group = pl.Series(
+                    [shard_of(u, 3) % groups for u in batch.get_column("unit_id").to_list()], dtype=pl.Int64
+                )
+                parts = [batch.filter(group == g) for g in range(groups)]
+                if groups == 3:  # not whole shards: a partition's span is taken over both halves
+                    parts = [batch.head(batch.height // 2), batch.slice(batch.height // 2)]
+                record_stored_rows(old, "samples", parts, 3)
+                old_results = [
+                    merge_into_lake(old, "samples", part, shards=3, deduplicated=True, record_changes=False)
+                    for part in parts
+                ]
+                splits = [split_for_merge(new, "samples", part, 3) for part in parts]
+                assert all(split.presorted == packs for split in splits if split.rows_in)
+                record_split(new, splits)
+                assert [merge_split(new, split) for split in splits] == old_results
+                assert read_changes(new) == read_changes(old)
+            monkeypatch.undo()
+            assert _partitions(new).keys() == _partitions(old).keys() and len(_partitions(new)) > 3
+            for name, frame in _partitions(new).items():
+                assert frame.equals(_partitions(old)[name]), name
+                assert (new / name).read_bytes() == (old / name).read_bytes(), name
 
 
 def _hold_lock_and_die(lake: str) -> None:

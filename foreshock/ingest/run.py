@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import yaml
 
@@ -60,6 +61,7 @@ from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.validate import validate
 from foreshock.lake import (
+    SplitRows,
     atomic_write_parquet,
     atomic_write_text,
     lake_lock,
@@ -67,10 +69,14 @@ from foreshock.lake import (
     lock_held_by_caller,
     lock_held_by_token,
     lock_token,
+    long_runs,
     merge_into_lake,
+    merge_split,
     partition_path,
+    record_split,
     record_stored_rows,
     shard_numbers,
+    split_for_merge,
     with_shard,
 )
 
@@ -580,28 +586,24 @@ def _check_and_merge(
     side by side on ``[runner] local_workers`` threads (Polars releases the GIL).  Every
     check looks only at one unit's rows (ids, times, its counter steps, its stored keys)
     and every key holds its unit, so the split changes no outcome: the lake and the
-    quarantine are those of the whole batch at once.  Two phases: all shards are checked,
-    the partitions they will change are logged (``record_stored_rows``), then written.
+    quarantine are those of the whole batch at once.  Two phases: all shards are checked
+    and their new rows split into partitions and sorted (``split_for_merge``), the
+    partitions they will change are logged (``record_split``: the lines
+    ``record_stored_rows`` writes), then written.
     """
     workers = config.local_workers
     with lake_lock(config.lake_dir):
         groups = _shard_groups(staged, config, workers)
-        checked = _run_parallel([partial(_check_shard, table, group, ctx) for group in groups], config, workers)
+        done = _run_parallel(
+            [partial(_check_and_split, table, group, ctx, config) for group in groups], config, workers
+        )
+        checked = [found for found, _ in done]
+        splits = [split for _, split in done]
         unique = [rows for rows, _, _, _ in checked]
-        record_stored_rows(config.lake_dir, table, unique, config.shards)
-        merges = [
-            partial(
-                merge_into_lake,
-                config.lake_dir,
-                table,
-                rows.select(_lake_columns(table, rows)),
-                shards=config.shards,
-                deduplicated=True,  # _check_shard checked the batch and the lake under this lock
-                record_changes=False,  # logged above, before any partition is written
-            )
-            for rows in unique
-        ]
-        results = _run_parallel(merges, config, workers)
+        # Logged before any partition is written (a crash cannot store rows the log misses).
+        record_split(config.lake_dir, splits)
+        # _check_shard checked the batch and the lake under this lock: written as they are.
+        results = _run_parallel([partial(merge_split, config.lake_dir, split) for split in splits], config, workers)
     for rows, result in zip(unique, results):
         if result.rows_stored != rows.height:  # cannot happen under the lock: fail loudly
             raise RuntimeError(f"{table}: {rows.height} new rows checked but {result.rows_stored} stored")
@@ -632,6 +634,16 @@ def _shard_groups(
     # unit's group is computed once and looked up by the unit's position (an enum cast).
     # Groups in order of their first rows, as partition_by gives them; a filter each costs
     # less than it.
+    runs = long_runs(staged.get_column("unit_id"))
+    if runs is not None:  # rows in long runs of one unit: each run's group, repeated along it
+        values, lengths = runs
+        per_run = shard_numbers(values, shards) % workers
+        if per_run.null_count() == 0:  # (rows without a unit: grouped below)
+            numbers = per_run.to_numpy()
+            return [
+                staged.filter(pl.Series(np.repeat(numbers == number, lengths)))
+                for number in per_run.unique(maintain_order=True).to_list()
+            ]
     numbers = shard_numbers(staged.get_column("unit_id"), shards) % workers
     return [
         staged.filter(numbers.is_null() if number is None else numbers == number)
@@ -651,6 +663,30 @@ def _run_parallel(calls: list, config: Config, workers: int) -> list:
 
     with ThreadPoolExecutor(max_workers=min(workers, len(calls))) as pool:
         return list(pool.map(under_lock, calls))
+
+
+def _check_and_split(
+    table: str, staged: pl.DataFrame, ctx: IngestContext, config: Config
+) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame], SplitRows]:
+    """:func:`_check_shard`, then the new rows split into their partitions and sorted
+    (:func:`split_for_merge`), on the same thread.
+
+    Most batches hold no stored key and repeat none: when the lake holds none of the keys
+    of the rows that pass the checks, those rows are split first, and when the split finds
+    no two with the same key (exactly: it sorts the whole key), they are the new rows as
+    they are, with no duplicates or conflicts (what :func:`_deduplicate` finds then),
+    without its search for repeated keys.  Otherwise the rows are deduplicated as ever
+    (with the stored rows found here: a batch's repeated keys are among its first rows'
+    keys, so the lake holds the same rows of both) and the new ones split."""
+    good, bad = validate(table, staged, ctx)
+    stored = _stored_rows(table, good, ctx)
+    if stored is None or stored.height == 0:
+        split = split_for_merge(config.lake_dir, table, good.select(_lake_columns(table, good)), config.shards)
+        if split.repeated is False:
+            return (good, bad, good.head(0), good.head(0)), split
+    unique, duplicates, conflicts = _deduplicate(table, good, ctx, stored=stored)
+    lake_rows = unique.select(_lake_columns(table, unique))
+    return (unique, bad, duplicates, conflicts), split_for_merge(config.lake_dir, table, lake_rows, config.shards)
 
 
 def _check_shard(
@@ -848,12 +884,19 @@ def _differs(table: str, left: str, right: str) -> pl.Expr:
     return pl.any_horizontal(checks) if checks else pl.lit(False)
 
 
-def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+_LOOK_UP = object()  # _deduplicate's stored rows: not given, look them up
+
+
+def _deduplicate(
+    table: str, good: pl.DataFrame, ctx: IngestContext, *, stored: pl.DataFrame | None | object = _LOOK_UP
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Split checked telemetry rows into ``(unique new rows, duplicates, conflicts)``.
 
     A duplicate has the key of an earlier row of the batch or of a stored row and the
     same values; a *conflict* has the key but other values: the first row (the stored
     one, else the batch's first) is kept and the conflicting one quarantined.
+    ``stored``: the stored rows with the keys of ``good`` (:func:`_stored_rows`), when the
+    caller has looked them up already.
     """
     key = list(KEYS[table])
     values = _value_columns(table)
@@ -889,7 +932,8 @@ def _deduplicate(table: str, good: pl.DataFrame, ctx: IngestContext) -> tuple[pl
                 _field=pl.lit(",".join(values)),
             )
         )
-    stored = _stored_rows(table, firsts, ctx)
+    if stored is _LOOK_UP:
+        stored = _stored_rows(table, firsts, ctx)  # the same as those of ``good``: same keys
     if stored is not None and stored.height:
         joined = firsts.join(stored, on=key, how="left", suffix="_stored", nulls_equal=True)
         present = pl.col("_present").is_not_null()
@@ -919,7 +963,12 @@ def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataF
     if time_col is None:
         paths = [partition_path(ctx.lake_dir, table)]
     else:
-        days = rows.get_column(time_col).dt.date().unique().to_list()
+        times = rows.get_column(time_col)
+        first, last = times.min(), times.max()
+        if first is not None and last is not None and first.date() == last.date():
+            days = [first.date()]  # a day's rows (the date of a UTC time, as dt.date gives it)
+        else:
+            days = times.dt.date().unique().to_list()
         if not any((Path(ctx.lake_dir) / table / f"date={d.isoformat()}").is_dir() for d in days):
             return None  # the common first ingest of a day: nothing stored to compare with
         shards = lake_shards(ctx.lake_dir, ctx.shards)

@@ -28,7 +28,7 @@ import polars as pl
 from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import lake_shards, scan_table, shard_of
+from foreshock.lake import distinct_values, lake_shards, scan_table, shard_of
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
@@ -56,7 +56,7 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
 
     Rows the parser already rejected stay bad with the parser's reason.
     """
-    units = frame.get_column("unit_id").unique().drop_nulls().to_list()  # used by two checks
+    units = distinct_values(frame.get_column("unit_id")).drop_nulls().to_list()  # used by two checks
     checks: list[tuple[pl.Expr, pl.Expr, str]] = [
         (pl.col("unit_id").is_null(), pl.lit("missing unit_id"), "unit_id"),
         _bad_id(frame, "unit_id", units),
@@ -90,7 +90,9 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
         unknown = (
             pl.col("unit_id").is_in(pl.Series(strangers, dtype=pl.String).implode()) if strangers else pl.lit(False)
         )
-        if "_node" in frame.columns:
+        # Host-level rows (DIMMs) name their node; a frame without any (an all-null column,
+        # as every GPU sample has) needs no look at it.
+        if "_node" in frame.columns and frame.get_column("_node").null_count() < frame.height:
             host_level = pl.col("_node").is_not_null()
             nodes = set(ctx.known_nodes().to_list())
             strange_hosts = [n for n in frame.get_column("_node").unique().drop_nulls().to_list() if n not in nodes]
@@ -206,7 +208,7 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
     catalog = ctx.catalog
     metric = pl.col("metric")
     value = pl.col("value")
-    present = frame.get_column("metric").unique().drop_nulls().to_list()
+    present = distinct_values(frame.get_column("metric")).drop_nulls().to_list()
     unknown = [m for m in present if m not in catalog]
     counters = [m for m in present if m in catalog and catalog[m].is_counter]
     counter = metric.is_in(pl.Series(counters, dtype=pl.String).implode()) if counters else pl.lit(False)
@@ -228,19 +230,27 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Exp
             pl.format("absurd value {} for {}: outside the catalog range [{}, {}]", value, metric, low, high),
             "value",
         ),
-        (
-            pl.col("_step_rate") > pl.col("_max_rate"),
-            pl.format(
-                "implausible counter step for {}: {} -> {} in {} s, faster than the catalog's max_rate {}/s",
-                metric,
-                pl.col("_previous"),
-                value,
-                pl.col("_seconds").round(1),
-                pl.col("_max_rate"),
-            ),
-            "value",
-        ),
+        _step_check(frame),
     ]
+
+
+def _step_check(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr, str]:
+    """The counter-step check, on the columns :func:`with_counter_steps` adds (a check that
+    cannot fail when it added none)."""
+    if "_step_rate" not in frame.columns:
+        return pl.lit(False), pl.lit(None, dtype=pl.String), "value"
+    return (
+        pl.col("_step_rate") > pl.col("_max_rate"),
+        pl.format(
+            "implausible counter step for {}: {} -> {} in {} s, faster than the catalog's max_rate {}/s",
+            pl.col("metric"),
+            pl.col("_previous"),
+            pl.col("value"),
+            pl.col("_seconds").round(1),
+            pl.col("_max_rate"),
+        ),
+        "value",
+    )
 
 
 def _out_of_range(metrics: list[str], catalog) -> pl.Expr:
@@ -258,10 +268,11 @@ def _out_of_range(metrics: list[str], catalog) -> pl.Expr:
 
 
 def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
-    """``frame`` with the growth rate of each counter reading from the unit's previous one
-    (``_step_rate``, null for gauges, resets and first readings) and its ``_max_rate``."""
+    """``frame`` with, for each counter reading that grew faster than its ``_max_rate`` from
+    the unit's previous one, that growth rate (``_step_rate``), the previous value and the
+    seconds between them (``STEP_COLUMNS``; null on the other rows); ``frame`` as it is when
+    no reading did (the step check then has nothing to find)."""
     limits = {m.name: m.max_rate for m in ctx.catalog if m.is_counter and m.max_rate is not None}
-    empty = [pl.lit(None, dtype=pl.Float64).alias(c) for c in STEP_COLUMNS]
     candidates = (
         frame.with_row_index("_row")
         .filter(
@@ -274,21 +285,18 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
         .select("_row", "unit_id", "ts", "metric", "value")
     )
     if not limits or candidates.height == 0:
-        return frame.with_columns(empty)
+        return frame
     first, last = candidates.get_column("ts").min(), candidates.get_column("ts").max()
     # Number each series (unit, metric) from the unit's and the metric's numbers: the sort
     # and the look-back to the previous reading then run over integers, not strings.  Units
     # are numbered in order of appearance, so a batch listing each unit's readings in time
     # order (one metric after another) is in series order already and needs no sort.
-    units = candidates.get_column("unit_id").unique(maintain_order=True)
+    units = distinct_values(candidates.get_column("unit_id"), maintain_order=True)
     metrics = sorted(limits)
-    series, metric_number = _series_number(units, metrics)
+    series, _ = _series_number(units, metrics)
     stored = _stored_counters(ctx, units, metrics, first, last)
-    rate = metric_number.replace_strict(
-        list(range(len(metrics))), [limits[m] for m in metrics], default=None, return_dtype=pl.Float64
-    )
     numbered = [
-        part.select(_sid=series, _max_rate=rate, ts=pl.col("ts"), value=pl.col("value"), _row=row)
+        part.select(_sid=series, ts=pl.col("ts"), value=pl.col("value"), _row=row)
         for part, row in ((stored, pl.lit(None, dtype=pl.UInt32)), (candidates, pl.col("_row")))
     ]
     # Stored readings first, then this batch's in row order: a stable sort by (series, time)
@@ -302,9 +310,16 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
         .filter(pl.col("_row").is_not_null() & (pl.col("value") > pl.col("_previous")))
         .with_columns(
             _step_rate=(pl.col("value") - pl.col("_previous")) / pl.max_horizontal("_seconds", MIN_RATE_INTERVAL),
+            # Looked up for the steps only (a counter rarely moves between readings).
+            _max_rate=(pl.col("_sid") % len(metrics)).replace_strict(
+                list(range(len(metrics))), [limits[m] for m in metrics], default=None, return_dtype=pl.Float64
+            ),
         )
         .select("_row", *STEP_COLUMNS)
+        .filter(pl.col("_step_rate") > pl.col("_max_rate"))  # the only steps the check reads
     )
+    if steps.height == 0:  # the common case: no column of nulls the length of the batch
+        return frame
     rows = steps.get_column("_row")
     return frame.with_columns(
         pl.Series(name, [], dtype=pl.Float64).extend_constant(None, frame.height).scatter(rows, steps.get_column(name))
@@ -336,7 +351,16 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     # A series' times are distinct (they are keys): its value at the latest time.  Grouped
     # by the series number (the scan holds only ``units`` and ``metrics``), not two strings.
     number, _ = _series_number(units, metrics)
-    latest = before.group_by(number.alias("_sid")).agg(pl.col("ts").max(), pl.col("value").get(pl.col("ts").arg_max()))
+    keyed = before.select(number.alias("_sid"), "ts", "value")
+    # Lake files list a unit's readings in time order, so a series' rows often come in a
+    # few runs (one per file, when it is the only counter) each in time order: then only
+    # the last row of each run can be its latest, and only those are grouped.  Checked,
+    # not assumed: a run whose times go back is grouped row by row as before.
+    sid, ts = pl.col("_sid"), pl.col("ts")
+    ends = keyed.filter((sid != sid.shift(-1)).fill_null(True))
+    if ends.height * 4 <= keyed.height and not keyed.select(((sid == sid.shift(1)) & (ts < ts.shift(1))).any()).item():
+        keyed = ends
+    latest = keyed.group_by("_sid").agg(pl.col("ts").max(), pl.col("value").get(pl.col("ts").arg_max()))
     sid = latest.get_column("_sid")
     latest = latest.select(
         unit_id=units.gather(sid // len(metrics)),

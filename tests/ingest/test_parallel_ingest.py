@@ -61,15 +61,15 @@ def test_shards_on_threads_store_and_quarantine_what_one_piece_does(tmp_path, mo
 def test_a_failed_shard_leaves_no_row_twice_and_the_retry_completes_the_lake(tmp_path, monkeypatch):
     landing = write_messy_landing(tmp_path / "raw")
     clean_config, clean = _ingest(landing.root, tmp_path / "clean", workers=1, monkeypatch=monkeypatch)
-    real_merge = run.merge_into_lake
+    real_merge = run.merge_split  # a shard group's telemetry merge
     calls = []
     stored_by_failed_batch = []
     counting = threading.Lock()  # shards merge on threads: count and test as one step
 
     def merge_then_fail(*args, **kwargs):
         with counting:
-            calls.append(args[1])
-            number = calls.count("samples") if args[1] == "samples" else 0
+            calls.append(args[1].table)
+            number = calls.count("samples") if args[1].table == "samples" else 0
         if number == 3:  # the first shard's merge of the second day: the other may be written
             raise OSError("disk went away")
         result = real_merge(*args, **kwargs)
@@ -77,10 +77,10 @@ def test_a_failed_shard_leaves_no_row_twice_and_the_retry_completes_the_lake(tmp
             stored_by_failed_batch.append(result.rows_stored)
         return result
 
-    monkeypatch.setattr(run, "merge_into_lake", merge_then_fail)
+    monkeypatch.setattr(run, "merge_split", merge_then_fail)
     with pytest.raises(OSError, match="disk went away"):
         _ingest(landing.root, tmp_path / "data", workers=2, monkeypatch=monkeypatch)
-    monkeypatch.setattr(run, "merge_into_lake", real_merge)
+    monkeypatch.setattr(run, "merge_split", real_merge)
     config, retry = _ingest(landing.root, tmp_path / "data", workers=2, monkeypatch=monkeypatch)
     assert retry.adds_up
     assert_same_lake(config.lake_dir, clean_config.lake_dir)

@@ -49,6 +49,85 @@ def test_with_shard_is_the_crc32_shard_of_each_unit_and_null_without_one():
     assert shard.dtype == pl.Int32 and shard.to_list() == expected
 
 
+def test_shard_numbers_per_run_of_a_unit_are_those_of_the_per_row_lookup():
+    """Long runs of one unit (looked up once per run), runs with nulls, shuffled rows, and
+    rows in runs at first and shuffled after: the shards of the per-row lookup."""
+    from foreshock.lake import RUN_LOOKUP_MIN_ROWS, _shard_numbers, shard_numbers
+
+    units = pl.Series([f"node{n}-gpu{g}" for n in range(30) for g in range(8)], dtype=pl.String)
+    runs = units.gather(np.repeat(np.arange(units.len()), 300))
+    with_nulls = pl.concat([pl.Series([None] * 700, dtype=pl.String), runs, pl.Series([None] * 5, dtype=pl.String)])
+    shuffled = runs.sample(fraction=1.0, shuffle=True, seed=7)
+    mixed = pl.concat([runs.head(RUN_LOOKUP_MIN_ROWS * 2), shuffled])
+    for series in (runs, with_nulls, shuffled, mixed, runs.head(100)):
+        expected = _shard_numbers(series, 8)
+        got = shard_numbers(series, 8)
+        assert got.dtype == pl.Int32 and got.name == "shard" and got.equals(expected)
+    assert shard_numbers(with_nulls, 8).null_count() == 705
+
+
+def test_distinct_values_from_runs_are_those_of_unique():
+    """Long runs (with nulls), shuffled values, runs at first and shuffled after, a short
+    column: the values of ``unique``, in order of first appearance when asked."""
+    from foreshock.lake import RUN_LOOKUP_MIN_ROWS, distinct_values, long_runs
+
+    units = pl.Series([f"node{n}-gpu{g}" for n in range(30) for g in range(8)], dtype=pl.String)
+    runs = units.gather(np.repeat(np.arange(units.len())[::-1], 300))
+    with_nulls = pl.concat([runs.head(9000), pl.Series([None] * 700, dtype=pl.String), runs.slice(9000)])
+    shuffled = runs.sample(fraction=1.0, shuffle=True, seed=7)
+    mixed = pl.concat([runs.head(RUN_LOOKUP_MIN_ROWS * 2), shuffled])
+    assert long_runs(runs) is not None and long_runs(shuffled) is None and long_runs(mixed) is None
+    for series in (runs, with_nulls, shuffled, mixed, runs.head(100)):
+        assert distinct_values(series, maintain_order=True).to_list() == series.unique(maintain_order=True).to_list()
+        assert distinct_values(series).sort(nulls_last=True).equals(series.unique().sort(nulls_last=True))
+
+
+def _latest_plainly(lake_dir, units, metrics, first) -> pl.DataFrame:
+    from foreshock.lake import read_table
+
+    stored = read_table(lake_dir, "samples").filter(
+        pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()) & (pl.col("ts") < first)
+    )
+    return (
+        stored.sort("ts").group_by("unit_id", "metric").agg(pl.all().last()).select("unit_id", "ts", "metric", "value")
+    )
+
+
+def test_stored_counters_take_each_series_latest_reading_from_runs_only_when_they_are_in_time_order(tmp_path):
+    """The last stored reading of each series before a batch: from the ends of the series'
+    runs when the lake lists them in time order (merged partitions), and from every row
+    when a file does not (a partition written with times backwards); both as a plain group-by."""
+    from datetime import timedelta
+
+    from foreshock.ingest.context import IngestContext
+    from foreshock.ingest.validate import _stored_counters
+    from foreshock.lake import merge_into_lake, partition_path
+
+    units = pl.Series([f"node{n}-gpu{g}" for n in range(6) for g in range(4)], dtype=pl.String)
+    metrics = ["ecc_dbe_volatile_total", "ecc_sbe_volatile_total"]
+    rng = np.random.default_rng(5)
+    rows = pl.DataFrame(
+        {
+            "unit_id": np.repeat(units.to_numpy(), 300),
+            "ts": [T0 + timedelta(minutes=m) for _ in range(units.len()) for m in range(300)],
+            "metric": "ecc_sbe_volatile_total",
+            "value": rng.uniform(0, 100, units.len() * 300),
+        }
+    )
+    first = T0 + timedelta(days=1)
+    for name, shuffle in (("ordered", False), ("backwards", True)):
+        config = load_config(data_dir=tmp_path / name)
+        merge_into_lake(config.lake_dir, "samples", rows, shards=config.shards)
+        if shuffle:  # rewrite one partition with each unit's times backwards (no merge writes one so)
+            path = partition_path(config.lake_dir, "samples", T0.date(), 0)
+            pl.read_parquet(path).sort("unit_id", "ts", descending=[False, True]).write_parquet(path)
+        ctx = IngestContext.from_config(config)
+        got = _stored_counters(ctx, units, metrics, first, first + timedelta(hours=1))
+        want = _latest_plainly(config.lake_dir, units, metrics, first)
+        assert got.sort("unit_id", "metric").equals(want.sort("unit_id", "metric")), name
+        assert got.height == units.len()
+
+
 def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     config = load_config(data_dir=tmp_path)
     rng = np.random.default_rng(3)
@@ -64,6 +143,17 @@ def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     assert len(got) == len(expected) == 3
     for a, b in zip(got, expected):
         assert a.equals(b)
+    # Rows in long runs of one unit (grouped run by run), with and without a run of no unit.
+    units = pl.Series([None, *names[:20]], dtype=pl.String)
+    in_runs = pl.DataFrame({"unit_id": units.gather(np.repeat(rng.permutation(units.len()), 500)), "x": range(10_500)})
+    assert run.long_runs(in_runs.get_column("unit_id")) is not None
+    for frame, groups in ((in_runs, 3), (in_runs.drop_nulls("unit_id"), 2)):
+        keyed = with_shard(frame, config.shards).with_columns(_group=pl.col("shard") % 3)
+        expected = [g.drop("_group", "shard") for g in keyed.partition_by("_group", maintain_order=True)]
+        got = _shard_groups(frame, config, 3)
+        assert len(got) == len(expected) >= groups
+        for a, b in zip(got, expected):
+            assert a.equals(b)
 
 
 def _old_series_sort(parts: list[pl.DataFrame], series_count: int) -> pl.DataFrame:

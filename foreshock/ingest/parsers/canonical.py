@@ -19,6 +19,7 @@ from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_table
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.timestamps import datetime_to_utc, is_naive, parse_utc, resolve_fall_back
+from foreshock.lake import distinct_values
 
 REQUIRED: dict[str, tuple[str, ...]] = {
     "inventory": REQUIRED_INVENTORY,
@@ -79,6 +80,7 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
     reasons: list[pl.Expr] = [pl.col("_reason")]
     fields: list[pl.Expr] = [pl.col("_field")]
     exprs: dict[str, pl.Expr] = {}
+    clean: dict[str, pl.Series] = {}  # distinct values of text columns taken as they are
     for name, dtype in SCHEMAS[table].items():
         if name not in frame.columns:
             if name in REQUIRED[table]:
@@ -133,7 +135,9 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
                 .then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
             )
         else:
-            if source_dtype == pl.String and _already_clean(frame.get_column(name)):
+            distinct = _clean_distinct(frame.get_column(name)) if source_dtype == pl.String else None
+            if distinct is not None:
+                clean[name] = distinct
                 missing = column.is_null()  # no value to strip or empty: skip a string pass
                 value = column
             else:
@@ -165,18 +169,24 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
         )
         staged = staged.drop("_naive")
     if table == "samples":
-        names = staged.get_column("metric").drop_nulls().unique().to_list()
+        # The metric names, known already when the column was taken as it is (the rows
+        # since are the file's, in the same number, with the same metrics).
+        distinct = clean.get("metric")
+        names = (distinct if distinct is not None else staged.get_column("metric").drop_nulls().unique()).to_list()
         mapping = {n: ctx.catalog.resolve(n) or n for n in names}
         if any(alias != name for alias, name in mapping.items()):
             staged = staged.with_columns(pl.col("metric").replace_strict(mapping, default=None, return_dtype=pl.String))
     return staged
 
 
-def _already_clean(column: pl.Series) -> bool:
-    """True when no value of a text column has surrounding blanks or is empty (checked
-    over its distinct values: ids and metric names repeat on every row)."""
-    distinct = column.unique().drop_nulls()
-    return bool((distinct == distinct.str.strip_chars()).all()) and not bool((distinct == "").any())
+def _clean_distinct(column: pl.Series) -> pl.Series | None:
+    """The distinct values (without null) of a text column none of whose values has
+    surrounding blanks or is empty, else None (checked over its distinct values: ids and
+    metric names repeat on every row)."""
+    distinct = distinct_values(column).drop_nulls()
+    if bool((distinct == distinct.str.strip_chars()).all()) and not bool((distinct == "").any()):
+        return distinct
+    return None
 
 
 def _row_text(frame: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
