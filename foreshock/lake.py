@@ -805,8 +805,18 @@ def record_split(lake_dir: Path, splits: list[SplitRows]) -> None:
             if (day, shard) in spans:
                 first, last = min(first, spans[day, shard][0]), max(last, spans[day, shard][1])
             spans[day, shard] = (first, last)
-    if not spans:
-        return
+    if spans:
+        _append_changes(lake_dir, table, [(*key, *span) for key, span in sorted(spans.items())])
+
+
+def _record_change(lake_dir: Path, table: str, day: date, shard: int, times: pl.Series) -> None:
+    """Append which partition received rows and their time span (under the lake lock), so
+    the features stage can recompute exactly the snapshots late rows affect."""
+    _append_changes(lake_dir, table, [(day, shard, times.min(), times.max())])
+
+
+def _append_changes(lake_dir: Path, table: str, spans: list[tuple[date, int, datetime, datetime]]) -> None:
+    """Append one change-log line per ``(date, shard, first, last)`` of ``table``."""
     lines = [
         json.dumps(
             {
@@ -818,24 +828,10 @@ def record_split(lake_dir: Path, splits: list[SplitRows]) -> None:
             }
         )
         + "\n"
-        for (day, shard), (first, last) in sorted(spans.items())
+        for day, shard, first, last in spans
     ]
     with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
         handle.write("".join(lines))
-
-
-def _record_change(lake_dir: Path, table: str, day: date, shard: int, times: pl.Series) -> None:
-    """Append which partition received rows and their time span (under the lake lock), so
-    the features stage can recompute exactly the snapshots late rows affect."""
-    line = {
-        "table": table,
-        "date": day.isoformat(),
-        "shard": int(shard),
-        "first": times.min().isoformat(),
-        "last": times.max().isoformat(),
-    }
-    with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
-        handle.write(json.dumps(line) + "\n")
 
 
 def record_stored_rows(lake_dir: Path, table: str, frames: list[pl.DataFrame], shards: int) -> None:
@@ -863,21 +859,7 @@ def record_stored_rows(lake_dir: Path, table: str, frames: list[pl.DataFrame], s
         .sort("_date", "shard")
         .select("_date", "shard", "first", "last")
     )
-    lines = [
-        json.dumps(
-            {
-                "table": table,
-                "date": day.isoformat(),
-                "shard": int(shard),
-                "first": first.isoformat(),
-                "last": last.isoformat(),
-            }
-        )
-        + "\n"
-        for day, shard, first, last in spans.iter_rows()
-    ]
-    with open(Path(lake_dir) / CHANGES_NAME, "a") as handle:
-        handle.write("".join(lines))
+    _append_changes(lake_dir, table, list(spans.iter_rows()))
 
 
 def read_changes(lake_dir: Path) -> list[dict]:
