@@ -81,6 +81,7 @@ from foreshock.models.gbm_dask import (
     StoreParts,
     dask_client,
     early_stopped_round,
+    feature_matrix_of,
     grow_from_store,
     train_on_dask,
 )
@@ -642,26 +643,6 @@ class GradientBoostedRisk:
         model.notes_ = list(state["notes_"])
         model.holdouts_ = dict(state.get("holdouts_", {}))
         return model
-
-
-def feature_matrix_of(frame: pl.DataFrame, names: list[str], rules: ThresholdBaseline | None) -> np.ndarray:
-    """Feature matrix of ``names`` (Float32, row-major as LightGBM reads it, filled one
-    column at a time: no second copy), the ``rules``' features computed on the fly; also
-    what a Dask worker builds from its share of the feature store (:mod:`.gbm_dask`)."""
-    derived = rules.rule_features(frame) if rules is not None else {}
-    columns = [
-        pl.Series(name, derived[name]).cast(pl.Float32)
-        if name in derived
-        else frame.get_column(name).cast(pl.Float32)
-        if name in frame.columns
-        else pl.Series(name, np.full(frame.height, np.nan, dtype=np.float32))  # a metric no longer reported
-        for name in names
-    ]
-    if not columns:
-        return np.empty((frame.height, 0), dtype=np.float32)
-    # Polars writes the row-major matrix itself (numpy filling it a column at a time
-    # strides through memory); nulls become NaN
-    return pl.DataFrame(columns).to_numpy(order="c")
 
 
 def _failure_ids(labelled: pl.DataFrame) -> np.ndarray:

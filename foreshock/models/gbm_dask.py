@@ -171,6 +171,26 @@ def _patience(scores: list[float], patience: int, metric: str) -> tuple[int, boo
     return best_round + 1, False
 
 
+def feature_matrix_of(frame: pl.DataFrame, names: list[str], rules: ThresholdBaseline | None) -> np.ndarray:
+    """Feature matrix of ``names`` (Float32, row-major as LightGBM reads it, filled one
+    column at a time: no second copy), the ``rules``' features computed on the fly; also
+    what a Dask worker builds from its share of the feature store."""
+    derived = rules.rule_features(frame) if rules is not None else {}
+    columns = [
+        pl.Series(name, derived[name]).cast(pl.Float32)
+        if name in derived
+        else frame.get_column(name).cast(pl.Float32)
+        if name in frame.columns
+        else pl.Series(name, np.full(frame.height, np.nan, dtype=np.float32))  # a metric no longer reported
+        for name in names
+    ]
+    if not columns:
+        return np.empty((frame.height, 0), dtype=np.float32)
+    # Polars writes the row-major matrix itself (numpy filling it a column at a time
+    # strides through memory); nulls become NaN
+    return pl.DataFrame(columns).to_numpy(order="c")
+
+
 def _read_part(
     source: FeatureSource,
     keys: pl.DataFrame,
@@ -181,8 +201,6 @@ def _read_part(
     rules: ThresholdBaseline | None,
 ) -> np.ndarray:
     """On a worker: the feature matrix of ``keys[rows]`` read from the store's files."""
-    from foreshock.models.gbm import feature_matrix_of
-
     wanted = keys.select(pl.all().gather(rows))
     frame = source.rows(None, until, columns, keys=wanted)
     if frame.height != wanted.height or not frame.select("unit_id", "ts").equals(wanted):
