@@ -593,6 +593,7 @@ def _check_and_merge(
     """
     workers = config.local_workers
     with lake_lock(config.lake_dir):
+        _clear_staging(config)  # a killed Dask driver's, whichever runner comes next
         groups = _shard_groups(staged, config, workers)
         done = _run_parallel(
             [partial(_check_and_split, table, group, ctx, config) for group in groups], config, workers
@@ -711,6 +712,15 @@ def staging_root(config: Config) -> Path:
     return config.data_dir / "staging" / "ingest"
 
 
+def _clear_staging(config: Config) -> None:
+    """Remove shard groups a killed driver left staged.  Called under the lake lock, so no
+    staging directory is in use: each lives only within the hold that made it."""
+    root = staging_root(config)
+    if root.is_dir():
+        for leftover in root.iterdir():
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
 def _check_and_merge_as_tasks(
     table: str,
     staged: pl.DataFrame,
@@ -739,11 +749,8 @@ def _check_and_merge_as_tasks(
     shards = lake_shards(lake_dir, config.shards)
     count = max(1, min(shards, -(-staged.height // max(TASK_GROUP_MIN_ROWS, 1))))
     with lake_lock(lake_dir):
-        root = staging_root(config)
-        if root.is_dir():  # a killed driver's: none is in use while we hold the lock
-            for leftover in root.iterdir():
-                shutil.rmtree(leftover, ignore_errors=True)
-        directory = root / name
+        _clear_staging(config)
+        directory = staging_root(config) / name
         try:
             directory.mkdir(parents=True)
             inventory = directory / "inventory.parquet"

@@ -126,3 +126,17 @@ def test_a_lock_token_lets_in_only_while_its_hold_lasts(tmp_path):
         assert lock_token(lake) != token  # every hold has its own
     with pytest.raises(RuntimeError):
         lock_token(lake)
+
+
+@pytest.mark.parametrize("runner", ["local threads", "tasks"])
+def test_shard_groups_a_killed_driver_left_staged_are_removed_by_the_next_ingest(tmp_path, runner):
+    """A Dask driver killed mid-batch leaves its staged shard groups behind; the next ingest
+    removes them under the lake lock, whichever runner it uses, and stores its rows."""
+    landing = write_messy_landing(tmp_path / "landing")
+    data_dir = tmp_path / "data"
+    leftover = staging_root(_config(data_dir)) / "killed-b0000-samples"
+    leftover.mkdir(parents=True)
+    (leftover / "group-00.parquet").write_bytes(b"staged by a driver that was killed")
+    config, report = _ingest(landing.root, data_dir, _in_process if runner == "tasks" else None)
+    assert not leftover.exists()
+    assert report.totals["rows_stored"] > 0
