@@ -224,33 +224,11 @@ def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     return samples.group_by(_SERIES).agg(_piece_aggs("value", counter=False))
 
 
-def _scrape_metrics(samples: pl.DataFrame) -> list[int] | None:
-    """The metric codes each sample time of the partition holds, in row order, when every
-    time of every unit holds the same metrics in the same order (a scrape of the whole set,
-    the usual shape of exporter data); None when it does not."""
-    head = samples.head(256).select("_unit", "ts", "_metric")
-    first = head.row(0)
-    k = 0
-    while k < head.height and head.row(k)[:2] == first[:2]:
-        k += 1
-    codes = head.get_column("_metric").head(k).to_list()
-    if k < 2 or k == head.height or len(set(codes)) != k or samples.height % k:
-        return None
-    checks = []  # life follows from unit and time: equal where they are
-    for j in range(1, k):
-        checks += [(pl.col(c).gather_every(k, j) == pl.col(c).gather_every(k, 0)).all() for c in ("_unit", "ts")]
-    checks += [(pl.col("_metric").gather_every(k, j) == code).all() for j, code in enumerate(codes)]
-    # and no time twice (a duplicate sample would count as a second time here)
-    unit, ts = pl.col("_unit").gather_every(k), pl.col("ts").gather_every(k)
-    checks.append(((ts > ts.shift(1)) | (unit != unit.shift(1))).fill_null(True).all())
-    return codes if all(samples.select([check.alias(f"_{i}") for i, check in enumerate(checks)]).row(0)) else None
-
-
 def _regular_pieces(
     times: pl.DataFrame, values: pl.Series, counter: list[bool], every: timedelta, max_gap: timedelta
 ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """Pieces and scrape counts of a partition of ``len(counter)`` metrics per sample time
-    (see :func:`_scrape_metrics`; ``counter``: whether the metric at each position is a
+    (see :func:`_scrape_times`; ``counter``: whether the metric at each position is a
     counter): ``times`` holds ``_unit, life, ts`` of each sample time and ``values`` the
     samples' values, time by time.  One row per sample time with a value column per
     metric, one key, one group-by over all metrics.  The same numbers as the per-metric
@@ -377,17 +355,10 @@ def _split_pieces(
     return pieces, scrapes_frame, present
 
 
-def _any_pieces(
-    samples: pl.DataFrame,
-    names: list[str],
-    counters: set[str],
-    failures: pl.DataFrame,
-    every: timedelta,
-    max_gap: timedelta,
-) -> tuple[list[pl.DataFrame], pl.DataFrame, list[str], pl.DataFrame] | None:
-    """Pieces of any raw partition (rows in any order, metrics outside the catalog, null
-    or NaN values, partial scrapes): ``(pieces per metric, scrape counts, the metrics,
-    the units by run number)``, or None when no row is left to roll up."""
+def _in_unit_order(samples: pl.DataFrame, names: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """The rows of any raw partition a rollup uses (a catalog metric, a unit, a time, a
+    value that is not NaN), in unit-then-time order, with ``_metric`` (the metric's catalog
+    index) and ``_unit`` (:func:`_unit_runs`); and the units and their first rows."""
     samples = samples.rechunk()  # several passes over every column follow
     # Metrics become small integers once (null for a metric outside the catalog); rows are
     # copied by the filter only when one of them has to go.
@@ -396,8 +367,6 @@ def _any_pieces(
     keep = keep & pl.col("unit_id").is_not_null() & pl.col("ts").is_not_null()
     if not samples.select(keep.all()).item():
         samples = samples.filter(keep)
-    if samples.height == 0:
-        return None
     # The lake stores every partition sorted by unit and time; anything else is re-sorted.
     # Run ids number the units in order (cheaper than comparing strings row by row); the
     # units are in order when the ids at the runs' first rows are (runs are maximal).
@@ -406,20 +375,7 @@ def _any_pieces(
         samples, units, starts = _unit_runs(samples.sort("unit_id", "ts", "metric"))
     if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~_new_unit()).any()).item():
         samples = samples.sort("_unit", "ts", "metric")
-    samples = _with_sample_lives(samples, units, starts, failures)
-    # The packed key is sorted (units in order, then time, and life and bucket grow with
-    # time): group-bys over it run as one linear pass over contiguous runs, no hashing.
-    # A partition whose every sample time holds the same metrics is rolled up one row per
-    # time; any other is split by metric.
-    codes = _scrape_metrics(samples)
-    if codes is not None:
-        present = [names[code] for code in codes]
-        times = samples.select(pl.col("_unit", "life", "ts").gather_every(len(codes)))
-        counter = [name in counters for name in present]
-        parts, scrapes = _regular_pieces(times, samples.get_column("value"), counter, every, max_gap)
-        return parts, scrapes, present, units
-    parts, scrapes, present = _split_pieces(samples, names, counters, every, max_gap)
-    return parts, scrapes, present, units
+    return samples, units, starts
 
 
 def rollup_samples(
@@ -456,9 +412,17 @@ def rollup_samples(
     # the same chunked as copying them would.
     samples = samples.with_columns(samples.get_column("ts").rechunk(), samples.get_column("value").rechunk())
     counters = {m.name for m in catalog if m.is_counter}
-    # The lake's usual shape first: whole scrapes of catalog metrics in unit-then-time
-    # order, rolled up one row per sample time (units numbered, lives found, per time).
+    # Whole scrapes (the lake's usual shape) are rolled up one row per sample time: tried
+    # on the rows as they come, then on the rows a rollup uses in unit-then-time order;
+    # any other partition is split by metric.  Either way the packed key is sorted (units
+    # in order, then time, and life and bucket grow with time): group-bys over it run as
+    # one linear pass over contiguous runs, no hashing.
     scraped = _scrape_times(samples, names)
+    if scraped is None:
+        samples, units, starts = _in_unit_order(samples, names)
+        if samples.height == 0:
+            return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
+        scraped = _scrape_times(samples, names)
     if scraped is not None:
         present, times, units = scraped
         starts = times.select(_new_unit().arg_true()).to_series()
@@ -466,10 +430,8 @@ def rollup_samples(
         counter = [name in counters for name in present]
         parts, scrapes_frame = _regular_pieces(times, samples.get_column("value"), counter, every, max_gap)
     else:
-        rolled = _any_pieces(samples, names, counters, failures, every, max_gap)
-        if rolled is None:
-            return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
-        parts, scrapes_frame, present, units = rolled
+        samples = _with_sample_lives(samples, units, starts, failures)
+        parts, scrapes_frame, present = _split_pieces(samples, names, counters, every, max_gap)
     pieces = pl.concat(
         [p.with_columns(pl.lit(name).alias("metric")) for name, p in zip(present, parts, strict=True)],
         how="diagonal_relaxed",
