@@ -36,7 +36,6 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import yaml
 
@@ -69,7 +68,6 @@ from foreshock.lake import (
     lock_held_by_caller,
     lock_held_by_token,
     lock_token,
-    long_runs,
     merge_into_lake,
     merge_split,
     partition_path,
@@ -631,20 +629,10 @@ def _shard_groups(
         return [staged]
     shards = lake_shards(config.lake_dir, config.shards)
     # One group per worker (shard number modulo workers; crc32 spreads units evenly): fewer,
-    # larger pieces cost less per-call overhead than one piece per shard.  Each distinct
-    # unit's group is computed once and looked up by the unit's position (an enum cast).
+    # larger pieces cost less per-call overhead than one piece per shard.  Shard numbers are
+    # computed once per distinct unit or per run of one unit (shard_numbers).
     # Groups in order of their first rows, as partition_by gives them; a filter each costs
     # less than it.
-    runs = long_runs(staged.get_column("unit_id"))
-    if runs is not None:  # rows in long runs of one unit: each run's group, repeated along it
-        values, lengths = runs
-        per_run = shard_numbers(values, shards) % workers
-        if per_run.null_count() == 0:  # (rows without a unit: grouped below)
-            numbers = per_run.to_numpy()
-            return [
-                staged.filter(pl.Series(np.repeat(numbers == number, lengths)))
-                for number in per_run.unique(maintain_order=True).to_list()
-            ]
     numbers = shard_numbers(staged.get_column("unit_id"), shards) % workers
     return [
         staged.filter(numbers.is_null() if number is None else numbers == number)
@@ -685,7 +673,7 @@ def _check_and_split(
         split = split_for_merge(config.lake_dir, table, good.select(_lake_columns(table, good)), config.shards)
         if split.repeated is False:
             return (good, bad, good.head(0), good.head(0)), split
-    unique, duplicates, conflicts = _deduplicate(table, good, ctx, stored=stored)
+    unique, duplicates, conflicts = _deduplicate(table, good, ctx, stored)
     lake_rows = unique.select(_lake_columns(table, unique))
     return (unique, bad, duplicates, conflicts), split_for_merge(config.lake_dir, table, lake_rows, config.shards)
 
@@ -695,7 +683,7 @@ def _check_shard(
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``(new rows to store, rows failing a check, duplicates, conflicts)`` of staged rows."""
     good, bad = validate(table, staged, ctx)
-    unique, duplicates, conflicts = _deduplicate(table, good, ctx)
+    unique, duplicates, conflicts = _deduplicate(table, good, ctx, _stored_rows(table, good, ctx))
     return unique, bad, duplicates, conflicts
 
 
@@ -891,19 +879,15 @@ def _differs(table: str, left: str, right: str) -> pl.Expr:
     return pl.any_horizontal(checks) if checks else pl.lit(False)
 
 
-_LOOK_UP = object()  # _deduplicate's stored rows: not given, look them up
-
-
 def _deduplicate(
-    table: str, good: pl.DataFrame, ctx: IngestContext, *, stored: pl.DataFrame | None | object = _LOOK_UP
+    table: str, good: pl.DataFrame, ctx: IngestContext, stored: pl.DataFrame | None
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Split checked telemetry rows into ``(unique new rows, duplicates, conflicts)``.
 
     A duplicate has the key of an earlier row of the batch or of a stored row and the
     same values; a *conflict* has the key but other values: the first row (the stored
     one, else the batch's first) is kept and the conflicting one quarantined.
-    ``stored``: the stored rows with the keys of ``good`` (:func:`_stored_rows`), when the
-    caller has looked them up already.
+    ``stored``: the stored rows with the keys of ``good`` (:func:`_stored_rows`).
     """
     key = list(KEYS[table])
     values = _value_columns(table)
@@ -939,8 +923,6 @@ def _deduplicate(
                 _field=pl.lit(",".join(values)),
             )
         )
-    if stored is _LOOK_UP:
-        stored = _stored_rows(table, firsts, ctx)  # the same as those of ``good``: same keys
     if stored is not None and stored.height:
         joined = firsts.join(stored, on=key, how="left", suffix="_stored", nulls_equal=True)
         present = pl.col("_present").is_not_null()

@@ -11,7 +11,7 @@ import foreshock.ingest.run as run
 from foreshock.config import load_config
 from foreshock.ingest.run import _shard_groups
 from foreshock.ingest.validate import _sort_by_series_time
-from foreshock.lake import shard_of, with_shard
+from foreshock.lake import long_runs, shard_of, with_shard
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -69,7 +69,7 @@ def test_shard_numbers_per_run_of_a_unit_are_those_of_the_per_row_lookup():
 def test_distinct_values_from_runs_are_those_of_unique():
     """Long runs (with nulls), shuffled values, runs at first and shuffled after, a short
     column: the values of ``unique``, in order of first appearance when asked."""
-    from foreshock.lake import RUN_LOOKUP_MIN_ROWS, distinct_values, long_runs
+    from foreshock.lake import RUN_LOOKUP_MIN_ROWS, distinct_values
 
     units = pl.Series([f"node{n}-gpu{g}" for n in range(30) for g in range(8)], dtype=pl.String)
     runs = units.gather(np.repeat(np.arange(units.len())[::-1], 300))
@@ -146,7 +146,7 @@ def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     # Rows in long runs of one unit (grouped run by run), with and without a run of no unit.
     units = pl.Series([None, *names[:20]], dtype=pl.String)
     in_runs = pl.DataFrame({"unit_id": units.gather(np.repeat(rng.permutation(units.len()), 500)), "x": range(10_500)})
-    assert run.long_runs(in_runs.get_column("unit_id")) is not None
+    assert long_runs(in_runs.get_column("unit_id")) is not None
     for frame, groups in ((in_runs, 3), (in_runs.drop_nulls("unit_id"), 2)):
         keyed = with_shard(frame, config.shards).with_columns(_group=pl.col("shard") % 3)
         expected = [g.drop("_group", "shard") for g in keyed.partition_by("_group", maintain_order=True)]
