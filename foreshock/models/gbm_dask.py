@@ -101,6 +101,12 @@ def _workers(client: Client) -> list[str]:
     return workers
 
 
+def _scatter_to(client: Client, worker: str, values: np.ndarray) -> tuple[Any, tuple, np.dtype]:
+    """``values`` sent to ``worker``: ``(future, shape, dtype)``, a block for :func:`_stack`."""
+    block = np.ascontiguousarray(values)
+    return client.scatter(block, workers=[worker], direct=True), block.shape, block.dtype
+
+
 def _stack(blocks: list[tuple[Any, tuple, np.dtype]]):
     """One Dask array of ``(future, shape, dtype)`` blocks, in order."""
     import dask.array as da
@@ -131,9 +137,7 @@ def train_on_dask(
     parts: dict[str, list] = {"x": [], "y": [], "w": []}
     for k, worker in enumerate(workers[:shares]):
         for key, values in (("x", x), ("y", y), ("w", weight)):
-            block = np.ascontiguousarray(values[k::shares])
-            future = client.scatter(block, workers=[worker], direct=True)
-            parts[key].append((future, block.shape, block.dtype))
+            parts[key].append(_scatter_to(client, worker, values[k::shares]))
     model = _classifier(client, params, rounds)
     _fit(
         model,
@@ -299,31 +303,33 @@ class StoreParts:
         # rows, so each worker's rows must look like the whole sample (the rows are sorted by
         # unit: contiguous blocks would bin on half of the units).
         shares = max(min(len(self.workers), rows.size), 1)
-        x, vs = [], [[] for _ in vectors]
-        for k, worker in enumerate(self.workers[:shares]):
-            x.append(self.read(rows[k::shares], worker))
-            for out, values in zip(vs, vectors, strict=True):
-                block = np.ascontiguousarray(values[k::shares])
-                out.append((self.client.scatter(block, workers=[worker], direct=True), block.shape, block.dtype))
+        x, vs = self._place(
+            [(worker, slice(k, None, shares)) for k, worker in enumerate(self.workers[:shares])], rows, vectors
+        )
         return (_stack(x), *(_stack(v) for v in vs))
+
+    def _place(self, places: list[tuple[str, slice]], rows: np.ndarray, vectors: tuple[np.ndarray, ...]):
+        """For each ``(worker, rows taken)``: the matrix of those rows built there and each
+        vector's same rows sent there, as blocks (``(future, shape, dtype)``)."""
+        x, vs = [], [[] for _ in vectors]
+        for worker, take in places:
+            x.append(self.read(rows[take], worker))
+            for out, values in zip(vs, vectors, strict=True):
+                out.append(_scatter_to(self.client, worker, values[take]))
+        return x, vs
 
     def holdout(self, rows: np.ndarray, y: np.ndarray, weight: np.ndarray) -> HeldOut:
         """The held-out rows on one worker: their matrix (built there), labels and weights."""
         worker = self.workers[0]
         x = self.read(rows, worker)
-        y_f, w_f = (self.client.scatter(np.ascontiguousarray(v), workers=[worker], direct=True) for v in (y, weight))
+        y_f, w_f = (_scatter_to(self.client, worker, v)[0] for v in (y, weight))
         return HeldOut(x, y_f, w_f, worker, rows, y, weight)
 
     def everywhere(self, rows: np.ndarray, *vectors: np.ndarray) -> tuple[Any, ...]:
         """Like :meth:`spread`, but all of ``rows`` on every worker (block k on worker k):
         the held-out rows as lightgbm.dask's eval sets need them, so that each worker
         scores the same holdout (:func:`grow_from_store`, a metric not in :data:`_CURVES`)."""
-        x, vs = [], [[] for _ in vectors]
-        for worker in self.workers:
-            x.append(self.read(rows, worker))
-            for out, values in zip(vs, vectors, strict=True):
-                block = np.ascontiguousarray(values)
-                out.append((self.client.scatter(block, workers=[worker], direct=True), block.shape, block.dtype))
+        x, vs = self._place([(worker, slice(None)) for worker in self.workers], rows, vectors)
         return (x, *vs)
 
     def margins(self, booster: lgb.Booster, part: tuple[Any, tuple, np.dtype], num_iteration: int | None = None):
