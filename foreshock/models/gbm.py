@@ -265,14 +265,8 @@ class GradientBoostedRisk:
         with dask_client(self.dask_client) if use_dask else nullcontext() as client:
             for h in self.horizons:
                 rows, y, w = targets.pop(h)
-                ts = ts_all[rows]
-                pos_weight = self._pos_weight(y, w)
-                class_w = np.where(y > 0, pos_weight, 1.0)
+                pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_id, until)
                 on_dask = client is not None and y.size >= self.dask_min_rows
-                params = self._params(int(y.sum()))
-                split = purged_holdout(
-                    ts, y > 0, failure_id[rows], until, h, self.min_holdout_failures, self.max_holdout_fraction
-                )
                 # The raw matrix is never copied whole: a horizon's rows are a view when every
                 # row is labelled (no drain), the splits are subsets of binned data.
                 x = x_all if rows.size == x_all.shape[0] else x_all[rows]
@@ -291,16 +285,13 @@ class GradientBoostedRisk:
                     hold_rows = np.flatnonzero(hold)
                     margin = _predict_rows(booster, x, hold_rows, num_iteration=rounds)
                     calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
-                    self.holdouts_[h] = _holdout_record(split, fit, hold)
+                    self.holdouts_[h] = _holdout_record(split)
                     del dtrain, dvalid
                     if self.refit_full:
                         booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
-                        # The refitted trees start from another average (LightGBM boosts from the
-                        # weighted base rate of its rows): move the intercept so they predict the
-                        # same mean risk over the holdout as the calibrated early-stopped trees.
-                        target = float(np.average(calibrator.predict(margin), weights=w[hold]))
-                        refit_margin = _predict_rows(booster, x, hold_rows)
-                        calibrator = calibrator.shifted_to_mean(refit_margin, target, w[hold])
+                        calibrator = _shifted_to_refit(
+                            calibrator, margin, _predict_rows(booster, x, hold_rows), w[hold]
+                        )
                     else:
                         booster = _truncate(booster, rounds)
                 else:
@@ -312,6 +303,25 @@ class GradientBoostedRisk:
                 self.calibrators_[h] = calibrator
                 self.best_rounds_[h] = rounds
         return self
+
+    def _horizon_setup(
+        self,
+        horizon: str,
+        rows: np.ndarray,
+        y: np.ndarray,
+        w: np.ndarray,
+        ts_all: np.ndarray,
+        failure_id: np.ndarray,
+        until: datetime,
+    ) -> tuple[float, np.ndarray, dict, Holdout | None]:
+        """``(positive class weight, each row's class weight, LightGBM parameters, purged
+        holdout or None)`` of a horizon's training rows (``rows`` of the labelled sample)."""
+        pos_weight = self._pos_weight(y, w)
+        class_w = np.where(y > 0, pos_weight, 1.0)
+        split = purged_holdout(
+            ts_all[rows], y > 0, failure_id[rows], until, horizon, self.min_holdout_failures, self.max_holdout_fraction
+        )
+        return pos_weight, class_w, self._params(int(y.sum())), split
 
     def _without_holdout(self, horizon: str, pos_weight: float) -> int:
         """Records (and logs) that ``horizon`` has too few held-out failures to early-stop
@@ -415,13 +425,7 @@ class GradientBoostedRisk:
             parts = StoreParts(client, stored.source, keys, stored.columns, until, self.feature_names_, self.rules_)
             for h in self.horizons:
                 rows, y, w = targets.pop(h)
-                ts = ts_all[rows]
-                pos_weight = self._pos_weight(y, w)
-                class_w = np.where(y > 0, pos_weight, 1.0)
-                params = self._params(int(y.sum()))
-                split = purged_holdout(
-                    ts, y > 0, failure_id[rows], until, h, self.min_holdout_failures, self.max_holdout_fraction
-                )
+                pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_id, until)
                 if split is not None:
                     fit, hold = split.fit, split.holdout
                     holdout = parts.holdout(rows[hold], y[hold], w[hold])
@@ -443,14 +447,11 @@ class GradientBoostedRisk:
                     del holdout
                     margin = parts.margins(grown.booster, hold_x, num_iteration=rounds)
                     calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
-                    self.holdouts_[h] = _holdout_record(split, fit, hold)
+                    self.holdouts_[h] = _holdout_record(split)
                     if self.refit_full:
                         booster = grow_from_store(parts, params, rows, y, w * class_w, rounds).booster
                         self._note_dask_constraints(params, f"full fit on {y.size} rows")
-                        # the intercept shift of the local path (see fit)
-                        target = float(np.average(calibrator.predict(margin), weights=w[hold]))
-                        refit_margin = parts.margins(booster, hold_x)
-                        calibrator = calibrator.shifted_to_mean(refit_margin, target, w[hold])
+                        calibrator = _shifted_to_refit(calibrator, margin, parts.margins(booster, hold_x), w[hold])
                     else:
                         booster = _truncate(grown.booster, rounds)
                     del hold_x
@@ -658,14 +659,25 @@ def _subset(binned: lgb.Dataset, rows: np.ndarray, label: np.ndarray, weight: np
     return part
 
 
-def _holdout_record(split: Holdout, fit: np.ndarray, hold: np.ndarray) -> dict:
+def _shifted_to_refit(
+    calibrator: PlattCalibrator, margin: np.ndarray, refit_margin: np.ndarray, weight: np.ndarray
+) -> PlattCalibrator:
+    """The holdout's calibrator for the trees refitted on every row.  Those start from
+    another average (LightGBM boosts from the weighted base rate of its rows): the intercept
+    moves so that they predict the same mean risk over the holdout (``refit_margin``) as the
+    calibrated early-stopped trees did (``margin``)."""
+    target = float(np.average(calibrator.predict(margin), weights=weight))
+    return calibrator.shifted_to_mean(refit_margin, target, weight)
+
+
+def _holdout_record(split: Holdout) -> dict:
     """What the model records of a horizon's purged holdout (``holdouts_``)."""
     return {
         "start": split.start.isoformat(),
         "end": split.end.isoformat(),
         "failures": split.failures,
-        "rows": int(hold.sum()),
-        "fit_rows": int(fit.sum()),
+        "rows": int(split.holdout.sum()),
+        "fit_rows": int(split.fit.sum()),
     }
 
 
