@@ -392,18 +392,22 @@ def _rank_parts(
 
 
 def _ranks(key: np.ndarray, shift: int, bits: int) -> np.ndarray:
-    """The ``bits`` bits of packed keys above their lowest ``shift`` bits."""
+    """The ``bits`` bits of packed keys above their lowest ``shift`` bits, as int64 (a view
+    of the shifted key, not a converted copy: values of fewer than 64 bits fit)."""
     if shift >= 64:
-        return np.zeros(len(key), dtype=np.uint64)
-    return (key >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+        return np.zeros(len(key), dtype=np.int64)
+    out = key >> np.uint64(shift)
+    if bits < 64 - shift:
+        np.bitwise_and(out, np.uint64((1 << bits) - 1), out=out)
+    return out.view(np.int64) if bits < 64 else out.astype(np.int64)
 
 
 def _unrank(name: str, info: object, ranks: np.ndarray) -> pl.Series:
     """Column ``name``'s values from their ranks (``info`` from :func:`_rank_parts`)."""
     if isinstance(info, pl.Series):  # a string column's distinct values, sorted
-        return info.gather(pl.Series(ranks.astype(np.int64))).alias(name)
+        return info.gather(pl.Series(ranks)).alias(name)
     low, dtype = info
-    values = pl.Series(name, ranks.astype(np.int64) + np.int64(low))
+    values = pl.Series(name, np.add(ranks, np.int64(low), out=ranks))
     physical = dtype.to_physical() if hasattr(dtype, "to_physical") else dtype
     return values.cast(physical).cast(dtype)
 
@@ -495,8 +499,8 @@ def _split_sorted(
 
     def partition_of(key: np.ndarray) -> np.ndarray:
         """Day rank * shards + shard of each packed key."""
-        rank = _ranks(key, low_bits, unit_bits).astype(np.int64)
-        return _ranks(key, low_bits + unit_bits, 64 - low_bits - unit_bits).astype(np.int64) * shards + unit_shard[rank]
+        rank = _ranks(key, low_bits, unit_bits)
+        return _ranks(key, low_bits + unit_bits, 64 - low_bits - unit_bits) * shards + unit_shard[rank]
 
     first_seen = None
     if in_frame_order:
@@ -514,7 +518,7 @@ def _split_sorted(
         key = ordered.get_column("_key").to_numpy()
         columns = {name: ordered.get_column(name) for name in others}
         columns["unit_id"] = by_shard.get_column("unit_id").gather(
-            pl.Series(_ranks(key, low_bits, unit_bits).astype(np.int64))
+            pl.Series(_ranks(key, low_bits, unit_bits))
         )
         shift = low_bits
         for (name, info), (_, bits) in zip(decoders, rest):

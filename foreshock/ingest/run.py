@@ -28,9 +28,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -54,7 +55,7 @@ from foreshock.ingest import manifest
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_header
 from foreshock.ingest.detect import detect_format, skip_reason
-from foreshock.ingest.parsers import BATCH_PARSERS, FORMATS, PARSERS
+from foreshock.ingest.parsers import BATCH_PARSERS, FORMATS, PARSE_AHEAD_FORMATS, PARSERS
 from foreshock.ingest.parsers.canonical import table_of
 from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
@@ -345,6 +346,7 @@ def ingest_batch(
     timezone_name: str | None = None,
     scrape_time: datetime | None = None,
     tasks: GroupTasks | None = None,
+    next_files: list[PlannedFile] | None = None,
 ) -> tuple[list[FileReport], str | None]:
     """Parse, check and merge one batch; record its files in the manifest.
 
@@ -352,25 +354,15 @@ def ingest_batch(
     ``OSError`` propagates (the flow retries the batch); a file that cannot be parsed is
     reported as rejected and the others go on.  ``tasks``: check and merge the shard
     groups as those tasks (see :func:`_check_and_merge_as_tasks`) instead of on threads.
+    ``next_files``: the run's next batch, parsed on a thread of this process while this
+    one is checked and merged (:func:`_prefetch`; not on Dask, nor after inventory).
     """
-    ctx = IngestContext.from_config(
-        config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
-    )
-    reports = [FileReport(f.path, f.format, "ingested") for f in files]
-    outcomes, shared = _parse_batch(files, ctx, config.local_workers)
-    parsed: dict[int, ParsedFile] = {}
-    for index in range(len(files)):
-        outcome = outcomes[index]
-        if isinstance(outcome, UnreadableFile):
-            reports[index].status, reports[index].reason = "rejected", str(outcome)
-        elif isinstance(outcome, Exception):  # a parser bug must not stop the other files
-            first = str(outcome).splitlines()[0][:200] if str(outcome) else ""
-            reports[index].status, reports[index].reason = "rejected", f"{type(outcome).__name__}: {first}"
-        else:
-            parsed[index] = outcome
-            reports[index].rows_read = outcome.rows
-            if outcome.notes:
-                reports[index].reason = "; ".join(outcome.notes)
+    parsed_batch = _take_prefetched(run_id, batch_number, files)
+    if parsed_batch is None:
+        parsed_batch = _parse_stage(files, config, catalog_path, timezone_name, scrape_time)
+    if next_files and tasks is None and _may_parse_ahead(files, next_files):
+        _prefetch(run_id, batch_number + 1, next_files, config, catalog_path, timezone_name, scrape_time)
+    ctx, reports, parsed, shared = parsed_batch.ctx, parsed_batch.reports, parsed_batch.parsed, parsed_batch.shared
 
     quarantined: list[pl.DataFrame] = []
     for table in ("inventory", "samples", "events", "failures", "drains"):
@@ -434,6 +426,106 @@ def ingest_batch(
         ],
     )
     return reports, quarantine_file
+
+
+@dataclass
+class ParsedBatch:
+    """A batch after parsing: its context, file reports, parsed files and shared frames."""
+
+    ctx: IngestContext
+    reports: list[FileReport]
+    parsed: dict[int, ParsedFile]
+    shared: dict[str, list[pl.DataFrame]]
+
+
+def _parse_stage(
+    files: list[PlannedFile],
+    config: Config,
+    catalog_path: str | None,
+    timezone_name: str | None,
+    scrape_time: datetime | None,
+) -> ParsedBatch:
+    """A batch's context (with the lake's inventory as it is now) and its files parsed."""
+    ctx = IngestContext.from_config(
+        config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
+    )
+    reports = [FileReport(f.path, f.format, "ingested") for f in files]
+    outcomes, shared = _parse_batch(files, ctx, config.local_workers)
+    parsed: dict[int, ParsedFile] = {}
+    for index in range(len(files)):
+        outcome = outcomes[index]
+        if isinstance(outcome, UnreadableFile):
+            reports[index].status, reports[index].reason = "rejected", str(outcome)
+        elif isinstance(outcome, Exception):  # a parser bug must not stop the other files
+            first = str(outcome).splitlines()[0][:200] if str(outcome) else ""
+            reports[index].status, reports[index].reason = "rejected", f"{type(outcome).__name__}: {first}"
+        else:
+            parsed[index] = outcome
+            reports[index].rows_read = outcome.rows
+            if outcome.notes:
+                reports[index].reason = "; ".join(outcome.notes)
+    return ParsedBatch(ctx, reports, parsed, shared)
+
+
+# The next batch of a run, parsed ahead on a thread while the current one is checked and
+# merged (at most one: starting one drops any other).  Keyed by run, batch number and the
+# files' contents, so only the call for exactly those files takes it.
+_prefetched: dict[tuple, Future] = {}
+_prefetch_lock = threading.Lock()
+
+
+def _may_parse_ahead(files: list[PlannedFile], next_files: list[PlannedFile]) -> bool:
+    """Whether ``next_files`` parse the same before and after ``files`` are stored: this
+    batch changes no inventory and their parsers read nothing else of the lake."""
+    return not any(f.inventory for f in files) and all(f.format in PARSE_AHEAD_FORMATS for f in next_files)
+
+
+def _prefetch_key(run_id: str, batch_number: int, files: list[PlannedFile]) -> tuple:
+    return (run_id, batch_number, tuple((f.path_hex or f.path, f.sha256) for f in files))
+
+
+def _prefetch(
+    run_id: str,
+    batch_number: int,
+    files: list[PlannedFile],
+    config: Config,
+    catalog_path: str | None,
+    timezone_name: str | None,
+    scrape_time: datetime | None,
+) -> None:
+    """Start parsing ``files`` (batch ``batch_number`` of the run) on a thread.
+
+    Only for batches of ``PARSE_AHEAD_FORMATS`` after the inventory batch
+    (:func:`_may_parse_ahead`): their parsers read only the inventory, which no later batch
+    changes; the checks that read stored telemetry (counter steps) run in the batch's own
+    turn.  An error (``OSError``) is raised by
+    the call that takes the batch, as if it had parsed it itself.
+    """
+    future: Future = Future()
+    with _prefetch_lock:
+        _prefetched.clear()
+        _prefetched[_prefetch_key(run_id, batch_number, files)] = future
+
+    def parse() -> None:
+        try:
+            future.set_result(_parse_stage(files, config, catalog_path, timezone_name, scrape_time))
+        except BaseException as exc:  # noqa: BLE001 - raised again by the taker
+            future.set_exception(exc)
+
+    threading.Thread(target=parse, name=f"ingest-prefetch-{batch_number}", daemon=True).start()
+
+
+def _take_prefetched(run_id: str, batch_number: int, files: list[PlannedFile]) -> ParsedBatch | None:
+    """The batch parsed ahead for exactly these files, or None."""
+    with _prefetch_lock:
+        future = _prefetched.pop(_prefetch_key(run_id, batch_number, files), None)
+    return None if future is None else future.result()
+
+
+def drop_prefetched() -> None:
+    """Forget a batch parsed ahead that no call took (a run that stopped early)."""
+    with _prefetch_lock:
+        _prefetched.clear()
 
 
 def _parse_batch(
@@ -1047,19 +1139,23 @@ def ingest_path(
     plan = plan_ingest(path, config, source, force=force, follow_symlinks=follow_symlinks)
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
-    for number, batch in enumerate(plan.batches):
-        batch_reports, quarantine_file = ingest_batch(
-            batch,
-            config,
-            run_id=plan.run_id,
-            batch_number=number,
-            catalog_path=plan.catalog_path,
-            timezone_name=timezone,
-            scrape_time=scrape_time,
-        )
-        reports += batch_reports
-        if quarantine_file:
-            quarantine_files.append(quarantine_file)
+    try:
+        for number, batch in enumerate(plan.batches):
+            batch_reports, quarantine_file = ingest_batch(
+                batch,
+                config,
+                run_id=plan.run_id,
+                batch_number=number,
+                catalog_path=plan.catalog_path,
+                timezone_name=timezone,
+                scrape_time=scrape_time,
+                next_files=plan.batches[number + 1] if number + 1 < len(plan.batches) else None,
+            )
+            reports += batch_reports
+            if quarantine_file:
+                quarantine_files.append(quarantine_file)
+    finally:
+        drop_prefetched()
     return finish_report(plan, reports, quarantine_files, started, config)
 
 

@@ -32,7 +32,14 @@ from foreshock.config import Config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, UserError
 from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
 from foreshock.ingest.context import check_timezone
-from foreshock.ingest.run import GROUP_STEPS, GroupTasks, finish_report, planned_from_dict, planned_to_dict
+from foreshock.ingest.run import (
+    GROUP_STEPS,
+    GroupTasks,
+    drop_prefetched,
+    finish_report,
+    planned_from_dict,
+    planned_to_dict,
+)
 from foreshock.pipelines.progress import track
 from foreshock.pipelines.runtime import retry_on_io_error, task_runner
 
@@ -72,9 +79,11 @@ def ingest_batch_task(
     timezone: str | None,
     scrape_time: str | None,
     group_tasks: bool = False,
+    next_files: list[dict] | None = None,
 ) -> dict:
     """Parse, check and merge one batch of files; returns its file reports as dicts.
-    ``group_tasks``: its shard groups are checked and merged as tasks of the flow's runner."""
+    ``group_tasks``: its shard groups are checked and merged as tasks of the flow's runner.
+    ``next_files``: the next batch, parsed ahead in this process meanwhile (local runner)."""
     reports, quarantine_file = ingest_batch(
         planned_from_dict(files),
         Config.from_settings(settings),
@@ -84,6 +93,7 @@ def ingest_batch_task(
         timezone_name=timezone,
         scrape_time=parse_scrape_time(scrape_time),
         tasks=GroupTasks(run=_run_on_task_runner, settings=settings) if group_tasks else None,
+        next_files=planned_from_dict(next_files) if next_files else None,
     )
     return {"files": [dataclasses.asdict(r) for r in reports], "quarantine_file": quarantine_file}
 
@@ -105,18 +115,32 @@ def ingest(
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
     on_dask = _on_dask()
-    for number, batch in track(list(enumerate(plan.batches)), "ingest: batches"):
-        # Sequential on purpose: inventory must land before the batches that check units
-        # against it, and a day's XID gauge and counter steps read the previous day's stored
-        # rows.  Inside a batch, parsing and the shard-by-shard checks and merges run on
-        # [runner] local_workers threads (foreshock.ingest.run), or the checks and merges
-        # as tasks on the Dask workers.
-        done = ingest_batch_task(
-            planned_to_dict(batch), settings, plan.run_id, number, plan.catalog_path, timezone, scrape_time, on_dask
-        )
-        reports += [FileReport(**item) for item in done["files"]]
-        if done["quarantine_file"]:
-            quarantine_files.append(done["quarantine_file"])
+    batches = plan.batches
+    try:
+        for number, batch in track(list(enumerate(batches)), "ingest: batches"):
+            # Sequential on purpose: inventory must land before the batches that check units
+            # against it, and a day's XID gauge and counter steps read the previous day's
+            # stored rows.  Inside a batch, parsing and the shard-by-shard checks and merges
+            # run on [runner] local_workers threads (foreshock.ingest.run), or the checks and
+            # merges as tasks on the Dask workers.  On the local runner the next batch is
+            # parsed meanwhile (parsers read only the inventory, which is in by then).
+            ahead = batches[number + 1] if number + 1 < len(batches) and not on_dask else None
+            done = ingest_batch_task(
+                planned_to_dict(batch),
+                settings,
+                plan.run_id,
+                number,
+                plan.catalog_path,
+                timezone,
+                scrape_time,
+                on_dask,
+                planned_to_dict(ahead) if ahead else None,
+            )
+            reports += [FileReport(**item) for item in done["files"]]
+            if done["quarantine_file"]:
+                quarantine_files.append(done["quarantine_file"])
+    finally:
+        drop_prefetched()
     report: IngestReport = finish_report(plan, reports, quarantine_files, started, config)
     return report.to_dict()
 

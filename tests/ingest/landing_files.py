@@ -173,10 +173,11 @@ def write_landing(
     return landing
 
 
-def write_messy_landing(root: Path) -> Landing:
+def write_messy_landing(root: Path, days: int = 2) -> Landing:
     """A small landing with bad rows: repeated lines, a conflict, a broken number, a counter
-    jump, a row of another day, an unknown GPU, and a file of rows already stored."""
-    landing = write_landing(root, nodes=4, gpus=2, days=2, steps_per_day=8)
+    jump, a row of another day, an unknown GPU, and a file of rows already stored (all in
+    the second day's files)."""
+    landing = write_landing(root, nodes=4, gpus=2, days=days, steps_per_day=8)
     day = START + timedelta(days=1)
     step = landing.step
     bad = [

@@ -45,3 +45,9 @@ BatchParser = Callable[
 BATCH_PARSERS: dict[str, BatchParser] = {"nvidia-smi": nvidia_smi.parse_files}
 
 FORMATS = tuple(sorted(PARSERS))
+
+# Formats whose parser reads nothing of the lake but the inventory (through the context):
+# a batch of them may be parsed while the batch before it is still being stored.  The
+# Prometheus formats are not among them: a DCGM XID gauge's parse looks up the codes already
+# stored as events (foreshock.ingest.dcgm).
+PARSE_AHEAD_FORMATS = frozenset({"canonical", "nvidia-smi", "rasdaemon", "tickets", "xid-log"})

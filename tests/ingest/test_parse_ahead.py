@@ -1,0 +1,138 @@
+"""The next batch is parsed on a thread while the current one is checked and merged
+(``ingest_batch(next_files=...)``): the lake, quarantine, change log and per-file counts are
+those of parsing each batch in its own turn; only batches whose parsers read nothing of the
+lake but the inventory are parsed ahead; a parse error reaches the call that takes the batch."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from landing_files import START, assert_same_lake, write_messy_landing
+
+import foreshock.ingest.run as run
+from foreshock.config import load_config
+from foreshock.ingest.run import finish_report, ingest_batch, ingest_path, plan_ingest
+from foreshock.lake import read_changes
+
+
+def _landing(root: Path):
+    """Four days of the messy landing, the first three without DCGM files: the second's
+    and third's batches may be parsed ahead, the first's not (it would be parsed before the
+    inventory is stored) nor the fourth's (its DCGM parse reads stored events)."""
+    landing = write_messy_landing(root, days=4)
+    for d in (0, 1, 2):
+        shutil.rmtree(root / "dcgm" / f"{START + timedelta(days=d):%Y-%m-%d}")
+    return landing
+
+
+def _config(data_dir: Path):
+    return load_config(data_dir=data_dir).with_overrides(
+        {"ingest": {"timezone": "UTC"}, "runner": {"local_workers": 2}, "lake": {"shards": 4}}
+    )
+
+
+def _each_in_turn(landing_root: Path, data_dir: Path):
+    """What ``ingest_path`` does, without parsing any batch ahead."""
+    config = _config(data_dir)
+    plan = plan_ingest(landing_root, config)
+    reports, quarantine_files = [], []
+    for number, batch in enumerate(plan.batches):
+        done, quarantine = ingest_batch(batch, config, run_id=plan.run_id, batch_number=number)
+        reports += done
+        quarantine_files += [quarantine] if quarantine else []
+    return finish_report(plan, reports, quarantine_files, 0.0, config)
+
+
+def _counts(report) -> list[tuple]:
+    return sorted(
+        (f.path, f.status, f.rows_read, f.rows_stored, f.rows_quarantined, f.duplicates_dropped, f.rows_updated)
+        for f in report.files
+    )
+
+
+def _quarantine(data_dir: Path) -> pl.DataFrame:
+    files = sorted((data_dir / "quarantine").rglob("*.parquet"))
+    return pl.concat([pl.read_parquet(f) for f in files]).drop("run_id").sort(pl.all())
+
+
+def _lake_files(lake_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(lake_dir)): p.read_bytes() for p in sorted(lake_dir.rglob("part.parquet"))}
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """``(batch's first file, thread name)`` of every parse stage."""
+    seen: list[tuple[str, str]] = []
+    real = run._parse_stage
+
+    def recorded(files, *args):
+        seen.append((files[0].path, threading.current_thread().name))
+        return real(files, *args)
+
+    monkeypatch.setattr(run, "_parse_stage", recorded)
+    return seen
+
+
+def test_parsing_ahead_stores_exactly_what_parsing_in_turn_does(tmp_path, parses):
+    landing = _landing(tmp_path / "raw")
+    ahead = ingest_path(landing.root, _config(tmp_path / "ahead"))
+    plan = plan_ingest(landing.root, _config(tmp_path / "probe"))
+    formats = [{f.format for f in batch} for batch in plan.batches]
+
+    # batches after the first telemetry batch whose formats allow it were parsed on a thread
+    on_threads = [path for path, thread in parses if thread.startswith("ingest-prefetch")]
+    expected = [
+        batch[0].path
+        for number, batch in enumerate(plan.batches)
+        if number >= 2 and formats[number] <= run.PARSE_AHEAD_FORMATS
+    ]
+    assert len(expected) == 2 and on_threads == expected
+    # the DCGM batches (their parse reads stored XID events) were parsed in their own turn
+    dcgm = [batch[0].path for batch in plan.batches if "prometheus-json" in {f.format for f in batch}]
+    assert dcgm and not set(dcgm) & set(on_threads)
+    assert run._prefetched == {}  # nothing left behind
+
+    parses.clear()
+    in_turn = _each_in_turn(landing.root, tmp_path / "in_turn")
+    assert not [p for p in parses if p[1].startswith("ingest-prefetch")]
+
+    assert ahead.adds_up and _counts(ahead) == _counts(in_turn)
+    assert ahead.totals["rows_quarantined"] >= 4  # the input is messy
+    assert_same_lake(tmp_path / "ahead" / "lake", tmp_path / "in_turn" / "lake")
+    assert _lake_files(tmp_path / "ahead" / "lake") == _lake_files(tmp_path / "in_turn" / "lake")
+    assert _quarantine(tmp_path / "ahead").equals(_quarantine(tmp_path / "in_turn"))
+    assert read_changes(tmp_path / "ahead" / "lake") == read_changes(tmp_path / "in_turn" / "lake")
+
+
+def test_an_error_parsing_ahead_is_raised_by_the_batch_that_takes_it(tmp_path, monkeypatch):
+    landing = _landing(tmp_path / "raw")
+    config = _config(tmp_path / "data")
+    plan = plan_ingest(landing.root, config)
+    later = [n for n, batch in enumerate(plan.batches) if n >= 2 and {f.format for f in batch} <= run.PARSE_AHEAD_FORMATS]
+    broken = plan.batches[later[0]][0].path
+    real = run._parse_batch
+
+    def failing(files, ctx, workers=1):
+        if files[0].path == broken:
+            raise OSError(5, "Input/output error", broken)
+        return real(files, ctx, workers)
+
+    monkeypatch.setattr(run, "_parse_batch", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        ingest_path(landing.root, config)
+    assert run._prefetched == {}
+    # the batches before it are stored and recorded; a rerun stores the rest, nothing twice
+    monkeypatch.setattr(run, "_parse_batch", real)
+    rerun = ingest_path(landing.root, config)
+    assert rerun.adds_up
+    assert_same_lake(tmp_path / "data" / "lake", _fresh_lake(landing.root, tmp_path / "fresh"))
+
+
+def _fresh_lake(root: Path, data_dir: Path) -> Path:
+    ingest_path(root, _config(data_dir))
+    return data_dir / "lake"
