@@ -517,9 +517,7 @@ def _split_sorted(
         ordered = keyed.select("_key", *others).sort("_key", maintain_order=not unique_keys)
         key = ordered.get_column("_key").to_numpy()
         columns = {name: ordered.get_column(name) for name in others}
-        columns["unit_id"] = by_shard.get_column("unit_id").gather(
-            pl.Series(_ranks(key, low_bits, unit_bits))
-        )
+        columns["unit_id"] = by_shard.get_column("unit_id").gather(pl.Series(_ranks(key, low_bits, unit_bits)))
         shift = low_bits
         for (name, info), (_, bits) in zip(decoders, rest):
             shift -= bits

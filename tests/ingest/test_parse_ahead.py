@@ -113,7 +113,9 @@ def test_an_error_parsing_ahead_is_raised_by_the_batch_that_takes_it(tmp_path, m
     landing = _landing(tmp_path / "raw")
     config = _config(tmp_path / "data")
     plan = plan_ingest(landing.root, config)
-    later = [n for n, batch in enumerate(plan.batches) if n >= 2 and {f.format for f in batch} <= run.PARSE_AHEAD_FORMATS]
+    later = [
+        n for n, batch in enumerate(plan.batches) if n >= 2 and {f.format for f in batch} <= run.PARSE_AHEAD_FORMATS
+    ]
     broken = plan.batches[later[0]][0].path
     real = run._parse_batch
 
