@@ -684,9 +684,9 @@ def _check_and_merge(
     workers = config.local_workers
     with lake_lock(config.lake_dir):
         _clear_staging(config)  # a killed Dask driver's, whichever runner comes next
-        groups = _shard_groups(staged, config, workers)
+        masks = _shard_masks(staged, config, workers)
         done = _run_parallel(
-            [partial(_check_and_split, table, group, ctx, config) for group in groups], config, workers
+            [partial(_check_and_split, table, staged, ctx, config, mask) for mask in masks or [None]], config, workers
         )
         checked = [found for found, _ in done]
         splits = [split for _, split in done]
@@ -716,9 +716,18 @@ def _shard_groups(
     """``staged`` in ``workers`` frames, each holding whole lake shards (rows keep their
     order; rows without a unit form their own group), or whole when it has fewer than
     ``min_rows`` rows (default ``SPLIT_MIN_ROWS``) or there is one worker."""
+    masks = _shard_masks(staged, config, workers, min_rows)
+    return [staged] if masks is None else [staged.filter(mask) for mask in masks]
+
+
+def _shard_masks(
+    staged: pl.DataFrame, config: Config, workers: int, min_rows: int | None = None
+) -> list[pl.Series] | None:
+    """Which rows of ``staged`` each of :func:`_shard_groups`' frames holds (None: one
+    frame, all of them).  A caller with threads filters each group on its own thread."""
     min_rows = SPLIT_MIN_ROWS if min_rows is None else min_rows
     if workers < 2 or staged.height < max(min_rows, 1):
-        return [staged]
+        return None
     shards = lake_shards(config.lake_dir, config.shards)
     # One group per worker (shard number modulo workers; crc32 spreads units evenly): fewer,
     # larger pieces cost less per-call overhead than one piece per shard.  Shard numbers are
@@ -727,7 +736,7 @@ def _shard_groups(
     # less than it.
     numbers = shard_numbers(staged.get_column("unit_id"), shards) % workers
     return [
-        staged.filter(numbers.is_null() if number is None else numbers == number)
+        numbers.is_null() if number is None else (numbers == number).fill_null(False)
         for number in numbers.unique(maintain_order=True).to_list()
     ]
 
@@ -747,10 +756,11 @@ def _run_parallel(calls: list, config: Config, workers: int) -> list:
 
 
 def _check_and_split(
-    table: str, staged: pl.DataFrame, ctx: IngestContext, config: Config
+    table: str, staged: pl.DataFrame, ctx: IngestContext, config: Config, mask: pl.Series | None = None
 ) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame], SplitRows]:
     """:func:`_check_shard`, then the new rows split into their partitions and sorted
-    (:func:`split_for_merge`), on the same thread.
+    (:func:`split_for_merge`), on the same thread; of the rows ``mask`` selects, if given
+    (the filter runs on this thread too).
 
     Most batches hold no stored key and repeat none: when the lake holds none of the keys
     of the rows that pass the checks, those rows are split first, and when the split finds
@@ -759,6 +769,8 @@ def _check_and_split(
     without its search for repeated keys.  Otherwise the rows are deduplicated as ever
     (with the stored rows found here: a batch's repeated keys are among its first rows'
     keys, so the lake holds the same rows of both) and the new ones split."""
+    if mask is not None:
+        staged = staged.filter(mask)
     good, bad = validate(table, staged, ctx)
     stored = _stored_rows(table, good, ctx)
     if stored is None or stored.height == 0:

@@ -170,6 +170,16 @@ def _old_shard_groups(staged: pl.DataFrame, config, workers: int) -> list[pl.Dat
     return [group.drop("_group") for group in groups]
 
 
+def _old_shard_masks(staged: pl.DataFrame, config, workers: int, min_rows=None) -> list[pl.Series] | None:
+    """The rows of each of ``_old_shard_groups``' frames (the threads filter them)."""
+    if workers < 2:
+        return None
+    group = staged.get_column("unit_id").map_elements(
+        lambda u: shard_of(u, config.shards) % workers, return_dtype=pl.Int32
+    )
+    return [group == number for number in group.unique(maintain_order=True).to_list()]
+
+
 def _canonical_landing(root, units: list[str], seed: int, day: int) -> None:
     """A day of unsorted canonical samples (a counter and a gauge, metric after metric) with
     rows repeated in the file, conflicting values, a counter jump, rows of the day before
@@ -247,6 +257,7 @@ def test_an_unsorted_messy_ingest_gives_what_the_plain_splits_and_sorts_give(tmp
     monkeypatch.setattr(lake, "_split_sorted", lambda *args, **kwargs: None)
     monkeypatch.setattr(validate, "_sort_by_series_time", _old_series_sort)
     monkeypatch.setattr(run, "_shard_groups", _old_shard_groups)
+    monkeypatch.setattr(run, "_shard_masks", _old_shard_masks)
     old = _ingest_twice(tmp_path, tmp_path / "old", monkeypatch)
 
     files, quarantine, accounting, changes = new
