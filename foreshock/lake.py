@@ -360,23 +360,27 @@ def _sort_order(table: str) -> list[str]:
 
 
 def _rank_parts(
-    frame: pl.DataFrame, names: list[str], decoders: list[tuple[str, object]] | None = None
+    frame: pl.DataFrame,
+    names: list[str],
+    decoders: list[tuple[str, object]] | None = None,
+    distinct: dict[str, pl.Series] | None = None,
 ) -> list[tuple[pl.Expr, int]] | None:
     """Each column of ``names`` as a non-negative integer rank expression with the bits it
     needs (strings ranked over their distinct values, times and integers offset from their
     minimum), in the order of the values; None when a column has nulls or another type.
     ``decoders``: given a list, each column's ``(name, distinct values)`` (strings) or
-    ``(name, (minimum, dtype))`` is appended, to turn ranks back into values (:func:`_unrank`)."""
+    ``(name, (minimum, dtype))`` is appended, to turn ranks back into values (:func:`_unrank`).
+    ``distinct``: a string column's distinct values when known (:func:`_distinct_of`)."""
     parts: list[tuple[pl.Expr, int]] = []
     for name in names:
         column = frame.get_column(name)
         if column.null_count():
             return None
         if column.dtype == pl.String:
-            distinct = distinct_values(column).sort()
-            rank = _rank_of(name, distinct)
-            span = distinct.len() - 1
-            info: object = distinct
+            values = _distinct_of(column, distinct).sort()
+            rank = _rank_of(name, values)
+            span = values.len() - 1
+            info: object = values
         elif column.dtype.is_temporal() or column.dtype.is_integer():
             physical = column.to_physical()
             low, high = physical.min(), physical.max()
@@ -389,6 +393,14 @@ def _rank_parts(
         if decoders is not None:
             decoders.append((name, info))
     return parts
+
+
+def _distinct_of(column: pl.Series, known: dict[str, pl.Series] | None) -> pl.Series:
+    """The distinct values of a column without nulls: ``known[name]`` when the caller knows
+    them (every value of the column is among them; more only widen a rank by a bit), else
+    found (:func:`distinct_values`)."""
+    values = (known or {}).get(column.name)
+    return distinct_values(column) if values is None else values.alias(column.name)
 
 
 def _ranks(key: np.ndarray, shift: int, bits: int) -> np.ndarray:
@@ -452,6 +464,7 @@ def _split_sorted(
     in_frame_order: bool = True,
     unique_keys: bool = False,
     repeats: list[bool] | None = None,
+    distinct: dict[str, pl.Series] | None = None,
 ) -> list[tuple[date, int, pl.DataFrame]] | None:
     """A telemetry frame split into its partitions, each in partition order: ``(day, shard,
     rows)``, in the order of the partitions' first rows in ``frame`` (``in_frame_order``)
@@ -466,17 +479,18 @@ def _split_sorted(
     ``unique_keys``: no two rows share a key (the caller deduplicated them), so the order
     is the same without keeping the order of ties, which sorts faster.  ``repeats``: given a
     list, whether two rows share a key is appended (exact: equal packed keys are equal keys,
-    next to each other once sorted).
+    next to each other once sorted).  ``distinct``: distinct values of string key columns
+    when known (:func:`_distinct_of`).
     """
     time_col = TIME_COLUMN[table]
     order = _sort_order(table)
     if frame.height == 0 or any(frame.get_column(name).null_count() for name in order):
         return None
     decoders: list[tuple[str, object]] = []
-    rest = _rank_parts(frame, order[1:], decoders)
+    rest = _rank_parts(frame, order[1:], decoders, distinct)
     if rest is None:
         return None
-    units = distinct_values(frame.get_column("unit_id"))
+    units = _distinct_of(frame.get_column("unit_id"), distinct)
     by_shard = with_shard(pl.DataFrame({"unit_id": units}), shards).sort("shard", "unit_id")
     unit_shard = by_shard.get_column("shard").to_numpy().astype(np.int64)
     unit_bits = max(units.len() - 1, 0).bit_length()
@@ -732,31 +746,43 @@ class SplitRows:
 
 
 def _split_conformed(
-    df: pl.DataFrame, table: str, shards: int, *, in_frame_order: bool, unique_keys: bool
+    df: pl.DataFrame,
+    table: str,
+    shards: int,
+    *,
+    in_frame_order: bool,
+    unique_keys: bool,
+    distinct: dict[str, pl.Series] | None = None,
 ) -> SplitRows:
     repeats: list[bool] = []
-    split = _split_sorted(df, table, shards, in_frame_order=in_frame_order, unique_keys=unique_keys, repeats=repeats)
+    split = _split_sorted(
+        df, table, shards, in_frame_order=in_frame_order, unique_keys=unique_keys, repeats=repeats, distinct=distinct
+    )
     presorted = split is not None
     if split is None:
         split = split_by_partition(df, table, shards)
     return SplitRows(table, shards, split, presorted, df.height, repeats[0] if repeats else None)
 
 
-def split_for_merge(lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8) -> SplitRows:
+def split_for_merge(
+    lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8, distinct: dict[str, pl.Series] | None = None
+) -> SplitRows:
     """The split and sort :func:`merge_into_lake` makes of deduplicated telemetry rows
     (``deduplicated=True``), done apart so that a caller holding the lake lock can run it
     beside other work, log the partitions from it (:func:`record_split`) and then write
     them (:func:`merge_split`): the same files as ``merge_into_lake`` of ``df``.  The split
     also tells whether two rows of ``df`` share a key (``repeated``): a caller that has not
     deduplicated them yet may split first and deduplicate only when some do (the order of
-    rows with the same key is then not kept: such a split is not for writing)."""
+    rows with the same key is then not kept: such a split is not for writing).  ``distinct``:
+    the distinct values of ``unit_id`` or ``metric`` when the caller knows them (a superset
+    does: each is only ranked)."""
     if TIME_COLUMN[table] is None or table == "inventory":
         raise ValueError(f"split_for_merge is for telemetry tables, not {table!r}")
     df = conform(df, table)
     shards = lake_shards(lake_dir, shards)
     if df.height == 0:
         return SplitRows(table, shards, [], True, 0, False)
-    return _split_conformed(df, table, shards, in_frame_order=False, unique_keys=True)
+    return _split_conformed(df, table, shards, in_frame_order=False, unique_keys=True, distinct=distinct)
 
 
 def merge_split(lake_dir: Path, split: SplitRows) -> MergeResult:

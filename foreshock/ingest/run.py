@@ -383,7 +383,8 @@ def ingest_batch(
                 table, staged, reports, config, ctx, tasks, f"{run_id}-b{batch_number:04d}-{table}"
             )
         else:
-            bad = _check_and_merge(table, staged, reports, config, ctx)
+            distinct = _batch_distinct(table, parsed, shared)
+            bad = _check_and_merge(table, staged, reports, config, ctx, distinct)
         if bad.height:
             for i, count in _count_by_file(bad).items():
                 reports[i].rows_quarantined += count
@@ -662,8 +663,28 @@ def _upsert_inventory(
         reports[i].duplicates_dropped += result.duplicates_dropped
 
 
+def _batch_distinct(
+    table: str, parsed: dict[int, ParsedFile], shared: dict[str, list[pl.DataFrame]]
+) -> dict[str, pl.Series]:
+    """The distinct values of text columns of a table's staged rows, from those the parsers
+    found (``ParsedFile.distinct``): for a column every file's parser gave, else none."""
+    files = [p for p in parsed.values() if table in p.tables]
+    if not files or shared.get(table):
+        return {}
+    columns = set.intersection(*(set(p.distinct.get(table, {})) for p in files))
+    return {
+        name: pl.concat([p.distinct[table][name] for p in files]).unique(maintain_order=True)
+        for name in sorted(columns)
+    }
+
+
 def _check_and_merge(
-    table: str, staged: pl.DataFrame, reports: list[FileReport], config: Config, ctx: IngestContext
+    table: str,
+    staged: pl.DataFrame,
+    reports: list[FileReport],
+    config: Config,
+    ctx: IngestContext,
+    distinct: dict[str, pl.Series] | None = None,
 ) -> pl.DataFrame:
     """Check staged telemetry rows and merge the good ones (the stored row wins); returns
     the rows to quarantine (failed checks and conflicts).
@@ -686,7 +707,9 @@ def _check_and_merge(
         _clear_staging(config)  # a killed Dask driver's, whichever runner comes next
         masks = _shard_masks(staged, config, workers)
         done = _run_parallel(
-            [partial(_check_and_split, table, staged, ctx, config, mask) for mask in masks or [None]], config, workers
+            [partial(_check_and_split, table, staged, ctx, config, mask, distinct) for mask in masks or [None]],
+            config,
+            workers,
         )
         checked = [found for found, _ in done]
         splits = [split for _, split in done]
@@ -756,11 +779,17 @@ def _run_parallel(calls: list, config: Config, workers: int) -> list:
 
 
 def _check_and_split(
-    table: str, staged: pl.DataFrame, ctx: IngestContext, config: Config, mask: pl.Series | None = None
+    table: str,
+    staged: pl.DataFrame,
+    ctx: IngestContext,
+    config: Config,
+    mask: pl.Series | None = None,
+    distinct: dict[str, pl.Series] | None = None,
 ) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame], SplitRows]:
     """:func:`_check_shard`, then the new rows split into their partitions and sorted
     (:func:`split_for_merge`), on the same thread; of the rows ``mask`` selects, if given
-    (the filter runs on this thread too).
+    (the filter runs on this thread too).  ``distinct``: distinct values of text columns
+    of ``staged`` (:func:`_batch_distinct`), for the checks and the split.
 
     Most batches hold no stored key and repeat none: when the lake holds none of the keys
     of the rows that pass the checks, those rows are split first, and when the split finds
@@ -771,15 +800,17 @@ def _check_and_split(
     keys, so the lake holds the same rows of both) and the new ones split."""
     if mask is not None:
         staged = staged.filter(mask)
-    good, bad = validate(table, staged, ctx)
+    good, bad = validate(table, staged, ctx, distinct)
     stored = _stored_rows(table, good, ctx)
     if stored is None or stored.height == 0:
-        split = split_for_merge(config.lake_dir, table, good.select(_lake_columns(table, good)), config.shards)
+        rows = good.select(_lake_columns(table, good))
+        split = split_for_merge(config.lake_dir, table, rows, config.shards, distinct)
         if split.repeated is False:
             return (good, bad, good.head(0), good.head(0)), split
     unique, duplicates, conflicts = _deduplicate(table, good, ctx, stored)
     lake_rows = unique.select(_lake_columns(table, unique))
-    return (unique, bad, duplicates, conflicts), split_for_merge(config.lake_dir, table, lake_rows, config.shards)
+    split = split_for_merge(config.lake_dir, table, lake_rows, config.shards, distinct)
+    return (unique, bad, duplicates, conflicts), split
 
 
 def _check_shard(

@@ -78,13 +78,20 @@ class ParsedFile:
     notes: list[str] = field(default_factory=list)
     # Rows staged for this file in a frame shared with other files (``tables`` is empty).
     row_count: int | None = None
+    # Per table, the distinct values (no null) of some text columns, as the parser found
+    # them: every value of the column is among them.  Later steps use them instead of
+    # searching the rows again (ids and metric names repeat on every row).
+    distinct: dict[str, dict[str, pl.Series]] = field(default_factory=dict)
 
-    def add(self, table: str, frame: pl.DataFrame) -> None:
+    def add(self, table: str, frame: pl.DataFrame, distinct: dict[str, pl.Series] | None = None) -> None:
         frame = conform_staged(frame, table)
         if table in self.tables:
             self.tables[table] = pl.concat([self.tables[table], frame], how="diagonal_relaxed")
+            self.distinct.pop(table, None)  # those of the first part only
         else:
             self.tables[table] = frame
+            if distinct:
+                self.distinct[table] = distinct
 
     @property
     def rows(self) -> int:

@@ -51,12 +51,17 @@ def _bad_id(frame: pl.DataFrame, column: str, distinct: list[str] | None = None)
     )
 
 
-def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.DataFrame, pl.DataFrame]:
+def validate(
+    table: str, frame: pl.DataFrame, ctx: IngestContext, distinct: dict[str, pl.Series] | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split staged rows into ``(good, bad)``; bad rows carry ``_reason`` and ``_field``.
 
-    Rows the parser already rejected stay bad with the parser's reason.
+    Rows the parser already rejected stay bad with the parser's reason.  ``distinct``: the
+    distinct values (no null) of ``unit_id`` or ``metric`` when known: every value of the
+    column is among them (more do no harm: each check looks for the values it names).
     """
-    units = distinct_values(frame.get_column("unit_id")).drop_nulls().to_list()  # used by two checks
+    distinct = distinct or {}
+    units = _distinct(frame, "unit_id", distinct)  # used by two checks
     checks: list[tuple[pl.Expr, pl.Expr, str]] = [
         (pl.col("unit_id").is_null(), pl.lit("missing unit_id"), "unit_id"),
         _bad_id(frame, "unit_id", units),
@@ -105,7 +110,7 @@ def validate(table: str, frame: pl.DataFrame, ctx: IngestContext) -> tuple[pl.Da
         checks.append((unknown, pl.format("unknown unit '{}' (not in the inventory)", pl.col("unit_id")), "unit_id"))
     if table == "samples":
         frame = with_counter_steps(frame, ctx)
-        checks += _sample_checks(frame, ctx)
+        checks += _sample_checks(frame, ctx, _distinct(frame, "metric", distinct))
     if table == "events":
         checks += [
             (
@@ -204,11 +209,17 @@ def _apply(frame: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr, str]]) -> t
     return good, bad.drop("_check")
 
 
-def _sample_checks(frame: pl.DataFrame, ctx: IngestContext) -> list[tuple[pl.Expr, pl.Expr, str]]:
+def _distinct(frame: pl.DataFrame, column: str, known: dict[str, pl.Series]) -> list[str]:
+    """The distinct values (no null) of ``column``: ``known[column]`` when given."""
+    values = known.get(column)
+    return (distinct_values(frame.get_column(column)) if values is None else values).drop_nulls().to_list()
+
+
+def _sample_checks(frame: pl.DataFrame, ctx: IngestContext, present: list[str]) -> list[tuple[pl.Expr, pl.Expr, str]]:
+    """The checks of samples (``present``: the metric names of ``frame``, or more)."""
     catalog = ctx.catalog
     metric = pl.col("metric")
     value = pl.col("value")
-    present = distinct_values(frame.get_column("metric")).drop_nulls().to_list()
     unknown = [m for m in present if m not in catalog]
     counters = [m for m in present if m in catalog and catalog[m].is_counter]
     counter = metric.is_in(pl.Series(counters, dtype=pl.String).implode()) if counters else pl.lit(False)

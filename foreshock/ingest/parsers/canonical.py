@@ -66,17 +66,22 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
             f"columns {data_columns} match no canonical table (inventory needs {list(REQUIRED['inventory'])}, "
             f"samples {list(REQUIRED['samples'])}, events {list(REQUIRED['events'])}, failures {list(REQUIRED['failures'])})"
         )
-    staged = stage_table(table, frame, ctx)
+    distinct: dict[str, pl.Series] = {}
+    staged = stage_table(table, frame, ctx, distinct)
     parsed = ParsedFile(path=path, raw_lines=raw_lines)
     if raw_lines is None:
         plain = frame.drop("_line", "_reason", "_field")
         parsed.raw_lookup = lambda rows: _row_text(plain, rows)
-    parsed.add(table, staged)
+    parsed.add(table, staged, distinct)
     return parsed
 
 
-def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
-    """Typed staged rows of one canonical table, with a reason for every bad field."""
+def stage_table(
+    table: str, frame: pl.DataFrame, ctx: IngestContext, found: dict[str, pl.Series] | None = None
+) -> pl.DataFrame:
+    """Typed staged rows of one canonical table, with a reason for every bad field.
+    ``found``: given a dict, the distinct values of the text columns taken as they are
+    (``unit_id``, ``metric`` as the catalog names it) are put in it."""
     reasons: list[pl.Expr] = [pl.col("_reason")]
     fields: list[pl.Expr] = [pl.col("_field")]
     exprs: dict[str, pl.Expr] = {}
@@ -176,6 +181,10 @@ def stage_table(table: str, frame: pl.DataFrame, ctx: IngestContext) -> pl.DataF
         mapping = {n: ctx.catalog.resolve(n) or n for n in names}
         if any(alias != name for alias, name in mapping.items()):
             staged = staged.with_columns(pl.col("metric").replace_strict(mapping, default=None, return_dtype=pl.String))
+            if "metric" in clean:
+                clean["metric"] = pl.Series("metric", sorted(set(mapping.values())), dtype=pl.String)
+    if found is not None:
+        found.update({name: clean[name] for name in ("unit_id", "metric") if name in clean})
     return staged
 
 
