@@ -239,8 +239,7 @@ def test_one_sort_split_gives_the_partitions_of_partition_by_and_a_sort_each():
     for table, frame, shards in cases:
         expected = _split_by_partition_by(frame, table, shards)
         for in_frame_order in (True, False):
-            unique = frame.select(_sort_order(table)).is_unique().all()
-            got = _split_sorted(frame, table, shards, in_frame_order=in_frame_order, unique_keys=unique)
+            got = _split_sorted(frame, table, shards, in_frame_order=in_frame_order)
             assert got is not None
             if not in_frame_order:
                 expected_here = sorted(expected, key=lambda piece: (piece[0], piece[1]))
