@@ -395,11 +395,15 @@ def _rank_parts(
     return parts
 
 
-def _gathered(column: pl.Series, permutation: np.ndarray) -> pl.Series:
-    """``column`` in the order of ``permutation``: a numpy take for numbers without nulls,
-    Polars' gather otherwise."""
-    if column.dtype.is_numeric() and not column.null_count():
+def gathered(column: pl.Series, permutation: np.ndarray) -> pl.Series:
+    """``column`` in the order of ``permutation`` (row numbers): a numpy take for numbers
+    and times without nulls (several times cheaper), Polars' gather otherwise."""
+    if column.null_count():
+        return column.gather(pl.Series(permutation))
+    if column.dtype.is_numeric():
         return pl.Series(column.name, column.to_numpy()[permutation], dtype=column.dtype)
+    if column.dtype.is_temporal():
+        return pl.Series(column.name, column.to_physical().to_numpy()[permutation]).cast(column.dtype)
     return column.gather(pl.Series(permutation))
 
 
@@ -539,7 +543,7 @@ def _split_sorted(
         key = keyed.get_column("_key").to_numpy()
         permutation = np.argsort(key, kind="stable")
         key = key[permutation]
-        columns = {name: _gathered(frame.get_column(name), permutation) for name in others}
+        columns = {name: gathered(frame.get_column(name), permutation) for name in others}
         columns["unit_id"] = by_shard.get_column("unit_id").gather(pl.Series(_ranks(key, low_bits, unit_bits)))
         shift = low_bits
         for (name, info), (_, bits) in zip(decoders, rest):

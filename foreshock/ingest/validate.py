@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import polars as pl
 
 from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import distinct_values, lake_shards, scan_table, shard_of
+from foreshock.lake import distinct_values, gathered, lake_shards, scan_table, shard_of
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
@@ -393,11 +394,8 @@ def _series_number(units: pl.Series, metrics: list[str]) -> tuple[pl.Expr, pl.Ex
 
 def _sort_by_series_time(parts: list[pl.DataFrame], series_count: int) -> pl.DataFrame:
     """The rows of ``parts`` (same columns), in that order, stably sorted by ``_sid`` then
-    ``ts``: one packed 64-bit key when the ranges fit.
-
-    Each part is sorted by the key on its own (not at all when it is in order already, as
-    a batch's readings of one unit after another often are) and the parts are merged with
-    an earlier part's rows first among equal keys: the order of one stable sort of all."""
+    ``ts``: one packed 64-bit key when the ranges fit, sorted by numpy's stable argsort
+    (which finds the runs a batch's readings come in), not at all when in order already."""
     readings = pl.concat(parts, how="vertical_relaxed")
     if readings.height < 2:
         return readings
@@ -406,19 +404,13 @@ def _sort_by_series_time(parts: list[pl.DataFrame], series_count: int) -> pl.Dat
     time_bits = int(span).bit_length()
     if max(series_count - 1, 0).bit_length() + time_bits > 63 or readings.get_column("_sid").null_count():
         return readings.sort("_sid", "ts", maintain_order=True)
-    offset = (pl.col("ts").dt.epoch("us") - low).cast(pl.UInt64)
-    key = (pl.col("_sid") * pl.lit(1 << time_bits, dtype=pl.UInt64) + offset).alias("_key")
-    merged = None
-    start = 0
-    for part in parts:
-        if part.height == 0:
-            continue
-        keyed = readings.slice(start, part.height).with_columns(key)
-        start += part.height
-        if not keyed.get_column("_key").is_sorted():
-            keyed = keyed.sort("_key", maintain_order=True)
-        merged = keyed if merged is None else merged.merge_sorted(keyed, key="_key", maintain_order=True)
-    return merged.drop("_key")
+    key = (readings.get_column("_sid").to_numpy().astype(np.uint64) << np.uint64(time_bits)) + (
+        micros.to_numpy() - low
+    ).astype(np.uint64)
+    if bool((key[1:] >= key[:-1]).all()):
+        return readings
+    permutation = np.argsort(key, kind="stable")
+    return pl.DataFrame([gathered(column, permutation) for column in readings.get_columns()])
 
 
 def _lookup(column: pl.Expr, mapping: dict[str, float]) -> pl.Expr:
