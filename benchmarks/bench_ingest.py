@@ -13,6 +13,11 @@ RSS against the targets (Parquet >= 5M rows/s, CSV >= 1M rows/s).  ``--metrics``
 how many metric columns each line has (default 2: GPU temperature and the corrected-ECC
 counter); samples scale with it (one sample per metric per line).
 
+For Parquet it also runs the floor of any ingest in the same way (each day file read, one
+sort into lake order, each partition written as the lake writes it; no check, duplicate
+search, lock, fsync or bookkeeping) and prints the ingest's time as a multiple of it: the
+part of the cost that is ours, whatever the machine.
+
 ``--before REV`` runs the same ingests with the ``foreshock`` package of git revision
 ``REV`` (extracted with ``git archive``) in the same run and prints the after/before
 ratios.  A lake-merge micro-benchmark (one partition, then an hour of newer rows appended,
@@ -173,6 +178,74 @@ def ingest_child(raw: Path, data: Path, workers: int | None) -> None:
     )
 
 
+def floor_child(raw: Path, data: Path) -> None:
+    """The floor of canonical-Parquet ingest: each day file read, its rows put in lake order
+    by one sort of a packed integer key (day, shard, unit, time, metric), and each (day,
+    shard) partition written as the lake writes it (zstd, statistics) -- no check, no
+    duplicate search, no lock, fsync, manifest or change log.  What any ingest must do."""
+    import zlib
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    rows = 0
+    for path in sorted(raw.glob("samples-*.parquet")):
+        frame = pl.read_parquet(path)
+        rows += frame.height
+        units = frame.get_column("unit_id").unique()
+        by_shard = pl.DataFrame(
+            {"unit_id": units, "shard": [zlib.crc32(u.encode()) % 8 for u in units.to_list()]}
+        ).sort("shard", "unit_id")
+        metrics = frame.get_column("metric").unique().sort()
+        micros = pl.col("ts").dt.epoch("us")
+        low = frame.get_column("ts").dt.epoch("us").min()
+        assert max(len(units) - 1, 1).bit_length() <= 24  # the unit's bits above bit 40
+        metric_bits = max(len(metrics) - 1, 1).bit_length()
+        shift = lambda bits: pl.lit(1 << bits, dtype=pl.UInt64)  # noqa: E731 - Polars has no << on expressions
+        unit_rank = pl.col("unit_id").cast(pl.Enum(by_shard.get_column("unit_id"))).to_physical().cast(pl.UInt64)
+        metric_rank = pl.col("metric").cast(pl.Enum(metrics)).to_physical().cast(pl.UInt64)
+        key = frame.select(
+            (unit_rank * shift(40) + (micros - low).cast(pl.UInt64) * shift(metric_bits) + metric_rank).alias("key")
+        ).to_series()
+        order = np.argsort(key.to_numpy(), kind="stable")
+        sorted_key = key.to_numpy()[order]
+        unit_of_row = pl.Series((sorted_key >> np.uint64(40)).view(np.int64))
+        ordered = pl.DataFrame(
+            {
+                "unit_id": by_shard.get_column("unit_id").gather(unit_of_row),
+                "ts": pl.Series(frame.get_column("ts").to_physical().to_numpy()[order]).cast(frame.schema["ts"]),
+                "metric": metrics.gather(pl.Series((sorted_key & np.uint64((1 << metric_bits) - 1)).view(np.int64))),
+                "value": frame.get_column("value").to_numpy()[order],
+            }
+        )
+        # units are ranked by shard first: each shard's rows are one slice of the sorted rows
+        shard_of_rank = by_shard.get_column("shard").to_numpy()
+        bounds = np.searchsorted(unit_of_row.to_numpy(), np.searchsorted(shard_of_rank, np.arange(9)))
+        for shard in range(8):
+            part = ordered.slice(int(bounds[shard]), int(bounds[shard + 1] - bounds[shard]))
+            if part.height:
+                target = data / path.stem / f"shard={shard}.parquet"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                part.write_parquet(target, compression="zstd", statistics=True)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    written = sum(pl.scan_parquet(p).select(pl.len()).collect().item() for p in data.rglob("*.parquet"))
+    assert written == rows, f"the floor wrote {written:,} of {rows:,} rows"
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "peak_mb": peak, "rows": rows}))
+
+
+def run_floor(raw: Path, data: Path) -> dict:
+    shutil.rmtree(data, ignore_errors=True)
+    child = subprocess.run(
+        [sys.executable, __file__, "--floor-child", "--raw", str(raw), "--data", str(data)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if child.returncode != 0:
+        sys.exit(f"floor failed:\n{child.stderr[-3000:]}")
+    shutil.rmtree(data, ignore_errors=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = None) -> dict:
     """Ingest ``raw`` into a fresh lake in a child process (``code``: an older package tree)."""
     shutil.rmtree(data, ignore_errors=True)
@@ -272,11 +345,15 @@ def main() -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--raw", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         ingest_child(args.raw, args.data, args.workers[0] if args.workers else None)
+        return
+    if args.floor_child:
+        floor_child(args.raw, args.data)
         return
     shutil.rmtree(args.work, ignore_errors=True)
     merge_bench(min(args.gpus, 512), args.every)
@@ -298,6 +375,14 @@ def main() -> None:
             )
             after = run_ingest(raw, args.work / "data", None)
             report_ingest("this tree", after, TARGETS[fmt])
+            if fmt == "parquet":
+                floor = run_floor(raw, args.work / "floor")
+                print(
+                    f"    floor (read, one sort, partition writes; no checks): wall {floor['seconds']:.1f}s = "
+                    f"{floor['rows'] / floor['seconds']:,.0f} rows/s, cpu {floor['cpu']:.1f}s, peak RSS "
+                    f"{floor['peak_mb']:,.0f} MB | ingest = {after['seconds'] / floor['seconds']:.2f}x the floor (wall), "
+                    f"{after['cpu'] / floor['cpu']:.2f}x (CPU)"
+                )
             for workers in args.workers or []:
                 report_ingest(
                     f"this tree, {workers} worker(s)", run_ingest(raw, args.work / "data", None, workers), TARGETS[fmt]
