@@ -138,3 +138,23 @@ def test_an_error_parsing_ahead_is_raised_by_the_batch_that_takes_it(tmp_path, m
 def _fresh_lake(root: Path, data_dir: Path) -> Path:
     ingest_path(root, _config(data_dir))
     return data_dir / "lake"
+
+
+def test_the_flow_parses_ahead_on_the_local_runner(tmp_path, prefect_server, parses, capsys):
+    from foreshock.pipelines.cli import main
+
+    landing = _landing(tmp_path / "raw")
+    toml = tmp_path / "foreshock.toml"
+    toml.write_text('[ingest]\ntimezone = "UTC"\n[lake]\nshards = 4\n[runner]\nlocal_workers = 2\n')
+    assert (
+        main(["--config", str(toml), "--data-dir", str(tmp_path / "flow"), "ingest", "--path", str(landing.root)]) == 0
+    )
+    assert "DOES NOT ADD UP" not in capsys.readouterr().out
+    on_threads = [path for path, thread in parses if thread.startswith("ingest-prefetch")]
+    assert len(on_threads) == 2 and all("nvidia-smi" in path for path in on_threads)
+    assert run._prefetched == {}
+
+    in_turn = _each_in_turn(landing.root, tmp_path / "in_turn")
+    assert _lake_files(tmp_path / "flow" / "lake") == _lake_files(tmp_path / "in_turn" / "lake")
+    assert _quarantine(tmp_path / "flow").equals(_quarantine(tmp_path / "in_turn"))
+    assert in_turn.totals["rows_quarantined"] >= 4
