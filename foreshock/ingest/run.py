@@ -355,12 +355,14 @@ def ingest_batch(
     reported as rejected and the others go on.  ``tasks``: check and merge the shard
     groups as those tasks (see :func:`_check_and_merge_as_tasks`) instead of on threads.
     ``next_files``: the run's next batch, parsed on a thread of this process while this
-    one is checked and merged (:func:`_prefetch`; not on Dask, nor after inventory).
+    one is checked and merged (:func:`_prefetch`; not on Dask, nor after inventory, nor
+    with ``[ingest] parse_ahead = false``).
     """
     parsed_batch = _take_prefetched(run_id, batch_number, files)
     if parsed_batch is None:
         parsed_batch = _parse_stage(files, config, catalog_path, timezone_name, scrape_time)
-    if next_files and tasks is None and _may_parse_ahead(files, next_files):
+    ahead = next_files and tasks is None and config.section("ingest")["parse_ahead"]
+    if ahead and _may_parse_ahead(files, next_files):
         _prefetch(run_id, batch_number + 1, next_files, config, catalog_path, timezone_name, scrape_time)
     ctx, reports, parsed, shared = parsed_batch.ctx, parsed_batch.reports, parsed_batch.parsed, parsed_batch.shared
 

@@ -100,6 +100,10 @@ def test_parsing_ahead_stores_exactly_what_parsing_in_turn_does(tmp_path, parses
     parses.clear()
     in_turn = _each_in_turn(landing.root, tmp_path / "in_turn")
     assert not [p for p in parses if p[1].startswith("ingest-prefetch")]
+    # [ingest] parse_ahead = false: each batch parsed in its turn
+    off = _config(tmp_path / "off").with_overrides({"ingest": {"parse_ahead": False}})
+    assert ingest_path(landing.root, off).adds_up
+    assert not [p for p in parses if p[1].startswith("ingest-prefetch")]
 
     assert ahead.adds_up and _counts(ahead) == _counts(in_turn)
     assert ahead.totals["rows_quarantined"] >= 4  # the input is messy
