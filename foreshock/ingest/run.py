@@ -501,8 +501,8 @@ def _prefetch(
     Only for batches of ``PARSE_AHEAD_FORMATS`` after the inventory batch
     (:func:`_may_parse_ahead`): their parsers read only the inventory, which no later batch
     changes; the checks that read stored telemetry (counter steps) run in the batch's own
-    turn.  An error (``OSError``) is raised by
-    the call that takes the batch, as if it had parsed it itself.
+    turn.  An error (``OSError``) is raised by the call that takes the batch, as if it had
+    parsed it itself.  The memory of one more parsed batch is the price.
     """
     future: Future = Future()
     with _prefetch_lock:
