@@ -232,28 +232,15 @@ def floor_child(raw: Path, data: Path) -> None:
     print(json.dumps({"seconds": seconds, "cpu": cpu, "peak_mb": peak, "rows": rows}))
 
 
-def run_floor(raw: Path, data: Path) -> dict:
-    shutil.rmtree(data, ignore_errors=True)
-    child = subprocess.run(
-        [sys.executable, __file__, "--floor-child", "--raw", str(raw), "--data", str(data)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if child.returncode != 0:
-        sys.exit(f"floor failed:\n{child.stderr[-3000:]}")
-    shutil.rmtree(data, ignore_errors=True)
-    return json.loads(child.stdout.strip().splitlines()[-1])
-
-
-def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = None) -> dict:
-    """Ingest ``raw`` into a fresh lake in a child process (``code``: an older package tree)."""
+def run_child(mode: str, raw: Path, data: Path, code: Path | None = None, workers: int | None = None) -> dict:
+    """Run ``--child`` (ingest ``raw`` into a fresh lake; ``code``: an older package tree) or
+    ``--floor-child`` in a child process; its JSON line."""
     shutil.rmtree(data, ignore_errors=True)
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
     child = subprocess.run(
-        [sys.executable, __file__, "--child", "--raw", str(raw), "--data", str(data)]
+        [sys.executable, __file__, mode, "--raw", str(raw), "--data", str(data)]
         + (["--workers", str(workers)] if workers else []),
         capture_output=True,
         text=True,
@@ -261,9 +248,14 @@ def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = N
         env=env,
     )
     if child.returncode != 0:
-        sys.exit(f"ingest failed:\n{child.stderr[-3000:]}")
+        sys.exit(f"{mode} failed:\n{child.stderr[-3000:]}")
     shutil.rmtree(data, ignore_errors=True)
     return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = None) -> dict:
+    """Ingest ``raw`` into a fresh lake in a child process (``code``: an older package tree)."""
+    return run_child("--child", raw, data, code, workers)
 
 
 def report_ingest(label: str, result: dict, target: int) -> None:
@@ -376,7 +368,7 @@ def main() -> None:
             after = run_ingest(raw, args.work / "data", None)
             report_ingest("this tree", after, TARGETS[fmt])
             if fmt == "parquet":
-                floor = run_floor(raw, args.work / "floor")
+                floor = run_child("--floor-child", raw, args.work / "floor")
                 print(
                     f"    floor (read, one sort, partition writes; no checks): wall {floor['seconds']:.1f}s = "
                     f"{floor['rows'] / floor['seconds']:,.0f} rows/s, cpu {floor['cpu']:.1f}s, peak RSS "
