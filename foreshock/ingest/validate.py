@@ -34,6 +34,7 @@ from foreshock.lake import distinct_values, gathered, lake_shards, scan_table, s
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
 STEP_COLUMNS = ("_step_rate", "_max_rate", "_previous", "_seconds")
+BOUND_COLUMNS = ("_low", "_high", "_counter")  # each sample's catalog bounds, while it is checked
 ID_RUST_PATTERN = "^(?:" + ID_PATTERN.pattern.removesuffix("\\Z") + ")$"  # Rust regex: $ is the end of text
 ID_RULE = "letters, digits and . _ : - only: no spaces, shell metacharacters or path separators"
 
@@ -111,7 +112,8 @@ def validate(
         checks.append((unknown, pl.format("unknown unit '{}' (not in the inventory)", pl.col("unit_id")), "unit_id"))
     if table == "samples":
         frame = with_counter_steps(frame, ctx)
-        checks += _sample_checks(frame, ctx, _distinct(frame, "metric", distinct))
+        frame, sample_checks = _sample_checks(frame, ctx, _distinct(frame, "metric", distinct))
+        checks += sample_checks
     if table == "events":
         checks += [
             (
@@ -134,6 +136,8 @@ def validate(
         for name in ("node", "rack", "model"):
             checks.append((pl.col(name).is_null(), pl.lit(f"missing {name}"), name))
     good, bad = _apply(frame, checks)
+    if table == "samples":
+        good, bad = good.drop(BOUND_COLUMNS), bad.drop(BOUND_COLUMNS)
     if table == "inventory" and "uuid" in good.columns:
         good, shared = _shared_uuids(good, ctx)
         bad = pl.concat([bad, shared], how="diagonal_relaxed")
@@ -216,17 +220,31 @@ def _distinct(frame: pl.DataFrame, column: str, known: dict[str, pl.Series]) -> 
     return (distinct_values(frame.get_column(column)) if values is None else values).drop_nulls().to_list()
 
 
-def _sample_checks(frame: pl.DataFrame, ctx: IngestContext, present: list[str]) -> list[tuple[pl.Expr, pl.Expr, str]]:
-    """The checks of samples (``present``: the metric names of ``frame``, or more)."""
+def _sample_checks(
+    frame: pl.DataFrame, ctx: IngestContext, present: list[str]
+) -> tuple[pl.DataFrame, list[tuple[pl.Expr, pl.Expr, str]]]:
+    """``frame`` with each row's catalog bounds and counter flag (``BOUND_COLUMNS``: the
+    caller drops them), and the checks of samples.  ``present``: the metric names of
+    ``frame`` (or more).  The bounds are looked up by the metric's position among
+    ``present`` (one enum cast), not by comparing every row's name with each metric."""
     catalog = ctx.catalog
     metric = pl.col("metric")
     value = pl.col("value")
     unknown = [m for m in present if m not in catalog]
-    counters = [m for m in present if m in catalog and catalog[m].is_counter]
-    counter = metric.is_in(pl.Series(counters, dtype=pl.String).implode()) if counters else pl.lit(False)
+    specs = [catalog[m] if m in catalog else None for m in present]
+    # a row without a metric fails the check above these: any position will do for it
+    position = frame.get_column("metric").cast(pl.Enum(present)).to_physical().fill_null(0).to_numpy()
+    lows = np.array([-np.inf if s is None or s.min is None else s.min for s in specs] or [-np.inf])
+    highs = np.array([np.inf if s is None or s.max is None else s.max for s in specs] or [np.inf])
+    counters = np.array([s is not None and s.is_counter for s in specs] or [False])
+    frame = frame.with_columns(
+        pl.Series("_low", lows[position]),
+        pl.Series("_high", highs[position]),
+        pl.Series("_counter", counters[position]),
+    )
     low = _lookup(metric, {m.name: m.min for m in catalog if m.min is not None})
     high = _lookup(metric, {m.name: m.max for m in catalog if m.max is not None})
-    return [
+    return frame, [
         (metric.is_null(), pl.lit("missing metric"), "metric"),
         (
             metric.is_in(pl.Series(unknown, dtype=pl.String).implode()) if unknown else pl.lit(False),
@@ -236,9 +254,9 @@ def _sample_checks(frame: pl.DataFrame, ctx: IngestContext, present: list[str]) 
         (value.is_null(), pl.lit("missing value"), "value"),
         (value.is_nan(), pl.lit("value is NaN"), "value"),
         (value.is_infinite(), pl.lit("value is infinite"), "value"),
-        (counter & (value < 0), pl.format("negative counter value {} for {}", value, metric), "value"),
+        (pl.col("_counter") & (value < 0), pl.format("negative counter value {} for {}", value, metric), "value"),
         (
-            _out_of_range(present, catalog),
+            (value < pl.col("_low")) | (value > pl.col("_high")),
             pl.format("absurd value {} for {}: outside the catalog range [{}, {}]", value, metric, low, high),
             "value",
         ),
@@ -263,20 +281,6 @@ def _step_check(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr, str]:
         ),
         "value",
     )
-
-
-def _out_of_range(metrics: list[str], catalog) -> pl.Expr:
-    """A value outside its metric's catalog ``min``/``max`` (one comparison per metric
-    present: cheaper than looking each row's bounds up by name)."""
-    tests = []
-    for name in metrics:
-        spec = catalog[name] if name in catalog else None
-        if spec is None or (spec.min is None and spec.max is None):
-            continue
-        bounds = [pl.col("value") < spec.min] if spec.min is not None else []
-        bounds += [pl.col("value") > spec.max] if spec.max is not None else []
-        tests.append((pl.col("metric") == name) & pl.any_horizontal(bounds))
-    return pl.any_horizontal(tests) if tests else pl.lit(False)
 
 
 def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
