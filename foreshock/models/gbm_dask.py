@@ -85,7 +85,32 @@ def _classifier(client: Client, params: dict, rounds: int):
     from lightgbm.dask import DaskLGBMClassifier
 
     settings = {k: v for k, v in params.items() if k not in _WORKER_SET and k != "seed"}
-    return DaskLGBMClassifier(client=client, n_estimators=rounds, random_state=params["seed"], **settings)
+    ordered = _InWorkerOrder(client)
+    return DaskLGBMClassifier(client=ordered, n_estimators=rounds, random_state=params["seed"], **settings)
+
+
+class _InWorkerOrder:
+    """``client`` as lightgbm.dask sees it, with the data parts listed in worker order.
+
+    lightgbm.dask numbers the workers (LightGBM's machine ranks) in the order
+    ``client.who_has`` lists their data parts, which follows a set of the parts' random
+    keys: any order, from one fit to the next.  The rank decides which worker's rows
+    find the bins of which features, so with the rows of share k on worker k
+    (:func:`train_on_dask`, :meth:`StoreParts.spread`) the same sample gave one of two
+    models by chance.  Listed by the workers' sorted addresses, rank k is worker k and
+    holds share k: the same cluster and sample grow the same trees."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._rank = {worker: k for k, worker in enumerate(_workers(client))}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def who_has(self, futures=None, **kwargs) -> dict:
+        held = self._client.who_has(futures, **kwargs)
+        last = len(self._rank)
+        return dict(sorted(held.items(), key=lambda item: self._rank.get(next(iter(item[1]), None), last)))
 
 
 def _fit(model, *args, **kwargs) -> None:
@@ -102,9 +127,14 @@ def _workers(client: Client) -> list[str]:
 
 
 def _scatter_to(client: Client, worker: str, values: np.ndarray) -> tuple[Any, tuple, np.dtype]:
-    """``values`` sent to ``worker``: ``(future, shape, dtype)``, a block for :func:`_stack`."""
+    """``values`` sent to ``worker``: ``(future, shape, dtype)``, a block for :func:`_stack`.
+
+    Under a key of its own (``hash=False``): scattered under the hash of its content, the
+    same block sent again right after a fit (the same matrix for the next horizon) took the
+    key the last fit's futures were releasing, and the scheduler dropped it under the new
+    fit ("lost dependencies")."""
     block = np.ascontiguousarray(values)
-    return client.scatter(block, workers=[worker], direct=True), block.shape, block.dtype
+    return client.scatter(block, workers=[worker], direct=True, hash=False), block.shape, block.dtype
 
 
 def _stack(blocks: list[tuple[Any, tuple, np.dtype]]):
@@ -277,7 +307,7 @@ class StoreParts:
 
     def __post_init__(self) -> None:
         self.workers = _workers(self.client)
-        self._keys = self.client.scatter(self.keys.select("unit_id", "ts"), broadcast=True)
+        self._keys = self.client.scatter(self.keys.select("unit_id", "ts"), broadcast=True, hash=False)
 
     def read(self, rows: np.ndarray, worker: str) -> tuple[Any, tuple, np.dtype]:
         """A future of the matrix of ``rows`` built on ``worker``, with its shape and dtype."""
