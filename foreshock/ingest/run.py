@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import yaml
 
@@ -69,6 +70,7 @@ from foreshock.lake import (
     lock_held_by_caller,
     lock_held_by_token,
     lock_token,
+    long_runs,
     merge_into_lake,
     merge_split,
     partition_path,
@@ -759,11 +761,16 @@ def _shard_masks(
     # computed once per distinct unit or per run of one unit (shard_numbers).
     # Groups in order of their first rows, as partition_by gives them; a filter each costs
     # less than it.
-    numbers = shard_numbers(staged.get_column("unit_id"), shards) % workers
-    return [
+    # When the units come in long runs (a file lists a unit's readings together), the
+    # groups are found per run and the masks repeated along the runs.
+    units = staged.get_column("unit_id").cast(pl.String)
+    runs = long_runs(units)
+    numbers = shard_numbers(units if runs is None else runs[0], shards) % workers
+    masks = [
         numbers.is_null() if number is None else (numbers == number).fill_null(False)
         for number in numbers.unique(maintain_order=True).to_list()
     ]
+    return masks if runs is None else [pl.Series(np.repeat(mask.to_numpy(), runs[1])) for mask in masks]
 
 
 def _run_parallel(calls: list, config: Config, workers: int) -> list:
