@@ -303,6 +303,22 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
     if not limits or candidates.height == 0:
         return frame
     first, last = candidates.get_column("ts").min(), candidates.get_column("ts").max()
+    steps = _steps_in_runs(candidates, ctx, limits, first, last)
+    if steps is None:
+        steps = _steps_sorted(candidates, ctx, limits, first, last)
+    if steps.height == 0:  # the common case: no column of nulls the length of the batch
+        return frame
+    rows = steps.get_column("_row")
+    return frame.with_columns(
+        pl.Series(name, [], dtype=pl.Float64).extend_constant(None, frame.height).scatter(rows, steps.get_column(name))
+        for name in STEP_COLUMNS
+    )
+
+
+def _steps_sorted(candidates: pl.DataFrame, ctx: IngestContext, limits: dict[str, float], first, last) -> pl.DataFrame:
+    """The steps of :func:`with_counter_steps` faster than their limit (``_row`` and
+    ``STEP_COLUMNS``), from the counter readings ``candidates`` and the stored ones, all
+    sorted by series and time."""
     # Number each series (unit, metric) from the unit's and the metric's numbers: the sort
     # and the look-back to the previous reading then run over integers, not strings.  Units
     # are numbered in order of appearance, so a batch listing each unit's readings in time
@@ -334,12 +350,54 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
         .select("_row", *STEP_COLUMNS)
         .filter(pl.col("_step_rate") > pl.col("_max_rate"))  # the only steps the check reads
     )
-    if steps.height == 0:  # the common case: no column of nulls the length of the batch
-        return frame
-    rows = steps.get_column("_row")
-    return frame.with_columns(
-        pl.Series(name, [], dtype=pl.Float64).extend_constant(None, frame.height).scatter(rows, steps.get_column(name))
-        for name in STEP_COLUMNS
+    return steps
+
+
+def _steps_in_runs(
+    candidates: pl.DataFrame, ctx: IngestContext, limits: dict[str, float], first, last
+) -> pl.DataFrame | None:
+    """:func:`_steps_sorted` without the sort, when the batch lists each series in one run
+    of strictly increasing times (as files list a unit's readings, metric by metric) and
+    the lake holds none of the series' readings from ``first`` on (an append): then a
+    reading's previous one is the row above it in its run, or for a run's first reading the
+    series' last stored one.  None when the rows are not so (the caller sorts)."""
+    unit, metric = candidates.get_column("unit_id"), candidates.get_column("metric")
+    start = ((unit != unit.shift(1)) | (metric != metric.shift(1))).fill_null(True).to_numpy()
+    starts = np.flatnonzero(start)
+    at_starts = pl.Series(starts)
+    runs = pl.DataFrame({"unit_id": unit.gather(at_starts), "metric": metric.gather(at_starts)})
+    if runs.is_duplicated().any():  # a series in two runs
+        return None
+    micros = candidates.get_column("ts").dt.epoch("us").to_numpy()
+    if (np.diff(micros)[~start[1:]] <= 0).any():  # times that do not increase within a run
+        return None
+    units = runs.get_column("unit_id").unique(maintain_order=True)
+    stored = _stored_counters(ctx, units, sorted(limits), first, last)
+    if stored.filter(pl.col("ts") >= first).height:  # stored readings among the new ones
+        return None
+    # each run's previous reading: the series' last stored one (or none)
+    before = runs.with_row_index("_run").join(stored, on=["unit_id", "metric"], how="left").sort("_run")
+    values = candidates.get_column("value").to_numpy()
+    previous = np.empty(len(values))
+    previous[1:] = values[:-1]
+    previous[starts] = before.get_column("value").fill_null(np.nan).to_numpy()
+    prior = np.empty(len(micros), dtype=np.int64)
+    prior[1:] = micros[:-1]
+    prior[starts] = before.get_column("ts").dt.epoch("us").fill_null(0).to_numpy()
+    grew = np.flatnonzero(values > previous)  # NaN (no previous reading) compares False
+    run_of = np.searchsorted(starts, grew, side="right") - 1
+    max_rate = np.array([limits[m] for m in runs.get_column("metric").to_list()])[run_of]
+    seconds = (micros[grew] - prior[grew]) / 1e6
+    rate = (values[grew] - previous[grew]) / np.maximum(seconds, MIN_RATE_INTERVAL)
+    fast = rate > max_rate
+    return pl.DataFrame(
+        {
+            "_row": candidates.get_column("_row").gather(pl.Series(grew[fast])),
+            "_step_rate": rate[fast],
+            "_max_rate": max_rate[fast],
+            "_previous": previous[grew][fast],
+            "_seconds": seconds[fast],
+        }
     )
 
 

@@ -1,0 +1,97 @@
+"""The counter-step check's path without a sort (each series one run of increasing times in
+the batch, the lake holding none of its readings from the batch's first time on) finds
+exactly the steps of the sorted path, from the row above or from the series' last stored
+reading; batches that are not so take the sorted path."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import polars as pl
+import pytest
+
+import foreshock.ingest.validate as validate
+from foreshock.config import load_config
+from foreshock.ingest.context import IngestContext
+from foreshock.lake import merge_into_lake
+
+START = datetime(2026, 11, 2, tzinfo=UTC)
+UNITS = [f"node{n:02d}-gpu{g}" for n in range(6) for g in range(4)]
+COUNTERS = ["ecc_sbe_volatile_total", "ecc_dbe_volatile_total"]
+
+
+def readings(rng: np.random.Generator, start: datetime, steps: int, jumps: int) -> pl.DataFrame:
+    """Metric after metric (two counters and a gauge), unit after unit, in time order;
+    ``jumps`` counter readings jump far faster than the catalog allows."""
+    frames = []
+    for metric in [*COUNTERS, "gpu_temp_c"]:
+        times = [start + timedelta(minutes=10 * s) for s in range(steps)]
+        grid = pl.DataFrame({"unit_id": UNITS}).join(pl.DataFrame({"ts": times}), how="cross")
+        if metric in COUNTERS:
+            values = np.cumsum(rng.poisson(0.5, grid.height)).astype(float)
+            values[rng.choice(grid.height, jumps, replace=False)] += 1e9
+        else:
+            values = rng.uniform(30, 80, grid.height)
+        frames.append(grid.with_columns(metric=pl.lit(metric), value=pl.Series(values)))
+    return pl.concat(frames).with_columns(ts=pl.col("ts").dt.cast_time_unit("us"))
+
+
+def staged(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(_reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String))
+
+
+@pytest.fixture
+def ctx(tmp_path, seed):
+    config = load_config(data_dir=tmp_path).with_overrides({"lake": {"shards": 4}})
+    stored = readings(np.random.default_rng(seed), START - timedelta(days=1), 144, 0)
+    merge_into_lake(config.lake_dir, "samples", stored, shards=4)
+    return IngestContext.from_config(config)
+
+
+def steps_both_ways(frame: pl.DataFrame, ctx: IngestContext, monkeypatch) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
+    """``(steps of with_counter_steps, steps of the sorted path alone, whether runs were used)``."""
+    used: list[bool] = []
+    real = validate._steps_in_runs
+
+    def recorded(*args):
+        found = real(*args)
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(validate, "_steps_in_runs", recorded)
+    fast = validate.with_counter_steps(frame, ctx)
+    monkeypatch.setattr(validate, "_steps_in_runs", lambda *args: None)
+    slow = validate.with_counter_steps(frame, ctx)
+    monkeypatch.setattr(validate, "_steps_in_runs", real)
+    return fast, slow, used == [True]
+
+
+def test_runs_find_the_steps_of_the_sorted_path(ctx, seed, monkeypatch):
+    frame = staged(readings(np.random.default_rng(seed + 1), START, 36, 12))
+    # the first reading of a run follows the series' last stored one: make one jump from it
+    first = frame.with_row_index().filter((pl.col("metric") == COUNTERS[0]) & (pl.col("ts") == START)).row(0)[0]
+    frame = frame.with_columns(value=pl.when(pl.int_range(pl.len()) == first).then(1e10).otherwise("value"))
+    fast, slow, used = steps_both_ways(frame, ctx, monkeypatch)
+    assert used
+    assert fast.equals(slow)
+    found = fast.filter(pl.col("_step_rate").is_not_null())
+    assert found.height >= 12  # the jumps (a jump's next reading falls back: a reset, no step)
+    assert found.filter(pl.col("ts") == START).height >= 1  # found against the stored reading
+    assert set(found.get_column("metric").unique()) <= set(COUNTERS)
+
+
+@pytest.mark.parametrize("disorder", ["series in two runs", "a time repeated", "a time going back", "stored rows"])
+def test_batches_that_are_not_runs_take_the_sorted_path(ctx, seed, monkeypatch, disorder):
+    frame = readings(np.random.default_rng(seed + 2), START, 36, 6)
+    if disorder == "series in two runs":
+        frame = pl.concat([frame.slice(0, 400), frame.slice(400)]).sort("ts", maintain_order=True)
+    elif disorder == "a time repeated":
+        frame = pl.concat([frame.slice(0, 10), frame.slice(9, 1), frame.slice(10)])
+    elif disorder == "a time going back":
+        frame = pl.concat([frame.slice(0, 8), frame.slice(9, 1), frame.slice(8, 1), frame.slice(10)])
+    else:  # the batch starts before the lake's last readings of the day before
+        frame = readings(np.random.default_rng(seed + 2), START - timedelta(hours=2), 36, 6)
+    fast, slow, used = steps_both_ways(staged(frame), ctx, monkeypatch)
+    assert not used
+    assert fast.equals(slow)
