@@ -353,6 +353,17 @@ def _steps_sorted(candidates: pl.DataFrame, ctx: IngestContext, limits: dict[str
     return steps
 
 
+# A batch is looked at for series in runs when its first rows come in runs of this many
+# readings on average (a file listing a unit's readings together), else sorted at once.
+RUN_PROBE_ROWS = 4096
+MIN_RUN_LENGTH = 16
+
+
+def _run_starts(unit: pl.Series, metric: pl.Series) -> np.ndarray:
+    """Whether each row starts a run of one series (unit and metric)."""
+    return ((unit != unit.shift(1)) | (metric != metric.shift(1))).fill_null(True).to_numpy()
+
+
 def _steps_in_runs(
     candidates: pl.DataFrame, ctx: IngestContext, limits: dict[str, float], first, last
 ) -> pl.DataFrame | None:
@@ -362,8 +373,13 @@ def _steps_in_runs(
     reading's previous one is the row above it in its run, or for a run's first reading the
     series' last stored one.  None when the rows are not so (the caller sorts)."""
     unit, metric = candidates.get_column("unit_id"), candidates.get_column("metric")
-    start = ((unit != unit.shift(1)) | (metric != metric.shift(1))).fill_null(True).to_numpy()
+    head = candidates.head(RUN_PROBE_ROWS)
+    if _run_starts(head.get_column("unit_id"), head.get_column("metric")).sum() * MIN_RUN_LENGTH > head.height:
+        return None  # the first rows already interleave series (readings listed time by time)
+    start = _run_starts(unit, metric)
     starts = np.flatnonzero(start)
+    if len(starts) * MIN_RUN_LENGTH > len(start):
+        return None
     at_starts = pl.Series(starts)
     runs = pl.DataFrame({"unit_id": unit.gather(at_starts), "metric": metric.gather(at_starts)})
     if runs.is_duplicated().any():  # a series in two runs

@@ -81,11 +81,15 @@ def test_runs_find_the_steps_of_the_sorted_path(ctx, seed, monkeypatch):
     assert set(found.get_column("metric").unique()) <= set(COUNTERS)
 
 
-@pytest.mark.parametrize("disorder", ["series in two runs", "a time repeated", "a time going back", "stored rows"])
+@pytest.mark.parametrize(
+    "disorder", ["readings time by time", "series in two runs", "a time repeated", "a time going back", "stored rows"]
+)
 def test_batches_that_are_not_runs_take_the_sorted_path(ctx, seed, monkeypatch, disorder):
     frame = readings(np.random.default_rng(seed + 2), START, 36, 6)
-    if disorder == "series in two runs":
-        frame = pl.concat([frame.slice(0, 400), frame.slice(400)]).sort("ts", maintain_order=True)
+    if disorder == "readings time by time":  # every unit's reading at one time, then the next time
+        frame = frame.sort("ts", maintain_order=True)
+    elif disorder == "series in two runs":  # the first series' later half listed last
+        frame = pl.concat([frame.slice(0, 18), frame.slice(36), frame.slice(18, 18)])
     elif disorder == "a time repeated":
         frame = pl.concat([frame.slice(0, 10), frame.slice(9, 1), frame.slice(10)])
     elif disorder == "a time going back":
