@@ -137,7 +137,7 @@ def validate(
             checks.append((pl.col(name).is_null(), pl.lit(f"missing {name}"), name))
     good, bad = _apply(frame, checks)
     if table == "samples":
-        good, bad = good.drop(BOUND_COLUMNS), bad.drop(BOUND_COLUMNS)
+        good, bad = good.drop(BOUND_COLUMNS, strict=False), bad.drop(BOUND_COLUMNS, strict=False)
     if table == "inventory" and "uuid" in good.columns:
         good, shared = _shared_uuids(good, ctx)
         bad = pl.concat([bad, shared], how="diagonal_relaxed")
@@ -223,10 +223,11 @@ def _distinct(frame: pl.DataFrame, column: str, known: dict[str, pl.Series]) -> 
 def _sample_checks(
     frame: pl.DataFrame, ctx: IngestContext, present: list[str]
 ) -> tuple[pl.DataFrame, list[tuple[pl.Expr, pl.Expr, str]]]:
-    """``frame`` with each row's catalog bounds and counter flag (``BOUND_COLUMNS``: the
-    caller drops them), and the checks of samples.  ``present``: the metric names of
-    ``frame`` (or more).  The bounds are looked up by the metric's position among
-    ``present`` (one enum cast), not by comparing every row's name with each metric."""
+    """``frame``, with each row's catalog bounds and counter flag (``BOUND_COLUMNS``: the
+    caller drops them) when some metric has a value out of them, and the checks of
+    samples.  ``present``: the metric names of ``frame`` (or more).  The bounds are looked
+    up by the metric's position among ``present`` (one enum cast), not by comparing every
+    row's name with each metric."""
     catalog = ctx.catalog
     metric = pl.col("metric")
     value = pl.col("value")
@@ -237,11 +238,25 @@ def _sample_checks(
     lows = np.array([-np.inf if s is None or s.min is None else s.min for s in specs] or [-np.inf])
     highs = np.array([np.inf if s is None or s.max is None else s.max for s in specs] or [np.inf])
     counters = np.array([s is not None and s.is_counter for s in specs] or [False])
-    frame = frame.with_columns(
-        pl.Series("_low", lows[position]),
-        pl.Series("_high", highs[position]),
-        pl.Series("_counter", counters[position]),
+    # Most batches hold no absurd value: each metric's smallest and largest value say so
+    # at once, and then no row needs its bounds.
+    extremes = (
+        pl.DataFrame({"position": position, "value": frame.get_column("value")})
+        .group_by("position")
+        .agg(low=pl.col("value").min(), high=pl.col("value").max())
     )
+    at = extremes.get_column("position").to_numpy()
+    low_seen = extremes.get_column("low").fill_null(np.inf).to_numpy()
+    high_seen = extremes.get_column("high").fill_null(-np.inf).to_numpy()
+    if ((low_seen >= lows[at]) & (high_seen <= highs[at]) & ~(counters[at] & (low_seen < 0))).all():
+        negative, absurd = pl.lit(False), pl.lit(False)
+    else:
+        frame = frame.with_columns(
+            pl.Series("_low", lows[position]),
+            pl.Series("_high", highs[position]),
+            pl.Series("_counter", counters[position]),
+        )
+        negative, absurd = pl.col("_counter") & (value < 0), (value < pl.col("_low")) | (value > pl.col("_high"))
     low = _lookup(metric, {m.name: m.min for m in catalog if m.min is not None})
     high = _lookup(metric, {m.name: m.max for m in catalog if m.max is not None})
     return frame, [
@@ -254,9 +269,9 @@ def _sample_checks(
         (value.is_null(), pl.lit("missing value"), "value"),
         (value.is_nan(), pl.lit("value is NaN"), "value"),
         (value.is_infinite(), pl.lit("value is infinite"), "value"),
-        (pl.col("_counter") & (value < 0), pl.format("negative counter value {} for {}", value, metric), "value"),
+        (negative, pl.format("negative counter value {} for {}", value, metric), "value"),
         (
-            (value < pl.col("_low")) | (value > pl.col("_high")),
+            absurd,
             pl.format("absurd value {} for {}: outside the catalog range [{}, {}]", value, metric, low, high),
             "value",
         ),

@@ -99,3 +99,45 @@ def test_batches_that_are_not_runs_take_the_sorted_path(ctx, seed, monkeypatch, 
     fast, slow, used = steps_both_ways(staged(frame), ctx, monkeypatch)
     assert not used
     assert fast.equals(slow)
+
+
+@pytest.mark.parametrize("bad", [None, "negative counter", "above max", "below min"])
+def test_catalog_bounds_found_per_metric_then_per_row(tmp_path, bad):
+    """Each metric's smallest and largest value decide whether any row needs its bounds;
+    a batch with one bad value quarantines exactly that row, with its reason, also for a
+    counter whose catalog sets no minimum."""
+    from foreshock.catalog import parse_catalog
+
+    catalog = parse_catalog(
+        {
+            "metrics": {
+                "errors_total": {"kind": "counter", "family": "error", "unit": "count"},  # no min, no max
+                "temp_c": {"kind": "gauge", "family": "thermal", "unit": "celsius", "min": -20, "max": 130},
+            }
+        }
+    )
+    config = load_config(data_dir=tmp_path)
+    ctx = IngestContext.from_config(config, catalog=catalog)
+    times = [START + timedelta(minutes=m) for m in range(100)]
+    frame = pl.concat(
+        [
+            pl.DataFrame({"unit_id": "node01-gpu0", "ts": times, "metric": "errors_total", "value": np.arange(100.0)}),
+            pl.DataFrame({"unit_id": "node01-gpu0", "ts": times, "metric": "temp_c", "value": np.full(100, 50.0)}),
+        ]
+    ).with_columns(ts=pl.col("ts").dt.cast_time_unit("us"))
+    row, value, reason = {
+        None: (None, None, None),
+        "negative counter": (10, -1.0, "negative counter value -1.0 for errors_total"),
+        "above max": (150, 131.0, "absurd value 131.0 for temp_c"),
+        "below min": (160, -21.0, "absurd value -21.0 for temp_c"),
+    }[bad]
+    if row is not None:
+        frame = frame.with_columns(value=pl.when(pl.int_range(pl.len()) == row).then(value).otherwise("value"))
+    good, failed = validate.validate("samples", staged(frame), ctx)
+    assert not set(validate.BOUND_COLUMNS) & (set(good.columns) | set(failed.columns))
+    if row is None:
+        assert good.height == 200 and failed.height == 0
+    else:
+        assert good.height == 199 and failed.height == 1
+        assert failed.get_column("_reason").item().startswith(reason)
+        assert failed.get_column("value").item() == value
