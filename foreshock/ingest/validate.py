@@ -29,7 +29,7 @@ import polars as pl
 from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import distinct_values, gathered, lake_shards, scan_table, shard_of
+from foreshock.lake import distinct_values, in_order, lake_shards, scan_table, shard_of, stable_order
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
@@ -318,9 +318,18 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
     if not limits or candidates.height == 0:
         return frame
     first, last = candidates.get_column("ts").min(), candidates.get_column("ts").max()
-    steps = _steps_in_runs(candidates, ctx, limits, first, last)
-    if steps is None:
-        steps = _steps_sorted(candidates, ctx, limits, first, last)
+    runs = _series_runs(candidates)
+    # units in order of their first reading (the sorted path numbers series so)
+    units = (
+        distinct_values(candidates.get_column("unit_id"), maintain_order=True)
+        if runs is None
+        else runs[1].get_column("unit_id").unique(maintain_order=True)
+    )
+    stored = _stored_counters(ctx, units, sorted(limits), first, last)  # read once, for either path
+    if runs is not None and stored.filter(pl.col("ts") >= first).height == 0:
+        steps = _steps_along_runs(candidates, runs, stored, limits)
+    else:  # series interleaved, or stored readings among the new ones: sorted
+        steps = _steps_sorted(candidates, units, stored, limits)
     if steps.height == 0:  # the common case: no column of nulls the length of the batch
         return frame
     rows = steps.get_column("_row")
@@ -330,18 +339,18 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
     )
 
 
-def _steps_sorted(candidates: pl.DataFrame, ctx: IngestContext, limits: dict[str, float], first, last) -> pl.DataFrame:
+def _steps_sorted(
+    candidates: pl.DataFrame, units: pl.Series, stored: pl.DataFrame, limits: dict[str, float]
+) -> pl.DataFrame:
     """The steps of :func:`with_counter_steps` faster than their limit (``_row`` and
-    ``STEP_COLUMNS``), from the counter readings ``candidates`` and the stored ones, all
-    sorted by series and time."""
+    ``STEP_COLUMNS``), from the counter readings ``candidates`` and the ``stored`` ones
+    (:func:`_stored_counters`), all sorted by series and time."""
     # Number each series (unit, metric) from the unit's and the metric's numbers: the sort
     # and the look-back to the previous reading then run over integers, not strings.  Units
     # are numbered in order of appearance, so a batch listing each unit's readings in time
     # order (one metric after another) is in series order already and needs no sort.
-    units = distinct_values(candidates.get_column("unit_id"), maintain_order=True)
     metrics = sorted(limits)
     series, _ = _series_number(units, metrics)
-    stored = _stored_counters(ctx, units, metrics, first, last)
     numbered = [
         part.select(_sid=series, ts=pl.col("ts"), value=pl.col("value"), _row=row)
         for part, row in ((stored, pl.lit(None, dtype=pl.UInt32)), (candidates, pl.col("_row")))
@@ -379,18 +388,16 @@ def _run_starts(unit: pl.Series, metric: pl.Series) -> np.ndarray:
     return ((unit != unit.shift(1)) | (metric != metric.shift(1))).fill_null(True).to_numpy()
 
 
-def _steps_in_runs(
-    candidates: pl.DataFrame, ctx: IngestContext, limits: dict[str, float], first, last
-) -> pl.DataFrame | None:
-    """:func:`_steps_sorted` without the sort, when the batch lists each series in one run
-    of strictly increasing times (as files list a unit's readings, metric by metric) and
-    the lake holds none of the series' readings from ``first`` on (an append): then a
-    reading's previous one is the row above it in its run, or for a run's first reading the
-    series' last stored one.  None when the rows are not so (the caller sorts)."""
-    unit, metric = candidates.get_column("unit_id"), candidates.get_column("metric")
+def _series_runs(candidates: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame, np.ndarray] | None:
+    """``(the runs' first rows, their unit and metric, each row's time in microseconds)``
+    when the batch lists each series (unit, metric) in one
+    run of strictly increasing times (as files list a unit's readings, metric by metric),
+    else None.  The first rows are looked at first: readings listed time by time (a few
+    rows per run) are given up on at once."""
     head = candidates.head(RUN_PROBE_ROWS)
     if _run_starts(head.get_column("unit_id"), head.get_column("metric")).sum() * MIN_RUN_LENGTH > head.height:
-        return None  # the first rows already interleave series (readings listed time by time)
+        return None
+    unit, metric = candidates.get_column("unit_id"), candidates.get_column("metric")
     start = _run_starts(unit, metric)
     starts = np.flatnonzero(start)
     if len(starts) * MIN_RUN_LENGTH > len(start):
@@ -402,10 +409,20 @@ def _steps_in_runs(
     micros = candidates.get_column("ts").dt.epoch("us").to_numpy()
     if (np.diff(micros)[~start[1:]] <= 0).any():  # times that do not increase within a run
         return None
-    units = runs.get_column("unit_id").unique(maintain_order=True)
-    stored = _stored_counters(ctx, units, sorted(limits), first, last)
-    if stored.filter(pl.col("ts") >= first).height:  # stored readings among the new ones
-        return None
+    return starts, runs, micros
+
+
+def _steps_along_runs(
+    candidates: pl.DataFrame,
+    series_runs: tuple[np.ndarray, pl.DataFrame, np.ndarray],
+    stored: pl.DataFrame,
+    limits: dict[str, float],
+) -> pl.DataFrame:
+    """:func:`_steps_sorted` without the sort, for a batch of :func:`_series_runs` over
+    which the lake holds none of the series' readings (``stored`` ends before the batch: an
+    append): a reading's previous one is the row above it in its run, or for a run's first
+    reading the series' last stored one."""
+    starts, runs, micros = series_runs
     # each run's previous reading: the series' last stored one (or none)
     before = runs.with_row_index("_run").join(stored, on=["unit_id", "metric"], how="left").sort("_run")
     values = candidates.get_column("value").to_numpy()
@@ -487,8 +504,8 @@ def _series_number(units: pl.Series, metrics: list[str]) -> tuple[pl.Expr, pl.Ex
 
 def _sort_by_series_time(parts: list[pl.DataFrame], series_count: int) -> pl.DataFrame:
     """The rows of ``parts`` (same columns), in that order, stably sorted by ``_sid`` then
-    ``ts``: one packed 64-bit key when the ranges fit, sorted by numpy's stable argsort
-    (which finds the runs a batch's readings come in), not at all when in order already."""
+    ``ts``: one packed 64-bit key when the ranges fit (:func:`~foreshock.lake.stable_order`:
+    not at all when in order already)."""
     readings = pl.concat(parts, how="vertical_relaxed")
     if readings.height < 2:
         return readings
@@ -500,10 +517,8 @@ def _sort_by_series_time(parts: list[pl.DataFrame], series_count: int) -> pl.Dat
     key = (readings.get_column("_sid").to_numpy().astype(np.uint64) << np.uint64(time_bits)) + (
         micros.to_numpy() - low
     ).astype(np.uint64)
-    if bool((key[1:] >= key[:-1]).all()):
-        return readings
-    permutation = np.argsort(key, kind="stable")
-    return pl.DataFrame([gathered(column, permutation) for column in readings.get_columns()])
+    permutation = stable_order(key)
+    return readings if permutation is None else in_order(readings, permutation)
 
 
 def _lookup(column: pl.Expr, mapping: dict[str, float]) -> pl.Expr:

@@ -52,18 +52,17 @@ def ctx(tmp_path, seed):
 def steps_both_ways(frame: pl.DataFrame, ctx: IngestContext, monkeypatch) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
     """``(steps of with_counter_steps, steps of the sorted path alone, whether runs were used)``."""
     used: list[bool] = []
-    real = validate._steps_in_runs
+    real = validate._steps_along_runs
 
     def recorded(*args):
-        found = real(*args)
-        used.append(found is not None)
-        return found
+        used.append(True)
+        return real(*args)
 
-    monkeypatch.setattr(validate, "_steps_in_runs", recorded)
+    monkeypatch.setattr(validate, "_steps_along_runs", recorded)
     fast = validate.with_counter_steps(frame, ctx)
-    monkeypatch.setattr(validate, "_steps_in_runs", lambda *args: None)
+    monkeypatch.setattr(validate, "_series_runs", lambda candidates: None)
     slow = validate.with_counter_steps(frame, ctx)
-    monkeypatch.setattr(validate, "_steps_in_runs", real)
+    monkeypatch.undo()
     return fast, slow, used == [True]
 
 
