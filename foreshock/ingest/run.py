@@ -129,6 +129,10 @@ class IngestPlan:
     catalog_path: str | None = None
     notes: list[str] = field(default_factory=list)
 
+    def after(self, number: int) -> list[PlannedFile] | None:
+        """The batch after batch ``number`` (what ``ingest_batch`` may parse ahead), or None."""
+        return self.batches[number + 1] if number + 1 < len(self.batches) else None
+
 
 def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{os.getpid()}"
@@ -1201,7 +1205,7 @@ def ingest_path(
                 catalog_path=plan.catalog_path,
                 timezone_name=timezone,
                 scrape_time=scrape_time,
-                next_files=plan.batches[number + 1] if number + 1 < len(plan.batches) else None,
+                next_files=plan.after(number),
             )
             reports += batch_reports
             if quarantine_file:

@@ -115,16 +115,15 @@ def ingest(
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
     on_dask = _on_dask()
-    batches = plan.batches
     try:
-        for number, batch in track(list(enumerate(batches)), "ingest: batches"):
+        for number, batch in track(list(enumerate(plan.batches)), "ingest: batches"):
             # Sequential on purpose: inventory must land before the batches that check units
             # against it, and a day's XID gauge and counter steps read the previous day's
             # stored rows.  Inside a batch, parsing and the shard-by-shard checks and merges
             # run on [runner] local_workers threads (foreshock.ingest.run), or the checks and
             # merges as tasks on the Dask workers.  On the local runner the next batch is
-            # parsed meanwhile (parsers read only the inventory, which is in by then).
-            ahead = batches[number + 1] if number + 1 < len(batches) and not on_dask else None
+            # parsed meanwhile (ingest_batch decides whether it may be).
+            ahead = plan.after(number)
             done = ingest_batch_task(
                 planned_to_dict(batch),
                 settings,
