@@ -21,6 +21,7 @@ raw values are stored and features take increases.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -29,7 +30,7 @@ import polars as pl
 from foreshock.contract import ID_PATTERN, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import distinct_values, in_order, lake_shards, scan_table, shard_of, stable_order
+from foreshock.lake import distinct_values, in_order, lake_shards, long_runs, scan_table, shard_of, stable_order
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
@@ -111,8 +112,9 @@ def validate(
             unknown = pl.when(host_level).then(host_unknown).otherwise(unknown)
         checks.append((unknown, pl.format("unknown unit '{}' (not in the inventory)", pl.col("unit_id")), "unit_id"))
     if table == "samples":
-        frame = with_counter_steps(frame, ctx)
-        frame, sample_checks = _sample_checks(frame, ctx, _distinct(frame, "metric", distinct))
+        metrics = MetricPositions.of(frame, _distinct(frame, "metric", distinct))
+        frame = with_counter_steps(frame, ctx, metrics)
+        frame, sample_checks = _sample_checks(frame, ctx, metrics)
         checks += sample_checks
     if table == "events":
         checks += [
@@ -220,37 +222,83 @@ def _distinct(frame: pl.DataFrame, column: str, known: dict[str, pl.Series]) -> 
     return (distinct_values(frame.get_column(column)) if values is None else values).drop_nulls().to_list()
 
 
+@dataclass
+class MetricPositions:
+    """Each sample's metric as its position among ``present`` (the frame's metric names, or
+    more): ``per_row``; and when the frame lists a metric's readings together (runs of
+    ``lake.RUN_LOOKUP_MIN_LENGTH`` rows on average, as files do) the runs' first rows
+    (``starts``) and positions (``per_run``), so that a check over a metric's values is a
+    pass over runs, not a lookup of each row's name.  A row without a metric has position
+    0 (it fails the missing-metric check before any check that reads its position)."""
+
+    present: list[str]
+    per_row: np.ndarray
+    starts: np.ndarray | None = None
+    per_run: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame, present: list[str]) -> MetricPositions:
+        column = frame.get_column("metric")
+        runs = long_runs(column)
+        if runs is None:
+            return cls(present, _positions(column, present))
+        values, lengths = runs
+        per_run = _positions(values, present)
+        starts = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        return cls(present, np.repeat(per_run, lengths), starts, per_run)
+
+    def extremes(self, values: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+        """Each position's smallest and largest value (nulls and NaN ignored; a position
+        without any value: ``inf`` and ``-inf``)."""
+        low = np.full(max(len(self.present), 1), np.inf)
+        high = np.full(len(low), -np.inf)
+        if self.starts is not None:
+            numbers = values.to_numpy()  # a null is NaN here: ignored by fmin and fmax
+            if len(numbers):
+                np.fmin.at(low, self.per_run, np.fmin.reduceat(numbers, self.starts))
+                np.fmax.at(high, self.per_run, np.fmax.reduceat(numbers, self.starts))
+            return low, high
+        seen = (
+            pl.DataFrame({"position": self.per_row, "value": values})
+            .group_by("position")
+            .agg(low=pl.col("value").min(), high=pl.col("value").max())
+        )
+        at = seen.get_column("position").to_numpy()
+        low[at] = seen.get_column("low").fill_null(np.inf).fill_nan(np.inf).to_numpy()
+        high[at] = seen.get_column("high").fill_null(-np.inf).fill_nan(-np.inf).to_numpy()
+        return low, high
+
+
+def _positions(names: pl.Series, present: list[str]) -> np.ndarray:
+    """Each name's position among ``present`` (a null: 0), by one cast to an enum of them."""
+    return names.cast(pl.Enum(present)).to_physical().fill_null(0).to_numpy()
+
+
 def _sample_checks(
-    frame: pl.DataFrame, ctx: IngestContext, present: list[str]
+    frame: pl.DataFrame, ctx: IngestContext, metrics: MetricPositions
 ) -> tuple[pl.DataFrame, list[tuple[pl.Expr, pl.Expr, str]]]:
     """``frame``, with each row's catalog bounds and counter flag (``BOUND_COLUMNS``: the
     caller drops them) when some metric has a value out of them, and the checks of
-    samples.  ``present``: the metric names of ``frame`` (or more).  The bounds are looked
-    up by the metric's position among ``present`` (one enum cast), not by comparing every
-    row's name with each metric."""
+    samples.  ``metrics``: each row's metric as its position among the frame's metric names
+    (:class:`MetricPositions`): the bounds are looked up by position, not by comparing
+    every row's name with each metric."""
     catalog = ctx.catalog
     metric = pl.col("metric")
     value = pl.col("value")
+    present = metrics.present
     unknown = [m for m in present if m not in catalog]
     specs = [catalog[m] if m in catalog else None for m in present]
-    # a row without a metric fails the check above these: any position will do for it
-    position = frame.get_column("metric").cast(pl.Enum(present)).to_physical().fill_null(0).to_numpy()
     lows = np.array([-np.inf if s is None or s.min is None else s.min for s in specs] or [-np.inf])
     highs = np.array([np.inf if s is None or s.max is None else s.max for s in specs] or [np.inf])
     counters = np.array([s is not None and s.is_counter for s in specs] or [False])
     # Most batches hold no absurd value: each metric's smallest and largest value say so
     # at once, and then no row needs its bounds.
-    extremes = (
-        pl.DataFrame({"position": position, "value": frame.get_column("value")})
-        .group_by("position")
-        .agg(low=pl.col("value").min(), high=pl.col("value").max())
-    )
-    at = extremes.get_column("position").to_numpy()
-    low_seen = extremes.get_column("low").fill_null(np.inf).to_numpy()
-    high_seen = extremes.get_column("high").fill_null(-np.inf).to_numpy()
-    if ((low_seen >= lows[at]) & (high_seen <= highs[at]) & ~(counters[at] & (low_seen < 0))).all():
+    low_seen, high_seen = metrics.extremes(frame.get_column("value"))
+    if ((low_seen >= lows) & (high_seen <= highs) & ~(counters & (low_seen < 0))).all():
         negative, absurd = pl.lit(False), pl.lit(False)
     else:
+        position = metrics.per_row
         frame = frame.with_columns(
             pl.Series("_low", lows[position]),
             pl.Series("_high", highs[position]),
@@ -298,27 +346,37 @@ def _step_check(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr, str]:
     )
 
 
-def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
+def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext, metrics: MetricPositions | None = None) -> pl.DataFrame:
     """``frame`` with, for each counter reading that grew faster than its ``_max_rate`` from
     the unit's previous one, that growth rate (``_step_rate``), the previous value and the
     seconds between them (``STEP_COLUMNS``; null on the other rows); ``frame`` as it is when
-    no reading did (the step check then has nothing to find)."""
+    no reading did (the step check then has nothing to find).  ``metrics``: the rows'
+    metric positions (:class:`MetricPositions`) when the caller has them."""
     limits = {m.name: m.max_rate for m in ctx.catalog if m.is_counter and m.max_rate is not None}
+    if not limits:
+        return frame
+    if metrics is None:
+        metrics = MetricPositions.of(frame, distinct_values(frame.get_column("metric")).drop_nulls().to_list())
+    # a counter's rows by their metric's position (a row without a metric has position 0:
+    # the null check keeps it out)
+    limited = np.array([name in limits for name in metrics.present] or [False])[metrics.per_row]
     candidates = (
         frame.with_row_index("_row")
+        .with_columns(pl.Series("_position", metrics.per_row))
         .filter(
-            pl.col("_reason").is_null()
-            & pl.col("metric").is_in(list(limits))
+            pl.Series(limited)
+            & pl.col("_reason").is_null()
+            & pl.col("metric").is_not_null()
             & pl.col("value").is_finite()
             & pl.col("ts").is_not_null()
             & pl.col("unit_id").is_not_null()
         )
-        .select("_row", "unit_id", "ts", "metric", "value")
+        .select("_row", "unit_id", "ts", "metric", "value", "_position")
     )
-    if not limits or candidates.height == 0:
+    if candidates.height == 0:
         return frame
     first, last = candidates.get_column("ts").min(), candidates.get_column("ts").max()
-    runs = _series_runs(candidates)
+    runs = _series_runs(candidates, candidates.get_column("_position"))
     # units in order of their first reading (the sorted path numbers series so)
     units = (
         distinct_values(candidates.get_column("unit_id"), maintain_order=True)
@@ -384,21 +442,25 @@ MIN_RUN_LENGTH = 16
 
 
 def _run_starts(unit: pl.Series, metric: pl.Series) -> np.ndarray:
-    """Whether each row starts a run of one series (unit and metric)."""
+    """Whether each row starts a run of one series (unit and metric: names, or numbers
+    that are equal exactly when the names are)."""
     return ((unit != unit.shift(1)) | (metric != metric.shift(1))).fill_null(True).to_numpy()
 
 
-def _series_runs(candidates: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame, np.ndarray] | None:
+def _series_runs(
+    candidates: pl.DataFrame, metric_numbers: pl.Series | None = None
+) -> tuple[np.ndarray, pl.DataFrame, np.ndarray] | None:
     """``(the runs' first rows, their unit and metric, each row's time in microseconds)``
     when the batch lists each series (unit, metric) in one
     run of strictly increasing times (as files list a unit's readings, metric by metric),
     else None.  The first rows are looked at first: readings listed time by time (a few
-    rows per run) are given up on at once."""
+    rows per run) are given up on at once.  ``metric_numbers``: each row's metric as a
+    number (its position among the batch's names), compared instead of the names."""
     head = candidates.head(RUN_PROBE_ROWS)
     if _run_starts(head.get_column("unit_id"), head.get_column("metric")).sum() * MIN_RUN_LENGTH > head.height:
         return None
     unit, metric = candidates.get_column("unit_id"), candidates.get_column("metric")
-    start = _run_starts(unit, metric)
+    start = _run_starts(unit, metric if metric_numbers is None else metric_numbers)
     starts = np.flatnonzero(start)
     if len(starts) * MIN_RUN_LENGTH > len(start):
         return None

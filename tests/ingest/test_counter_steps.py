@@ -60,7 +60,7 @@ def steps_both_ways(frame: pl.DataFrame, ctx: IngestContext, monkeypatch) -> tup
 
     monkeypatch.setattr(validate, "_steps_along_runs", recorded)
     fast = validate.with_counter_steps(frame, ctx)
-    monkeypatch.setattr(validate, "_series_runs", lambda candidates: None)
+    monkeypatch.setattr(validate, "_series_runs", lambda candidates, metric_numbers=None: None)
     slow = validate.with_counter_steps(frame, ctx)
     monkeypatch.undo()
     return fast, slow, used == [True]
