@@ -50,7 +50,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from foreshock import lake_latest
 from foreshock.contract import KEYS, SCHEMAS, TIME_COLUMN, conform
+from foreshock.lake_latest import Latest
 
 PART_NAME = "part.parquet"
 CHANGES_NAME = "_changes.jsonl"
@@ -490,6 +492,7 @@ def _split_sorted(
     in_frame_order: bool = True,
     repeats: list[bool] | None = None,
     distinct: dict[str, pl.Series] | None = None,
+    latest: dict[tuple[date, int], Latest] | None = None,
 ) -> list[tuple[date, int, pl.DataFrame]] | None:
     """A telemetry frame split into its partitions, each in partition order: ``(day, shard,
     rows)``, in the order of the partitions' first rows in ``frame`` (``in_frame_order``)
@@ -504,7 +507,8 @@ def _split_sorted(
     Rows with the same key keep their order (a stable sort).  ``repeats``: given a
     list, whether two rows share a key is appended (exact: equal packed keys are equal keys,
     next to each other once sorted).  ``distinct``: distinct values of string key columns
-    when known (:func:`_distinct_of`).
+    when known (:func:`_distinct_of`).  ``latest``: given a dict, each samples partition's
+    latest reading of each series (:func:`_series_latest`) is put in it, by (day, shard).
     """
     time_col = TIME_COLUMN[table]
     order = _sort_order(table)
@@ -583,7 +587,27 @@ def _split_sorted(
         if end > offset:
             day_of = date.fromordinal(epoch + first_day + number // shards)
             pieces[number] = (day_of, number % shards, rows.slice(offset, end - offset))
+            if latest is not None and table == "samples" and order[-1] == "metric":
+                part = pieces[number][2]
+                latest[day_of, number % shards] = _series_latest(
+                    key[offset:end], part, low_bits, unit_bits, rest[-1][1]
+                )
     return [pieces[n] for n in first_seen] if first_seen is not None else list(pieces.values())
+
+
+def _series_latest(key: np.ndarray, rows: pl.DataFrame, low_bits: int, unit_bits: int, metric_bits: int) -> Latest:
+    """The latest row of each series (unit, metric) of one samples partition's ``rows``,
+    sorted by their packed ``key`` (:func:`_split_sorted`: the unit's rank above the
+    ``low_bits``, the metric's in the lowest ``metric_bits``, the time between): each
+    series' last row, found by series number (no pass over the names)."""
+    unit = _ranks(key, low_bits, unit_bits)
+    metric = _ranks(key, 0, metric_bits)
+    lowest = int(unit[0])  # the rows are sorted by unit: a partition's units are a range
+    series = ((unit - lowest) << metric_bits) | metric
+    last = np.full((int(unit[-1]) - lowest + 1) << metric_bits, -1, dtype=np.int64)
+    np.maximum.at(last, series, np.arange(len(key), dtype=np.int64))
+    picked = rows.select("unit_id", "ts", "metric", "value")[last[last >= 0]]
+    return Latest(picked, picked.get_column("ts").max())
 
 
 def split_by_partition(frame: pl.DataFrame, table: str, shards: int) -> list[tuple[date, int, pl.DataFrame]]:
@@ -613,6 +637,7 @@ def _merge_one(
     fast: bool = True,
     deduplicated: bool = False,
     presorted: bool = False,
+    latest: Latest | None = None,
 ) -> pl.DataFrame:
     """Merge ``new`` into the file at ``path``; returns the rows newly stored.
 
@@ -625,15 +650,21 @@ def _merge_one(
     exact path: deduplicate, anti-join with the stored keys, sort everything.
     ``deduplicated``: the caller has already dropped repeated and stored keys under the
     same hold of the lake lock, so neither check is repeated here.  ``presorted``: ``new``
-    is in partition order already (:func:`_split_sorted`).
+    is in partition order already (:func:`_split_sorted`).  ``latest``: the latest reading
+    of each series of ``new`` (samples): with it, the file's latest rows are remembered
+    when they follow from it (:mod:`foreshock.lake_latest`), and forgotten otherwise.
     """
     key = list(KEYS[table])
     time_col = TIME_COLUMN[table]
+    before = lake_latest.known(path)  # read before the file is, under the lake lock
+    lake_latest.forget(path)
     existing = pl.read_parquet(path) if path.exists() else None
     if fast and time_col is not None and (deduplicated or _keys_unique(new, key)):
         new = new if presorted else sort_rows(new, table)
         if existing is None:
             atomic_write_parquet(new, path)
+            if latest is not None:
+                lake_latest.remember(path, latest)
             return new
         newest = existing.get_column(time_col).max()
         oldest_new = new.get_column(time_col).min()
@@ -646,6 +677,8 @@ def _merge_one(
         ):
             merged = existing.merge_sorted(new, key="unit_id", maintain_order=True)
             atomic_write_parquet(merged, path)
+            if latest is not None and before is not None:
+                lake_latest.remember(path, lake_latest.appended(before, latest))
             return new
     fresh = new if deduplicated else new.unique(subset=key, keep="first", maintain_order=True)
     if existing is not None:
@@ -765,6 +798,8 @@ class SplitRows:
     rows_in: int
     # Whether two rows share a key (None: not known, the key did not pack).
     repeated: bool | None = None
+    # Samples: each partition's latest reading of each series, by (day, shard), when known.
+    latest: dict[tuple[date, int], Latest] | None = None
 
 
 def _split_conformed(
@@ -776,11 +811,14 @@ def _split_conformed(
     distinct: dict[str, pl.Series] | None = None,
 ) -> SplitRows:
     repeats: list[bool] = []
-    split = _split_sorted(df, table, shards, in_frame_order=in_frame_order, repeats=repeats, distinct=distinct)
+    latest: dict[tuple[date, int], Latest] = {}
+    split = _split_sorted(
+        df, table, shards, in_frame_order=in_frame_order, repeats=repeats, distinct=distinct, latest=latest
+    )
     presorted = split is not None
     if split is None:
         split = split_by_partition(df, table, shards)
-    return SplitRows(table, shards, split, presorted, df.height, repeats[0] if repeats else None)
+    return SplitRows(table, shards, split, presorted, df.height, repeats[0] if repeats else None, latest or None)
 
 
 def split_for_merge(
@@ -828,6 +866,7 @@ def _merge_split(
             fast_path,
             deduplicated,
             split.presorted,
+            (split.latest or {}).get((day, shard)),
         )
         result.rows_stored += fresh.height
         result.partitions_written += int(fresh.height > 0)

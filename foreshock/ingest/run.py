@@ -41,6 +41,7 @@ import numpy as np
 import polars as pl
 import yaml
 
+from foreshock import lake_latest
 from foreshock.catalog import (
     Catalog,
     catalog_to_dict,
@@ -1112,7 +1113,10 @@ def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataF
         parts = with_shard(rows.select("unit_id", pl.col(time_col).dt.date().alias("_date")).unique(), shards)
         parts = parts.select("_date", "shard").unique()
         paths = [partition_path(ctx.lake_dir, table, d, s) for d, s in parts.iter_rows()]
-    paths = [p for p in paths if p.exists()]
+    # A partition whose rows are all older than the batch's (known when this process wrote
+    # it: foreshock.lake_latest) holds none of its keys: not read.
+    oldest = rows.get_column(time_col).min() if time_col is not None else None
+    paths = [p for p in paths if p.exists() and not (oldest is not None and lake_latest.older_than(p, oldest))]
     if not paths:
         return None
     stored = (

@@ -27,10 +27,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import polars as pl
 
-from foreshock.contract import ID_PATTERN, TIME_COLUMN
+from foreshock import lake_latest
+from foreshock.contract import ID_PATTERN, SCHEMAS, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import distinct_values, in_order, lake_shards, long_runs, scan_table, shard_of, stable_order
+from foreshock.lake import distinct_values, in_order, lake_shards, long_runs, partition_files, shard_of, stable_order
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
@@ -515,20 +516,28 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     """The stored readings a new reading from ``first`` to ``last`` can follow: per series,
     the last one before ``first`` (back to the day before), and those from ``first`` to
     ``last``.  Earlier ones are never a new reading's previous one, so they are not kept
-    (an append batch sorts its own readings plus one per series, not the stored days)."""
+    (an append batch sorts its own readings plus one per series, not the stored days).
+
+    A file this process wrote and whose rows all precede ``first`` is not read: the latest
+    row of each of its series, kept when it was written (:mod:`foreshock.lake_latest`),
+    is all it can give."""
     shards = lake_shards(ctx.lake_dir, ctx.shards)
-    scan = (
-        scan_table(
-            ctx.lake_dir,
-            "samples",
-            start=first.date() - timedelta(days=1),
-            end=last,
-            shards={shard_of(u, shards) for u in units.drop_nulls().to_list()},  # only these units' files
-        )
-        .filter(pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()) & (pl.col("ts") <= last))
-        .select("unit_id", "ts", "metric", "value")
-        .collect()
+    files = partition_files(
+        ctx.lake_dir,
+        "samples",
+        start=first.date() - timedelta(days=1),
+        end=last,
+        shards={shard_of(u, shards) for u in units.drop_nulls().to_list()},  # only these units' files
     )
+    kept = {path: lake_latest.known(path) for path in files}
+    kept = {path: latest for path, latest in kept.items() if latest is not None and latest.newest < first}
+    wanted = pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()) & (pl.col("ts") <= last)
+    read = [path for path in files if path not in kept]
+    parts = [latest.rows.lazy() for latest in kept.values()]
+    parts += [pl.scan_parquet(read, hive_partitioning=False)] if read else []
+    if not parts:
+        return pl.DataFrame(schema=SCHEMAS["samples"])
+    scan = pl.concat(parts, how="vertical_relaxed").filter(wanted).select("unit_id", "ts", "metric", "value").collect()
     if scan.height == 0:
         return scan
     before = scan.filter(pl.col("ts") < first)

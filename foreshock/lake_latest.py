@@ -1,0 +1,97 @@
+"""The latest stored reading of each series (unit, metric) of a samples partition file,
+remembered by the process that wrote the file.
+
+Ingest's counter-step check compares a batch's first reading of each counter with the
+series' last stored one: without this, every batch reads the partitions of its days and
+the day before in full, to keep one row per series.  Continuous ingest (a scrape every few
+minutes) would then read the whole of today's partition again at every scrape, more as the
+day goes on.  When this process wrote a partition file, it knows each series' latest row
+from the sorted rows it wrote (``lake._split_sorted`` finds them from its packed keys at a
+few nanoseconds a row) and keeps them here, keyed by the file's identity: device, inode,
+size and modification time.  Any other write of the file (another process, a rewrite, a
+restore) gives it a new identity (files are replaced by rename, so a new inode), and the
+reader then reads the file as before: a stale entry is never used, only ignored.
+
+Kept for the most recently written ``MAX_FILES`` files (a day of partitions and the day
+before, for the lake's shard counts); a few thousand rows each at most.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+
+MAX_FILES = 256
+
+
+@dataclass(frozen=True)
+class Latest:
+    """A partition file's latest reading of each of its series (``rows``: ``unit_id``,
+    ``ts``, ``metric``, ``value``, one row per series) and its newest time (``newest``)."""
+
+    rows: pl.DataFrame
+    newest: datetime
+
+
+_files: OrderedDict[Path, tuple[tuple[int, int, int, int], Latest]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def remember(path: Path, latest: Latest) -> None:
+    """Keep ``latest`` for the file just written at ``path`` (as it is now)."""
+    identity = _identity(path)
+    with _lock:
+        _files.pop(Path(path), None)
+        if identity is not None:
+            _files[Path(path)] = (identity, latest)
+            while len(_files) > MAX_FILES:
+                _files.popitem(last=False)
+
+
+def forget(path: Path) -> None:
+    """Drop what is kept for ``path`` (its writer does not know its latest rows)."""
+    with _lock:
+        _files.pop(Path(path), None)
+
+
+def forget_all() -> None:
+    """Drop everything kept."""
+    with _lock:
+        _files.clear()
+
+
+def older_than(path: Path, time: datetime) -> bool:
+    """Whether every row of the file at ``path`` is known to be older than ``time``."""
+    latest = known(path)
+    return latest is not None and latest.newest < time
+
+
+def known(path: Path) -> Latest | None:
+    """What is kept for the file at ``path``, if it is still the file that was written."""
+    with _lock:
+        entry = _files.get(Path(path))
+    if entry is None:
+        return None
+    identity, latest = entry
+    return latest if _identity(path) == identity else None
+
+
+def appended(before: Latest, new: Latest) -> Latest:
+    """The latest rows of a file after ``new``'s rows, all later than its own, were
+    appended: each series' row in ``new``, else the one it had."""
+    kept = before.rows.join(new.rows.select("unit_id", "metric"), on=["unit_id", "metric"], how="anti")
+    return Latest(pl.concat([kept, new.rows], how="vertical_relaxed"), max(before.newest, new.newest))
