@@ -3,12 +3,13 @@ remembered by the process that wrote the file.
 
 Ingest's counter-step check compares a batch's first reading of each counter with the
 series' last stored one: without this, every batch reads the partitions of its days and
-the day before in full, to keep one row per series.  Continuous ingest (a scrape every few
-minutes) would then read the whole of today's partition again at every scrape, more as the
-day goes on.  When this process wrote a partition file, it knows each series' latest row
-from the sorted rows it wrote (``lake._split_sorted`` finds them from its packed keys at a
-few nanoseconds a row) and keeps them here, keyed by the file's identity: device, inode,
-size and modification time.  Any other write of the file (another process, a rewrite, a
+the day before in full, to keep one row per series (and the look for stored keys reads
+the partitions of its days).  When this process wrote a partition file, it knows each
+series' latest row from the sorted rows it wrote (``lake._split_sorted`` finds them from
+its packed keys, without a pass over the names) and keeps them here, keyed by the file's
+identity: device, inode, size and modification time.  A batch of a day this process
+ingested before (the next day's, or the next scrape's) then reads none of those files for
+its checks; the merge still reads and rewrites the partitions it appends to.  Any other write of the file (another process, a rewrite, a
 restore) gives it a new identity (files are replaced by rename, so a new inode), and the
 reader then reads the file as before: a stale entry is never used, only ignored.
 
