@@ -18,6 +18,9 @@ sort into lake order, each partition written as the lake writes it; no check, du
 search, lock, fsync or bookkeeping) and prints the ingest's time as a multiple of it: the
 part of the cost that is ours, whatever the machine.
 
+Each ingest (and the floor, and ``--before``) runs ``--repeat`` times (default 3), in
+rounds whose order turns: figures are medians, ratios the medians of each round's ratio.
+
 ``--before REV`` runs the same ingests with the ``foreshock`` package of git revision
 ``REV`` (extracted with ``git archive``) in the same run and prints the after/before
 ratios.  A lake-merge micro-benchmark (one partition, then an hour of newer rows appended,
@@ -31,6 +34,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -258,6 +262,25 @@ def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = N
     return run_child("--child", raw, data, code, workers)
 
 
+def typical(results: list[dict]) -> dict:
+    """One figure for several runs of the same thing: the median wall and CPU seconds (each
+    over the runs), the largest peak RSS, the spread of wall times (``runs``)."""
+    walls = [r["seconds"] for r in results]
+    return {
+        **results[0],
+        "seconds": statistics.median(walls),
+        "cpu": statistics.median(r["cpu"] for r in results),
+        "peak_mb": max(r["peak_mb"] for r in results),
+        "runs": (len(walls), min(walls), max(walls)),
+    }
+
+
+def paired(numerators: list[dict], denominators: list[dict], key: str) -> float:
+    """The median over rounds of ``numerator[key] / denominator[key]`` (runs of one round
+    ran next to each other: the machine's load is shared by both)."""
+    return statistics.median(a[key] / b[key] for a, b in zip(numerators, denominators))
+
+
 def report_ingest(label: str, result: dict, target: int) -> None:
     totals, seconds, cpu = result["totals"], result["seconds"], result["cpu"]
     rows = totals["rows_read"]
@@ -270,6 +293,9 @@ def report_ingest(label: str, result: dict, target: int) -> None:
         f"| peak RSS {result['peak_mb']:,.0f} MB | target {target:,} rows/s: "
         f"{'met' if rows / seconds >= target else 'not met'} (wall), {'met' if rows / cpu >= target else 'not met'} (CPU)"
     )
+    count, fastest, slowest = result.get("runs", (1, seconds, seconds))
+    if count > 1:
+        print(f"    (medians of {count} runs; wall from {fastest:.2f}s to {slowest:.2f}s)")
 
 
 def merge_bench(gpus: int, every_s: int) -> None:
@@ -335,6 +361,13 @@ def main() -> None:
         metavar="N",
         help="also ingest this tree with [runner] local_workers = N (threads per batch), e.g. --workers 1 2",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="N",
+        help="rounds of runs (this tree, the floor, --before; in turn): medians and paired ratios (default 3)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
@@ -365,26 +398,36 @@ def main() -> None:
                 f"{fmt}: {args.gpus:,} GPUs x {args.days} d at {args.every}s: {what}, {size / 1e9:.2f} GB "
                 f"(generated in {time.perf_counter() - started:.0f}s, seed {args.seed})"
             )
-            after = run_ingest(raw, args.work / "data", None)
+            # Rounds of runs next to each other, their order turned each round: the machine is
+            # shared, and a ratio of two runs of one round is steadier than either figure.
+            kinds = ["after"] + (["floor"] if fmt == "parquet" else []) + (["before"] if before_code else [])
+            runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
+            for round_number in range(max(args.repeat, 1)):
+                for kind in kinds[round_number % len(kinds) :] + kinds[: round_number % len(kinds)]:
+                    if kind == "floor":
+                        runs[kind].append(run_child("--floor-child", raw, args.work / "floor"))
+                    else:
+                        code = before_code if kind == "before" else None
+                        runs[kind].append(run_ingest(raw, args.work / "data", code))
+            after = typical(runs["after"])
             report_ingest("this tree", after, TARGETS[fmt])
             if fmt == "parquet":
-                floor = run_child("--floor-child", raw, args.work / "floor")
+                floor = typical(runs["floor"])
                 print(
                     f"    floor (read, one sort, partition writes; no checks): wall {floor['seconds']:.1f}s = "
                     f"{floor['rows'] / floor['seconds']:,.0f} rows/s, cpu {floor['cpu']:.1f}s, peak RSS "
-                    f"{floor['peak_mb']:,.0f} MB | ingest = {after['seconds'] / floor['seconds']:.2f}x the floor (wall), "
-                    f"{after['cpu'] / floor['cpu']:.2f}x (CPU)"
+                    f"{floor['peak_mb']:,.0f} MB | ingest = {paired(runs['after'], runs['floor'], 'seconds'):.2f}x "
+                    f"the floor (wall), {paired(runs['after'], runs['floor'], 'cpu'):.2f}x (CPU)"
                 )
             for workers in args.workers or []:
                 report_ingest(
                     f"this tree, {workers} worker(s)", run_ingest(raw, args.work / "data", None, workers), TARGETS[fmt]
                 )
             if before_code is not None:
-                before = run_ingest(raw, args.work / "data", before_code)
-                report_ingest(f"at {args.before}", before, TARGETS[fmt])
+                report_ingest(f"at {args.before}", typical(runs["before"]), TARGETS[fmt])
                 print(
-                    f"    after/before: {before['seconds'] / after['seconds']:.2f}x faster (wall), "
-                    f"{before['cpu'] / after['cpu']:.2f}x less CPU"
+                    f"    after/before: {paired(runs['before'], runs['after'], 'seconds'):.2f}x faster (wall), "
+                    f"{paired(runs['before'], runs['after'], 'cpu'):.2f}x less CPU (medians of paired runs)"
                 )
             if not args.keep:
                 shutil.rmtree(raw, ignore_errors=True)
