@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -57,7 +57,7 @@ from foreshock.ingest import manifest
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_header
 from foreshock.ingest.detect import detect_format, skip_reason
-from foreshock.ingest.parsers import BATCH_PARSERS, FORMATS, PARSE_AHEAD_FORMATS, PARSERS
+from foreshock.ingest.parsers import BATCH_PARSERS, FORMATS, LAKE_FREE_FORMATS, PARSE_AHEAD_FORMATS, PARSERS
 from foreshock.ingest.parsers.canonical import table_of
 from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
@@ -75,6 +75,7 @@ from foreshock.lake import (
     merge_into_lake,
     merge_split,
     partition_path,
+    read_table,
     record_split,
     record_stored_rows,
     shard_numbers,
@@ -485,8 +486,11 @@ _prefetch_lock = threading.Lock()
 
 
 def _may_parse_ahead(files: list[PlannedFile], next_files: list[PlannedFile]) -> bool:
-    """Whether ``next_files`` parse the same before and after ``files`` are stored: this
-    batch changes no inventory and their parsers read nothing else of the lake."""
+    """Whether ``next_files`` parse the same before and after ``files`` are stored: their
+    parsers read nothing of the lake, or this batch changes no inventory and their parsers
+    read nothing else of the lake."""
+    if all(f.format in LAKE_FREE_FORMATS for f in next_files):
+        return True
     return not any(f.inventory for f in files) and all(f.format in PARSE_AHEAD_FORMATS for f in next_files)
 
 
@@ -526,10 +530,16 @@ def _prefetch(
 
 
 def _take_prefetched(run_id: str, batch_number: int, files: list[PlannedFile]) -> ParsedBatch | None:
-    """The batch parsed ahead for exactly these files, or None."""
+    """The batch parsed ahead for exactly these files, or None.  Its context holds the
+    inventory stored now (the batch before may have stored one since it was parsed: the
+    checks read it; its parse did not, see :func:`_may_parse_ahead`)."""
     with _prefetch_lock:
         future = _prefetched.pop(_prefetch_key(run_id, batch_number, files), None)
-    return None if future is None else future.result()
+    if future is None:
+        return None
+    batch = future.result()
+    batch.ctx = replace(batch.ctx, inventory=read_table(batch.ctx.lake_dir, "inventory"), _lookups={})
+    return batch
 
 
 def drop_prefetched() -> None:

@@ -162,3 +162,47 @@ def test_the_flow_parses_ahead_on_the_local_runner(tmp_path, prefect_server, par
     assert _lake_files(tmp_path / "flow" / "lake") == _lake_files(tmp_path / "in_turn" / "lake")
     assert _quarantine(tmp_path / "flow").equals(_quarantine(tmp_path / "in_turn"))
     assert in_turn.totals["rows_quarantined"] >= 4
+
+
+def _canonical_landing(root: Path) -> Path:
+    """An inventory and two days of canonical samples (Parquet), one unit of them missing
+    from the inventory."""
+    root.mkdir(parents=True)
+    units = [f"node{n:02d}-gpu{g}" for n in range(4) for g in range(4)]
+    pl.DataFrame(
+        {
+            "unit_id": units,
+            "node": [u.split("-")[0] for u in units],
+            "rack": "rack00",
+            "model": "H100",
+            "installed_at": "2026-01-01T00:00:00Z",
+        }
+    ).write_csv(root / "inventory.csv")
+    for day in (0, 1):
+        start = START + timedelta(days=day)
+        times = [start + timedelta(minutes=10 * i) for i in range(144)]
+        frame = pl.DataFrame({"unit_id": [*units, "stranger-gpu0"]}).join(pl.DataFrame({"ts": times}), how="cross")
+        frame = frame.with_columns(
+            metric=pl.lit("gpu_temp_c"), value=pl.lit(55.0), ts=pl.col("ts").dt.cast_time_unit("us")
+        )
+        frame.write_parquet(root / f"samples-{start:%Y-%m-%d}.parquet")
+    return root
+
+
+def test_a_batch_whose_parser_reads_nothing_of_the_lake_is_parsed_while_the_inventory_is_stored(tmp_path, parses):
+    """The first samples batch is parsed on a thread while the inventory batch before it is
+    stored; its checks read that inventory (only the stranger's rows are quarantined)."""
+    root = _canonical_landing(tmp_path / "raw")
+    ahead = ingest_path(root, _config(tmp_path / "ahead"))
+    plan = plan_ingest(root, _config(tmp_path / "probe"))
+    assert [len(batch) for batch in plan.batches] == [1, 1, 1] and plan.batches[0][0].inventory
+    on_threads = [path for path, thread in parses if thread.startswith("ingest-prefetch")]
+    assert on_threads == [plan.batches[1][0].path, plan.batches[2][0].path]
+
+    in_turn = _each_in_turn(root, tmp_path / "in_turn")
+    assert ahead.adds_up and _counts(ahead) == _counts(in_turn)
+    quarantined = _quarantine(tmp_path / "ahead")
+    assert quarantined.height == 2 * 144
+    assert quarantined.get_column("reason").str.starts_with("unknown unit 'stranger-gpu0'").all()
+    assert quarantined.equals(_quarantine(tmp_path / "in_turn"))
+    assert _lake_files(tmp_path / "ahead" / "lake") == _lake_files(tmp_path / "in_turn" / "lake")

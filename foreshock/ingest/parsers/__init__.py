@@ -51,3 +51,8 @@ FORMATS = tuple(sorted(PARSERS))
 # Prometheus formats are not among them: a DCGM XID gauge's parse looks up the codes already
 # stored as events (foreshock.ingest.dcgm).
 PARSE_AHEAD_FORMATS = frozenset({"canonical", "nvidia-smi", "rasdaemon", "tickets", "xid-log"})
+
+# Of those, the formats whose parser reads nothing of the lake at all (only the catalog and
+# the time zone): a batch of them may be parsed even while the batch before it stores an
+# inventory (the batch's checks read the inventory stored by then: run._take_prefetched).
+LAKE_FREE_FORMATS = frozenset({"canonical", "rasdaemon"})
