@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import polars as pl
+
 START = datetime(2026, 11, 1, tzinfo=UTC)
 SMI_FIELDS = (
     "timestamp, index, pci.bus_id, uuid, temperature.gpu, temperature.memory, power.draw [W], utilization.gpu [%], "
@@ -51,6 +53,19 @@ class Landing:
     @property
     def dcgm_samples(self) -> int:
         return self.units * self.days * self.steps_per_day * len(DCGM_METRICS)
+
+
+def write_canonical_inventory(root: Path, units: list[str], rack: str = "rack00") -> None:
+    """``root/inventory.csv``: a canonical inventory of ``units`` named ``<node>-gpu<k>``."""
+    pl.DataFrame(
+        {
+            "unit_id": units,
+            "node": [u.split("-")[0] for u in units],
+            "rack": rack,
+            "model": "NVIDIA H100 80GB HBM3",
+            "installed_at": "2026-01-01T00:00:00Z",
+        }
+    ).write_csv(root / "inventory.csv")
 
 
 def node_name(n: int) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from landing_files import write_canonical_inventory
 
 import foreshock.ingest.run as run
 from foreshock.config import load_config
@@ -26,15 +27,7 @@ def _landing(root: Path, rng: np.random.Generator) -> None:
     bad id, a negative counter, a counter jump, a repeated row and a conflicting one."""
     units = [f"node{n:02d}-gpu{g}" for n in range(6) for g in range(4)]
     root.mkdir(parents=True)
-    pl.DataFrame(
-        {
-            "unit_id": units,
-            "node": [u.split("-")[0] for u in units],
-            "rack": "rack01",
-            "model": "NVIDIA H100 80GB HBM3",
-            "installed_at": "2026-01-01T00:00:00Z",
-        }
-    ).write_csv(root / "inventory.csv")
+    write_canonical_inventory(root, units, rack="rack01")
     names = ["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gpu_temp_c", "DCGM_FI_DEV_GPU_TEMP", "power_w", "made_up_metric"]
     for day in range(2):
         frames = []

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from landing_files import write_canonical_inventory
 
 from foreshock import lake_latest
 from foreshock.config import load_config
@@ -21,18 +22,6 @@ from foreshock.lake import partition_files, read_table
 START = datetime(2026, 11, 2, tzinfo=UTC)
 UNITS = [f"node{n:02d}-gpu{g}" for n in range(8) for g in range(4)]
 STEP = timedelta(minutes=10)
-
-
-def _inventory(root: Path) -> None:
-    pl.DataFrame(
-        {
-            "unit_id": UNITS,
-            "node": [u.split("-")[0] for u in UNITS],
-            "rack": "rack00",
-            "model": "NVIDIA H100 80GB HBM3",
-            "installed_at": "2026-01-01T00:00:00Z",
-        }
-    ).write_csv(root / "inventory.csv")
 
 
 def _scrapes(root: Path, seed: int) -> list[Path]:
@@ -62,7 +51,7 @@ def _scrapes(root: Path, seed: int) -> list[Path]:
         directory = root / f"scrape-{k}"
         directory.mkdir(parents=True)
         if k == 0:
-            _inventory(directory)
+            write_canonical_inventory(directory, UNITS)
         pl.concat(frames).with_columns(pl.col("ts").dt.cast_time_unit("us")).write_parquet(
             directory / "samples.parquet"
         )

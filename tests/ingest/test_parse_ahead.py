@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from landing_files import START, assert_same_lake, write_messy_landing
+from landing_files import START, assert_same_lake, write_canonical_inventory, write_messy_landing
 
 import foreshock.ingest.run as run
 from foreshock.config import load_config
@@ -169,15 +169,7 @@ def _canonical_landing(root: Path) -> Path:
     from the inventory."""
     root.mkdir(parents=True)
     units = [f"node{n:02d}-gpu{g}" for n in range(4) for g in range(4)]
-    pl.DataFrame(
-        {
-            "unit_id": units,
-            "node": [u.split("-")[0] for u in units],
-            "rack": "rack00",
-            "model": "H100",
-            "installed_at": "2026-01-01T00:00:00Z",
-        }
-    ).write_csv(root / "inventory.csv")
+    write_canonical_inventory(root, units)
     for day in (0, 1):
         start = START + timedelta(days=day)
         times = [start + timedelta(minutes=10 * i) for i in range(144)]
