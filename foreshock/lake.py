@@ -43,7 +43,7 @@ import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
@@ -799,7 +799,7 @@ class SplitRows:
     # Whether two rows share a key (None: not known, the key did not pack).
     repeated: bool | None = None
     # Samples: each partition's latest reading of each series, by (day, shard), when known.
-    latest: dict[tuple[date, int], Latest] | None = None
+    latest: dict[tuple[date, int], Latest] = field(default_factory=dict)
 
 
 def _split_conformed(
@@ -818,7 +818,7 @@ def _split_conformed(
     presorted = split is not None
     if split is None:
         split = split_by_partition(df, table, shards)
-    return SplitRows(table, shards, split, presorted, df.height, repeats[0] if repeats else None, latest or None)
+    return SplitRows(table, shards, split, presorted, df.height, repeats[0] if repeats else None, latest)
 
 
 def split_for_merge(
@@ -866,7 +866,7 @@ def _merge_split(
             fast_path,
             deduplicated,
             split.presorted,
-            (split.latest or {}).get((day, shard)),
+            split.latest.get((day, shard)),
         )
         result.rows_stored += fresh.height
         result.partitions_written += int(fresh.height > 0)

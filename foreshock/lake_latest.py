@@ -9,9 +9,10 @@ series' latest row from the sorted rows it wrote (``lake._split_sorted`` finds t
 its packed keys, without a pass over the names) and keeps them here, keyed by the file's
 identity: device, inode, size and modification time.  A batch of a day this process
 ingested before (the next day's, or the next scrape's) then reads none of those files for
-its checks; the merge still reads and rewrites the partitions it appends to.  Any other write of the file (another process, a rewrite, a
-restore) gives it a new identity (files are replaced by rename, so a new inode), and the
-reader then reads the file as before: a stale entry is never used, only ignored.
+its checks; the merge still reads and rewrites the partitions it appends to.  Any other
+write of the file (another process, a rewrite, a restore) gives it a new identity (files
+are replaced by rename, so a new inode), and the reader then reads the file as before: a
+stale entry is never used, only ignored.
 
 Kept for the most recently written ``MAX_FILES`` files (a day of partitions and the day
 before, for the lake's shard counts); a few thousand rows each at most.
@@ -75,10 +76,11 @@ def forget_all() -> None:
         _files.clear()
 
 
-def older_than(path: Path, time: datetime) -> bool:
-    """Whether every row of the file at ``path`` is known to be older than ``time``."""
+def known_before(path: Path, time: datetime) -> Latest | None:
+    """What is kept for the file at ``path`` (:func:`known`) when every row of it is older
+    than ``time``: then it is all the file holds for a reading from ``time`` on."""
     latest = known(path)
-    return latest is not None and latest.newest < time
+    return latest if latest is not None and latest.newest < time else None
 
 
 def known(path: Path) -> Latest | None:

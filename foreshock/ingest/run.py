@@ -363,15 +363,17 @@ def ingest_batch(
     reported as rejected and the others go on.  ``tasks``: check and merge the shard
     groups as those tasks (see :func:`_check_and_merge_as_tasks`) instead of on threads.
     ``next_files``: the run's next batch, parsed on a thread of this process while this
-    one is checked and merged (:func:`_prefetch`; not on Dask, nor after inventory, nor
-    with ``[ingest] parse_ahead = false``).
+    one is checked and merged (:func:`_prefetch`; not on Dask, nor with ``[ingest]
+    parse_ahead = false``, nor when ``files`` store an inventory that ``next_files``'
+    parsers read: :func:`_may_parse_ahead`).
     """
     parsed_batch = _take_prefetched(run_id, batch_number, files)
     if parsed_batch is None:
         parsed_batch = _parse_stage(files, config, catalog_path, timezone_name, scrape_time)
     ahead = next_files and tasks is None and config.section("ingest")["parse_ahead"]
     if ahead and _may_parse_ahead(files, next_files):
-        _prefetch(run_id, batch_number + 1, next_files, config, catalog_path, timezone_name, scrape_time)
+        stale = any(f.inventory for f in files)  # the next batch's checks need the inventory stored now
+        _prefetch(run_id, batch_number + 1, next_files, config, catalog_path, timezone_name, scrape_time, stale)
     ctx, reports, parsed, shared = parsed_batch.ctx, parsed_batch.reports, parsed_batch.parsed, parsed_batch.shared
 
     quarantined: list[pl.DataFrame] = []
@@ -480,8 +482,9 @@ def _parse_stage(
 
 # The next batch of a run, parsed ahead on a thread while the current one is checked and
 # merged (at most one: starting one drops any other).  Keyed by run, batch number and the
-# files' contents, so only the call for exactly those files takes it.
-_prefetched: dict[tuple, Future] = {}
+# files' contents, so only the call for exactly those files takes it; with whether it was
+# parsed while the batch before stored an inventory.
+_prefetched: dict[tuple, tuple[Future, bool]] = {}
 _prefetch_lock = threading.Lock()
 
 
@@ -506,19 +509,22 @@ def _prefetch(
     catalog_path: str | None,
     timezone_name: str | None,
     scrape_time: datetime | None,
+    stale_inventory: bool = False,
 ) -> None:
     """Start parsing ``files`` (batch ``batch_number`` of the run) on a thread.
 
-    Only for batches of ``PARSE_AHEAD_FORMATS`` after the inventory batch
-    (:func:`_may_parse_ahead`): their parsers read only the inventory, which no later batch
-    changes; the checks that read stored telemetry (counter steps) run in the batch's own
-    turn.  An error (``OSError``) is raised by the call that takes the batch, as if it had
-    parsed it itself.  The memory of one more parsed batch is the price.
+    Only for batches :func:`_may_parse_ahead` allows: their parsers read nothing of the
+    lake but an inventory no batch changes meanwhile, or nothing at all; the checks that
+    read stored telemetry (counter steps) run in the batch's own turn.
+    ``stale_inventory``: the batch before stores an inventory while this one is parsed,
+    so the taker reads it again for the checks.  An error (``OSError``) is raised by the
+    call that takes the batch, as if it had parsed it itself.  The memory of one more
+    parsed batch is the price.
     """
     future: Future = Future()
     with _prefetch_lock:
         _prefetched.clear()
-        _prefetched[_prefetch_key(run_id, batch_number, files)] = future
+        _prefetched[_prefetch_key(run_id, batch_number, files)] = (future, stale_inventory)
 
     def parse() -> None:
         try:
@@ -530,15 +536,17 @@ def _prefetch(
 
 
 def _take_prefetched(run_id: str, batch_number: int, files: list[PlannedFile]) -> ParsedBatch | None:
-    """The batch parsed ahead for exactly these files, or None.  Its context holds the
-    inventory stored now (the batch before may have stored one since it was parsed: the
-    checks read it; its parse did not, see :func:`_may_parse_ahead`)."""
+    """The batch parsed ahead for exactly these files, or None.  Parsed while the batch
+    before stored an inventory, its context gets the inventory stored now (the checks read
+    it; its parse did not, see :func:`_may_parse_ahead`)."""
     with _prefetch_lock:
-        future = _prefetched.pop(_prefetch_key(run_id, batch_number, files), None)
-    if future is None:
+        entry = _prefetched.pop(_prefetch_key(run_id, batch_number, files), None)
+    if entry is None:
         return None
+    future, stale_inventory = entry
     batch = future.result()
-    batch.ctx = replace(batch.ctx, inventory=read_table(batch.ctx.lake_dir, "inventory"), _lookups={})
+    if stale_inventory:
+        batch.ctx = replace(batch.ctx, inventory=read_table(batch.ctx.lake_dir, "inventory"), _lookups={})
     return batch
 
 
@@ -1123,10 +1131,10 @@ def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataF
         parts = with_shard(rows.select("unit_id", pl.col(time_col).dt.date().alias("_date")).unique(), shards)
         parts = parts.select("_date", "shard").unique()
         paths = [partition_path(ctx.lake_dir, table, d, s) for d, s in parts.iter_rows()]
-    # A partition whose rows are all older than the batch's (known when this process wrote
-    # it: foreshock.lake_latest) holds none of its keys: not read.
-    oldest = rows.get_column(time_col).min() if time_col is not None else None
-    paths = [p for p in paths if p.exists() and not (oldest is not None and lake_latest.older_than(p, oldest))]
+        # A partition whose rows are all older than the batch's (known when this process
+        # wrote it: foreshock.lake_latest) holds none of its keys: not read.
+        paths = [p for p in paths if lake_latest.known_before(p, first) is None]
+    paths = [p for p in paths if p.exists()]
     if not paths:
         return None
     stored = (

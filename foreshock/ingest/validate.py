@@ -357,7 +357,7 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext, metrics: MetricP
     if not limits:
         return frame
     if metrics is None:
-        metrics = MetricPositions.of(frame, distinct_values(frame.get_column("metric")).drop_nulls().to_list())
+        metrics = MetricPositions.of(frame, _distinct(frame, "metric", {}))
     # a counter's rows by their metric's position (a row without a metric has position 0:
     # the null check keeps it out)
     limited = np.array([name in limits for name in metrics.present] or [False])[metrics.per_row]
@@ -529,8 +529,7 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
         end=last,
         shards={shard_of(u, shards) for u in units.drop_nulls().to_list()},  # only these units' files
     )
-    kept = {path: lake_latest.known(path) for path in files}
-    kept = {path: latest for path, latest in kept.items() if latest is not None and latest.newest < first}
+    kept = {path: latest for path in files if (latest := lake_latest.known_before(path, first)) is not None}
     wanted = pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()) & (pl.col("ts") <= last)
     read = [path for path in files if path not in kept]
     parts = [latest.rows.lazy() for latest in kept.values()]
