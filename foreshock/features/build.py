@@ -27,6 +27,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from foreshock.config import Config
 from foreshock.contract import INVENTORY_CONTEXT_COLUMNS, SCHEMAS, UTC_TS
@@ -186,9 +187,32 @@ def _shard_files(lake_dir: Path, shard: int, days: list[date]) -> dict[date, _Da
     return {day: _DayFiles(samples.get(day, []), events.get(day, [])) for day in days}
 
 
+# Text columns of a raw samples partition read as codes (Categorical) from the Parquet
+# dictionary pages the lake writes: the rollup compares codes, never a string per row.
+CODED_COLUMNS = ["unit_id", "metric"]
+
+
+def read_samples_coded(paths: list[Path]) -> pl.DataFrame:
+    """Raw samples partitions with ``unit_id`` and ``metric`` as Categorical, in the
+    files' row order.  Parquet stores those columns as a dictionary of their few distinct
+    values plus a code per row; Arrow's reader hands the codes over as they are (about the
+    time Polars takes to build a string per row), and equal codes are equal values.  The
+    numeric columns are read by Polars."""
+    frames = []
+    for path in paths:
+        coded = pl.from_arrow(
+            pq.read_table(path, columns=CODED_COLUMNS, read_dictionary=CODED_COLUMNS, use_threads=False)
+        )
+        numbers = pl.read_parquet(path, columns=["ts", "value"])
+        frames.append(pl.concat([coded, numbers], how="horizontal").select(list(SCHEMAS["samples"])))
+    if not frames:
+        return pl.DataFrame(schema=SCHEMAS["samples"])
+    return frames[0] if len(frames) == 1 else pl.concat(frames)
+
+
 def _day_rollup(files: _DayFiles, spec: FeatureSpec, failures: pl.DataFrame) -> Rollup:
     """Rollups of one date x shard of raw samples and events (whole day)."""
-    samples = pl.read_parquet(files.samples) if files.samples else pl.DataFrame(schema=SCHEMAS["samples"])
+    samples = read_samples_coded(files.samples)
     events = pl.read_parquet(files.events) if files.events else pl.DataFrame(schema=SCHEMAS["events"])
     pieces, scrapes = rollup_samples(samples, failures, spec.catalog, spec.every, spec.longest)
     return Rollup(pieces, scrapes, rollup_events(events, failures, spec.every))

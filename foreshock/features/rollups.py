@@ -224,25 +224,87 @@ def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     return samples.group_by(_SERIES).agg(_piece_aggs("value", counter=False))
 
 
+# Markers of "no increase in the group" in the reductions of increase times (never a time).
+_NO_TIME_LOW, _NO_TIME_HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+def _times_or_null(stamps: np.ndarray, name: str, missing: int) -> pl.Series:
+    """Microsecond stamps as UTC times, ``missing`` as null."""
+    return pl.Series(name, stamps).set(pl.Series(stamps == missing), None).cast(pl.Datetime("us", "UTC"))
+
+
 def _regular_pieces(
     times: pl.DataFrame, values: pl.Series, counter: list[bool], every: timedelta, max_gap: timedelta
 ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """Pieces and scrape counts of a partition of ``len(counter)`` metrics per sample time
     (see :func:`_scrape_times`; ``counter``: whether the metric at each position is a
     counter): ``times`` holds ``_unit, life, ts`` of each sample time and ``values`` the
-    samples' values, time by time.  One row per sample time with a value column per
-    metric, one key, one group-by over all metrics.  The same numbers as the per-metric
-    passes: the previous row is the previous sample of every metric of the row, and each
-    time is distinct."""
+    samples' values, time by time.
+
+    The values are viewed as one row per sample time and one column per metric, and each
+    (unit, life, bucket) group is a run of rows (units in order, then time): every
+    aggregate is a numpy reduction over the runs (``reduceat``), a column at a time, with
+    no group-by.  The same numbers as the per-metric passes (sums up to the order of
+    addition): the previous row is the previous sample of every metric of the row, and
+    each time is distinct."""
     k = len(counter)
-    wide = times.select(_packed_key(every).set_sorted(), "ts").with_columns(
-        [values.gather_every(k, j).alias(f"_v{j}") for j in range(k)]
-    )
-    wide = _with_steps(wide, [(f"_v{j}", f"_{j}") for j in range(k) if counter[j]], max_gap)
-    aggs = [a for j in range(k) for a in _piece_aggs(f"_v{j}", counter[j], f"_{j}")]
-    grouped = wide.group_by(_SERIES).agg(*aggs, pl.len().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("_ts"))
-    parts = [grouped.select("_key", pl.col(f"^.*_{j}$").name.map(lambda c, j=j: c[: -len(f"_{j}")])) for j in range(k)]
-    return parts, grouped.select("_key", "n_ts", pl.col("_ts").alias("last_ts"))
+    every_us = int(every.total_seconds() * 1_000_000)
+    ts = times.get_column("ts").to_numpy().view("int64")
+    series = times.get_column("_unit").to_numpy().astype(np.uint64) * _LIFE_SLOTS
+    series += times.get_column("life").to_numpy().astype(np.uint64)
+    key = series * _BUCKET_SLOTS + ((ts - 1) // every_us + 1).astype(np.uint64)  # _packed_key's
+    rows = len(ts)
+    opens = np.ones(rows, dtype=bool)
+    np.not_equal(key[1:], key[:-1], out=opens[1:])
+    starts = np.flatnonzero(opens)
+    ends = np.append(starts[1:], rows) - 1
+    stamps = times.get_column("ts")
+    shared = {
+        "_key": pl.Series("_key", key[starts]),
+        "n": np.diff(np.append(starts, rows)).astype(np.int64),
+        "last_ts": stamps.gather(ends),
+    }
+    if any(counter):
+        same = np.zeros(rows, dtype=bool)  # the row before is the same series' previous sample
+        np.equal(series[1:], series[:-1], out=same[1:])
+        # a step is taken from the series' previous sample at most max_gap earlier
+        unlinked = ~same
+        unlinked[1:] |= (ts[1:] - ts[:-1]) > max_gap // timedelta(microseconds=1)
+        # Only a series' first row can start it, and that row opens its group.
+        counted = {"first_ts": stamps.gather(starts), "head": pl.Series("head", ~same[starts])}
+    table = values.to_numpy().reshape(-1, k)
+    parts = []
+    for j in range(k):
+        v = np.ascontiguousarray(table[:, j])
+        piece = shared | {
+            "sum": np.add.reduceat(v, starts),
+            "sumsq": np.add.reduceat(v * v, starts),
+            "max": np.maximum.reduceat(v, starts),
+            "last_v": v[ends],
+        }
+        if counter[j]:
+            step = np.empty_like(v)
+            step[0] = 0.0
+            np.subtract(v[1:], v[:-1], out=step[1:])
+            reset = step < 0  # _counter_step: after a drop, everything the counter shows is new
+            step[reset] = v[reset]
+            step[unlinked] = 0.0
+            increased = step > 0
+            first_inc = np.minimum.reduceat(np.where(increased, ts, _NO_TIME_HIGH), starts)
+            last_inc = np.maximum.reduceat(np.where(increased, ts, _NO_TIME_LOW), starts)
+            piece |= counted | {
+                "first_v": v[starts],
+                "inc": np.add.reduceat(step, starts),
+                "first_inc_ts": _times_or_null(first_inc, "first_inc_ts", _NO_TIME_HIGH),
+                "last_inc_ts": _times_or_null(last_inc, "last_inc_ts", _NO_TIME_LOW),
+            }
+        parts.append(pl.DataFrame(piece))
+    return parts, pl.DataFrame({"_key": shared["_key"], "n_ts": shared["n"], "last_ts": shared["last_ts"]})
+
+
+def _codes(column: pl.Series) -> np.ndarray:
+    """The codes of a Categorical column, contiguous: equal codes are equal values."""
+    return column.to_physical().rechunk().to_numpy()
 
 
 def _scrape_times(samples: pl.DataFrame, names: list[str]) -> tuple[list[str], pl.DataFrame, pl.DataFrame] | None:
@@ -250,49 +312,49 @@ def _scrape_times(samples: pl.DataFrame, names: list[str]) -> tuple[list[str], p
     the lake stores them: units in order, every sample time of a unit holding the same
     catalog metrics in the same order, times rising, no null or NaN anywhere; None
     otherwise.  ``times`` holds ``_unit, ts`` per sample time (``_unit`` numbering the
-    units' runs as :func:`_unit_runs` does), ``units`` the unit of each run.  Checked on
-    the raw columns with one pass each (unit runs, the metric pattern, the times of a
-    scrape), so the common case costs no metric codes or unit numbers per sample."""
-    head = samples.head(256).select("unit_id", "ts", "metric")
-    if head.height == 0:
+    units' runs as :func:`_unit_runs` does), ``units`` the unit of each run.
+
+    ``unit_id`` and ``metric`` are Categorical: the checks compare their codes, viewed as
+    one row of ``k`` columns per scrape (the first scrape's ``k`` rows fix the pattern), so
+    the common case costs no string comparison per sample."""
+    unit_column, metric_column = samples.get_column("unit_id"), samples.get_column("metric")
+    if any(samples.get_column(c).null_count() for c in samples.columns) or samples.get_column("value").is_nan().any():
         return None
-    first = head.row(0)[:2]
-    k = 0
-    while k < head.height and head.row(k)[:2] == first:
-        k += 1
-    present = head.get_column("metric").head(k).to_list()
-    known = set(names)
-    if k < 2 or k == head.height or len(set(present)) != k or samples.height % k or not known.issuperset(present):
+    units, metrics = _codes(unit_column), _codes(metric_column)
+    ts = samples.get_column("ts").to_numpy().view("int64")
+    head = min(len(ts), 256)
+    if head == 0:
         return None
-    unit, ts, metric, value = pl.col("unit_id"), pl.col("ts"), pl.col("metric"), pl.col("value")
-    checks = [c.null_count() == 0 for c in (unit, ts, metric, value)] + [~value.is_nan().any()]
-    # the first scrape's pattern repeats every k rows
-    checks.append((metric == metric.shift(k)).all())
-    if not all(samples.select([check.alias(f"_{i}") for i, check in enumerate(checks)]).row(0)):
+    first_scrape = (units[:head] == units[0]) & (ts[:head] == ts[0])
+    k = head if first_scrape.all() else int(np.argmin(first_scrape))
+    if k < 2 or k == head or len(ts) % k:
         return None
-    # A unit's rows are whole scrapes when its run's length is a multiple of k (runs then
-    # start at multiples of k); each scrape's rows share one time.
-    runs = samples.select(unit.rle()).unnest("unit_id")
-    lengths = runs.get_column("len")
-    if (lengths % k != 0).any() or not runs.get_column("value").is_sorted():
+    present = metric_column.head(k).cast(pl.String).to_list()
+    if len(set(present)) != k or not set(names).issuperset(present):
         return None
-    stamps = samples.get_column("ts").to_numpy().view("int64").reshape(-1, k)
-    if not (stamps == stamps[:, :1]).all():
+    # Every scrape: the first scrape's metric pattern, one unit, one time.
+    scrape_units, stamps = units[::k], ts[::k]
+    for codes, per_scrape in ((metrics, metrics[:k]), (units, scrape_units[:, None]), (ts, stamps[:, None])):
+        if not (codes.reshape(-1, k) == per_scrape).all():
+            return None
+    new_unit = np.ones(len(stamps), dtype=bool)
+    np.not_equal(scrape_units[1:], scrape_units[:-1], out=new_unit[1:])
+    # each time once per unit, rising
+    if not (new_unit[1:] | (stamps[1:] > stamps[:-1])).all():
         return None
-    scrapes = (lengths // k).to_numpy()
+    starts = np.flatnonzero(new_unit)
+    # Runs are maximal (neighbours differ): sorted names are strictly rising, each unit once.
+    run_units = unit_column.gather(starts * k).cast(pl.String)
+    if not run_units.is_sorted():
+        return None
+    lengths = np.diff(np.append(starts, len(stamps)))
     times = pl.DataFrame(
         {
-            "_unit": np.repeat(np.arange(runs.height, dtype=np.uint32), scrapes),
+            "_unit": np.repeat(np.arange(len(starts), dtype=np.uint32), lengths),
             "ts": samples.get_column("ts").gather_every(k),
         }
     )
-    # each time once per unit, rising
-    if not times.select(((pl.col("ts") > pl.col("ts").shift(1)) | _new_unit()).all()).item():
-        return None
-    units = pl.DataFrame(
-        {"_unit": pl.int_range(runs.height, dtype=pl.UInt32, eager=True), "unit_id": runs.get_column("value")}
-    )
-    return present, times, units
+    return present, times, pl.DataFrame({"_unit": np.arange(len(starts), dtype=np.uint32), "unit_id": run_units})
 
 
 def _with_sample_lives(
@@ -322,7 +384,7 @@ def _unit_runs(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Se
     units = pl.DataFrame(
         {
             "_unit": pl.int_range(starts.len(), dtype=pl.UInt32, eager=True),
-            "unit_id": samples.get_column("unit_id").gather(starts),
+            "unit_id": samples.get_column("unit_id").gather(starts).cast(pl.String),
         }
     )
     return samples, units, starts
@@ -406,11 +468,18 @@ def rollup_samples(
         ``pieces`` per unit, life, metric and bucket (see ``PIECE_SCHEMA``); ``scrapes``
         per unit, life and bucket: distinct sample times and the last one.
     """
+    if samples.height == 0:  # a day without samples in a shard (the lookback before the data)
+        return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
     names = catalog.names()
-    # A Parquet read gives one chunk per row group.  The numeric columns are made
-    # contiguous (viewed as arrays below); the string columns are only scanned, which costs
-    # the same chunked as copying them would.
-    samples = samples.with_columns(samples.get_column("ts").rechunk(), samples.get_column("value").rechunk())
+    # A Parquet read gives one chunk per row group: the numeric columns are made contiguous
+    # (viewed as arrays below).  Ids and metric names are compared as Categorical codes:
+    # the lake's files give them as such (features.build.read_samples_coded); text from
+    # elsewhere is coded here.
+    samples = samples.with_columns(
+        samples.get_column("ts").rechunk(),
+        samples.get_column("value").rechunk(),
+        pl.col("unit_id", "metric").cast(pl.Categorical),
+    )
     counters = {m.name for m in catalog if m.is_counter}
     # Whole scrapes (the lake's usual shape) are rolled up one row per sample time: tried
     # on the rows as they come, then on the rows a rollup uses in unit-then-time order;
