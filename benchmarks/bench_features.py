@@ -43,9 +43,11 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from rounds import extract_revision, in_rounds, paired, typical
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# Last: a worker given an older revision on PYTHONPATH (--before) must import that one.
+sys.path.append(str(ROOT))
 
 from foreshock.config import load_config  # noqa: E402
 from foreshock.contract import UTC_TS  # noqa: E402
@@ -234,13 +236,14 @@ WORKERS = {
 }
 
 
-def _run_worker(kind: str, data_dir: Path) -> dict:
+def _run_worker(kind: str, data_dir: Path, code: Path | None = None) -> dict:
+    """A worker in a child process (its own peak RSS); ``code``: an older package tree."""
     out = subprocess.run(
         [sys.executable, __file__, "--worker", kind, "--data-dir", str(data_dir)],
         check=True,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(code or ROOT)},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -249,6 +252,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--no-pandas", action="store_true")
+    parser.add_argument("--before", metavar="REV", help="also build the features with the code of this git revision")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="N",
+        help="rounds of runs (features, floor, hourly floor, --before; in turn): medians and paired ratios (default 3)",
+    )
     parser.add_argument("--worker", choices=sorted(WORKERS))
     parser.add_argument("--data-dir", type=Path)
     args = parser.parse_args()
@@ -257,7 +268,7 @@ def main() -> None:
         return
     print(
         f"features benchmark: {DAYS} days, 1-minute samples, hourly snapshots, {len(COUNTERS) + len(GAUGES)} metrics, "
-        f"{SHARDS} shards, {os.cpu_count()} cores"
+        f"{SHARDS} shards, {os.cpu_count()} cores; medians of {max(args.repeat, 1)} rounds, ratios paired per round"
     )
     print(
         "floor = one Polars scan + group_by(unit, metric) mean/max/count; floor-h = the same grouped "
@@ -269,34 +280,55 @@ def main() -> None:
         f"{'peak RSS MB':>12} {'rows':>9} {'load':>5}"
     )
     measured: dict[int, dict] = {}
-    for units in args.sizes:
-        data_dir = Path(tempfile.mkdtemp(prefix=f"bench-features-{units}-"))
-        try:
-            started = time.perf_counter()
-            generate(data_dir, units)
-            generated = time.perf_counter() - started
-            samples = units * DAYS * 24 * 60 * (len(COUNTERS) + len(GAUGES))
-            floor = _run_worker("floor", data_dir)
-            floor_h = _run_worker("floor-hourly", data_dir)
-            feats = _run_worker("features", data_dir)
-            measured[units] = feats
-            print(
-                f"{units:>6} {samples:>12,} {generated:>7.1f} {floor['seconds']:>8.2f} {floor['cpu']:>9.2f} "
-                f"{floor_h['seconds']:>10.2f} {feats['seconds']:>11.2f} {feats['cpu']:>9.2f} "
-                f"{feats['seconds'] / floor['seconds']:>8.2f} {feats['cpu'] / floor['cpu']:>9.2f} "
-                f"{feats['seconds'] / floor_h['seconds']:>10.2f} {feats['seconds'] / units * 1000:>9.2f} "
-                f"{feats['peak_rss_mb']:>12.0f} {feats['rows']:>9,} {os.getloadavg()[0]:>5.1f}",
-                flush=True,
-            )
-            if units == min(args.sizes) and not args.no_pandas:
-                pandas = _run_worker("pandas", data_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        before = extract_revision(args.before, Path(tmp)) if args.before else None
+        for units in args.sizes:
+            data_dir = Path(tempfile.mkdtemp(prefix=f"bench-features-{units}-"))
+            try:
+                started = time.perf_counter()
+                generate(data_dir, units)
+                generated = time.perf_counter() - started
+                samples = units * DAYS * 24 * 60 * (len(COUNTERS) + len(GAUGES))
+                kinds = ["features", "floor", "floor-hourly"] + (["before"] if before else [])
+                runs = in_rounds(
+                    kinds,
+                    lambda kind, data_dir=data_dir: _run_worker(
+                        "features" if kind == "before" else kind, data_dir, before if kind == "before" else None
+                    ),
+                    args.repeat,
+                )
+                floor, floor_h, feats = (typical(runs[k], "peak_rss_mb") for k in ("floor", "floor-hourly", "features"))
+                measured[units] = feats
                 print(
-                    f"       pandas, 5 window features: {pandas['seconds']:.1f} s, peak RSS {pandas['peak_rss_mb']:.0f} MB; "
-                    f"foreshock (all features) is {pandas['seconds'] / feats['seconds']:.1f}x faster",
+                    f"{units:>6} {samples:>12,} {generated:>7.1f} {floor['seconds']:>8.2f} {floor['cpu']:>9.2f} "
+                    f"{floor_h['seconds']:>10.2f} {feats['seconds']:>11.2f} {feats['cpu']:>9.2f} "
+                    f"{paired(runs['features'], runs['floor'], 'seconds'):>8.2f} "
+                    f"{paired(runs['features'], runs['floor'], 'cpu'):>9.2f} "
+                    f"{paired(runs['features'], runs['floor-hourly'], 'seconds'):>10.2f} "
+                    f"{feats['seconds'] / units * 1000:>9.2f} "
+                    f"{feats['peak_rss_mb']:>12.0f} {feats['rows']:>9,} {os.getloadavg()[0]:>5.1f}",
                     flush=True,
                 )
-        finally:
-            shutil.rmtree(data_dir, ignore_errors=True)
+                count, fastest, slowest = feats["runs"]
+                if count > 1:
+                    print(f"       features wall from {fastest:.2f} s to {slowest:.2f} s over {count} runs")
+                if before:
+                    print(
+                        f"       at {args.before}: {typical(runs['before'], 'peak_rss_mb')['seconds']:.2f} s; this tree "
+                        f"is {paired(runs['before'], runs['features'], 'seconds'):.2f}x faster (wall), "
+                        f"{paired(runs['before'], runs['features'], 'cpu'):.2f}x less CPU (paired)",
+                        flush=True,
+                    )
+                if units == min(args.sizes) and not args.no_pandas:
+                    pandas = _run_worker("pandas", data_dir)
+                    print(
+                        f"       pandas, 5 window features: {pandas['seconds']:.1f} s, peak RSS "
+                        f"{pandas['peak_rss_mb']:.0f} MB; foreshock (all features) is "
+                        f"{pandas['seconds'] / feats['seconds']:.1f}x faster",
+                        flush=True,
+                    )
+            finally:
+                shutil.rmtree(data_dir, ignore_errors=True)
     if len(measured) >= 2:
         small, large = min(measured), max(measured)
         for what in ("seconds", "cpu"):

@@ -34,7 +34,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from rounds import extract_revision, in_rounds, paired, typical
 
 METRIC_FIELDS = [
     ("temperature.gpu", ""),
@@ -262,25 +262,6 @@ def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = N
     return run_child("--child", raw, data, code, workers)
 
 
-def typical(results: list[dict]) -> dict:
-    """One figure for several runs of the same thing: the median wall and CPU seconds (each
-    over the runs), the largest peak RSS, the spread of wall times (``runs``)."""
-    walls = [r["seconds"] for r in results]
-    return {
-        **results[0],
-        "seconds": statistics.median(walls),
-        "cpu": statistics.median(r["cpu"] for r in results),
-        "peak_mb": max(r["peak_mb"] for r in results),
-        "runs": (len(walls), min(walls), max(walls)),
-    }
-
-
-def paired(numerators: list[dict], denominators: list[dict], key: str) -> float:
-    """The median over rounds of ``numerator[key] / denominator[key]`` (runs of one round
-    ran next to each other: the machine's load is shared by both)."""
-    return statistics.median(a[key] / b[key] for a, b in zip(numerators, denominators))
-
-
 def report_ingest(label: str, result: dict, target: int) -> None:
     totals, seconds, cpu = result["totals"], result["seconds"], result["cpu"]
     rows = totals["rows_read"]
@@ -332,14 +313,6 @@ def merge_bench(gpus: int, every_s: int) -> None:
         f"{times[False][0] / times[True][0]:.1f}x wall, {times[False][1] / max(times[True][1], 1e-9):.1f}x CPU; "
         f"identical files: {same}"
     )
-
-
-def extract_revision(rev: str, into: Path) -> Path:
-    """The ``foreshock`` package as of git revision ``rev``, under ``into``."""
-    root = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "foreshock"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 def main() -> None:
@@ -401,14 +374,13 @@ def main() -> None:
             # Rounds of runs next to each other, their order turned each round: the machine is
             # shared, and a ratio of two runs of one round is steadier than either figure.
             kinds = ["after"] + (["floor"] if fmt == "parquet" else []) + (["before"] if before_code else [])
-            runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
-            for round_number in range(max(args.repeat, 1)):
-                for kind in kinds[round_number % len(kinds) :] + kinds[: round_number % len(kinds)]:
-                    if kind == "floor":
-                        runs[kind].append(run_child("--floor-child", raw, args.work / "floor"))
-                    else:
-                        code = before_code if kind == "before" else None
-                        runs[kind].append(run_ingest(raw, args.work / "data", code))
+
+            def run(kind: str, raw: Path = raw) -> dict:
+                if kind == "floor":
+                    return run_child("--floor-child", raw, args.work / "floor")
+                return run_ingest(raw, args.work / "data", before_code if kind == "before" else None)
+
+            runs = in_rounds(kinds, run, args.repeat)
             after = typical(runs["after"])
             report_ingest("this tree", after, TARGETS[fmt])
             if fmt == "parquet":

@@ -200,9 +200,9 @@ def read_samples_coded(paths: list[Path]) -> pl.DataFrame:
     numeric columns are read by Polars."""
     frames = []
     for path in paths:
-        coded = pl.from_arrow(
-            pq.read_table(path, columns=CODED_COLUMNS, read_dictionary=CODED_COLUMNS, use_threads=False)
-        )
+        # ParquetFile, not read_table: no dataset to set up per file.
+        with pq.ParquetFile(path, read_dictionary=CODED_COLUMNS) as parquet:
+            coded = pl.from_arrow(parquet.read(columns=CODED_COLUMNS, use_threads=False))
         numbers = pl.read_parquet(path, columns=["ts", "value"])
         frames.append(pl.concat([coded, numbers], how="horizontal").select(list(SCHEMAS["samples"])))
     if not frames:
