@@ -172,6 +172,8 @@ def worker_features(data_dir: Path) -> dict:
     from foreshock.features.build import update_features
 
     config = _config(data_dir)
+    # A full build from the raw partitions each time: no stored snapshot, no cached rollup.
+    shutil.rmtree(config.features_dir, ignore_errors=True)
     started, cpu_started = time.perf_counter(), _cpu_seconds()
     rows = update_features(config, full=True)
     return _measured(started, cpu_started, rows)

@@ -8,12 +8,13 @@ import pytest
 
 from foreshock.models import registry, registry_reader
 from foreshock.models.registry_reader import NotReadable, alias_record, run_tags, version_record
+from foreshock.models.tracking import experiment_id
 
 
 def _register(name: str) -> tuple[str, str]:
     """A run with tags, two versions of ``name`` with tags, ``champion`` on the second."""
     client = mlflow.MlflowClient()
-    mlflow.set_experiment(f"reader-{name}")
+    mlflow.set_experiment(experiment_id=experiment_id(f"reader-{name}"))  # artifacts beside the store
     with mlflow.start_run() as run:
         mlflow.set_tags({"foreshock.source": "foreshock train", "note": "a run tag"})
     client.create_registered_model(name)

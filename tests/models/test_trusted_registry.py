@@ -9,6 +9,7 @@ import pytest
 from test_registry_fleet import fast_config, synthetic_fleet, train_and_register
 
 from foreshock.models import registry
+from foreshock.models.tracking import experiment_id
 from foreshock.models.trusted_bundle import LOGGED_BY_TAG, SOURCE_TAG, UntrustedModelError, version_tags
 
 NAME = "trusted-registry-test"
@@ -44,7 +45,7 @@ def register_evil(tmp_path, fake_tags: bool) -> str:
     marker = tmp_path / "marker"
     code = tmp_path / "evil_model.py"
     code.write_text(EVIL.format(marker=str(marker)))
-    with mlflow.start_run():
+    with mlflow.start_run(experiment_id=experiment_id("untrusted-writer")):  # artifacts beside the store
         info = mlflow.pyfunc.log_model(name="evil", python_model=str(code))
     client = mlflow.MlflowClient()
     tags = version_tags() if fake_tags else {}
