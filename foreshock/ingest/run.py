@@ -16,11 +16,16 @@ is quarantined as a conflict.  Inventory is an upsert: each file is merged in tu
 order), and a row that changes its unit (a replaced GPU's new uuid) replaces the stored row
 and counts as updated; an identical row is a duplicate.
 
-Where the check and merge run: by default on ``[runner] local_workers`` threads of this
-process.  Given :class:`GroupTasks` (the flow passes them on the Dask runner), each shard
-group's rows are staged to a Parquet file under ``<data>/staging/ingest/`` and checked and
-merged by ``GROUP_STEPS`` called elsewhere (Dask workers), which take and return paths and
-counts; this process holds the lake lock throughout and hands its token to the merges.
+Where the parse, check and merge run: by default on ``[runner] local_workers`` threads of
+this process.  Given :class:`GroupTasks` (the flow passes them on the Dask runner), the
+batch's telemetry files are parsed by ``parse`` steps of ``GROUP_STEPS`` called elsewhere
+(Dask workers), in runs of consecutive files, each writing its rows by shard group to
+Parquet files under ``<data>/staging/ingest/``; each group's rows are then checked and
+merged by ``check`` and ``merge`` steps.  Steps take and return paths and counts; this
+process parses the inventory files itself, holds the lake lock throughout and hands its
+token to the merges (:func:`_store_as_tasks`).  The workers open the landing files at the
+paths this process would (absolute), so the landing directory, like the data directory,
+must be on a file system they share with it, at the same path.
 """
 
 from __future__ import annotations
@@ -334,11 +339,12 @@ def _batches(files: list[PlannedFile], max_bytes: int) -> list[list[PlannedFile]
 
 @dataclass
 class GroupTasks:
-    """Runs a batch's per-shard-group steps as tasks of another runner (the Prefect flow on
-    Dask gives one): ``run(step, jobs)`` calls ``GROUP_STEPS[step](job)`` for each job, in
-    processes that see the data directory, and returns the results in job order once
-    *every* job has ended (then raising the first failure: none may still be working when
-    the lake lock is let go).  Jobs and results are plain values: paths, counts, settings."""
+    """Runs a batch's steps (the parse of a run of files, a shard group's check or merge)
+    as tasks of another runner (the Prefect flow on Dask gives one): ``run(step, jobs)``
+    calls ``GROUP_STEPS[step](job)`` for each job, in processes that see the data and
+    landing directories, and returns the results in job order once *every* job has ended
+    (then raising the first failure: none may still be working when the lake lock is let
+    go).  Jobs and results are plain values: paths, counts, settings."""
 
     run: Callable[[str, list[dict]], list[dict]]
     settings: dict
@@ -360,56 +366,48 @@ def ingest_batch(
 
     Returns the batch's file reports and the quarantine file written (or None).  An
     ``OSError`` propagates (the flow retries the batch); a file that cannot be parsed is
-    reported as rejected and the others go on.  ``tasks``: check and merge the shard
-    groups as those tasks (see :func:`_check_and_merge_as_tasks`) instead of on threads.
+    reported as rejected and the others go on.  ``tasks``: parse the telemetry files and
+    check and merge the shard groups as those tasks (see :func:`_store_as_tasks`) instead
+    of on threads.
     ``next_files``: the run's next batch, parsed on a thread of this process while this
     one is checked and merged (:func:`_prefetch`; not on Dask, nor with ``[ingest]
     parse_ahead = false``, nor when ``files`` store an inventory that ``next_files``'
     parsers read: :func:`_may_parse_ahead`).
     """
-    parsed_batch = _take_prefetched(run_id, batch_number, files)
-    if parsed_batch is None:
-        parsed_batch = _parse_stage(files, config, catalog_path, timezone_name, scrape_time)
-    ahead = next_files and tasks is None and config.section("ingest")["parse_ahead"]
-    if ahead and _may_parse_ahead(files, next_files):
-        stale = any(f.inventory for f in files)  # the next batch's checks need the inventory stored now
-        _prefetch(run_id, batch_number + 1, next_files, config, catalog_path, timezone_name, scrape_time, stale)
-    ctx, reports, parsed, shared = parsed_batch.ctx, parsed_batch.reports, parsed_batch.parsed, parsed_batch.shared
+    if tasks is not None:
+        # The inventory files here (their rows are upserted here), the others on the workers.
+        inventory = [i for i, f in enumerate(files) if f.inventory]
+        parsed_batch = _parse_stage(files, config, catalog_path, timezone_name, scrape_time, inventory)
+        name = f"{run_id}-b{batch_number:04d}"
+        bad_rows = _store_as_tasks(files, parsed_batch, config, tasks, name)
+    else:
+        parsed_batch = _take_prefetched(run_id, batch_number, files)
+        if parsed_batch is None:
+            parsed_batch = _parse_stage(files, config, catalog_path, timezone_name, scrape_time)
+        ahead = next_files and config.section("ingest")["parse_ahead"]
+        if ahead and _may_parse_ahead(files, next_files):
+            stale = any(f.inventory for f in files)  # the next batch's checks need the inventory stored now
+            _prefetch(run_id, batch_number + 1, next_files, config, catalog_path, timezone_name, scrape_time, stale)
+        bad_rows = _store(parsed_batch, config)
+    ctx, reports, parsed = parsed_batch.ctx, parsed_batch.reports, parsed_batch.parsed
 
-    quarantined: list[pl.DataFrame] = []
-    for table in ("inventory", "samples", "events", "failures", "drains"):
-        frames = [
-            p.tables[table].with_columns(_file=pl.lit(i, dtype=pl.Int32))
-            for i, p in parsed.items()
-            if table in p.tables
-        ]
-        frames += shared.get(table, [])
-        if not frames:
-            continue
-        staged = _in_file_order(frames)
-        if table == "inventory":
-            good, bad = validate(table, staged, ctx)
-            _upsert_inventory(good, parsed, reports, config)
-        elif tasks is not None:
-            bad = _check_and_merge_as_tasks(
-                table, staged, reports, config, ctx, tasks, f"{run_id}-b{batch_number:04d}-{table}"
-            )
-        else:
-            distinct = _batch_distinct(table, parsed, shared)
-            bad = _check_and_merge(table, staged, reports, config, ctx, distinct)
-        if bad.height:
-            for i, count in _count_by_file(bad).items():
-                reports[i].rows_quarantined += count
-            quarantined += [
-                _quarantine_rows(parsed[i], files[i].path, part, table, run_id) for (i,), part in bad.group_by("_file")
-            ]
+    for _, bad in bad_rows:
+        for i, count in _count_by_file(bad).items():
+            reports[i].rows_quarantined += count
+    # Files parsed on the workers are parsed again here for their quarantined rows' text.
+    sources = {**parsed, **_parse_again(files, bad_rows, parsed, ctx, config)}
+    quarantined = [
+        _quarantine_rows(sources[i], files[i].path, part, table, run_id)
+        for table, bad in bad_rows
+        for (i,), part in bad.group_by("_file")
+    ]
     for report in reports:
         if report.status == "ingested":
             report.rows_stored = (
                 report.rows_read - report.rows_quarantined - report.duplicates_dropped - report.rows_updated
             )
 
-    if parsed:
+    if any(r.status == "ingested" for r in reports):  # a file was parsed (here or on a worker)
         record_catalog(config.lake_dir, ctx.catalog)
     quarantine_file = None
     if quarantined:
@@ -441,6 +439,60 @@ def ingest_batch(
     return reports, quarantine_file
 
 
+# The tables of a batch in the order they are stored: inventory first (the checks of the
+# others look units up in it).
+TABLE_ORDER = ("inventory", "samples", "events", "failures", "drains")
+
+
+def _store(batch: ParsedBatch, config: Config) -> list[tuple[str, pl.DataFrame]]:
+    """Check and merge a batch parsed in this process, table by table, on this process's
+    threads; returns the rows to quarantine by table."""
+    bad_rows = []
+    for table in TABLE_ORDER:
+        frames = _table_frames(table, batch.parsed, batch.shared)
+        if not frames:
+            continue
+        staged = _in_file_order(frames)
+        if table == "inventory":
+            bad = _store_inventory(staged, batch, config)
+        else:
+            distinct = _batch_distinct(table, batch.parsed, batch.shared)
+            bad = _check_and_merge(table, staged, batch.reports, config, batch.ctx, distinct)
+        if bad.height:
+            bad_rows.append((table, bad))
+    return bad_rows
+
+
+def _store_inventory(staged: pl.DataFrame, batch: ParsedBatch, config: Config) -> pl.DataFrame:
+    """Check the batch's inventory rows and upsert the good ones; returns the failed ones."""
+    good, bad = validate("inventory", staged, batch.ctx)
+    _upsert_inventory(good, batch.parsed, batch.reports, config)
+    return bad
+
+
+def _parse_again(
+    files: list[PlannedFile],
+    bad_rows: list[tuple[str, pl.DataFrame]],
+    parsed: dict[int, ParsedFile],
+    ctx: IngestContext,
+    config: Config,
+) -> dict[int, ParsedFile]:
+    """The files with quarantined rows that were not parsed in this process (but by
+    ``parse`` tasks), parsed here: the quarantine shows each row's raw text, which only
+    the parsed file knows (:meth:`ParsedFile.raw_text`).  Usually none."""
+    missing = sorted({i for _, bad in bad_rows for i in _count_by_file(bad)} - set(parsed))
+    if not missing:
+        return {}
+    outcomes, _ = _parse_files([files[i] for i in missing], missing, ctx, config.local_workers)
+    for i in missing:
+        if not isinstance(outcomes[i], ParsedFile):  # a worker parsed it: it differs here
+            raise RuntimeError(
+                f"{files[i].path}: parsed by a task but not in this process ({outcomes[i]}); "
+                "is the landing directory on a file system both see, at the same path?"
+            )
+    return outcomes
+
+
 @dataclass
 class ParsedBatch:
     """A batch after parsing: its context, file reports, parsed files and shared frames."""
@@ -457,27 +509,42 @@ def _parse_stage(
     catalog_path: str | None,
     timezone_name: str | None,
     scrape_time: datetime | None,
+    indices: list[int] | None = None,
 ) -> ParsedBatch:
-    """A batch's context (with the lake's inventory as it is now) and its files parsed."""
+    """A batch's context (with the lake's inventory as it is now) and its files parsed;
+    only the files ``indices`` lists, if given (the others are parsed by ``parse`` tasks,
+    which fill in their reports)."""
     ctx = IngestContext.from_config(
         config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
     )
     reports = [FileReport(f.path, f.format, "ingested") for f in files]
-    outcomes, shared = _parse_batch(files, ctx, config.local_workers)
+    if indices is None:
+        indices = list(range(len(files)))
+        outcomes, shared = _parse_batch(files, ctx, config.local_workers)
+    else:
+        outcomes, shared = _parse_files([files[i] for i in indices], indices, ctx, config.local_workers)
     parsed: dict[int, ParsedFile] = {}
-    for index in range(len(files)):
-        outcome = outcomes[index]
-        if isinstance(outcome, UnreadableFile):
-            reports[index].status, reports[index].reason = "rejected", str(outcome)
-        elif isinstance(outcome, Exception):  # a parser bug must not stop the other files
-            first = str(outcome).splitlines()[0][:200] if str(outcome) else ""
-            reports[index].status, reports[index].reason = "rejected", f"{type(outcome).__name__}: {first}"
-        else:
+    for index in indices:
+        outcome = _report_outcome(reports[index], outcomes[index])
+        if outcome is not None:
             parsed[index] = outcome
-            reports[index].rows_read = outcome.rows
-            if outcome.notes:
-                reports[index].reason = "; ".join(outcome.notes)
     return ParsedBatch(ctx, reports, parsed, shared)
+
+
+def _report_outcome(report: FileReport, outcome: ParsedFile | Exception) -> ParsedFile | None:
+    """A file's parse entered in its report (rejected and why, or its rows read and the
+    parser's notes); the parsed file, or None when it was rejected."""
+    if isinstance(outcome, UnreadableFile):
+        report.status, report.reason = "rejected", str(outcome)
+        return None
+    if isinstance(outcome, Exception):  # a parser bug must not stop the other files
+        first = str(outcome).splitlines()[0][:200] if str(outcome) else ""
+        report.status, report.reason = "rejected", f"{type(outcome).__name__}: {first}"
+        return None
+    report.rows_read = outcome.rows
+    if outcome.notes:
+        report.reason = "; ".join(outcome.notes)
+    return outcome
 
 
 # The next batch of a run, parsed ahead on a thread while the current one is checked and
@@ -614,6 +681,40 @@ def _parse_batch(
 
 # A format's batch parse is split into runs of at least this many files (one per worker).
 BATCH_PARSE_MIN_FILES = 8
+
+
+def _parse_files(
+    files: list[PlannedFile], indices: list[int], ctx: IngestContext, workers: int = 1
+) -> tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]:
+    """:func:`_parse_batch` of some of a batch's files (``files[k]`` is the batch's file
+    ``indices[k]``), with outcomes and ``_file`` by their index in the batch."""
+    outcomes, shared = _parse_batch(files, ctx, workers)
+    if indices == list(range(len(files))):
+        return outcomes, shared
+    position = pl.Series(indices)
+    return (
+        {indices[k]: outcome for k, outcome in outcomes.items()},
+        {
+            table: [
+                frame.with_columns(
+                    position.gather(frame.get_column("_file")).cast(frame.schema["_file"]).alias("_file")
+                )
+                for frame in frames
+            ]
+            for table, frames in shared.items()
+        },
+    )
+
+
+def _table_frames(
+    table: str, parsed: dict[int, ParsedFile], shared: dict[str, list[pl.DataFrame]]
+) -> list[pl.DataFrame]:
+    """A table's staged frames of parsed files, each row with its file's index (``_file``),
+    for :func:`_in_file_order`."""
+    frames = [
+        p.tables[table].with_columns(_file=pl.lit(i, dtype=pl.Int32)) for i, p in parsed.items() if table in p.tables
+    ]
+    return frames + shared.get(table, [])
 
 
 def _in_file_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -775,6 +876,16 @@ def _shard_masks(
 ) -> list[pl.Series] | None:
     """Which rows of ``staged`` each of :func:`_shard_groups`' frames holds (None: one
     frame, all of them).  A caller with threads filters each group on its own thread."""
+    masks = _group_masks(staged, config, workers, min_rows)
+    return None if masks is None else list(masks.values())
+
+
+def _group_masks(
+    staged: pl.DataFrame, config: Config, workers: int, min_rows: int | None = None
+) -> dict[int | None, pl.Series] | None:
+    """:func:`_shard_masks` by group number: the lake shard number modulo ``workers``, the
+    same whatever rows a caller holds (None: the rows without a unit), so parts of a batch
+    split apart (``parse`` tasks' runs of files) fall into the same groups."""
     min_rows = SPLIT_MIN_ROWS if min_rows is None else min_rows
     if workers < 2 or staged.height < max(min_rows, 1):
         return None
@@ -789,11 +900,13 @@ def _shard_masks(
     units = staged.get_column("unit_id").cast(pl.String)
     runs = long_runs(units)
     numbers = shard_numbers(units if runs is None else runs[0], shards) % workers
-    masks = [
-        numbers.is_null() if number is None else (numbers == number).fill_null(False)
+    masks = {
+        number: numbers.is_null() if number is None else (numbers == number).fill_null(False)
         for number in numbers.unique(maintain_order=True).to_list()
-    ]
-    return masks if runs is None else [pl.Series(np.repeat(mask.to_numpy(), runs[1])) for mask in masks]
+    }
+    if runs is None:
+        return masks
+    return {number: pl.Series(np.repeat(mask.to_numpy(), runs[1])) for number, mask in masks.items()}
 
 
 def _run_parallel(calls: list, config: Config, workers: int) -> list:
@@ -854,16 +967,24 @@ def _check_shard(
     return unique, bad, duplicates, conflicts
 
 
-# With GroupTasks, a table's staged rows are split into one group per this many rows (at
-# most one per lake shard): a task costs a Parquet write and read and the scheduler's
-# round trip, more than a thread.
+# With GroupTasks, a batch's rows are split into one group per this many rows (at most one
+# per lake shard): a task costs a Parquet write and read and the scheduler's round trip,
+# more than a thread.  The groups are chosen before the rows are parsed (every ``parse``
+# task splits its rows into the same groups), so the rows are guessed from the files' bytes:
+# an nvidia-smi line of ~250 bytes holds 13 samples, a Prometheus JSON sample ~20 bytes.
 TASK_GROUP_MIN_ROWS = 100_000
+LANDING_BYTES_PER_ROW = 20
+# A ``parse`` task takes a run of consecutive files of about this many bytes, or this many
+# files (a 256 MB batch in about 16 tasks; many small files in tasks of 64, where
+# nvidia-smi's batch parser still reads many files as one frame).
+TASK_PARSE_BYTES = 16 * 1024 * 1024
+TASK_PARSE_FILES = 64
 STAGING_PARQUET = {"compression": "lz4", "statistics": False}
 
 
 def staging_root(config: Config) -> Path:
-    """Where a batch's shard groups are staged for :class:`GroupTasks`: a directory per
-    table of a batch, made and removed while the driver holds the lake lock."""
+    """Where a batch's parsed rows are staged for :class:`GroupTasks`: a directory per
+    batch, made and removed while the driver holds the lake lock."""
     return config.data_dir / "staging" / "ingest"
 
 
@@ -876,34 +997,55 @@ def _clear_staging(config: Config) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _check_and_merge_as_tasks(
-    table: str,
-    staged: pl.DataFrame,
-    reports: list[FileReport],
-    config: Config,
-    ctx: IngestContext,
-    tasks: GroupTasks,
-    name: str,
-) -> pl.DataFrame:
-    """:func:`_check_and_merge` with each shard group checked and merged by a task of
-    ``tasks`` (on a Dask worker): same groups of whole shards, same two phases, same lake,
-    quarantine and counts.
+def _parse_runs(files: list[PlannedFile], indices: list[int]) -> list[list[int]]:
+    """``indices`` (files of a batch) in runs of consecutive files, one per ``parse`` task:
+    a run ends once it holds ``TASK_PARSE_BYTES`` bytes or ``TASK_PARSE_FILES`` files."""
+    runs: list[list[int]] = []
+    size = 0
+    for i in indices:
+        if not runs or size >= TASK_PARSE_BYTES or len(runs[-1]) >= TASK_PARSE_FILES:
+            runs.append([])
+            size = 0
+        runs[-1].append(i)
+        size += files[i].size
+    return runs
 
-    Under one hold of the lake lock, this process writes each group's rows (and the
-    inventory the checks use) to ``staging_root/<name>/``; ``check`` tasks read a group,
-    check it against the batch and the lake and write its new rows, failed rows and
-    conflicts to files, returning their paths and the duplicates per file; the partitions
-    the new rows go to are logged here (``record_stored_rows``); then ``merge`` tasks
-    merge the new rows, acting under this hold through the lock's token (a task given a
-    token of a hold that has ended is refused).  The directory is removed before the lock
-    is let go, whatever happens; one left by a killed driver is removed by the next hold
-    that stages (no stage directory outlives the hold that made it).
+
+def _task_group_count(rows: int, shards: int) -> int:
+    """How many shard groups a batch of about ``rows`` staged rows is split into for tasks."""
+    return max(1, min(shards, -(-rows // max(TASK_GROUP_MIN_ROWS, 1))))
+
+
+def _store_as_tasks(
+    files: list[PlannedFile], batch: ParsedBatch, config: Config, tasks: GroupTasks, name: str
+) -> list[tuple[str, pl.DataFrame]]:
+    """Parse the batch's telemetry files and check and merge them as tasks of ``tasks`` (on
+    Dask workers): same parsers, same groups of whole shards, same two phases, so the same
+    lake, quarantine, counts and change log as :func:`_store` on threads.  ``batch`` holds
+    the inventory files, parsed in this process (their rows are upserted here).  Returns
+    the rows to quarantine by table; fills in the reports of the files parsed by tasks.
+
+    Under one hold of the lake lock, this process writes the inventory it read (the one
+    every parse and check of the batch uses) to ``staging_root/<name>/``; ``parse`` tasks
+    (:func:`parse_run`) parse runs of consecutive files and write each table's rows by
+    shard group; the inventory is upserted here, then per table ``check`` tasks
+    (:func:`check_group`) read a group's parts from every run, in file order, check them
+    against the batch and the lake and write the new rows, failed rows and conflicts to
+    files; the partitions the new rows go to are logged here (``record_stored_rows``);
+    then ``merge`` tasks merge the new rows, acting under this hold through the lock's
+    token (a task given a token of a hold that has ended is refused).  The parses end
+    before anything of the batch is stored (its inventory included), as in this process,
+    so a parser that reads the inventory or stored rows sees what it would here.  The
+    directory is removed before the lock is let go, whatever happens; one left by a killed
+    driver is removed by the next hold that stages (no stage directory outlives the hold
+    that made it).
     """
-    lake_dir = config.lake_dir
-    time_col = TIME_COLUMN[table]
-    shards = lake_shards(lake_dir, config.shards)
-    count = max(1, min(shards, -(-staged.height // max(TASK_GROUP_MIN_ROWS, 1))))
-    with lake_lock(lake_dir):
+    ctx, reports = batch.ctx, batch.reports
+    telemetry = [i for i, f in enumerate(files) if not f.inventory]
+    shards = lake_shards(config.lake_dir, config.shards)
+    groups = _task_group_count(sum(files[i].size for i in telemetry) // LANDING_BYTES_PER_ROW, shards)
+    bad_rows = []
+    with lake_lock(config.lake_dir):
         _clear_staging(config)
         directory = staging_root(config) / name
         try:
@@ -911,32 +1053,93 @@ def _check_and_merge_as_tasks(
             inventory = directory / "inventory.parquet"
             ctx.inventory.write_parquet(inventory, **STAGING_PARQUET)
             context = _context_job(ctx, inventory)
-            jobs = []
-            for k, group in enumerate(_shard_groups(staged, config, count, min_rows=0)):
-                rows = directory / f"group-{k:03d}.parquet"
-                group.write_parquet(rows, **STAGING_PARQUET)
-                jobs.append({"settings": tasks.settings, "table": table, "rows": str(rows), "context": context})
-            checked = tasks.run("check", jobs)
-            if time_col is not None:
-                columns = ["unit_id", time_col]
-                new = [pl.read_parquet(c["new"], columns=columns) for c in checked if c["new_rows"]]
-                record_stored_rows(lake_dir, table, new, config.shards)
-            token = lock_token(lake_dir)
-            merging = [c for c in checked if c["new_rows"]]
-            merge_jobs = [
-                {"settings": tasks.settings, "table": table, "rows": c["new"], "token": token} for c in merging
+            jobs = [
+                {
+                    "settings": tasks.settings,
+                    # Opened where this process would open them (not relative to its directory).
+                    "files": planned_to_dict([_absolute(files[i]) for i in run]),
+                    "indices": run,
+                    "context": context,
+                    "groups": groups,
+                    "directory": str(directory),
+                    "run": number,
+                }
+                for number, run in enumerate(_parse_runs(files, telemetry))
             ]
-            results = tasks.run("merge", merge_jobs) if merge_jobs else []
-            for c, result in zip(merging, results):
-                if result["rows_stored"] != c["new_rows"]:  # cannot happen under the lock: fail loudly
-                    raise RuntimeError(f"{table}: {c['new_rows']} new rows checked but {result['rows_stored']} stored")
-            bad = [pl.read_parquet(path) for c in checked for path in c["bad"]]
+            parts: dict[str, dict[int | None, list[str]]] = {}
+            for result in tasks.run("parse", jobs) if jobs else []:
+                for item in result["files"]:
+                    report = reports[item["index"]]
+                    report.status, report.reason, report.rows_read = item["status"], item["reason"], item["rows_read"]
+                for part in result["parts"]:  # runs in file order
+                    parts.setdefault(part["table"], {}).setdefault(part["group"], []).append(part["path"])
+            for table in TABLE_ORDER:
+                frames = _table_frames(table, batch.parsed, batch.shared)
+                if table == "inventory" and frames:
+                    bad = _store_inventory(_in_file_order(frames), batch, config)
+                elif table in parts:
+                    bad = _check_and_merge_as_tasks(table, parts[table], reports, config, tasks, directory, context)
+                else:
+                    continue
+                if bad.height:
+                    bad_rows.append((table, bad))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+    return bad_rows
+
+
+def _absolute(planned: PlannedFile) -> PlannedFile:
+    """``planned`` with the absolute path of the file it names (for another process)."""
+    path = planned.open_path()
+    return planned if path.is_absolute() else replace(planned, path_hex=manifest.name_bytes(path.absolute()).hex())
+
+
+def _check_and_merge_as_tasks(
+    table: str,
+    groups: dict[int | None, list[str]],
+    reports: list[FileReport],
+    config: Config,
+    tasks: GroupTasks,
+    directory: Path,
+    context: dict,
+) -> pl.DataFrame:
+    """:func:`_check_and_merge` with each shard group (its parts staged by the ``parse``
+    tasks, in file order) checked and merged by a task of ``tasks``; returns the rows to
+    quarantine.  The caller holds the lake lock (see :func:`_store_as_tasks`)."""
+    lake_dir = config.lake_dir
+    time_col = TIME_COLUMN[table]
+    jobs = [
+        {
+            "settings": tasks.settings,
+            "table": table,
+            "parts": paths,
+            "out": str(directory / f"{table}-group-{_group_label(group)}"),
+            "context": context,
+        }
+        for group, paths in groups.items()
+    ]
+    checked = tasks.run("check", jobs)
+    if time_col is not None:
+        columns = ["unit_id", time_col]
+        new = [pl.read_parquet(c["new"], columns=columns) for c in checked if c["new_rows"]]
+        record_stored_rows(lake_dir, table, new, config.shards)
+    token = lock_token(lake_dir)
+    merging = [c for c in checked if c["new_rows"]]
+    merge_jobs = [{"settings": tasks.settings, "table": table, "rows": c["new"], "token": token} for c in merging]
+    results = tasks.run("merge", merge_jobs) if merge_jobs else []
+    for c, result in zip(merging, results):
+        if result["rows_stored"] != c["new_rows"]:  # cannot happen under the lock: fail loudly
+            raise RuntimeError(f"{table}: {c['new_rows']} new rows checked but {result['rows_stored']} stored")
     for c in checked:
         for i, number in c["duplicates"]:
             reports[i].duplicates_dropped += number
-    return pl.concat(bad, how="diagonal_relaxed") if bad else staged.head(0)
+    bad = [pl.read_parquet(path) for c in checked for path in c["bad"]]
+    return pl.concat(bad, how="diagonal_relaxed") if bad else pl.DataFrame()
+
+
+def _group_label(group: int | None) -> str:
+    """A shard group's part of a staged file's name."""
+    return "nounit" if group is None else f"{group:03d}"
 
 
 def _context_job(ctx: IngestContext, inventory: Path) -> dict:
@@ -969,21 +1172,60 @@ def _context_from_job(job: dict) -> IngestContext:
     )
 
 
+def parse_run(job: dict) -> dict:
+    """A ``parse`` task: a run of a batch's files parsed as this process would parse them
+    (:func:`_parse_files`, with the batch's context and the files' indices in the batch);
+    each table's rows, in file order, split into the batch's shard groups (the lake shard
+    number modulo ``groups``, :func:`_group_masks`: the same groups whatever task splits
+    them) and written to ``directory``, one file per table and group.  Returns each file's
+    status, reason and rows read (``files``) and the files written with their table, group
+    and rows (``parts``).  Reads the landing files and the lake only."""
+    config = Config.from_settings(job["settings"])
+    files, indices = planned_from_dict(job["files"]), job["indices"]
+    outcomes, shared = _parse_files(files, indices, _context_from_job(job["context"]), config.local_workers)
+    parsed: dict[int, ParsedFile] = {}
+    reported = []
+    for planned, index in zip(files, indices):
+        report = FileReport(planned.path, planned.format, "ingested")
+        outcome = _report_outcome(report, outcomes[index])
+        if outcome is not None:
+            parsed[index] = outcome
+        reported.append(
+            {"index": index, "status": report.status, "reason": report.reason, "rows_read": report.rows_read}
+        )
+    parts = []
+    for table in TABLE_ORDER:
+        frames = _table_frames(table, parsed, shared)
+        if not frames:
+            continue
+        if table == "inventory":  # planned as telemetry: cannot happen (_is_inventory reads the same)
+            raise RuntimeError(f"inventory rows in files planned as telemetry: {[f.path for f in files]}")
+        staged = _in_file_order(frames)
+        masks = _group_masks(staged, config, job["groups"], min_rows=0) or {0: None}
+        for group, mask in masks.items():
+            rows = staged if mask is None else staged.filter(mask)
+            if rows.height:
+                path = Path(job["directory"]) / f"run-{job['run']:04d}-{table}-group-{_group_label(group)}.parquet"
+                rows.write_parquet(path, **STAGING_PARQUET)
+                parts.append({"table": table, "group": group, "path": str(path), "rows": rows.height})
+    return {"files": reported, "parts": parts}
+
+
 def check_group(job: dict) -> dict:
-    """A ``check`` task: one staged shard group checked (``_check_shard``).  Writes the new
-    rows (lake columns) and the rows to quarantine (failed checks, then conflicts) next to
-    the group's file; returns their paths, the new rows' count and the duplicates per file
-    (``[[file index, count], ...]``).  Reads the lake only."""
-    table, rows = job["table"], Path(job["rows"])
-    unique, failed, duplicates, conflicts = _check_shard(
-        table, pl.read_parquet(rows), _context_from_job(job["context"])
-    )
-    new = rows.with_name(f"{rows.stem}-new.parquet")
+    """A ``check`` task: one shard group checked (``_check_shard``), its rows read from the
+    parts the ``parse`` tasks wrote (``parts``, runs in file order).  Writes the new rows
+    (lake columns) and the rows to quarantine (failed checks, then conflicts) to files
+    named after ``out``; returns their paths, the new rows' count and the duplicates per
+    file (``[[file index, count], ...]``).  Reads the lake only."""
+    table, out = job["table"], Path(job["out"])
+    rows = _in_file_order([pl.read_parquet(path) for path in job["parts"]])
+    unique, failed, duplicates, conflicts = _check_shard(table, rows, _context_from_job(job["context"]))
+    new = out.with_name(f"{out.name}-new.parquet")
     unique.select(_lake_columns(table, unique)).write_parquet(new, **STAGING_PARQUET)
     bad = []
     for kind, frame in (("failed", failed), ("conflicts", conflicts)):
         if frame.height:
-            path = rows.with_name(f"{rows.stem}-{kind}.parquet")
+            path = out.with_name(f"{out.name}-{kind}.parquet")
             frame.write_parquet(path, **STAGING_PARQUET)
             bad.append(str(path))
     return {
@@ -1012,7 +1254,7 @@ def merge_group(job: dict) -> dict:
 
 
 # The steps GroupTasks run, by name (a task takes the name and a job of plain values).
-GROUP_STEPS: dict[str, Callable[[dict], dict]] = {"check": check_group, "merge": merge_group}
+GROUP_STEPS: dict[str, Callable[[dict], dict]] = {"parse": parse_run, "check": check_group, "merge": merge_group}
 
 
 def _lake_columns(table: str, frame: pl.DataFrame) -> list[str]:

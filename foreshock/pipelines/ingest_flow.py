@@ -7,12 +7,15 @@ retried on I/O errors.
 
 The batches run one after another in this process.  On the local runner (the default) a
 batch's parse and its shard groups' checks and merges run on ``[runner] local_workers``
-threads inside its task.  On the Dask runner (``--runner dask``) the batch task stages each
-shard group's rows under ``<data>/staging/ingest/`` and submits one ``ingest-shard-group``
-task per group and phase (check, then merge) to the flow's task runner, so they run on the
+threads inside its task.  On the Dask runner (``--runner dask``) the batch task submits
+one ``ingest-parse`` task per run of consecutive telemetry files (each stages its rows by
+shard group under ``<data>/staging/ingest/``), then one ``ingest-shard-group`` task per
+group and phase (check, then merge) to the flow's task runner, so they run on the
 cluster's workers while this process holds the lake lock (see
-``foreshock.ingest.run._check_and_merge_as_tasks``).  The workers need the data directory
-on a filesystem they share with this process.
+``foreshock.ingest.run._store_as_tasks``); it parses only the inventory files itself, and
+again the few files whose rows are quarantined (for their raw text).  The workers need the
+data directory and the landing directory on a file system they share with this process, at
+the same paths.
 """
 
 from __future__ import annotations
@@ -52,10 +55,20 @@ def shard_group_task(step: str, job: dict) -> dict:
     return GROUP_STEPS[step](job)
 
 
+@task(name="ingest-parse", cache_policy=NO_CACHE)
+def parse_run_task(job: dict) -> dict:
+    """A run of a batch's telemetry files parsed and staged by shard group (paths and
+    counts in and out); no retries of its own either: the batch task is retried whole."""
+    return GROUP_STEPS["parse"](job)
+
+
 def _run_on_task_runner(step: str, jobs: list[dict]) -> list[dict]:
     """``GroupTasks.run``: the jobs as tasks of the flow's task runner, results in order,
     after all of them ended (the batch holds the lake lock until then)."""
-    futures = [shard_group_task.submit(step, job) for job in jobs]
+    if step == "parse":
+        futures = [parse_run_task.submit(job) for job in jobs]
+    else:
+        futures = [shard_group_task.submit(step, job) for job in jobs]
     wait(futures)
     return [future.result() for future in futures]
 
@@ -82,7 +95,8 @@ def ingest_batch_task(
     next_files: list[dict] | None = None,
 ) -> dict:
     """Parse, check and merge one batch of files; returns its file reports as dicts.
-    ``group_tasks``: its shard groups are checked and merged as tasks of the flow's runner.
+    ``group_tasks``: its telemetry files are parsed, and its shard groups checked and
+    merged, as tasks of the flow's runner.
     ``next_files``: the next batch, parsed ahead in this process meanwhile (local runner)."""
     reports, quarantine_file = ingest_batch(
         planned_from_dict(files),
@@ -120,9 +134,9 @@ def ingest(
             # Sequential on purpose: inventory must land before the batches that check units
             # against it, and a day's XID gauge and counter steps read the previous day's
             # stored rows.  Inside a batch, parsing and the shard-by-shard checks and merges
-            # run on [runner] local_workers threads (foreshock.ingest.run), or the checks and
-            # merges as tasks on the Dask workers.  On the local runner the next batch is
-            # parsed meanwhile (ingest_batch decides whether it may be).
+            # run on [runner] local_workers threads (foreshock.ingest.run), or the parses,
+            # checks and merges as tasks on the Dask workers.  On the local runner the next
+            # batch is parsed meanwhile (ingest_batch decides whether it may be).
             ahead = plan.after(number)
             done = ingest_batch_task(
                 planned_to_dict(batch),

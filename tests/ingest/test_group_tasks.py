@@ -1,8 +1,8 @@
-"""A batch's shard groups checked and merged as tasks (``GroupTasks``: staged Parquet files in,
-paths and counts out, under the driver's lake lock through its token) give the lake files,
-quarantine, change log and per-file accounting of the in-process threads, and leave no
-staging file behind, also when a task fails.  Here the tasks run on threads of this process;
-test_ingest_dask.py runs them on a real Dask cluster."""
+"""A batch's telemetry parsed, and its shard groups checked and merged, as tasks
+(``GroupTasks``: staged Parquet files in, paths and counts out, under the driver's lake lock
+through its token) give the lake files, quarantine, change log and per-file accounting of
+the in-process threads, and leave no staging file behind, also when a task fails.  Here the
+tasks run on threads of this process; test_ingest_dask.py runs them on a real Dask cluster."""
 
 from __future__ import annotations
 
@@ -25,6 +25,11 @@ def _in_process(step: str, jobs: list[dict]) -> list[dict]:
         futures = [pool.submit(run.GROUP_STEPS[step], job) for job in jobs]
         wait(futures)
         return [future.result() for future in futures]
+
+
+def _staging_directory(job: dict) -> Path:
+    """The batch's staging directory a ``parse``, ``check`` or ``merge`` job writes to or reads."""
+    return Path(job["directory"]) if "directory" in job else Path(job.get("rows") or job["out"]).parent
 
 
 def _config(data_dir: Path):
@@ -66,6 +71,7 @@ def test_group_tasks_store_and_quarantine_what_the_threads_do(tmp_path, monkeypa
     landing = write_messy_landing(tmp_path / "raw")
     local_config, local = _ingest(landing.root, tmp_path / "local")
     monkeypatch.setattr(run, "TASK_GROUP_MIN_ROWS", 1)  # a group per lake shard, however small the batch
+    monkeypatch.setattr(run, "TASK_PARSE_FILES", 2)  # a group's rows come from several parse tasks
     calls = []
 
     def counted(step, jobs):
@@ -75,6 +81,7 @@ def test_group_tasks_store_and_quarantine_what_the_threads_do(tmp_path, monkeypa
     tasks_config, tasks = _ingest(landing.root, tmp_path / "tasks", counted)
 
     assert ("check", 4) in calls and ("merge", 4) in calls  # the groups really were tasks
+    assert any(step == "parse" for step, _ in calls)  # and the parses
     assert local.totals["rows_quarantined"] >= 4 and local.totals["duplicates_dropped"] >= 2  # messy input
     assert tasks.adds_up and tasks.totals == local.totals
     assert _per_file(tasks) == _per_file(local)
@@ -95,10 +102,12 @@ def test_a_failed_group_task_leaves_no_staging_file_and_the_retry_completes_the_
     clean_config, clean = _ingest(landing.root, tmp_path / "clean")
     monkeypatch.setattr(run, "TASK_GROUP_MIN_ROWS", 1)
     seen = []
+    merges = []
 
     def failing(step, jobs):
-        seen.extend(Path(job["rows"]).parent for job in jobs)
-        if step == "merge" and len([s for s in seen if s.name.endswith("samples")]) > 8:
+        seen.extend(_staging_directory(job) for job in jobs)
+        merges.extend(job["table"] for job in jobs if step == "merge")
+        if step == "merge" and merges.count("samples") > 4:  # the second batch of samples
             jobs[1]["token"] = "not-the-holder"  # the second group's merge is refused
         return _in_process(step, jobs)
 
