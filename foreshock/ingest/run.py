@@ -861,21 +861,14 @@ def _check_and_merge(
 SPLIT_MIN_ROWS = 200_000
 
 
-def _shard_groups(
-    staged: pl.DataFrame, config: Config, workers: int, min_rows: int | None = None
-) -> list[pl.DataFrame]:
-    """``staged`` in ``workers`` frames, each holding whole lake shards (rows keep their
-    order; rows without a unit form their own group), or whole when it has fewer than
-    ``min_rows`` rows (default ``SPLIT_MIN_ROWS``) or there is one worker."""
-    masks = _shard_masks(staged, config, workers, min_rows)
-    return [staged] if masks is None else [staged.filter(mask) for mask in masks]
-
-
 def _shard_masks(
     staged: pl.DataFrame, config: Config, workers: int, min_rows: int | None = None
 ) -> list[pl.Series] | None:
-    """Which rows of ``staged`` each of :func:`_shard_groups`' frames holds (None: one
-    frame, all of them).  A caller with threads filters each group on its own thread."""
+    """Which rows of ``staged`` each group of whole lake shards holds, one group per
+    worker (rows keep their order; rows without a unit form their own group); None (one
+    group, all of them) when ``staged`` has fewer than ``min_rows`` rows (default
+    ``SPLIT_MIN_ROWS``) or there is one worker.  A caller with threads filters each group
+    on its own thread."""
     masks = _group_masks(staged, config, workers, min_rows)
     return None if masks is None else list(masks.values())
 

@@ -9,7 +9,6 @@ import polars as pl
 
 import foreshock.ingest.run as run
 from foreshock.config import load_config
-from foreshock.ingest.run import _shard_groups
 from foreshock.ingest.validate import _sort_by_series_time
 from foreshock.lake import long_runs, shard_of, with_shard
 
@@ -128,6 +127,12 @@ def test_stored_counters_take_each_series_latest_reading_from_runs_only_when_the
         assert got.height == units.len()
 
 
+def _shard_groups(staged: pl.DataFrame, config, workers: int) -> list[pl.DataFrame]:
+    """The frames the threads of ``_check_and_merge`` filter with ``run._shard_masks``."""
+    masks = run._shard_masks(staged, config, workers)
+    return [staged] if masks is None else [staged.filter(mask) for mask in masks]
+
+
 def test_shard_groups_are_those_of_partition_by(tmp_path, monkeypatch):
     config = load_config(data_dir=tmp_path)
     rng = np.random.default_rng(3)
@@ -160,18 +165,9 @@ def _old_series_sort(parts: list[pl.DataFrame], series_count: int) -> pl.DataFra
     return pl.concat(parts, how="vertical_relaxed").sort("_sid", "ts", maintain_order=True)
 
 
-def _old_shard_groups(staged: pl.DataFrame, config, workers: int) -> list[pl.DataFrame]:
-    if workers < 2:
-        return [staged]
-    keyed = with_shard(staged, config.shards).drop("shard")
-    groups = keyed.with_columns(
-        _group=pl.col("unit_id").map_elements(lambda u: shard_of(u, config.shards) % workers, return_dtype=pl.Int32)
-    ).partition_by("_group", maintain_order=True)
-    return [group.drop("_group") for group in groups]
-
-
 def _old_shard_masks(staged: pl.DataFrame, config, workers: int, min_rows=None) -> list[pl.Series] | None:
-    """The rows of each of ``_old_shard_groups``' frames (the threads filter them)."""
+    """The rows of each group of the code before (``unit_id``'s shard by a Python call per
+    row, groups in order of their first rows; the threads filter them)."""
     if workers < 2:
         return None
     group = staged.get_column("unit_id").map_elements(
@@ -256,7 +252,6 @@ def test_an_unsorted_messy_ingest_gives_what_the_plain_splits_and_sorts_give(tmp
     new = _ingest_twice(tmp_path, tmp_path / "new", monkeypatch)
     monkeypatch.setattr(lake, "_split_sorted", lambda *args, **kwargs: None)
     monkeypatch.setattr(validate, "_sort_by_series_time", _old_series_sort)
-    monkeypatch.setattr(run, "_shard_groups", _old_shard_groups)
     monkeypatch.setattr(run, "_shard_masks", _old_shard_masks)
     old = _ingest_twice(tmp_path, tmp_path / "old", monkeypatch)
 
