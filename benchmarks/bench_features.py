@@ -56,6 +56,9 @@ from foreshock.lake import atomic_write_parquet, merge_into_lake, partition_file
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 7
 SHARDS = 8
+# The targets: features within 4x the floor's wall time at 4,096 GPUs (2x the goal), peak
+# RSS within 4 GB, time linear in the fleet (size exponent at most 1.05).
+TARGET_X_FLOOR, GOAL_X_FLOOR, TARGET_RSS_MB = 4.0, 2.0, 4096
 COUNTERS = ("ecc_sbe_volatile_total", "ecc_dbe_volatile_total", "pcie_replay_total")
 GAUGES = ("gpu_temp_c", "memory_temp_c", "power_w")
 
@@ -314,6 +317,13 @@ def main() -> None:
                 count, fastest, slowest = feats["runs"]
                 if count > 1:
                     print(f"       features wall from {fastest:.2f} s to {slowest:.2f} s over {count} runs")
+                ratio = paired(runs["features"], runs["floor"], "seconds")
+                print(
+                    f"       at most {TARGET_X_FLOOR:g}x the floor (the target at 4,096 GPUs): "
+                    f"{'met' if ratio <= TARGET_X_FLOOR else 'not met'}; {GOAL_X_FLOOR:g}x (the goal): "
+                    f"{'met' if ratio <= GOAL_X_FLOOR else 'not met'}; peak RSS at most {TARGET_RSS_MB:,} MB: "
+                    f"{'met' if feats['peak_rss_mb'] <= TARGET_RSS_MB else 'not met'}"
+                )
                 if before:
                     print(
                         f"       at {args.before}: {typical(runs['before'], 'peak_rss_mb')['seconds']:.2f} s; this tree "
