@@ -248,11 +248,9 @@ def _regular_pieces(
     addition): the previous row is the previous sample of every metric of the row, and
     each time is distinct."""
     k = len(counter)
-    every_us = int(every.total_seconds() * 1_000_000)
     ts = times.get_column("ts").to_numpy().view("int64")
-    series = times.get_column("_unit").to_numpy().astype(np.uint64) * _LIFE_SLOTS
-    series += times.get_column("life").to_numpy().astype(np.uint64)
-    key = series * _BUCKET_SLOTS + ((ts - 1) // every_us + 1).astype(np.uint64)  # _packed_key's
+    key = times.select(_packed_key(every)).to_series().to_numpy()
+    series = key // _BUCKET_SLOTS  # unit and life
     rows = len(ts)
     opens = np.ones(rows, dtype=bool)
     np.not_equal(key[1:], key[:-1], out=opens[1:])

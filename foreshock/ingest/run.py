@@ -483,7 +483,7 @@ def _parse_again(
     missing = sorted({i for _, bad in bad_rows for i in _count_by_file(bad)} - set(parsed))
     if not missing:
         return {}
-    outcomes, _ = _parse_files([files[i] for i in missing], missing, ctx, config.local_workers)
+    outcomes, _ = _parse_batch([files[i] for i in missing], ctx, config.local_workers, missing)
     for i in missing:
         if not isinstance(outcomes[i], ParsedFile):  # a worker parsed it: it differs here
             raise RuntimeError(
@@ -520,9 +520,7 @@ def _parse_stage(
     reports = [FileReport(f.path, f.format, "ingested") for f in files]
     if indices is None:
         indices = list(range(len(files)))
-        outcomes, shared = _parse_batch(files, ctx, config.local_workers)
-    else:
-        outcomes, shared = _parse_files([files[i] for i in indices], indices, ctx, config.local_workers)
+    outcomes, shared = _parse_batch([files[i] for i in indices], ctx, config.local_workers, indices)
     parsed: dict[int, ParsedFile] = {}
     for index in indices:
         outcome = _report_outcome(reports[index], outcomes[index])
@@ -624,10 +622,12 @@ def drop_prefetched() -> None:
 
 
 def _parse_batch(
-    files: list[PlannedFile], ctx: IngestContext, workers: int = 1
+    files: list[PlannedFile], ctx: IngestContext, workers: int = 1, indices: list[int] | None = None
 ) -> tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]:
     """Parse a batch's files: ``(per file index a ParsedFile or the error that rejects the
     file, frames staged for several files at once by table, with ``_file``)``.
+    ``indices``: the index in the batch of each of ``files`` when they are some of its
+    files (a ``parse`` task's run, the driver's share); by default their positions.
 
     Files of a format in ``BATCH_PARSERS`` are parsed together (one frame per header
     instead of one per file), in ``workers`` runs of consecutive files; the others one by
@@ -635,11 +635,12 @@ def _parse_batch(
     parser in Python beside Polars work that releases the GIL); parsers only read the lake.
     ``OSError`` propagates (the flow retries the batch).
     """
+    by_index = dict(zip(range(len(files)) if indices is None else indices, files, strict=True))
     outcomes: dict[int, ParsedFile | Exception] = {}
     shared: dict[str, list[pl.DataFrame]] = {}
     together: dict[str, list[int]] = {}
     single: list[int] = []
-    for index, planned in enumerate(files):
+    for index, planned in by_index.items():
         if planned.format in BATCH_PARSERS:
             together.setdefault(planned.format, []).append(index)
         else:
@@ -647,29 +648,29 @@ def _parse_batch(
 
     def parse_one(index: int) -> None:
         try:
-            outcomes[index] = PARSERS[files[index].format](files[index].open_path(), ctx)
+            outcomes[index] = PARSERS[by_index[index].format](by_index[index].open_path(), ctx)
         except OSError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as the file's rejection
             outcomes[index] = exc
 
-    def parse_together(fmt: str, indices: list[int]) -> list[pl.DataFrame]:
-        results, frames = BATCH_PARSERS[fmt]([files[i].open_path() for i in indices], indices, ctx)
+    def parse_together(fmt: str, run_indices: list[int]) -> list[pl.DataFrame]:
+        results, frames = BATCH_PARSERS[fmt]([by_index[i].open_path() for i in run_indices], run_indices, ctx)
         outcomes.update(results)
         return frames
 
     runs = []
-    for fmt, indices in together.items():
-        count = max(1, min(workers, len(indices) // BATCH_PARSE_MIN_FILES))
-        size = -(-len(indices) // count)
-        runs += [(fmt, indices[k : k + size]) for k in range(0, len(indices), size)]
+    for fmt, indices_of_format in together.items():
+        count = max(1, min(workers, len(indices_of_format) // BATCH_PARSE_MIN_FILES))
+        size = -(-len(indices_of_format) // count)
+        runs += [(fmt, indices_of_format[k : k + size]) for k in range(0, len(indices_of_format), size)]
     if workers < 2 or len(runs) + len(single) < 2:
         for index in single:
             parse_one(index)
-        staged = [(fmt, parse_together(fmt, indices)) for fmt, indices in runs]
+        staged = [(fmt, parse_together(fmt, run_indices)) for fmt, run_indices in runs]
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            pending = [(fmt, pool.submit(parse_together, fmt, indices)) for fmt, indices in runs]
+            pending = [(fmt, pool.submit(parse_together, fmt, run_indices)) for fmt, run_indices in runs]
             singles = [pool.submit(parse_one, index) for index in single]
             staged = [(fmt, future.result()) for fmt, future in pending]
             for future in singles:
@@ -681,29 +682,6 @@ def _parse_batch(
 
 # A format's batch parse is split into runs of at least this many files (one per worker).
 BATCH_PARSE_MIN_FILES = 8
-
-
-def _parse_files(
-    files: list[PlannedFile], indices: list[int], ctx: IngestContext, workers: int = 1
-) -> tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]:
-    """:func:`_parse_batch` of some of a batch's files (``files[k]`` is the batch's file
-    ``indices[k]``), with outcomes and ``_file`` by their index in the batch."""
-    outcomes, shared = _parse_batch(files, ctx, workers)
-    if indices == list(range(len(files))):
-        return outcomes, shared
-    position = pl.Series(indices)
-    return (
-        {indices[k]: outcome for k, outcome in outcomes.items()},
-        {
-            table: [
-                frame.with_columns(
-                    position.gather(frame.get_column("_file")).cast(frame.schema["_file"]).alias("_file")
-                )
-                for frame in frames
-            ]
-            for table, frames in shared.items()
-        },
-    )
 
 
 def _table_frames(
@@ -1167,7 +1145,7 @@ def _context_from_job(job: dict) -> IngestContext:
 
 def parse_run(job: dict) -> dict:
     """A ``parse`` task: a run of a batch's files parsed as this process would parse them
-    (:func:`_parse_files`, with the batch's context and the files' indices in the batch);
+    (:func:`_parse_batch`, with the batch's context and the files' indices in the batch);
     each table's rows, in file order, split into the batch's shard groups (the lake shard
     number modulo ``groups``, :func:`_group_masks`: the same groups whatever task splits
     them) and written to ``directory``, one file per table and group.  Returns each file's
@@ -1175,7 +1153,7 @@ def parse_run(job: dict) -> dict:
     and rows (``parts``).  Reads the landing files and the lake only."""
     config = Config.from_settings(job["settings"])
     files, indices = planned_from_dict(job["files"]), job["indices"]
-    outcomes, shared = _parse_files(files, indices, _context_from_job(job["context"]), config.local_workers)
+    outcomes, shared = _parse_batch(files, _context_from_job(job["context"]), config.local_workers, indices)
     parsed: dict[int, ParsedFile] = {}
     reported = []
     for planned, index in zip(files, indices):

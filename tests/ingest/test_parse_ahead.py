@@ -123,10 +123,10 @@ def test_an_error_parsing_ahead_is_raised_by_the_batch_that_takes_it(tmp_path, m
     broken = plan.batches[later[0]][0].path
     real = run._parse_batch
 
-    def failing(files, ctx, workers=1):
+    def failing(files, ctx, workers=1, indices=None):
         if files[0].path == broken:
             raise OSError(5, "Input/output error", broken)
-        return real(files, ctx, workers)
+        return real(files, ctx, workers, indices)
 
     monkeypatch.setattr(run, "_parse_batch", failing)
     with pytest.raises(OSError, match="Input/output error"):
