@@ -33,6 +33,14 @@ def _format_summary(summary: dict, out: Path) -> str:
         ),
         f"took {summary['seconds']:.1f} s",
     ]
+    rate = summary["failure_rate"]
+    requested = rate["requested_per_1000_unit_days"]
+    lines.insert(
+        2,
+        f"failure rate: {rate['observed_per_1000_unit_days']:.2f} per 1,000 GPU-days in service observed"
+        + (f" (requested {requested:g})" if requested is not None else "")
+        + f" over {rate['unit_days_in_service']:,.0f} GPU-days",
+    )
     return "\n".join(lines)
 
 
@@ -55,6 +63,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         seed=args.seed,
         sample_every=args.sample_every,
         sudden_share=args.sudden_share,
+        failure_rate=args.failure_rate,
         start=start,
     )
     print(_format_summary(summary, out))
@@ -78,5 +87,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--sudden-share", type=float, default=1 / 3, help="share of failures without precursor (default 1/3)"
+    )
+    parser.add_argument(
+        "--failure-rate",
+        type=float,
+        metavar="R",
+        help="failures per 1,000 GPU-days in service to observe, same modes and precursors "
+        "(default: the demo's, about 7; a real fleet fails about 0.5)",
     )
     parser.set_defaults(func=run)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from foreshock.simulate import formats
-from foreshock.simulate.fleet import MODES, build_fleet, schedule_lives
+from foreshock.simulate.fleet import MODES, build_fleet, schedule_lives, unit_days_in_service
 from foreshock.simulate.params import DEFAULT_START, SimulationParams
 from foreshock.simulate.telemetry import simulate_node
 
@@ -40,6 +40,7 @@ def simulate_fleet(
     racks: int = 4,
     sudden_share: float = 1.0 / 3.0,
     failures_per_1000_unit_days: float = 7.0,
+    failure_rate: float | None = None,
     dcgm_step: str | None = None,
     **options: Any,
 ) -> dict[str, Any]:
@@ -69,7 +70,8 @@ def simulate_fleet(
     The default rate (7 failures per 1,000 GPU-days) gives the default 256-GPU, 30-day
     fleet roughly 40-70 failures.  That is more than ten times real fleet rates
     (docs/design.md: ~0.5 per 1,000 GPU-days from all causes on Llama 3's 16k H100s); the
-    demo needs enough failures for a backtest.
+    demo needs enough failures for a backtest.  ``failure_rate=0.5`` simulates a fleet
+    failing as often as that one, with the same modes and precursors.
 
     Parameters
     ----------
@@ -87,7 +89,13 @@ def simulate_fleet(
     sudden_share
         Expected share of failures without precursor.
     failures_per_1000_unit_days
-        Fleet-average failure rate.
+        Fleet-average hazard per GPU-day in service (the observed rate is about 1 % lower
+        at the default, more at higher rates: failing GPUs spend days in repair).
+    failure_rate
+        Failures per 1,000 GPU-days in service to observe (replacements included); when
+        given, the hazard is calibrated to it instead of ``failures_per_1000_unit_days``,
+        and ``simulation.json`` records it with the rate observed.  ``None`` (default)
+        keeps the schedule drawn from ``failures_per_1000_unit_days``.
     dcgm_step
         Step of the Prometheus ``query_range`` exports (default one hour).
     **options
@@ -111,6 +119,7 @@ def simulate_fleet(
         racks=racks,
         sudden_share=sudden_share,
         failures_per_1000_unit_days=failures_per_1000_unit_days,
+        failure_rate=failure_rate,
         **options,
     )
     out = Path(out_dir)
@@ -189,7 +198,16 @@ def simulate_fleet(
         "bytes": dict(sorted(size.items())),
         "total_bytes": sum(size.values()),
     }
+    unit_days = unit_days_in_service(lives, params)
+    rate = {
+        "requested_per_1000_unit_days": params.failure_rate,
+        "observed_per_1000_unit_days": round(1000.0 * len(failed) / unit_days, 4),
+        "unit_days_in_service": round(unit_days, 2),
+    }
+    if params.failure_rate is not None:  # a run without the option writes the same bytes as before it
+        summary["failure_rate"] = rate
     # Written without the timing so that the same seed gives byte-identical output.
     (out / "simulation.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary["failure_rate"] = rate
     summary["seconds"] = round(time.perf_counter() - started, 2)
     return summary
