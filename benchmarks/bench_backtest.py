@@ -99,14 +99,14 @@ def run_backtest(data: Path, old: bool) -> dict:
         from foreshock.lake import read_table
 
         failures = read_table(config.lake_dir, "failures")
-    from foreshock.models.backtest import walk_forward
+    from foreshock.models.evaluation.backtest import walk_forward
 
     if old:  # the backtest before issue 10 took the whole frame in memory
         from foreshock.features.store import scan_features
 
         result = walk_forward(scan_features(features_dir).collect(), failures, config)
     else:
-        from foreshock.models.dataset import FeatureSource
+        from foreshock.models.estimators.dataset import FeatureSource
 
         result = walk_forward(FeatureSource.from_dir(features_dir), failures, config)
     return {"scores": result.scores.height, "folds": len(result.folds)}

@@ -95,8 +95,8 @@ def run(data: Path, how: str) -> dict:
     import distributed
     import polars as pl
 
-    from foreshock.models.dataset import FeatureSource, TrainingSample, training_sample
-    from foreshock.models.gbm import GradientBoostedRisk
+    from foreshock.models.estimators.dataset import FeatureSource, TrainingSample, training_sample
+    from foreshock.models.estimators.gbm import GradientBoostedRisk
 
     def usage() -> dict:
         r = resource.getrusage(resource.RUSAGE_SELF)

@@ -32,7 +32,7 @@ import polars as pl
 
 from foreshock.config import load_config
 from foreshock.lake import read_table
-from foreshock.models.reliability import (
+from foreshock.models.reliability.reliability import (
     ReliabilitySettings,
     cohort_reliability,
     cox_hazard_ratios,
@@ -41,7 +41,7 @@ from foreshock.models.reliability import (
     job_interruptions,
     unit_lives,
 )
-from foreshock.models.reliability_report import cohort_section, cox_section
+from foreshock.models.reliability.reliability_report import cohort_section, cox_section
 from foreshock.pipelines.cli import main as foreshock
 
 ROOT = Path(__file__).parents[1]

@@ -88,8 +88,8 @@ def test_no_import_cycle():
 def test_graph_walker_sees_upward_imports(tmp_path):
     """The walker itself: a models module importing drain would be reported."""
     graph = import_graph()
-    assert "foreshock.models.metrics" in graph
-    assert any(_stage(d) == "core" for d in graph["foreshock.models.metrics"])
+    assert "foreshock.models.evaluation.metrics" in graph
+    assert any(_stage(d) == "core" for d in graph["foreshock.models.evaluation.metrics"])
     assert _stage("foreshock.drain.policy") == "drain" and _stage("foreshock.config") == "core"
 
 

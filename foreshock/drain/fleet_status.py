@@ -20,7 +20,7 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.contract import label_column
 from foreshock.lake import lake_summary, read_table
-from foreshock.models.training import labelled_until
+from foreshock.models.estimators.training import labelled_until
 
 OUTBOX_LATEST = "LATEST"
 
@@ -135,7 +135,7 @@ def champion_summary(config: Config) -> dict | None:
 
     MLflow must already point at the store (``MLFLOW_TRACKING_URI``)."""
     try:
-        from foreshock.models import registry
+        from foreshock.models.registry import registry
 
         version = registry.find_alias(config.model_name, "champion")  # no MLflow import where the store allows
     except Exception:  # no store, no registered model

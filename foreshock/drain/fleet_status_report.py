@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from foreshock.drain.fleet_status import FleetStatus
 from foreshock.lake import atomic_write_text
-from foreshock.models.plots import calibration_curve
+from foreshock.models.evaluation.plots import calibration_curve
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }

@@ -1,10 +1,10 @@
 """``foreshock backtest``: the walk-forward backtest as a Prefect flow.
 
 features (``foreshock.features.store.scan_features``) + failures (lake) [+ ground truth]
--> ``foreshock.models.backtest.walk_forward`` -> ``data/backtest/scores.parquet``, ``report.json``,
+-> ``foreshock.models.evaluation.backtest.walk_forward`` -> ``data/backtest/scores.parquet``, ``report.json``,
 ``report.md``.
 
-Wiring only: the work lives in :mod:`foreshock.models.backtest`.  One coarse task (the folds read
+Wiring only: the work lives in :mod:`foreshock.models.evaluation.backtest`.  One coarse task (the folds read
 the feature store one by one); it takes and returns paths and settings, never frames.
 """
 
@@ -23,7 +23,7 @@ from foreshock.pipelines import inputs
 
 @task(name="backtest-run", cache_policy=NO_CACHE)
 def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dict:
-    from foreshock.models.backtest import read_ground_truth, walk_forward
+    from foreshock.models.evaluation.backtest import read_ground_truth, walk_forward
 
     config = Config.from_settings(settings)
     source, failures = inputs.feature_source(config), inputs.failures(config)

@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("foreshock.pipelines.ingest_flow", "parse, validate and merge raw telemetry into the lake"),
     "lake": ("foreshock.pipelines.lake_cmd", "print a summary of the lake (rows, units, span per table)"),
     "features": ("foreshock.pipelines.features_flow", "compute feature snapshots from the lake (incremental)"),
+    "dictionary": (
+        "foreshock.pipelines.dictionary_cmd",
+        "every feature column's name pattern, meaning, unit and window",
+    ),
     "backtest": ("foreshock.pipelines.backtest_flow", "walk-forward backtest of every model; lead-time report"),
     "train": ("foreshock.pipelines.train_flow", "fit on all labelled history, log to MLflow, register a challenger"),
     "review": (

@@ -20,8 +20,8 @@ from foreshock.pipelines.runtime import stamp
 def score_latest(settings: dict) -> str:
     """Score the newest snapshot of every unit with the champion; returns the path of
     ``scores/latest.parquet``."""
-    from foreshock.models.registry import load_champion
-    from foreshock.models.scoring import live_scores
+    from foreshock.models.registry.registry import load_champion
+    from foreshock.models.registry.scoring import live_scores
 
     config = Config.from_settings(settings)
     champion = load_champion(config.model_name, **trust_settings(config))

@@ -25,7 +25,7 @@ def features(config: Config) -> pl.DataFrame:
 
 def feature_source(config: Config):
     """The feature store, read lazily by time range and columns (no frame is loaded here)."""
-    from foreshock.models.dataset import FeatureSource
+    from foreshock.models.estimators.dataset import FeatureSource
 
     source = FeatureSource.from_dir(config.features_dir)
     if source.empty:

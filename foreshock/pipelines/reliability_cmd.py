@@ -10,8 +10,13 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.errors import UserError, missing
 from foreshock.lake import read_table, scan_table
-from foreshock.models.reliability import ReliabilitySettings, analyse_fleet, config_duration_days, unit_lives
-from foreshock.models.reliability_report import write_reliability_report
+from foreshock.models.reliability.reliability import (
+    ReliabilitySettings,
+    analyse_fleet,
+    config_duration_days,
+    unit_lives,
+)
+from foreshock.models.reliability.reliability_report import write_reliability_report
 
 
 def _observed_until(config: Config, until: str | None) -> datetime:

@@ -3,8 +3,8 @@ champion, both scored on that window only; promote if the guardrails hold agains
 bootstrap intervals.
 
 ``--approve VERSION`` promotes by hand, ``--rollback VERSION`` moves champion back. The
-measuring and deciding live in :mod:`foreshock.models.review`, acting on the decision in
-:mod:`foreshock.models.promotion`; this module only wires.
+measuring and deciding live in :mod:`foreshock.models.registry.review`, acting on the decision in
+:mod:`foreshock.models.registry.promotion`; this module only wires.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow
 
 @task(cache_policy=NO_CACHE)
 def review_task(settings: dict, promote: bool) -> dict[str, object]:
-    from foreshock.models.base import config_horizons
-    from foreshock.models.promotion import run_review
-    from foreshock.models.training import labelled_until
+    from foreshock.models.estimators.base import config_horizons
+    from foreshock.models.estimators.training import labelled_until
+    from foreshock.models.registry.promotion import run_review
 
     config = Config.from_settings(settings)
     features, failures = inputs.features(config), inputs.failures(config)
@@ -52,7 +52,7 @@ def _show(value: float | None) -> str:
 
 
 def run_review_cmd(args: argparse.Namespace, config: Config) -> int:
-    from foreshock.models import promotion, registry
+    from foreshock.models.registry import promotion, registry
 
     configure_mlflow(config.mlflow_dir)
     quiet_mlflow()

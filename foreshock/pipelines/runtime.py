@@ -248,7 +248,7 @@ def task_runner(config: Config) -> TaskRunner:
         raise ValueError(
             "[runner] kind = dask needs the dask extra: uv sync --extra dask (make setup installs it)"
         ) from None
-    from foreshock.models.gbm_dask import dask_target  # the cluster training uses too
+    from foreshock.models.estimators.gbm_dask import dask_target  # the cluster training uses too
 
     target = dask_target(section)
     if isinstance(target, str):

@@ -1,7 +1,7 @@
 """``foreshock score``: ``models:/<name>@champion`` on the latest snapshot of every unit.
 
 Writes ``scores/latest.parquet`` and ``scores/scores-<timestamp>.parquet`` under the data
-directory. The scoring itself lives in :mod:`foreshock.models.scoring`; the Prefect flow
+directory. The scoring itself lives in :mod:`foreshock.models.registry.scoring`; the Prefect flow
 that records a run (under ``foreshock serve``, the demo, or a configured Prefect API) is
 :mod:`foreshock.pipelines.score_flow`. Without a Prefect API this command neither starts a
 server nor imports Prefect: seconds on a small machine, for a second of work.
@@ -29,8 +29,8 @@ log = logging.getLogger("foreshock.score")
 
 
 def run_score(args: argparse.Namespace, config: Config) -> int:
-    from foreshock.models.base import decision_horizon
-    from foreshock.models.registry import check_champion
+    from foreshock.models.estimators.base import decision_horizon
+    from foreshock.models.registry.registry import check_champion
 
     configure_mlflow(config.mlflow_dir)
     quiet_mlflow()

@@ -116,7 +116,7 @@ def outbox_status(config: Config) -> tuple[datetime | None, int, str]:
 
 
 def champion_status(config: Config) -> tuple[datetime | None, int | None, str]:
-    from foreshock.models.registry import find_alias
+    from foreshock.models.registry.registry import find_alias
     from foreshock.pipelines.runtime import configure_mlflow
 
     if not os.environ.get("MLFLOW_TRACKING_URI") and not (config.mlflow_dir / "mlflow.db").is_file():

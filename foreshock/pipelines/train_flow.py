@@ -1,7 +1,7 @@
 """``foreshock train``: fit every model on all labelled history and register a challenger.
 
-features + failures -> foreshock.models.bundle.train_bundle -> walk-forward backtest for the
-metrics (or a given `foreshock backtest` result) -> foreshock.models.tracking.log_training
+features + failures -> foreshock.models.estimators.bundle.train_bundle -> walk-forward backtest for the
+metrics (or a given `foreshock backtest` result) -> foreshock.models.registry.tracking.log_training
 (new version, alias ``challenger``).  This is the production refit on all history; the
 out-of-sample evidence that its recipe beats the champion comes from ``foreshock review``
 (the same recipe refitted before the review window), which promotes this version.
@@ -25,7 +25,7 @@ from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow, stamp
 @task(cache_policy=NO_CACHE)
 def fit_bundle(settings: dict, run_dir: str) -> str:
     """Train every model on all labelled history; the bundle is saved under ``run_dir``."""
-    from foreshock.models.bundle import train_bundle
+    from foreshock.models.estimators.bundle import train_bundle
 
     config = Config.from_settings(settings)
     bundle = train_bundle(inputs.feature_source(config), inputs.failures(config), config, drains=inputs.drains(config))
@@ -36,7 +36,7 @@ def fit_bundle(settings: dict, run_dir: str) -> str:
 @task(cache_policy=NO_CACHE)
 def backtest_for_metrics(settings: dict, run_dir: str, ground_truth: str | None) -> str:
     """Walk-forward backtest of the same configuration: scores and report under ``run_dir``."""
-    from foreshock.models.backtest import read_ground_truth, walk_forward
+    from foreshock.models.evaluation.backtest import read_ground_truth, walk_forward
 
     config = Config.from_settings(settings)
     source, failures = inputs.feature_source(config), inputs.failures(config)
@@ -49,9 +49,9 @@ def backtest_for_metrics(settings: dict, run_dir: str, ground_truth: str | None)
 @task(cache_policy=NO_CACHE)
 def log_to_registry(settings: dict, bundle_dir: str, backtest_dir: str) -> dict[str, str]:
     """Log the run to MLflow and register the bundle as the new challenger."""
-    from foreshock.models.backtest import BacktestResult
-    from foreshock.models.bundle import RiskBundle
-    from foreshock.models.tracking import log_training, training_inputs
+    from foreshock.models.estimators.bundle import RiskBundle
+    from foreshock.models.evaluation.backtest import BacktestResult
+    from foreshock.models.registry.tracking import log_training, training_inputs
 
     config = Config.from_settings(settings)
     bundle = RiskBundle.load(Path(bundle_dir))
@@ -79,7 +79,7 @@ def run_train(args: argparse.Namespace, config: Config) -> int:
     quiet_mlflow()
     inputs.require_features(config)
     if args.backtest:
-        from foreshock.models.backtest import BacktestResult
+        from foreshock.models.evaluation.backtest import BacktestResult
 
         BacktestResult.load(Path(args.backtest))  # fail early, naming what is missing
     record = train_flow(config.to_settings(args.config), args.ground_truth, args.backtest)

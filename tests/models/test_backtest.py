@@ -11,10 +11,10 @@ import pytest
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
 from foreshock.features.labels import add_labels
-from foreshock.models.backtest import plan_folds, walk_forward
-from foreshock.models.gbm import GradientBoostedRisk
-from foreshock.models.metrics import alert_starts
-from foreshock.models.training import label_cutoff_violations, labelled_until
+from foreshock.models.estimators.gbm import GradientBoostedRisk
+from foreshock.models.estimators.training import label_cutoff_violations, labelled_until
+from foreshock.models.evaluation.backtest import plan_folds, walk_forward
+from foreshock.models.evaluation.metrics import alert_starts
 from tests.models.synthetic_fleet import T0, daily_disk_fleet, synthetic_fleet
 
 

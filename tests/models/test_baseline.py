@@ -9,7 +9,7 @@ import polars as pl
 
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
-from foreshock.models.baseline import ThresholdBaseline
+from foreshock.models.estimators.baseline import ThresholdBaseline
 from tests.models.synthetic_fleet import T0, synthetic_fleet
 
 
@@ -79,7 +79,7 @@ class TestThresholdBaseline:
         """The generic growth rule's 'usual growth' is a quantile over the fleet's rows: a
         training sample that keeps every failure-adjacent row and a tenth of the healthy
         ones (weight 10) gives about the full frame's threshold, not a far higher one."""
-        from foreshock.models.base import SAMPLE_WEIGHT
+        from foreshock.models.estimators.base import SAMPLE_WEIGHT
 
         healthy, failing = 20_000, 60
         column = "widget_errors_total_increase_1d"
@@ -111,7 +111,7 @@ class TestThresholdBaseline:
         training sample of models.dataset), the rules' risk keeps the fleet's mean; unweighted
         it would roughly quadruple."""
         from foreshock.features.labels import outcome_labels
-        from foreshock.models.base import SAMPLE_WEIGHT
+        from foreshock.models.estimators.base import SAMPLE_WEIGHT
 
         fleet = synthetic_fleet(rng, units=40, days=12)
         frame = fleet.features.with_columns(

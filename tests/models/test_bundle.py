@@ -7,7 +7,7 @@ import json
 import pytest
 
 from foreshock.config import load_config
-from foreshock.models.bundle import RiskBundle, train_bundle
+from foreshock.models.estimators.bundle import RiskBundle, train_bundle
 from tests.models.synthetic_fleet import synthetic_fleet
 
 

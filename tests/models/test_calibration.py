@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from foreshock.models.calibration import PlattCalibrator
+from foreshock.models.estimators.calibration import PlattCalibrator
 
 
 def test_recovers_true_probabilities(rng):

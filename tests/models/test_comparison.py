@@ -9,8 +9,8 @@ import polars as pl
 
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
-from foreshock.models import bundle as bundle_module
-from foreshock.models.comparison import (
+from foreshock.models.estimators import bundle as bundle_module
+from foreshock.models.evaluation.comparison import (
     ReviewSettings,
     bootstrap,
     check_guardrails,
@@ -18,7 +18,7 @@ from foreshock.models.comparison import (
     training_cut,
     unit_table,
 )
-from foreshock.models.metrics import snapshot_metrics
+from foreshock.models.evaluation.metrics import snapshot_metrics
 from tests.models.synthetic_fleet import T0, synthetic_fleet
 
 HORIZON = "24h"

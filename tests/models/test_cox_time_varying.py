@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from foreshock.contract import UTC_TS
-from foreshock.models.cox_time_varying import CoxTimeVaryingRisk
+from foreshock.models.estimators.cox_time_varying import CoxTimeVaryingRisk
 from tests.models.synthetic_fleet import T0, synthetic_fleet
 
 

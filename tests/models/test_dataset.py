@@ -12,7 +12,7 @@ from datetime import timedelta
 import numpy as np
 import polars as pl
 
-from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, training_frame
+from foreshock.models.estimators.dataset import FeatureSource, FrameSource, TrainingSample, training_frame
 from tests.models.synthetic_fleet import synthetic_fleet
 
 SHARDS = 3

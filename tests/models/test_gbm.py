@@ -6,9 +6,9 @@ import numpy as np
 import polars as pl
 
 from foreshock.contract import label_column
-from foreshock.models.gbm import GradientBoostedRisk
-from foreshock.models.metrics import calibration_error, pr_auc
-from foreshock.models.training import labelled_until
+from foreshock.models.estimators.gbm import GradientBoostedRisk
+from foreshock.models.estimators.training import labelled_until
+from foreshock.models.evaluation.metrics import calibration_error, pr_auc
 from tests.models.synthetic_fleet import synthetic_fleet
 
 
@@ -64,6 +64,6 @@ class TestGradientBoostedRisk:
 
 
 def model_matrix(model, frame):
-    from foreshock.models.base import feature_matrix
+    from foreshock.models.estimators.base import feature_matrix
 
     return feature_matrix(frame, model.feature_names_)

@@ -11,11 +11,11 @@ import pytest
 
 from foreshock.config import load_config
 from foreshock.features.store import write_features
-from foreshock.models import gbm as gbm_module
-from foreshock.models.bundle import RiskBundle, fit_models
-from foreshock.models.dataset import FeatureSource, StoredSample, TrainingSample, training_sample
-from foreshock.models.gbm import GradientBoostedRisk
-from foreshock.models.gbm_dask import _held_out_curve, _InWorkerOrder, early_stopped_round, train_on_dask
+from foreshock.models.estimators import gbm as gbm_module
+from foreshock.models.estimators.bundle import RiskBundle, fit_models
+from foreshock.models.estimators.dataset import FeatureSource, StoredSample, TrainingSample, training_sample
+from foreshock.models.estimators.gbm import GradientBoostedRisk
+from foreshock.models.estimators.gbm_dask import _held_out_curve, _InWorkerOrder, early_stopped_round, train_on_dask
 from tests.models.synthetic_fleet import synthetic_fleet
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
@@ -350,7 +350,7 @@ def test_early_stopped_round_is_lightgbms_rule(rng):
 def test_train_bundle_on_dask_hands_the_store_to_the_workers(rng, client, tmp_path, monkeypatch):
     """``[runner] kind = "dask"``: ``train_bundle`` passes the sample left in the store to the
     GBM (its workers read it); the other models get the frame, read once after it."""
-    from foreshock.models import bundle as bundle_module
+    from foreshock.models.estimators import bundle as bundle_module
 
     fleet, _, _, test = stored_fleet(rng, tmp_path, units=60, days=16)
     monkeypatch.setattr(bundle_module, "dask_target", lambda runner: client)

@@ -10,7 +10,7 @@ import pytest
 
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
-from foreshock.models.metrics import (
+from foreshock.models.evaluation.metrics import (
     AlertWindow,
     alert_starts,
     alerts_per_threshold,

@@ -15,7 +15,7 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_registry_fleet import SBE, TEMP, fast_config, synthetic_fleet, train_and_register
 
-from foreshock.models import model_env
+from foreshock.models.registry import model_env
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "fresh-env-test"

@@ -10,7 +10,7 @@ import pytest
 
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
-from foreshock.models.operating_points import (
+from foreshock.models.evaluation.operating_points import (
     NO_FLOOR,
     AlertRule,
     OperatingPoints,

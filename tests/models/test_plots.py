@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from test_registry_fleet import START
 
-from foreshock.models import plots
+from foreshock.models.evaluation import plots
 
 UNITS = 200
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from test_registry_fleet import SBE, TEMP, fast_config, synthetic_fleet, train_and_register
 
-from foreshock.models import registry, scoring, tracking
+from foreshock.models.registry import registry, scoring, tracking
 
 NAME = "registry-test"
 

@@ -12,7 +12,7 @@ from test_registry_fleet import synthetic_fleet
 
 from foreshock.features.store import write_features
 from foreshock.lake import merge_into_lake
-from foreshock.models import registry
+from foreshock.models.registry import registry
 from foreshock.pipelines.cli import main
 
 NAME = "cli-model"

@@ -109,9 +109,9 @@ def test_failures_are_preceded_by_their_precursor(seed):
 
 def train_and_register(config: Config, features: pl.DataFrame, failures: pl.DataFrame):
     """What ``foreshock train`` does, in process: fit, backtest, log and register."""
-    from foreshock.models.backtest import walk_forward
-    from foreshock.models.bundle import train_bundle
-    from foreshock.models.tracking import log_training, training_inputs
+    from foreshock.models.estimators.bundle import train_bundle
+    from foreshock.models.evaluation.backtest import walk_forward
+    from foreshock.models.registry.tracking import log_training, training_inputs
 
     bundle = train_bundle(features, failures, config)
     backtest = walk_forward(features, failures, config)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from foreshock.models import registry, registry_reader
-from foreshock.models.registry_reader import NotReadable, alias_record, run_tags, version_record
-from foreshock.models.tracking import experiment_id
+from foreshock.models.registry import registry, registry_reader
+from foreshock.models.registry.registry_reader import NotReadable, alias_record, run_tags, version_record
+from foreshock.models.registry.tracking import experiment_id
 
 
 def _register(name: str) -> tuple[str, str]:

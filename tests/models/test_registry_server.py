@@ -8,9 +8,9 @@ import mlflow
 import pytest
 from test_registry_fleet import TEMP, fast_config, synthetic_fleet, train_and_register
 
-from foreshock.models import promotion, registry, tracking
-from foreshock.models.base import config_horizons
-from foreshock.models.training import labelled_until
+from foreshock.models.estimators.base import config_horizons
+from foreshock.models.estimators.training import labelled_until
+from foreshock.models.registry import promotion, registry, tracking
 from tests.pipelines.services import mlflow_server as running_mlflow_server
 
 NAME = "served-model"

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from foreshock.contract import conform
-from foreshock.models.reliability import (
+from foreshock.models.reliability.reliability import (
     cox_hazard_ratios,
     cumulative_incidence,
     domain_dispersion,

@@ -13,11 +13,11 @@ from test_registry_fleet import SBE, TEMP, fast_config, synthetic_fleet, train_a
 
 from foreshock.contract import label_column
 from foreshock.durations import parse_duration
-from foreshock.models import bundle as bundle_module
-from foreshock.models import promotion, registry, review
-from foreshock.models.base import config_horizons
-from foreshock.models.gbm import EXCLUDED_FEATURES
-from foreshock.models.training import labelled_until
+from foreshock.models.estimators import bundle as bundle_module
+from foreshock.models.estimators.base import config_horizons
+from foreshock.models.estimators.gbm import EXCLUDED_FEATURES
+from foreshock.models.estimators.training import labelled_until
+from foreshock.models.registry import promotion, registry, review
 
 NAME = "review-test"
 # Long enough that the history before the review window (and its purge) holds failures.

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from foreshock.contract import UTC_TS, label_column, weight_column
 from foreshock.features.labels import drain_censoring, outcome_labels
-from foreshock.models.base import monotone_risk
-from foreshock.models.calibration import PlattCalibrator
-from foreshock.models.cox_time_varying import CoxTimeVaryingRisk
-from foreshock.models.dataset import FrameSource, TrainingSample, training_frame
-from foreshock.models.gbm import GradientBoostedRisk
-from foreshock.models.training import intervals_until, labelled_until, purged_holdout
+from foreshock.models.estimators.base import monotone_risk
+from foreshock.models.estimators.calibration import PlattCalibrator
+from foreshock.models.estimators.cox_time_varying import CoxTimeVaryingRisk
+from foreshock.models.estimators.dataset import FrameSource, TrainingSample, training_frame
+from foreshock.models.estimators.gbm import GradientBoostedRisk
+from foreshock.models.estimators.training import intervals_until, labelled_until, purged_holdout
 from tests.models.synthetic_fleet import daily_disk_fleet, synthetic_fleet
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,9 +8,9 @@ import mlflow
 import pytest
 from test_registry_fleet import fast_config, synthetic_fleet, train_and_register
 
-from foreshock.models import registry
-from foreshock.models.tracking import experiment_id
-from foreshock.models.trusted_bundle import LOGGED_BY_TAG, SOURCE_TAG, UntrustedModelError, version_tags
+from foreshock.models.registry import registry
+from foreshock.models.registry.tracking import experiment_id
+from foreshock.models.registry.trusted_bundle import LOGGED_BY_TAG, SOURCE_TAG, UntrustedModelError, version_tags
 
 NAME = "trusted-registry-test"
 

@@ -122,8 +122,8 @@ def test_mlflow_server_on_postgresql_registers_and_loads_a_model(postgres, tmp_p
         script = textwrap.dedent(
             """
             import json, mlflow, pandas as pd
-            from foreshock.models.registry import alias_version
-            from foreshock.models.tracking import experiment_id
+            from foreshock.models.registry.registry import alias_version
+            from foreshock.models.registry.tracking import experiment_id
 
             class Doubler(mlflow.pyfunc.PythonModel):
                 def predict(self, context, model_input, params=None):

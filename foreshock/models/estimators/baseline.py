@@ -35,7 +35,7 @@ import polars as pl
 
 from foreshock.contract import label_column
 from foreshock.durations import parse_duration
-from foreshock.models.base import (
+from foreshock.models.estimators.base import (
     EXPLANATION_SCHEMA,
     RISK_SCHEMA,
     config_horizons,
@@ -46,8 +46,8 @@ from foreshock.models.base import (
     sample_weights,
     top_contributions,
 )
-from foreshock.models.calibration import PlattCalibrator
-from foreshock.models.training import labelled_until
+from foreshock.models.estimators.calibration import PlattCalibrator
+from foreshock.models.estimators.training import labelled_until
 
 _WINDOWED = re.compile(r"^(?P<metric>.+)_(?P<kind>increase|count|max)_(?P<window>\d+(?:\.\d+)?[smhdw])$")
 

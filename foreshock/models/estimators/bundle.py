@@ -27,7 +27,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.contract import UTC_TS
-from foreshock.models.base import (
+from foreshock.models.estimators.base import (
     EXPLANATION_SCHEMA,
     SCORE_SCHEMA,
     RiskModel,
@@ -36,9 +36,9 @@ from foreshock.models.base import (
     monotone_risk,
     require_columns,
 )
-from foreshock.models.baseline import ThresholdBaseline
-from foreshock.models.cox_time_varying import CoxTimeVaryingRisk
-from foreshock.models.dataset import (
+from foreshock.models.estimators.baseline import ThresholdBaseline
+from foreshock.models.estimators.cox_time_varying import CoxTimeVaryingRisk
+from foreshock.models.estimators.dataset import (
     FeatureSource,
     FrameSource,
     StoredSample,
@@ -46,9 +46,9 @@ from foreshock.models.dataset import (
     as_source,
     training_sample,
 )
-from foreshock.models.gbm import GradientBoostedRisk
-from foreshock.models.gbm_dask import dask_target
-from foreshock.models.training import known_failures
+from foreshock.models.estimators.gbm import GradientBoostedRisk
+from foreshock.models.estimators.gbm_dask import dask_target
+from foreshock.models.estimators.training import known_failures
 
 BUNDLE_FORMAT = 1
 MODEL_CLASSES: dict[str, type] = {
@@ -195,7 +195,7 @@ def fit_models(
     """Fit each model; one that cannot be fitted (no failures yet, ...) is left out with a note.
     Each fit is a log line with its time (the long part of backtest, train and review).
 
-    A sample left in the store (:class:`~foreshock.models.dataset.StoredSample`) goes as it
+    A sample left in the store (:class:`~foreshock.models.estimators.dataset.StoredSample`) goes as it
     is to the gradient-boosted model (on a Dask cluster its workers read the rows); the
     other models get it read once, when the first of them needs it."""
     fitted, notes = {}, []
@@ -231,7 +231,7 @@ def train_bundle(
     Parameters
     ----------
     features
-        The feature store (:class:`~foreshock.models.dataset.FeatureSource`: only the
+        The feature store (:class:`~foreshock.models.estimators.dataset.FeatureSource`: only the
         training sample is read) or a feature frame in memory.
     failures
         Canonical failures table.

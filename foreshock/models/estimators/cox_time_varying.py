@@ -41,7 +41,7 @@ import polars as pl
 
 from foreshock.contract import label_column, weight_column
 from foreshock.features.labels import outcome_labels
-from foreshock.models.base import (
+from foreshock.models.estimators.base import (
     RISK_SCHEMA,
     feature_matrix,
     frame_feature_columns,
@@ -51,7 +51,7 @@ from foreshock.models.base import (
     sample_weights,
     top_contributions,
 )
-from foreshock.models.training import intervals_until
+from foreshock.models.estimators.training import intervals_until
 
 MAX_PENALIZER = 1e-4
 _Z_CLIP = 8.0

@@ -32,7 +32,7 @@ from foreshock.contract import UTC_TS
 from foreshock.durations import parse_duration
 from foreshock.features.labels import CENSORED_AT, drain_censoring, outcome_labels
 from foreshock.features.store import feature_files
-from foreshock.models.base import SAMPLE_WEIGHT
+from foreshock.models.estimators.base import SAMPLE_WEIGHT
 
 KEYS = ("unit_id", "ts")
 # Columns read with the keys (life bookkeeping), never cast.
@@ -121,7 +121,7 @@ class FeatureSource:
 
     def step(self) -> timedelta:
         """The snapshot interval: the most common gap between a unit's snapshots on its first day."""
-        from foreshock.models.training import snapshot_step
+        from foreshock.models.estimators.training import snapshot_step
 
         first, _ = self.span()
         return snapshot_step(self.keys(first, first + timedelta(days=2)))
@@ -285,7 +285,7 @@ class StoredSample:
 
     :meth:`frame` reads it whole (what :func:`training_frame` returns); a model that can
     spread its rows over a cluster reads only :attr:`keys` here and lets each worker read
-    its share of the rows from :attr:`source`'s files (:mod:`foreshock.models.gbm_dask`).
+    its share of the rows from :attr:`source`'s files (:mod:`foreshock.models.estimators.gbm_dask`).
 
     Attributes
     ----------

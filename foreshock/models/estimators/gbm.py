@@ -1,9 +1,9 @@
 """Gradient-boosted risk: one LightGBM classifier per horizon on "fails within H".
 
 Training on a cutoff uses only labels known at that cutoff, by the one rule of
-:mod:`foreshock.models.training` (positives within the observed part of the horizon,
+:mod:`foreshock.models.estimators.training` (positives within the observed part of the horizon,
 negatives weighted by the observed share).  Early stopping and calibration use a purged
-holdout (:func:`foreshock.models.training.purged_holdout`): a block of time ending one
+holdout (:func:`foreshock.models.estimators.training.purged_holdout`): a block of time ending one
 horizon before the cutoff, so its labels are fully observed, holding at least
 ``min_holdout_failures`` distinct failures, with an embargo of one horizon between the
 rows the trees fit and the holdout.  LightGBM early-stops on it and a Platt calibrator is
@@ -18,7 +18,7 @@ Class imbalance: positive rows are up-weighted by ``sqrt(negatives / positives)`
 (bounded by ``max_pos_weight``), which keeps the gradient from ignoring the rare failures
 without inverse-prevalence weights, which make trees overfit a few units and push every
 probability to 1.0.  The risk never decreases with the horizon
-(:func:`foreshock.models.base.monotone_in_horizon`).
+(:func:`foreshock.models.estimators.base.monotone_in_horizon`).
 
 Domain knowledge as constraints: risk may only rise with error counts (``*_increase_*``,
 ``*_count_*``, pending remaps/retirements), LightGBM monotone constraints, so a few dozen
@@ -32,10 +32,10 @@ trees then start from what operators already know and learn where it is wrong, i
 of rediscovering "errors growing fast" from a few dozen failures.
 
 Given a Dask cluster (``dask_client``; ``[runner] kind = "dask"`` through
-:func:`foreshock.models.bundle.model_factories`) and a horizon with at least
-``dask_min_rows`` rows, the fits run on its workers (:mod:`foreshock.models.gbm_dask`).
-A training sample left in the feature store (:class:`~foreshock.models.dataset.StoredSample`,
-what :func:`~foreshock.models.bundle.train_bundle` passes on Dask) is never read whole here:
+:func:`foreshock.models.estimators.bundle.model_factories`) and a horizon with at least
+``dask_min_rows`` rows, the fits run on its workers (:mod:`foreshock.models.estimators.gbm_dask`).
+A training sample left in the feature store (:class:`~foreshock.models.estimators.dataset.StoredSample`,
+what :func:`~foreshock.models.estimators.bundle.train_bundle` passes on Dask) is never read whole here:
 the driver labels its keys, chooses the rows, class weights and purged holdout as above,
 and the workers read their shares of the rows from the store and grow every fit (early
 stopping included: rounds grown in stages with the held-out metric recorded until the
@@ -65,7 +65,7 @@ import numpy as np
 import polars as pl
 
 from foreshock.contract import label_column, weight_column
-from foreshock.models.base import (
+from foreshock.models.estimators.base import (
     RISK_SCHEMA,
     frame_feature_columns,
     horizon_names,
@@ -74,10 +74,10 @@ from foreshock.models.base import (
     sample_weights,
     top_contributions,
 )
-from foreshock.models.baseline import ThresholdBaseline
-from foreshock.models.calibration import PlattCalibrator, uncalibrated
-from foreshock.models.dataset import FeatureSource, StoredSample
-from foreshock.models.gbm_dask import (
+from foreshock.models.estimators.baseline import ThresholdBaseline
+from foreshock.models.estimators.calibration import PlattCalibrator, uncalibrated
+from foreshock.models.estimators.dataset import FeatureSource, StoredSample
+from foreshock.models.estimators.gbm_dask import (
     StoreParts,
     dask_client,
     early_stopped_round,
@@ -85,7 +85,7 @@ from foreshock.models.gbm_dask import (
     grow_from_store,
     train_on_dask,
 )
-from foreshock.models.training import Holdout, labelled_until, purged_holdout
+from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
 
 logger = logging.getLogger(__name__)
 
@@ -178,12 +178,12 @@ class GradientBoostedRisk:
     error_counters
         Error-family counters of the catalog, for the rules' generic growth rule.
     dask_client
-        A Dask cluster (:mod:`foreshock.models.gbm_dask`): a ``distributed.Client``, a
+        A Dask cluster (:mod:`foreshock.models.estimators.gbm_dask`): a ``distributed.Client``, a
         scheduler address or ``LocalCluster`` keyword arguments; None: every fit is local.
         A setting of this run, not of the model (not saved).
     dask_min_rows
         Fewest training rows of a horizon for its full fit to run on ``dask_client``; with
-        a :class:`~foreshock.models.dataset.StoredSample`, once one horizon has that many
+        a :class:`~foreshock.models.estimators.dataset.StoredSample`, once one horizon has that many
         rows every fit of every horizon runs there (the driver holds no feature matrix).
     """
 
@@ -233,7 +233,7 @@ class GradientBoostedRisk:
         """Fit one booster and one calibrator per horizon on labels known at ``until``.
 
         ``frame`` may carry ``sample_weight`` (healthy rows subsampled, weighted by the
-        inverse rate: :mod:`foreshock.models.dataset`) and ``censored_at`` (drains).  It may
+        inverse rate: :mod:`foreshock.models.estimators.dataset`) and ``censored_at`` (drains).  It may
         also be a sample left in the feature store (:class:`StoredSample`): with a Dask
         cluster and ``dask_min_rows`` rows it is read by the workers only
         (:meth:`_fit_from_store`), otherwise it is read here and fitted as a frame.

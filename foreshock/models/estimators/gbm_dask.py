@@ -1,6 +1,6 @@
 """Boosting on Dask workers with ``lightgbm.dask``, for training samples past one machine.
 
-:class:`~foreshock.models.gbm.GradientBoostedRisk` trains here when it is given a Dask
+:class:`~foreshock.models.estimators.gbm.GradientBoostedRisk` trains here when it is given a Dask
 cluster and a horizon's training rows reach ``dask_min_rows``, in one of two ways:
 
 * a training sample left in the feature store (``StoredSample``): the driver keeps the
@@ -42,8 +42,8 @@ import polars as pl
 if TYPE_CHECKING:
     from distributed import Client
 
-    from foreshock.models.baseline import ThresholdBaseline
-    from foreshock.models.dataset import FeatureSource
+    from foreshock.models.estimators.baseline import ThresholdBaseline
+    from foreshock.models.estimators.dataset import FeatureSource
 
 logger = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ class StoreParts:
     The driver holds the sample's keys only (``unit_id, ts`` in its row order: a few bytes
     a row), sent once to every worker.  A part is a task on one worker that takes the
     store's files and a row selection (positions in ``keys``), reads those rows' features
-    day by day (:meth:`~foreshock.models.dataset.FeatureSource.rows`) and returns their
+    day by day (:meth:`~foreshock.models.estimators.dataset.FeatureSource.rows`) and returns their
     matrix (Float32, ``feature_names`` order, the rule features computed there): no
     feature frame or matrix travels through the driver.  The workers must see the store's
     paths (a shared file system, as for the lake) and have ``foreshock`` installed.

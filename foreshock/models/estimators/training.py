@@ -26,7 +26,7 @@ import polars as pl
 from foreshock.contract import TIME_TO_FAILURE, UTC_TS, label_column, weight_column
 from foreshock.durations import parse_duration
 from foreshock.features.labels import CENSORED_AT, add_labels, survival_intervals
-from foreshock.models.base import horizon_hours, require_columns
+from foreshock.models.estimators.base import horizon_hours, require_columns
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ a 40-day daily data set gets out-of-sample scores for its last 40 %).  For the t
 starting at cutoff ``c``, every model is trained on
 
 * snapshots taken before ``c`` (every failure-adjacent one and a weighted sample of the
-  healthy ones: :mod:`foreshock.models.dataset`),
+  healthy ones: :mod:`foreshock.models.estimators.dataset`),
 * failures detected by ``c``,
 * labels known at ``c`` by the one rule for both classes (:mod:`models.training`): a
   snapshot whose horizon runs past ``c`` is positive when its failure fell in the observed
@@ -42,7 +42,7 @@ from foreshock.costs import DrainCosts
 from foreshock.durations import format_duration
 from foreshock.features.labels import CENSORED_AT
 from foreshock.lake import atomic_write_parquet, atomic_write_text
-from foreshock.models.base import (
+from foreshock.models.estimators.base import (
     SAMPLE_WEIGHT,
     SCORE_SCHEMA,
     RiskModel,
@@ -50,11 +50,17 @@ from foreshock.models.base import (
     monotone_risk,
     require_columns,
 )
-from foreshock.models.baseline import ThresholdBaseline
-from foreshock.models.bundle import fit_models, model_factories
-from foreshock.models.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
-from foreshock.models.metrics import AlertWindow, judge_alerts, snapshot_metrics
-from foreshock.models.operating_points import (
+from foreshock.models.estimators.baseline import ThresholdBaseline
+from foreshock.models.estimators.bundle import fit_models, model_factories
+from foreshock.models.estimators.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
+from foreshock.models.estimators.training import (
+    known_failures,
+    labelled_until,
+    snapshot_step,
+    unresolved_rows,
+)
+from foreshock.models.evaluation.metrics import AlertWindow, judge_alerts, snapshot_metrics
+from foreshock.models.evaluation.operating_points import (
     RULES_MODEL,
     ChosenPoint,
     OperatingPoints,
@@ -63,12 +69,6 @@ from foreshock.models.operating_points import (
     choose_thresholds,
     policy_alerts,
     rules_point,
-)
-from foreshock.models.training import (
-    known_failures,
-    labelled_until,
-    snapshot_step,
-    unresolved_rows,
 )
 
 log = logging.getLogger("foreshock.backtest")
@@ -210,7 +210,7 @@ def walk_forward(
     Parameters
     ----------
     features
-        The feature store (:class:`~foreshock.models.dataset.FeatureSource`, read fold by
+        The feature store (:class:`~foreshock.models.estimators.dataset.FeatureSource`, read fold by
         fold) or a feature frame in memory (``unit_id, ts`` + features).
     failures
         Canonical failures table.
@@ -384,7 +384,7 @@ def _start_worker(level: int, records) -> None:
     cores busy)."""
     from logging.handlers import QueueHandler
 
-    from foreshock.models.gbm import set_dataset_threads
+    from foreshock.models.estimators.gbm import set_dataset_threads
 
     root = logging.getLogger()
     root.handlers[:] = [QueueHandler(records)]

@@ -1,6 +1,6 @@
 """Champion against challenger, out of sample, with the uncertainty the window really has.
 
-The review of :mod:`foreshock.models.review` asks whether a new model is at least as good
+The review of :mod:`foreshock.models.registry.review` asks whether a new model is at least as good
 as the one in production.  Three things make that question honest:
 
 1. **Out of sample.**  The challenger's recipe is refitted on data that ends one horizon
@@ -32,7 +32,8 @@ import polars as pl
 
 from foreshock.contract import UTC_TS, is_label_column, label_column
 from foreshock.durations import parse_duration
-from foreshock.models.metrics import (
+from foreshock.models.estimators.training import snapshot_step
+from foreshock.models.evaluation.metrics import (
     AlertWindow,
     classify_alerts,
     failures_in_scope,
@@ -40,8 +41,7 @@ from foreshock.models.metrics import (
     pr_auc,
     resolved_labels,
 )
-from foreshock.models.operating_points import NO_FLOOR, OperatingPoints, policy_alerts
-from foreshock.models.training import snapshot_step
+from foreshock.models.evaluation.operating_points import NO_FLOOR, OperatingPoints, policy_alerts
 
 
 @dataclass(frozen=True)
@@ -108,15 +108,15 @@ def fit_before_window(
     Snapshots before ``window_start - H`` with the failures known at ``window_start``: every
     training label is resolved by the time the window opens, and none looks into it (the
     purge of one horizon).  Labels are the training's censoring-correct labels
-    (:func:`foreshock.models.training.labelled_until` rule) with the cutoff at
+    (:func:`foreshock.models.estimators.training.labelled_until` rule) with the cutoff at
     ``window_start``; ``drains`` censor them as in ``foreshock train``.
 
     Returns
     -------
-    foreshock.models.bundle.RiskBundle
+    foreshock.models.estimators.bundle.RiskBundle
         Its ``trained_range`` ends at ``window_start``.
     """
-    from foreshock.models.bundle import train_bundle
+    from foreshock.models.estimators.bundle import train_bundle
 
     cut = pl.lit(training_cut(window_start, horizon)).cast(UTC_TS)
     train = unlabelled(features).filter(pl.col("ts") < cut)
@@ -151,7 +151,7 @@ def unit_table(
     """The per-unit counts of one risk series at the review's budget point (the day's top k,
     as in the backtest).
 
-    The totals over all units are exactly what :func:`foreshock.models.backtest.judge_scores`
+    The totals over all units are exactly what :func:`foreshock.models.evaluation.backtest.judge_scores`
     reports for the same series; the bootstrap re-adds them over resampled units.
     """
     step = snapshot_step(series)

@@ -29,7 +29,7 @@ def lead_times_at_budget(scores: pl.DataFrame, failures: pl.DataFrame, config: A
     pl.DataFrame
         ``model, lead_time_h``: one row per caught failure (definitions in ``docs/metrics.md``).
     """
-    from foreshock.models import metrics
+    from foreshock.models.evaluation import metrics
 
     window = metrics.AlertWindow.from_config(config)
     budget = float(config.section("backtest")["drain_budget_per_day"])

@@ -40,8 +40,8 @@ import polars as pl
 from foreshock.contract import UTC_TS, label_column
 from foreshock.costs import DrainCosts
 from foreshock.features.labels import drain_spans
-from foreshock.models.base import horizon_hours, require_columns
-from foreshock.models.training import labelled_until, snapshot_step
+from foreshock.models.estimators.base import horizon_hours, require_columns
+from foreshock.models.estimators.training import labelled_until, snapshot_step
 
 _US_PER_HOUR = 3.6e9
 CALIBRATION_BINS = 10
@@ -197,7 +197,7 @@ def resolved_labels(frame: pl.DataFrame, failures: pl.DataFrame, horizon: str, u
     a failure seen in the open part of a horizon does not make a positive, exactly as the
     missing rest of the horizon does not make a negative.  Everything else is null
     (unresolved).  This is the resolved view of the training labels
-    (:func:`foreshock.models.training.labelled_until` without ``weighted``), so training
+    (:func:`foreshock.models.estimators.training.labelled_until` without ``weighted``), so training
     and evaluation share one censoring rule and a metric never counts late positives while
     it drops late negatives.
 
@@ -589,7 +589,7 @@ def judge_alerts(
         ``unit_id, ts, risk`` of one model and one horizon: the judged period and units.
     alerts
         ``unit_id, alert_start`` raised on ``scores`` (by :func:`alert_starts` or an
-        operating point of :mod:`foreshock.models.operating_points`).
+        operating point of :mod:`foreshock.models.evaluation.operating_points`).
     failures
         Canonical failures (``unit_id, failed_at, mode``); only those of the series' units
         within its scored period are judged.

@@ -37,7 +37,7 @@ Operating points (:func:`choose_thresholds`):
 ``policy``
     ``[policy] enter_risk`` / ``exit_risk``: fixed in advance, so also a calibration test.
 
-The operators' binary rules (:meth:`~foreshock.models.baseline.ThresholdBaseline.fires`)
+The operators' binary rules (:meth:`~foreshock.models.estimators.baseline.ThresholdBaseline.fires`)
 are scored as they run today: an alert at each rising edge of "some rule fires", no cap.
 """
 
@@ -52,9 +52,9 @@ import numpy as np
 import polars as pl
 
 from foreshock.contract import UTC_TS
-from foreshock.models.base import require_columns
-from foreshock.models.metrics import threshold_for_precision
-from foreshock.models.training import snapshot_step
+from foreshock.models.estimators.base import require_columns
+from foreshock.models.estimators.training import snapshot_step
+from foreshock.models.evaluation.metrics import threshold_for_precision
 
 # The hindsight upper bound tries entry floors that keep these shares of the cap's alerts
 # (1.0: no floor) and keeps whichever catches the most failures in the test period.

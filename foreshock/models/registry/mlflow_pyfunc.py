@@ -1,11 +1,11 @@
-"""The MLflow pyfunc for a :class:`~foreshock.models.bundle.RiskBundle` (models-from-code).
+"""The MLflow pyfunc for a :class:`~foreshock.models.estimators.bundle.RiskBundle` (models-from-code).
 
 MLflow logs this file itself, not a pickle of the class: loading the registered model
 executes it and calls :meth:`RiskBundlePyfunc.load_context`, which reads the bundle back
 from its saved directory (JSON + LightGBM model text).  So a registered version keeps
 loading after the Python class changes, as long as the bundle's saved format does.
 The code it runs is foreshock's, so the model is logged with the foreshock wheel and its
-pinned requirements (:mod:`foreshock.models.model_env`): a fresh environment that
+pinned requirements (:mod:`foreshock.models.registry.model_env`): a fresh environment that
 installs the model's ``requirements.txt`` can load and score it.
 
 ``predict`` takes feature snapshots (``unit_id, ts`` + feature columns) and returns the
@@ -30,7 +30,7 @@ class RiskBundlePyfunc(PythonModel):
     bundle = None
 
     def load_context(self, context) -> None:
-        from foreshock.models.bundle import RiskBundle
+        from foreshock.models.estimators.bundle import RiskBundle
 
         self.bundle = RiskBundle.load(Path(context.artifacts["bundle"]))
 

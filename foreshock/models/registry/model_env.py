@@ -1,7 +1,7 @@
 """The Python environment a logged model needs: foreshock itself and pinned dependencies.
 
 The registered bundle is a pyfunc whose code is foreshock (``mlflow_pyfunc.py`` imports
-:class:`~foreshock.models.bundle.RiskBundle`), so a model is only loadable where the same
+:class:`~foreshock.models.estimators.bundle.RiskBundle`), so a model is only loadable where the same
 foreshock is installed.  When foreshock runs from its source tree (a checkout, editable
 install) the wheel of that exact tree is built with ``uv build --wheel`` and logged with
 the model; the model's ``requirements.txt`` names it by its path inside the model
@@ -68,7 +68,7 @@ def pinned_requirements() -> list[str]:
 def source_tree() -> Path | None:
     """The project directory foreshock is imported from, or ``None`` when it is installed
     from a built distribution (no ``pyproject.toml`` beside the package)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     pyproject = root / "pyproject.toml"
     if pyproject.is_file() and (root / PROJECT / "__init__.py").is_file():
         if re.search(rf'^name\s*=\s*"{PROJECT}"', pyproject.read_text(), re.M):

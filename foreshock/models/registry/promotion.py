@@ -1,9 +1,9 @@
 """Act on the registry: run a review and promote, approve a version by hand, roll back.
 
-:func:`run_review` measures and decides (:func:`foreshock.models.review.review_versions`:
+:func:`run_review` measures and decides (:func:`foreshock.models.registry.review.review_versions`:
 the challenger's recipe refitted before the review window, both versions scored on the
-window only, guardrails against bootstrap intervals), writes the report (:mod:`foreshock.models.review_report`) and logs it to MLflow
-(:func:`foreshock.models.tracking.log_review`) whatever the outcome; only when every
+window only, guardrails against bootstrap intervals), writes the report (:mod:`foreshock.models.registry.review_report`) and logs it to MLflow
+(:func:`foreshock.models.registry.tracking.log_review`) whatever the outcome; only when every
 guardrail holds does ``champion`` move to the challenger: the registered version, i.e. the
 same recipe refitted on all history by ``foreshock train``.  A person can still promote any
 version by hand (:func:`approve`) or move ``champion`` back (:func:`rollback`); both
@@ -17,9 +17,9 @@ from typing import Any
 
 import polars as pl
 
-from foreshock.models import registry, tracking
-from foreshock.models.review import ReviewResult, review_versions
-from foreshock.models.review_report import write_report
+from foreshock.models.registry import registry, tracking
+from foreshock.models.registry.review import ReviewResult, review_versions
+from foreshock.models.registry.review_report import write_report
 
 
 def run_review(

@@ -1,12 +1,12 @@
 """The model registry: register a version, move aliases, load a version.
 
-A training run (:func:`foreshock.models.tracking.log_training`) registers its bundle
+A training run (:func:`foreshock.models.registry.tracking.log_training`) registers its bundle
 under ``[models] name``; the new version gets the alias ``challenger`` and, when the
 model has no champion yet, also ``champion`` (:func:`register_version`).  Scoring loads
 ``models:/<name>@champion`` (:func:`load_champion`); promotion by review, approval by
 hand and rollback are all the same move of that alias (:func:`set_champion`), recorded
 as tags on the version.  Which store the client talks to is decided by
-:func:`foreshock.models.tracking.tracking_uri`.
+:func:`foreshock.models.registry.tracking.tracking_uri`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from foreshock.models.trusted_bundle import TRUSTED_SOURCE, check_version, load_trusted_bundle, read_bundle
+from foreshock.models.registry.trusted_bundle import TRUSTED_SOURCE, check_version, load_trusted_bundle, read_bundle
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities.model_registry import ModelVersion
 
-    from foreshock.models.bundle import RiskBundle
-    from foreshock.models.registry_reader import VersionRecord
+    from foreshock.models.estimators.bundle import RiskBundle
+    from foreshock.models.registry.registry_reader import VersionRecord
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
@@ -54,7 +54,7 @@ def alias_version(name: str, alias: str, *, client: MlflowClient | None = None) 
 def find_alias(name: str, alias: str) -> ModelVersion | VersionRecord | None:
     """:func:`alias_version` for a command of a second's work: read straight from the store
     where it can be (:mod:`.registry_reader`, no MLflow import), else through the client."""
-    from foreshock.models import registry_reader
+    from foreshock.models.registry import registry_reader
 
     try:
         return registry_reader.alias_record(registry_reader.tracking_uri(), name, alias)
@@ -64,7 +64,7 @@ def find_alias(name: str, alias: str) -> ModelVersion | VersionRecord | None:
 
 def _run_tags(run_id: str | None) -> dict[str, str]:
     """A run's tags, read like :func:`find_alias` (empty without a run)."""
-    from foreshock.models import registry_reader
+    from foreshock.models.registry import registry_reader
 
     if not run_id:
         return {}
@@ -188,7 +188,7 @@ def load_version(
     name: str, version: str | int, *, trusted_runs_only: bool = False, trusted_source: str = TRUSTED_SOURCE
 ) -> LoadedBundle:
     """Load a registered version's bundle as data, never running its pyfunc
-    (:mod:`foreshock.models.trusted_bundle`: a version foreshock did not log is refused)."""
+    (:mod:`foreshock.models.registry.trusted_bundle`: a version foreshock did not log is refused)."""
     local = _load_in_place(name, version, trusted_runs_only=trusted_runs_only, trusted_source=trusted_source)
     if local is not None:
         return local
@@ -204,7 +204,7 @@ def _load_in_place(name: str, version: str | int, **trust) -> LoadedBundle | Non
     """:func:`load_version` without MLflow's client where the store and its files are on
     this machine (the embedded SQLite store): the same checks, the files read where they
     are. ``None`` where the client is needed (it also reports a missing version)."""
-    from foreshock.models import registry_reader
+    from foreshock.models.registry import registry_reader
 
     try:
         uri = registry_reader.tracking_uri()

@@ -12,7 +12,7 @@ pandas and its GenAI stack), far longer than the lookup.  Two stores are read di
 
 Anything else (PostgreSQL, a file store, workspaces, custom auth or TLS settings, a schema
 this code does not know) raises :class:`NotReadable` and the caller uses the client
-(:mod:`foreshock.models.registry`).  Only rows and JSON are read here: nothing from the
+(:mod:`foreshock.models.registry.registry`).  Only rows and JSON are read here: nothing from the
 registry is ever executed.
 """
 

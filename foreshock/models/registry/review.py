@@ -4,7 +4,7 @@ A review takes the recent labelled window (snapshots whose outcome over the deci
 horizon is known; ``[review] window`` long, default the last third of the labelled span)
 and asks whether the challenger's recipe is at least as good as the champion there:
 
-1. **The challenger is refitted before the window** (:func:`foreshock.models.comparison.fit_before_window`):
+1. **The challenger is refitted before the window** (:func:`foreshock.models.evaluation.comparison.fit_before_window`):
    the configured recipe (``[models]``, the one ``foreshock train`` registered) is trained on
    snapshots before ``window_start - H`` with labels as known at ``window_start`` (the
    training's censoring-correct labels, cutoff at the window start), so no training label
@@ -12,10 +12,10 @@ and asks whether the challenger's recipe is at least as good as the champion the
    much of the window it was trained on).
 2. **Both are scored on the window only** and measured at the drain-budget operating point
    by the backtest's own judging (:func:`measure_at_budget`).
-3. **Paired unit bootstrap** (:func:`foreshock.models.comparison.bootstrap`, ``[review]
+3. **Paired unit bootstrap** (:func:`foreshock.models.evaluation.comparison.bootstrap`, ``[review]
    bootstrap`` resamples, ``confidence`` coverage) gives intervals of recall, precision,
    PR-AUC and PR-AUC / base rate, and of the differences challenger - champion.
-4. **Guardrails read the intervals** (:func:`foreshock.models.comparison.check_guardrails`):
+4. **Guardrails read the intervals** (:func:`foreshock.models.evaluation.comparison.check_guardrails`):
    a recall / precision drop counts only when the whole interval of the difference lies
    below ``-max_recall_drop`` / ``-max_precision_drop``; the challenger's calibration error
    must be at most ``max_calibration_error``; the lower end of its PR-AUC / base rate must
@@ -24,9 +24,9 @@ and asks whether the challenger's recipe is at least as good as the champion the
 
 What is promoted is the registered challenger: the same recipe refitted on all history
 by ``foreshock train``.  This module measures and decides (:func:`review_versions`); the
-report is rendered by :mod:`foreshock.models.review_report`, logged by
-:func:`foreshock.models.tracking.log_review` and acted on by
-:func:`foreshock.models.promotion.run_review`.
+report is rendered by :mod:`foreshock.models.registry.review_report`, logged by
+:func:`foreshock.models.registry.tracking.log_review` and acted on by
+:func:`foreshock.models.registry.promotion.run_review`.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ import polars as pl
 
 from foreshock.contract import label_column
 from foreshock.durations import parse_duration
-from foreshock.models import comparison, plots, registry
-from foreshock.models.base import decision_horizon
-from foreshock.models.comparison import GuardrailCheck, Interval, ReviewSettings, UnitTable
-from foreshock.models.lead_times import lead_times_at_budget
+from foreshock.models.estimators.base import decision_horizon
+from foreshock.models.evaluation import comparison, plots
+from foreshock.models.evaluation.comparison import GuardrailCheck, Interval, ReviewSettings, UnitTable
+from foreshock.models.evaluation.lead_times import lead_times_at_budget
+from foreshock.models.registry import registry
 
 # Rows of the side-by-side table: metric key, label, how to print it.
 TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -150,7 +151,7 @@ def measure_at_budget(
 ) -> tuple[dict[str, float], pl.DataFrame]:
     """Metrics of one risk series at the drain-budget operating point.
 
-    Judged by :func:`foreshock.models.backtest.judge_scores`, the code that judges backtests, so a
+    Judged by :func:`foreshock.models.evaluation.backtest.judge_scores`, the code that judges backtests, so a
     review's numbers mean exactly what the backtest report's numbers mean.
 
     Parameters
@@ -170,7 +171,7 @@ def measure_at_budget(
         ``{metric: value}`` (NaN where undefined, e.g. recall without failures) and the
         caught failures' lead times ``model, lead_time_h``.
     """
-    from foreshock.models.backtest import judge_scores  # the backtest's own judging, same code
+    from foreshock.models.evaluation.backtest import judge_scores  # the backtest's own judging, same code
 
     series = scores.select("unit_id", "ts", "risk")
     if series.height == 0:
@@ -327,9 +328,9 @@ def review_versions(
     """Refit the challenger's recipe before the window, measure it and the champion on
     the window, bootstrap the differences and decide.
 
-    Nothing is written and no alias moves: :func:`foreshock.models.promotion.run_review`
+    Nothing is written and no alias moves: :func:`foreshock.models.registry.promotion.run_review`
     does that with the result.  The MLflow tracking URI must be set
-    (:func:`foreshock.models.tracking.tracking_uri`).
+    (:func:`foreshock.models.registry.tracking.tracking_uri`).
 
     Parameters
     ----------

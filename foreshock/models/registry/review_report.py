@@ -1,6 +1,6 @@
 """The review as people read it: Markdown and self-contained HTML, with its plots.
 
-The measuring and the decision live in :mod:`foreshock.models.review`; this module only
+The measuring and the decision live in :mod:`foreshock.models.registry.review`; this module only
 renders and writes ``<reports_dir>/review-<timestamp>.{md,html}`` (plots in
 ``<reports_dir>/review-<timestamp>/``).
 """
@@ -18,8 +18,8 @@ import polars as pl
 
 from foreshock.contract import TIME_TO_FAILURE
 from foreshock.lake import atomic_write_text
-from foreshock.models import plots
-from foreshock.models.review import OUT_OF_SAMPLE, TABLE_ROWS, Evaluation, ReviewResult
+from foreshock.models.evaluation import plots
+from foreshock.models.registry.review import OUT_OF_SAMPLE, TABLE_ROWS, Evaluation, ReviewResult
 
 
 def review_figures(result: ReviewResult) -> dict[str, Any]:

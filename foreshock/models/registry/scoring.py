@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from foreshock.contract import LOCATION_COLUMNS
-from foreshock.models.registry import LoadedBundle
+from foreshock.models.registry.registry import LoadedBundle
 
 
 def latest_snapshots(features: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

@@ -2,11 +2,11 @@
 
 Every training run (:func:`log_training`) logs its parameters (configuration, features
 used, data range), the backtest metrics at each operating point, the training plots
-(:mod:`foreshock.models.training_report`) and the models: each LightGBM booster with
-``mlflow.lightgbm`` and the whole :class:`~foreshock.models.bundle.RiskBundle` as a pyfunc
-written as models-from-code (``foreshock/models/mlflow_pyfunc.py``), so loading a version
+(:mod:`foreshock.models.registry.training_report`) and the models: each LightGBM booster with
+``mlflow.lightgbm`` and the whole :class:`~foreshock.models.estimators.bundle.RiskBundle` as a pyfunc
+written as models-from-code (``foreshock/models/registry/mlflow_pyfunc.py``), so loading a version
 never unpickles a class.  Once everything is logged the bundle is registered as the new
-``challenger`` (:func:`foreshock.models.registry.register_version`).  A review logs its
+``challenger`` (:func:`foreshock.models.registry.registry.register_version`).  A review logs its
 report and the metrics of both versions (:func:`log_review`).
 
 Where things are stored: ``MLFLOW_TRACKING_URI`` when set (a real ``mlflow server``),
@@ -32,17 +32,22 @@ from urllib.parse import unquote, urlparse
 import polars as pl
 
 from foreshock.config import mlflow_tracking_uri
-from foreshock.models.base import decision_horizon
-from foreshock.models.bundle import boosters_of
-from foreshock.models.lead_times import lead_times_at_budget
-from foreshock.models.model_env import WHEEL_ARTIFACT, bundle_requirements, foreshock_wheel, pinned_requirements
-from foreshock.models.registry import register_version
-from foreshock.models.training_report import training_figures
-from foreshock.models.trusted_bundle import SOURCE_TAG, TRUSTED_SOURCE, version_tags
+from foreshock.models.estimators.base import decision_horizon
+from foreshock.models.estimators.bundle import boosters_of
+from foreshock.models.evaluation.lead_times import lead_times_at_budget
+from foreshock.models.registry.model_env import (
+    WHEEL_ARTIFACT,
+    bundle_requirements,
+    foreshock_wheel,
+    pinned_requirements,
+)
+from foreshock.models.registry.registry import register_version
+from foreshock.models.registry.training_report import training_figures
+from foreshock.models.registry.trusted_bundle import SOURCE_TAG, TRUSTED_SOURCE, version_tags
 
 if TYPE_CHECKING:
-    from foreshock.models.bundle import RiskBundle
-    from foreshock.models.review import ReviewResult
+    from foreshock.models.estimators.bundle import RiskBundle
+    from foreshock.models.registry.review import ReviewResult
 
 DEFAULT_EXPERIMENT = "foreshock"
 PYFUNC_FILE = Path(__file__).with_name("mlflow_pyfunc.py")
@@ -218,7 +223,7 @@ def training_inputs(
     ``labelled`` (labels known now, for the outcome plots) and ``lead_times`` (caught
     failures of the backtest scores at the drain budget, for the histogram).
     """
-    from foreshock.models.training import labelled_until
+    from foreshock.models.estimators.training import labelled_until
 
     horizon = decision_horizon(config)
     ordered = features.sort("ts")
@@ -262,7 +267,7 @@ def log_training(
     Parameters
     ----------
     bundle
-        The trained :class:`~models.bundle.RiskBundle`.
+        The trained :class:`~foreshock.models.estimators.bundle.RiskBundle`.
     backtest
         The walk-forward result (``scores``, ``report``, ``markdown``) of the same
         configuration; its report becomes the run's metrics.

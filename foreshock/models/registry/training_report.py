@@ -1,8 +1,8 @@
 """The plots of a training run: how the backtest's out-of-sample scores did.
 
 Rendering only: the figures are built from the backtest scores, the labelled snapshots
-and the caught failures' lead times (:mod:`foreshock.models.lead_times`);
-:func:`foreshock.models.tracking.log_training` logs them as ``plots/<name>.png``.
+and the caught failures' lead times (:mod:`foreshock.models.evaluation.lead_times`);
+:func:`foreshock.models.registry.tracking.log_training` logs them as ``plots/<name>.png``.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from foreshock.contract import TIME_TO_FAILURE
-from foreshock.models import plots
-from foreshock.models.bundle import feature_importance
+from foreshock.models.estimators.bundle import feature_importance
+from foreshock.models.evaluation import plots
 
 if TYPE_CHECKING:
-    from foreshock.models.bundle import RiskBundle
+    from foreshock.models.estimators.bundle import RiskBundle
 
 
 def training_figures(

@@ -4,7 +4,7 @@ A registered MLflow pyfunc is code: ``mlflow.pyfunc.load_model`` imports the log
 file (models-from-code) or unpickles an object, so anyone who can write to the tracking
 store could run code on the host that scores and writes drain scripts.  Scoring therefore
 never loads the pyfunc.  It reads the bundle foreshock itself wrote next to it — JSON and
-LightGBM model text (:meth:`~foreshock.models.bundle.RiskBundle.load`) — after checking
+LightGBM model text (:meth:`~foreshock.models.estimators.bundle.RiskBundle.load`) — after checking
 that the version is one foreshock logged:
 
 * the version carries ``foreshock.logged_by = foreshock`` and the bundle format it was
@@ -43,7 +43,7 @@ class UntrustedModelError(UserError):
 
 
 def _bundle_format() -> int:
-    from foreshock.models.bundle import BUNDLE_FORMAT  # LightGBM loads with it: only when needed
+    from foreshock.models.estimators.bundle import BUNDLE_FORMAT  # LightGBM loads with it: only when needed
 
     return BUNDLE_FORMAT
 
@@ -126,7 +126,7 @@ def load_trusted_bundle(client, name: str, version: str, *, trusted_runs_only: b
 def read_bundle(model_dir: Path, label: str):
     """The risk bundle in a logged model's directory, after checking its layout: only
     MLmodel (YAML), bundle.json and LightGBM model text are read."""
-    from foreshock.models.bundle import RiskBundle
+    from foreshock.models.estimators.bundle import RiskBundle
 
     bundle_dir = check_layout(model_dir, label)
     try:

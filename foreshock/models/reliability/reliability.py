@@ -14,7 +14,7 @@ mode, lives ending in another mode are censored at that time) and cumulative inc
 Beyond cohorts: a Cox model with several covariates and a stratum, the interruption rate
 of a synchronous job of N units implied by the fitted hazard (checked against the
 interruptions the history actually shows), and a dispersion test of independence per
-fault domain.  Rendering lives in :mod:`foreshock.models.reliability_report`.
+fault domain.  Rendering lives in :mod:`foreshock.models.reliability.reliability_report`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Judging risk models out of sample: metrics, operating points, comparison, the backtest."""

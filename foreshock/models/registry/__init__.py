@@ -1,0 +1,1 @@
+"""Registered versions: logging to MLflow, review and promotion, loading, live scoring."""

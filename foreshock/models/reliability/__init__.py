@@ -1,0 +1,1 @@
+"""Fleet reliability by cohort and location, and its report."""
