@@ -9,8 +9,10 @@ per-date passes of a run.
 
 from __future__ import annotations
 
+import difflib
 import os
 import threading
+from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
 
@@ -170,22 +172,56 @@ def _union_schema(files: list[Path]) -> dict[str, pl.DataType]:
     return schema
 
 
-def scan_features(config: Config | Path) -> pl.LazyFrame:
+def scan_features(config: Config | Path, columns: Sequence[str] | None = None) -> pl.LazyFrame:
     """Lazy scan of every stored feature partition, columns aligned across partitions.
 
     Parameters
     ----------
     config : Config or Path
         A configuration (its ``features_dir`` is scanned) or the features directory.
+    columns : sequence of str, optional
+        Only these columns, after the key ``unit_id, ts``.  A name the store does not hold
+        is an error, never a silent drop: a notebook asking for a feature that does not
+        exist must not plot the ones that do and look complete.
 
     Returns
     -------
     pl.LazyFrame
         Union of all partitions; a column missing from older partitions (e.g. after a
         catalog gained a metric) reads as null.  Empty frame when nothing is stored.
+
+    Raises
+    ------
+    ValueError
+        When ``columns`` names a column no stored partition has; the message names it and
+        the closest stored names.
     """
     features_dir = config.features_dir if isinstance(config, Config) else Path(config)
     files = feature_files(features_dir)
     if not files:
-        return pl.LazyFrame(schema={"unit_id": pl.String, "ts": pl.Datetime("us", "UTC")})
-    return pl.scan_parquet(files, schema=_union_schema(files), missing_columns="insert", hive_partitioning=False)
+        frame = pl.LazyFrame(schema={"unit_id": pl.String, "ts": pl.Datetime("us", "UTC")})
+    else:
+        schema = _union_schema(files)
+        frame = pl.scan_parquet(files, schema=schema, missing_columns="insert", hive_partitioning=False)
+    if columns is None:
+        return frame
+    stored = frame.collect_schema().names()
+    unknown = [c for c in columns if c not in stored]
+    if unknown:
+        raise ValueError(_unknown_features(unknown, stored, features_dir))
+    return frame.select(list(dict.fromkeys([*KEY, *columns])))
+
+
+def _unknown_features(unknown: list[str], stored: list[str], features_dir: Path) -> str:
+    if len(stored) <= len(KEY):
+        return (
+            f"no feature column {', '.join(unknown)}: no features stored under {features_dir} (run foreshock features)"
+        )
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, stored, n=3, cutoff=0.6)
+        hints.append(f"{name!r}" + (f" (closest: {', '.join(close)})" if close else ""))
+    return (
+        f"no feature column {'; '.join(hints)} in {features_dir}; every column is listed by "
+        "`foreshock dictionary` (features/dictionary.md for the built-in configuration)"
+    )
