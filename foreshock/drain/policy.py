@@ -570,9 +570,7 @@ class DrainPolicy:
         allowed = allowed_on_day(day, allowance)
         day_start = datetime.fromtimestamp(day * 86400, UTC)
         earlier = sum(
-            1
-            for u in run.previous.units.values()
-            if u.drain_since is not None and _to_utc(u.drain_since) >= day_start
+            1 for u in run.previous.units.values() if u.drain_since is not None and _to_utc(u.drain_since) >= day_start
         )
         run.capacity.daily_room = max(0, allowed - earlier)
         run.capacity.daily_text = (
