@@ -1,4 +1,4 @@
-"""Evaluation: the walk-forward backtest on three data sets besides the demo, tables printed.
+"""Evaluation: the walk-forward backtest on four data sets besides the demo, tables printed.
 
 Data sets (each prepared once under ``--work``, then reused):
 
@@ -12,6 +12,12 @@ Data sets (each prepared once under ``--work``, then reused):
     A daily SMART-style disk fleet (``benchmarks/smart_fleet.py``: 1,000 disks, 120 days)
     through ``ingest --source canonical`` with the configuration of docs/byot.md (daily
     snapshots, 14-day horizon, budget 1 a day).
+``gpu-real-rate``
+    ``foreshock simulate --units 4096 --days 60 --failure-rate 0.5``: a GPU fleet
+    failing as often as Llama 3's (0.5 per 1,000 GPU-days in service, about 120 failures,
+    the demo's modes and precursors), hourly snapshots, 72-hour horizon, a budget of 0.1 %
+    of the GPUs reporting each day (about 4 a day).  Heavy: the simulation alone writes
+    ~7 GB of raw telemetry; run it on its own (``--only gpu-real-rate``).
 
 Each step runs as its own ``foreshock`` process (what a user runs), timed: wall time, CPU
 time and peak RSS of that process.  After each backtest the report's tables are printed,
@@ -22,7 +28,7 @@ calibration error is at most 0.05.
 
 Usage::
 
-    uv run python benchmarks/evaluate_models.py                       # all three
+    uv run python benchmarks/evaluate_models.py                       # all four
     uv run python benchmarks/evaluate_models.py --only smart-daily-14d --work /tmp/eval
 """
 
@@ -62,7 +68,7 @@ class DataSet:
 
 
 def datasets(work: Path, days_1024: int) -> dict[str, DataSet]:
-    demo, big, smart = work / "demo", work / "fleet1024", work / "smart"
+    demo, big, smart, real = work / "demo", work / "fleet1024", work / "smart", work / "gpu-real-rate"
     return {
         "demo-7d": DataSet(
             "demo-7d",
@@ -90,11 +96,27 @@ def datasets(work: Path, days_1024: int) -> dict[str, DataSet]:
             [["ingest", "--source", "canonical", "--path", str(smart / "raw")], ["features"]],
             before=lambda: generate(smart / "raw"),
         ),
+        "gpu-real-rate": DataSet(
+            "gpu-real-rate",
+            '[features]\nsnapshot_every = "1h"\n\n[labels]\nhorizons = ["72h"]\n\n[models]\nhorizon = "72h"\n\n'
+            "[backtest]\ndaily_budget_share = 0.001\n",
+            [
+                [
+                    "simulate",
+                    *("--units", "4096", "--days", "60", "--failure-rate", "0.5"),
+                    *("--out", str(real / "raw/sim")),
+                ],
+                ["ingest", "--path", str(real / "raw/sim"), "--timezone", "UTC"],
+                ["features"],
+            ],
+            ground_truth=str(real / "raw/sim/ground_truth.parquet"),
+        ),
     }
 
 
 def data_dir(work: Path, name: str) -> Path:
-    return work / {"demo-7d": "demo", "sim-1024": "fleet1024", "smart-daily-14d": "smart"}[name]
+    names = {"demo-7d": "demo", "sim-1024": "fleet1024", "smart-daily-14d": "smart", "gpu-real-rate": "gpu-real-rate"}
+    return work / names[name]
 
 
 def run(argv: list[str], log: Path) -> dict[str, float]:

@@ -32,6 +32,10 @@ How a unit's action is chosen (``DrainPolicy.decide``):
    ``max_drained_share_per_domain``, counting units already out.  A domain may always have
    one unit out (``floor(share * size)`` with a minimum of one), or small domains could
    never be drained.  A refused drain becomes ``watch`` with the guard named.
+   With a daily budget (``[policy] drain_budget_per_day`` or ``daily_budget_share`` of the
+   units reporting that day, :mod:`foreshock.budget`), (d) the day's new drains stay within
+   it: its whole units per day by the day-index rule of :func:`foreshock.budget.allowed_on_day`,
+   less the drains granted earlier that day (units whose remembered drain started that day).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import Any
 
 import polars as pl
 
+from foreshock.budget import DailyBudget, allowed_on_day, epoch_day
 from foreshock.config import builtin_default
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts, policy_default
@@ -89,6 +94,9 @@ class PolicySettings:
         Inventory columns that fail together (``[fleet] fault_domains``).
     costs
         The cost figures (:class:`DrainCosts`).
+    daily_budget
+        New drains allowed per UTC day (``[policy] drain_budget_per_day`` or
+        ``daily_budget_share``); None: no daily budget, only ``max_new_drains_per_run``.
     """
 
     enter_risk: float = policy_default("enter_risk", float)
@@ -102,6 +110,7 @@ class PolicySettings:
     horizon: str = field(default_factory=lambda: str(builtin_default("models", "horizon")))
     fault_domains: tuple[str, ...] = field(default_factory=lambda: tuple(builtin_default("fleet", "fault_domains")))
     costs: DrainCosts = field(default_factory=DrainCosts)
+    daily_budget: DailyBudget | None = None
 
     def __post_init__(self) -> None:
         for name in ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk"):
@@ -134,6 +143,7 @@ class PolicySettings:
             horizon=str(config.section("models")["horizon"]),
             fault_domains=tuple(config.section("fleet")["fault_domains"]),
             costs=DrainCosts.from_policy(policy),
+            daily_budget=DailyBudget.from_section(policy),
         )
 
     @property
@@ -319,6 +329,8 @@ class Capacity:
     domain_of: dict[str, dict]
     domain_size: dict[str, Counter]
     missing_domains: list[str] = field(default_factory=list)
+    daily_room: int | None = None  # new drains the day's budget still allows (None: no budget)
+    daily_text: str = ""
     out: set[str] = field(default_factory=set)
     granted: list[str] = field(default_factory=list)
     out_by_domain: dict[str, Counter] = field(init=False)
@@ -358,6 +370,8 @@ class Capacity:
         s = self.settings
         if len(self.granted) >= s.max_new_drains_per_run:
             return f"rate limit: {s.max_new_drains_per_run} new drains per run already granted"
+        if self.daily_room is not None and len(self.granted) >= self.daily_room:
+            return f"daily budget: {self.daily_text}"
         cluster_quota = _quota(self.cluster_size, s.max_drained_share_cluster)
         if len(self.out) + 1 > cluster_quota:
             return (
@@ -449,6 +463,7 @@ class DrainPolicy:
         failures: pl.DataFrame | None = None,
         node_states: pl.DataFrame | None = None,
         out_of_service: dict[str, str] | None = None,
+        reporting: float | None = None,
     ) -> Decision:
         """Decide one run.
 
@@ -472,6 +487,9 @@ class DrainPolicy:
             alone.
         out_of_service
             Units known to be out for another reason (unit id -> reason).
+        reporting
+            Units reporting on ``now``'s UTC day, for a ``daily_budget_share`` (default:
+            the rows of ``risks`` with a risk scored that day).
         """
         now = _to_utc(now)
         capacity = Capacity.of_fleet(fleet_table(risks, inventory), self.settings)
@@ -486,8 +504,10 @@ class DrainPolicy:
         run.mark_held_units()
         for row in risks.to_dicts():
             self._decide_unit(run, row)
-        self._grant(run)
         notes = [f"fault domain {d!r} is not an inventory column: not guarded" for d in capacity.missing_domains]
+        if self.settings.daily_budget is not None:
+            notes.append(self._open_daily_budget(run, risks, reporting))
+        self._grant(run)
         return Decision(
             recommendations=self._frame(run.decided, risks),
             state=run.state,
@@ -509,6 +529,7 @@ class DrainPolicy:
         )
         held = self._left_alone(row, run)
         if held is not None:
+            unit.drain_since = prev.drain_since  # a unit out since its drain still counts on the day's budget
             run.hold(self._row(row, "none", held, None), unit)
             return
         burn_in = self._burn_in(row, unit, run)
@@ -535,6 +556,28 @@ class DrainPolicy:
                 run.released.append(unit_id)
         if unit.level > LEVEL_NONE or self._remember_return(unit, run.now):
             run.state.units[unit_id] = unit
+
+    def _open_daily_budget(self, run: _Run, risks: pl.DataFrame, reporting: float | None) -> str:
+        """Set the day's room for new drains on the run's capacity; the sentence saying so."""
+        budget, day = self.settings.daily_budget, epoch_day(run.now)
+        if reporting is None:
+            scored = risks.filter(pl.col("risk").is_not_null() & pl.col("risk").is_finite())
+            if "ts" in scored.columns:
+                start = datetime.fromtimestamp(day * 86400, UTC)
+                scored = scored.filter(pl.col("ts").cast(UTC_TS) >= start)
+            reporting = scored.get_column("unit_id").n_unique()
+        allowance = float(budget.allowance(float(reporting)))
+        allowed = allowed_on_day(day, allowance)
+        day_start = datetime.fromtimestamp(day * 86400, UTC)
+        earlier = sum(
+            1 for u in run.previous.units.values() if u.drain_since is not None and _to_utc(u.drain_since) >= day_start
+        )
+        run.capacity.daily_room = max(0, allowed - earlier)
+        run.capacity.daily_text = (
+            f"{budget.describe()}: {allowance:.2f} today ({reporting:g} units reporting), "
+            f"{allowed} whole on {day_start:%Y-%m-%d}, {earlier} granted earlier that day"
+        )
+        return f"daily drain budget {run.capacity.daily_text}"
 
     # --- inputs -----------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from typing import Any
 
 import polars as pl
 
+from foreshock.budget import epoch_day
 from foreshock.costs import DrainCosts
 from foreshock.drain.policy import DrainPolicy, PolicySettings, fleet_table, unit_risk_table
 from foreshock.drain.state import PolicyState
@@ -198,6 +199,7 @@ def simulate_policy(
     # Units below the lowest exit threshold, with no state and not out, can only be
     # "none": skipping them keeps a replay over months of hourly snapshots fast.
     floor = settings.watch_risk * settings.hysteresis_ratio
+    reporting = units_reporting(risks) if settings.daily_budget is not None else {}
     for (ts,), snapshot in risks.sort("ts").group_by(["ts"], maintain_order=True):
         while next_failure < len(fail_rows) and fail_rows[next_failure][1] <= ts:
             unit_id, failed_at = fail_rows[next_failure]
@@ -222,6 +224,7 @@ def simulate_policy(
             inventory=fleet,
             failures=failures,
             out_of_service={u: f"in repair until {t:%Y-%m-%d %H:%M}" for u, t in out_until.items()},
+            reporting=reporting.get(epoch_day(ts)),
         )
         state = decision.state
         if decision.new_drains:
@@ -243,6 +246,26 @@ def simulate_policy(
         k: v for k, v in _drain_log_schema().items() if k in ("unit_id", "decided_at", "action", "effective_at", "risk")
     }
     return pl.DataFrame(drains, schema=schema)
+
+
+def units_reporting(risks: pl.DataFrame) -> dict[int, int]:
+    """Units with a score on each UTC day (days since the epoch): what a
+    ``daily_budget_share`` is a share of."""
+    per_day = risks.group_by((pl.col("ts").cast(pl.Datetime("us", "UTC")).dt.epoch("s") // 86400).alias("day")).agg(
+        pl.col("unit_id").n_unique().alias("units")
+    )
+    return dict(zip(per_day.get_column("day").to_list(), per_day.get_column("units").to_list()))
+
+
+def daily_budget_setting(settings: PolicySettings, risks: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
+    """The daily drain budget the replay ran with, and its mean allowance over the replayed days."""
+    budget = settings.daily_budget
+    if budget is None:
+        return None
+    # Every model scores the same units on the same days: the first one's counts serve.
+    reporting = list(units_reporting(next(iter(risks.values()))).values()) if risks else []
+    mean = float(sum(budget.allowance(float(n)) for n in reporting) / len(reporting)) if reporting else None
+    return budget.to_dict(mean)
 
 
 def match_drains(
@@ -425,5 +448,6 @@ def replay(
             "restart_cost_h": costs.restart_cost_hours,
             "alert_window_h": alert_window.total_seconds() / 3600,
             "min_lead_time_h": min_lead_time.total_seconds() / 3600,
+            "daily_budget": daily_budget_setting(settings, all_risks),
         },
     )

@@ -97,7 +97,12 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
             f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}; "
             f"at most {s['max_drained_share_cluster']:.0%} of the cluster and "
             f"{s['max_drained_share_per_domain']:.0%} of a fault domain out; "
-            f"{s['max_new_drains_per_run']} new drains per run."
+            f"{s['max_new_drains_per_run']} new drains per run"
+            + (
+                f"; daily drain budget {s['daily_budget']['text']}."
+                if s.get("daily_budget")
+                else "; no daily drain budget."
+            )
         ),
         (
             f"An unplanned failure costs {s['failure_loss_gpu_h']:,.0f} GPU-h (job of {s['job_gpus']} GPUs: "

@@ -1,0 +1,221 @@
+"""Real disks: the walk-forward backtest on Backblaze's SMART telemetry, judged at budgets
+that are a share of the drives reporting each day, next to two SMART rules.
+
+One command runs every stage as its own process (what a user runs), timed: wall time,
+CPU time and peak RSS of each.
+
+``convert``
+    ``scripts/backblaze_to_canonical.py``: the start-stop file to canonical tables, healthy
+    drives kept with ``--healthy-fraction`` (each then standing for ``1 / F`` drives, the
+    inventory's ``fleet_weight``).
+``ingest``, ``features``
+    ``foreshock ingest --source canonical``, ``foreshock features`` with the converter's
+    ``foreshock.toml`` (daily snapshots, 14-day horizon, lead of at least a day).
+``backtest``
+    The walk-forward backtest (``foreshock backtest``'s library call, as
+    ``benchmarks/evaluate_models.py`` runs it): every model's out-of-sample scores.
+``judge``
+    The drives reporting each day (a reading that day) and two SMART rules on the same
+    drive-days: *level* = raw SMART 5 + 187 + 197 + 198, *growth* = that sum's increase
+    over 7 days.  Every model and both rules are judged by the package at each share of
+    the fleet (default the top 0.1 % and 0.5 % of the drives reporting that day), over the
+    backtest's out-of-sample days, the whole fleet and each maker.
+
+Usage::
+
+    uv run python benchmarks/bench_real_disks.py [--data PATH] [--healthy-fraction F]
+        [--work DIR] [--half first|all] [--start DATE --end DATE]
+
+``--half first`` takes the first half of the data's days, ``all`` (the default) every day;
+``--start``/``--end`` pick any window.  A stage whose output is there is not run again
+(``--redo`` runs them all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from evaluate_models import FORESHOCK, run  # noqa: E402
+
+DATA = ROOT.parent / "shared/data/backblaze_hds/backblaze_2014_2016_startstop.parquet"
+CONVERTER = ROOT / "scripts/backblaze_to_canonical.py"
+HORIZON = "14d"
+SHARES = (0.001, 0.005)
+# The rules' attributes (the converter's names): SMART 5, 187, 197, 198.
+LEVEL_METRICS = ("reallocated_sectors", "reported_uncorrectable", "pending_sectors", "offline_uncorrectable")
+GROWTH_DAYS = 7
+RULES = ("smart_level", "smart_growth")
+
+
+def window(data: Path, half: str, start: date | None, end: date | None) -> tuple[date | None, date | None]:
+    """The days to convert: ``--start``/``--end`` when given, else the first half of the
+    data's days or all of them."""
+    if start or end or half == "all":
+        return start, end
+    span = pl.scan_parquet(data).select(pl.col("start_date").min(), pl.col("stop_date").max()).collect()
+    first, stop = span.row(0)
+    return first, first + timedelta(days=(stop - first).days // 2 - 1)
+
+
+def stages(args: argparse.Namespace, work: Path) -> list[tuple[str, list[str], Path]]:
+    """``(name, argv, output that shows it ran)`` of every stage, in order."""
+    start, end = window(args.data, args.half, args.start, args.end)
+    convert = [sys.executable, str(CONVERTER), str(args.data), str(work / "data")]
+    convert += ["--healthy-fraction", str(args.healthy_fraction), "--seed", str(args.seed)]
+    convert += [*(["--start", start.isoformat()] if start else []), *(["--end", end.isoformat()] if end else [])]
+    config = work / "data/foreshock.toml"
+    base = [*FORESHOCK, "--config", str(config), "--data-dir", str(work / "lake")]
+    backtest = [sys.executable, str(ROOT / "benchmarks/evaluate_models.py"), "--backtest-child"]
+    backtest += [str(config), str(work / "lake"), "", str(work / "backtest")]
+    judge = [sys.executable, __file__, "--judge-child", str(work), *(str(s) for s in args.shares)]
+    return [
+        ("convert", convert, work / "data/sampling.json"),
+        ("ingest", [*base, "ingest", "--source", "canonical", "--path", str(work / "data/tables")], work / "ingested"),
+        ("features", [*base, "features"], work / "featured"),
+        ("backtest", backtest, work / "backtest/report.json"),
+        ("judge", judge, work / "judged.json"),
+    ]
+
+
+# -- the judge stage ------------------------------------------------------------------------
+
+
+def daily_levels(lake_dir: Path, first: date, last: date, chunk_days: int = 28) -> pl.DataFrame:
+    """``unit_id, ts, level`` of every drive with a reading on a day ``first..last``: the
+    sum of its raw SMART 5, 187, 197 and 198 that day (an attribute it does not report
+    counts 0).  Read a few weeks of partitions at a time (memory: one chunk of samples)."""
+    from foreshock.lake import scan_table
+
+    parts, lo = [], first
+    while lo <= last:
+        hi = min(lo + timedelta(days=chunk_days - 1), last)
+        parts.append(
+            scan_table(lake_dir, "samples", start=lo, end=hi)
+            .group_by("unit_id", "ts")
+            .agg(pl.col("value").filter(pl.col("metric").is_in(LEVEL_METRICS)).sum().alias("level"))
+            .collect()
+        )
+        lo = hi + timedelta(days=1)
+    return pl.concat(parts).sort("unit_id", "ts")
+
+
+def rule_scores(levels: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
+    """The two SMART rules on the drive-days ``keys`` (``unit_id, ts``) in the scores'
+    layout (``unit_id, ts, model, horizon, risk``).  *growth* is the level minus the
+    drive's level 7 days before (its latest reading at or before then; a drive seen for
+    less than 7 days: its first reading).  ``risk`` is an increasing map of the rule's value
+    into (0, 1), so the rules rank drives exactly as their values do."""
+    back = levels.select(
+        "unit_id", (pl.col("ts") + timedelta(days=GROWTH_DAYS)).alias("ts"), pl.col("level").alias("before")
+    )
+    first = levels.group_by("unit_id").agg(pl.col("level").first().alias("first_level"))
+    frame = (
+        keys.sort("unit_id", "ts")
+        .join(levels, on=["unit_id", "ts"], how="inner")
+        .join_asof(back, on="ts", by="unit_id", strategy="backward")
+        .join(first, on="unit_id", how="left")
+        .with_columns((pl.col("level") - pl.coalesce("before", "first_level")).alias("growth"))
+    )
+
+    def risk(value: pl.Expr) -> pl.Expr:
+        return (0.5 + 0.5 * value / (1.0 + value.abs())).alias("risk")
+
+    return pl.concat(
+        frame.select("unit_id", "ts", pl.lit(name).alias("model"), pl.lit(HORIZON).alias("horizon"), risk(pl.col(col)))
+        for name, col in (("smart_level", "level"), ("smart_growth", "growth"))
+    )
+
+
+def judge_child(work: Path, shares: list[float]) -> None:
+    """Out-of-sample model scores and the rules on the drive-days with a reading, judged at
+    each share (see the module docstring); ``judged.json`` and the tables printed."""
+    from foreshock.config import load_config
+    from foreshock.lake import read_table
+    from foreshock.models.evaluation.backtest import BacktestResult
+
+    config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
+    result = BacktestResult.load(work / "backtest")
+    scores = result.scores.filter(pl.col("horizon") == HORIZON)
+    first, last = scores.get_column("ts").min().date(), scores.get_column("ts").max().date()
+    levels = daily_levels(config.lake_dir, first - timedelta(days=GROWTH_DAYS), last)
+    reporting = levels.filter(pl.col("ts").dt.date() >= first).select("unit_id", "ts")
+    # A drive with no reading that day is not reporting: its snapshot (features carry a
+    # silent drive for up to the longest window) is neither ranked nor counted.
+    scores = scores.join(reporting, on=["unit_id", "ts"], how="semi")
+    keys = scores.select("unit_id", "ts").unique()
+    combined = pl.concat([scores.select("unit_id", "ts", "model", "horizon", "risk"), rule_scores(levels, keys)])
+    inventory = read_table(config.lake_dir, "inventory")
+    failures = read_table(config.lake_dir, "failures")
+    judged = judge_shares(combined, failures, inventory, config, result, shares)
+    judged["reporting_drive_days"] = reporting.height
+    judged["scored_drive_days"] = keys.height
+    (work / "judged.json").write_text(json.dumps(judged, indent=2, default=str) + "\n")
+    print(render(judged))
+
+
+def judge_shares(
+    scores: pl.DataFrame,
+    failures: pl.DataFrame,
+    inventory: pl.DataFrame,
+    config,
+    result,
+    shares: list[float],
+) -> dict:
+    raise NotImplementedError("waiting for the package's share-budget judge")
+
+
+def render(judged: dict) -> str:
+    raise NotImplementedError
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def main() -> int:
+    if len(sys.argv) >= 3 and sys.argv[1] == "--judge-child":
+        judge_child(Path(sys.argv[2]), [float(s) for s in sys.argv[3:]] or list(SHARES))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA, help="the start-stop Parquet file")
+    parser.add_argument("--healthy-fraction", type=float, default=1.0, help="share of healthy drives kept")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/foreshock-real-disks"))
+    parser.add_argument("--half", choices=("first", "all"), default="all")
+    parser.add_argument("--start", type=date.fromisoformat)
+    parser.add_argument("--end", type=date.fromisoformat)
+    parser.add_argument("--shares", type=float, nargs="+", default=list(SHARES))
+    parser.add_argument("--redo", action="store_true", help="run every stage even when its output is there")
+    args = parser.parse_args()
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    timings_file = work / "timings.json"
+    timings = json.loads(timings_file.read_text()) if timings_file.exists() and not args.redo else {}
+    for name, argv, done in stages(args, work):
+        if done.exists() and not args.redo and name in timings:
+            print(f"{name}: done before ({done})", flush=True)
+            continue
+        print(f"{name}: {' '.join(argv)}", flush=True)
+        timings[name] = run(argv, work / f"{name}.log")
+        if name in ("ingest", "features"):
+            done.write_text("done\n")
+        timings_file.write_text(json.dumps(timings, indent=2) + "\n")
+        t = timings[name]
+        print(f"{name}: wall {t['wall_s']:.1f} s, CPU {t['cpu_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB", flush=True)
+    print((work / "judge.log").read_text())
+    print("| stage | wall (s) | CPU (s) | peak RSS (MB) |\n|---|---|---|---|")
+    for name, t in timings.items():
+        print(f"| {name} | {t['wall_s']:.1f} | {t['cpu_s']:.1f} | {t['peak_rss_mb']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
