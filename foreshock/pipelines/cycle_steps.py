@@ -35,7 +35,7 @@ def score_latest(settings: dict) -> str:
 
 
 def trust_settings(config: Config) -> dict:
-    """``[registry]`` settings for loading the champion (see models.trusted_bundle)."""
+    """``[registry]`` settings for loading the champion (see models.registry.trusted_bundle)."""
     registry = config.section("registry")
     return {
         "trusted_runs_only": bool(registry["trusted_runs_only"]),
