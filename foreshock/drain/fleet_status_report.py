@@ -19,6 +19,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from foreshock.drain.fleet_status import FleetStatus
+from foreshock.drain.policy import format_hours
 from foreshock.lake import atomic_write_text
 from foreshock.models.evaluation.plots import calibration_curve
 
@@ -53,6 +54,12 @@ def _fmt(value, spec: str = "{:.3f}") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
     return spec.format(value)
+
+
+def _lead(hours: float | None) -> str:
+    """Expected lead time as the terminal shows it (``>1y`` when no failure is expected in
+    any horizon: a hazard that low says "not soon", not "in 17712 h")."""
+    return "–" if hours is None else format_hours(hours)
 
 
 def _when(value: datetime | None) -> str:
@@ -163,7 +170,7 @@ def _top_units(status: FleetStatus) -> str:
                 _esc(r.get("node") or ""),
                 f'<span class="{_esc(action)}">{_esc(action)}</span>',
                 _fmt(r.get("risk")),
-                _fmt(r.get("expected_lead_time_h"), "{:.0f} h"),
+                _lead(r.get("expected_lead_time_h")),
                 _esc(r.get("signals") or ""),
             ]
         )
