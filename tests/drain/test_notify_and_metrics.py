@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from foreshock.drain.outbox import publish
 from foreshock.drain.textfile import TEXTFILE_NAME
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "foreshock.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "pipelines" / "grafana" / "foreshock.json"
 
 
 class Receiver:
