@@ -276,16 +276,66 @@ def dcgm_series(
     return out
 
 
-def write_dcgm(out_dir: Path, series: dict[tuple[str, str], list[str]], days: list[str]) -> tuple[int, int]:
-    """Write ``dcgm/<day>/<METRIC>.json`` as ``/api/v1/query_range`` responses."""
-    files = size = 0
-    for day in days:
-        for metric in DCGM_JSON_METRICS:
-            body = ",".join(series.get((day, metric), []))
-            text = '{"status":"success","data":{"resultType":"matrix","result":[' + body + "]}}\n"
-            size += _write_text(out_dir / "dcgm" / day / f"{metric}.json", text)
-            files += 1
-    return files, size
+_DCGM_HEAD = '{"status":"success","data":{"resultType":"matrix","result":['
+_DCGM_TAIL = "]}}\n"
+
+
+class DcgmWriter:
+    """Write ``dcgm/<day>/<METRIC>.json`` as ``/api/v1/query_range`` responses, node by node.
+
+    A response holds every GPU's series of that day, so a file is complete only after the
+    last node.  The series are buffered and appended to their files whenever the buffer
+    passes ``buffer_chars``, so memory stays bounded however large the fleet (4,096 GPUs x
+    60 days is ~0.9 GB of JSON); the bytes are those of one write per file.
+    """
+
+    def __init__(self, out_dir: Path, days: list[str], buffer_chars: int = 64_000_000) -> None:
+        self.out_dir, self.days, self.buffer_chars = out_dir, days, buffer_chars
+        self._buffer: dict[tuple[str, str], list[str]] = {}
+        self._buffered = 0
+        self._begun: set[tuple[str, str]] = set()
+
+    def _path(self, day: str, metric: str) -> Path:
+        return self.out_dir / "dcgm" / day / f"{metric}.json"
+
+    def add(self, series: dict[tuple[str, str], list[str]]) -> None:
+        """Queue one node's series (from :func:`dcgm_series`); flush when the buffer is full."""
+        for key, texts in series.items():
+            self._buffer.setdefault(key, []).extend(texts)
+            self._buffered += sum(len(t) for t in texts)
+        if self._buffered >= self.buffer_chars:
+            self._flush()
+
+    def _flush(self) -> None:
+        for (day, metric), texts in self._buffer.items():
+            if not texts:
+                continue
+            path = self._path(day, metric)
+            lead = "," if (day, metric) in self._begun else _DCGM_HEAD
+            if (day, metric) not in self._begun:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(b"")  # a file left by an earlier run is not appended to
+                self._begun.add((day, metric))
+            with path.open("ab") as handle:
+                handle.write((lead + ",".join(texts)).encode())
+        self._buffer.clear()
+        self._buffered = 0
+
+    def close(self) -> tuple[int, int]:
+        """Finish every day's files (empty responses where no series fell); files and bytes."""
+        self._flush()
+        files = size = 0
+        for day in self.days:
+            for metric in DCGM_JSON_METRICS:
+                path = self._path(day, metric)
+                if (day, metric) in self._begun:
+                    with path.open("ab") as handle:
+                        handle.write(_DCGM_TAIL.encode())
+                    size += path.stat().st_size
+                else:
+                    size += _write_text(path, _DCGM_HEAD + _DCGM_TAIL)
+                files += 1
+        return files, size
 
 
 _SCRAPE_METRICS = (

@@ -140,15 +140,15 @@ def simulate_fleet(
     files: Counter[str] = Counter()
     size: Counter[str] = Counter()
     rows: Counter[str] = Counter()
-    series: dict[tuple[str, str], list[str]] = {}
+    day_names = [formats.iso_z(params.start_s + d * 86_400)[:10] for d in range(int(-(-params.days // 1)))]
+    dcgm = formats.DcgmWriter(out, day_names)
     for node_index in range(len(fleet.node)):
         tel = simulate_node(node_index, fleet, lives, lives_by_slot, params)
         n_files, n_rows, n_bytes = formats.write_nvidia_smi(out, tel, fleet, lives, params)
         files["nvidia-smi"] += n_files
         rows["nvidia-smi"] += n_rows
         size["nvidia-smi"] += n_bytes
-        for key, texts in formats.dcgm_series(tel, fleet, lives, params).items():
-            series.setdefault(key, []).extend(texts)
+        dcgm.add(formats.dcgm_series(tel, fleet, lives, params))
         size["scrape"] += formats.write_scrape(out, tel, fleet, lives, formats.xid_gauge(tel, lives))
         files["scrape"] += 1
         n_bytes, n_lines = formats.write_kernel_log(out, tel, fleet, lives, params)
@@ -156,8 +156,7 @@ def simulate_fleet(
         rows["kernel"] += n_lines
         files["kernel"] += 1
         rows["xid"] += len(tel.xids)
-    day_names = [formats.iso_z(params.start_s + d * 86_400)[:10] for d in range(int(-(-params.days // 1)))]
-    n_files, n_bytes = formats.write_dcgm(out, series, day_names)
+    n_files, n_bytes = dcgm.close()
     files["dcgm"] += n_files
     size["dcgm"] += n_bytes
 
