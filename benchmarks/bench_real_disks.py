@@ -53,7 +53,7 @@ SHARES = (0.001, 0.005)
 # The rules' attributes (the converter's names): SMART 5, 187, 197, 198.
 LEVEL_METRICS = ("reallocated_sectors", "reported_uncorrectable", "pending_sectors", "offline_uncorrectable")
 GROWTH_DAYS = 7
-RULES = ("smart_level", "smart_growth")
+RULES_AS_RUN = "rules"  # the baseline's binary rules as run today: not a ranking
 
 
 def window(data: Path, half: str, start: date | None, end: date | None) -> tuple[date | None, date | None]:
@@ -93,7 +93,7 @@ def daily_levels(lake_dir: Path, first: date, last: date, chunk_days: int = 28) 
     """``unit_id, ts, level`` of every drive with a reading on a day ``first..last``: the
     sum of its raw SMART 5, 187, 197 and 198 that day (an attribute it does not report
     counts 0).  Read a few weeks of partitions at a time (memory: one chunk of samples)."""
-    from foreshock.lake import scan_table
+    from foreshock.lake.read import scan_table
 
     parts, lo = [], first
     while lo <= last:
@@ -108,12 +108,13 @@ def daily_levels(lake_dir: Path, first: date, last: date, chunk_days: int = 28) 
     return pl.concat(parts).sort("unit_id", "ts")
 
 
-def rule_scores(levels: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
-    """The two SMART rules on the drive-days ``keys`` (``unit_id, ts``) in the scores'
-    layout (``unit_id, ts, model, horizon, risk``).  *growth* is the level minus the
-    drive's level 7 days before (its latest reading at or before then; a drive seen for
-    less than 7 days: its first reading).  ``risk`` is an increasing map of the rule's value
-    into (0, 1), so the rules rank drives exactly as their values do."""
+def rule_scores(levels: pl.DataFrame, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The two SMART rules as rankings ``unit_id, ts, score`` on the drive-days ``keys``:
+    *smart_level* the day's level, *smart_growth* the level minus the drive's level 7 days
+    before (its latest reading at or before then; a drive seen for less than 7 days: its
+    first reading).  A rule flags only where its value is above 0 (null elsewhere: the
+    drive counts among those reporting but is not flagged), as an operator runs it: a
+    drive with nothing reallocated, pending or uncorrectable is never picked at random."""
     back = levels.select(
         "unit_id", (pl.col("ts") + timedelta(days=GROWTH_DAYS)).alias("ts"), pl.col("level").alias("before")
     )
@@ -121,60 +122,96 @@ def rule_scores(levels: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
     frame = (
         keys.sort("unit_id", "ts")
         .join(levels, on=["unit_id", "ts"], how="inner")
-        .join_asof(back, on="ts", by="unit_id", strategy="backward")
+        # both sides sorted by drive, then time: the order an as-of join by drive needs
+        .join_asof(back.sort("unit_id", "ts"), on="ts", by="unit_id", strategy="backward", check_sortedness=False)
         .join(first, on="unit_id", how="left")
         .with_columns((pl.col("level") - pl.coalesce("before", "first_level")).alias("growth"))
     )
-
-    def risk(value: pl.Expr) -> pl.Expr:
-        return (0.5 + 0.5 * value / (1.0 + value.abs())).alias("risk")
-
-    return pl.concat(
-        frame.select("unit_id", "ts", pl.lit(name).alias("model"), pl.lit(HORIZON).alias("horizon"), risk(pl.col(col)))
+    return {
+        name: frame.select("unit_id", "ts", pl.when(pl.col(col) > 0).then(pl.col(col)).alias("score"))
         for name, col in (("smart_level", "level"), ("smart_growth", "growth"))
-    )
+    }
 
 
 def judge_child(work: Path, shares: list[float]) -> None:
     """Out-of-sample model scores and the rules on the drive-days with a reading, judged at
     each share (see the module docstring); ``judged.json`` and the tables printed."""
     from foreshock.config import load_config
-    from foreshock.lake import read_table
+    from foreshock.lake.read import read_table
     from foreshock.models.evaluation.backtest import BacktestResult
 
     config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
     result = BacktestResult.load(work / "backtest")
-    scores = result.scores.filter(pl.col("horizon") == HORIZON)
+    scores = result.scores.filter((pl.col("horizon") == HORIZON) & (pl.col("model") != RULES_AS_RUN))
     first, last = scores.get_column("ts").min().date(), scores.get_column("ts").max().date()
     levels = daily_levels(config.lake_dir, first - timedelta(days=GROWTH_DAYS), last)
+    # The drives reporting a day are those with a reading that day: a silent drive's
+    # snapshot (features carry one for up to the longest window) is neither ranked nor
+    # counted, and a reporting drive a model did not score counts, unflagged (null).
     reporting = levels.filter(pl.col("ts").dt.date() >= first).select("unit_id", "ts")
-    # A drive with no reading that day is not reporting: its snapshot (features carry a
-    # silent drive for up to the longest window) is neither ranked nor counted.
-    scores = scores.join(reporting, on=["unit_id", "ts"], how="semi")
-    keys = scores.select("unit_id", "ts").unique()
-    combined = pl.concat([scores.select("unit_id", "ts", "model", "horizon", "risk"), rule_scores(levels, keys)])
+    series = {
+        model: reporting.join(part.select("unit_id", "ts", "risk"), on=["unit_id", "ts"], how="left")
+        for (model,), part in scores.group_by(["model"], maintain_order=True)
+    }
+    series.update(rule_scores(levels, reporting))
     inventory = read_table(config.lake_dir, "inventory")
-    failures = read_table(config.lake_dir, "failures")
-    judged = judge_shares(combined, failures, inventory, config, result, shares)
+    judged = judge_shares(series, read_table(config.lake_dir, "failures"), inventory, config, shares)
+    judged["models"] = {m: result.report["models"][m][HORIZON]["snapshot"] for m in result.report["models"]}
+    judged["backtest_period"] = result.report["scored"]
     judged["reporting_drive_days"] = reporting.height
-    judged["scored_drive_days"] = keys.height
+    judged["sampling"] = json.loads((work / "data/sampling.json").read_text())
     (work / "judged.json").write_text(json.dumps(judged, indent=2, default=str) + "\n")
     print(render(judged))
 
 
 def judge_shares(
-    scores: pl.DataFrame,
-    failures: pl.DataFrame,
-    inventory: pl.DataFrame,
-    config,
-    result,
-    shares: list[float],
+    series: dict[str, pl.DataFrame], failures: pl.DataFrame, inventory: pl.DataFrame, config, shares: list[float]
 ) -> dict:
-    raise NotImplementedError("waiting for the package's share-budget judge")
+    """Each ranking (``unit_id, ts, risk``) judged by the package's top-of-the-list metrics
+    at each share of the drives reporting that day, for the fleet and for each maker
+    (the maker's drives ranked among themselves, its own share)."""
+    from foreshock.budget import DailyBudget, fleet_weights
+    from foreshock.models.evaluation.top_of_list import top_of_list
+
+    weights = fleet_weights(inventory)
+    min_lead = config.duration("backtest", "min_lead_time")
+    makers = inventory.select("unit_id", pl.col("maker").fill_null("unknown"))
+    groups = {"all": None, **{m: makers.filter(pl.col("maker") == m) for m in sorted(set(makers["maker"]))}}
+    out: dict = {"shares": shares, "min_lead_time": str(min_lead), "horizon": HORIZON, "results": []}
+    for model, frame in series.items():
+        for group, units in groups.items():
+            part = frame if units is None else frame.join(units, on="unit_id", how="semi")
+            for share in shares:
+                metrics = top_of_list(part, failures, DailyBudget(share=share), HORIZON, min_lead, weights=weights)
+                out["results"].append({"model": model, "maker": group, "share": share, **metrics.to_dict()})
+    return out
+
+
+def _cell(value, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def render(judged: dict) -> str:
-    raise NotImplementedError
+    """Markdown tables: per share, every ranking's precision, recall and median lead, for
+    the fleet and per maker."""
+    lines = []
+    for share in judged["shares"]:
+        lines += [
+            f"\n### Top {share * 100:g} % of the drives reporting each day\n",
+            "| maker | ranking | flags/day | precision | caught / failures | recall | median lead (d) | reweighted |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        rows = sorted(
+            (r for r in judged["results"] if r["share"] == share), key=lambda r: (r["maker"] != "all", r["maker"])
+        )
+        for r in rows:
+            lead = None if r["lead_time_p50_h"] is None else r["lead_time_p50_h"] / 24
+            lines.append(
+                f"| {r['maker']} | {r['model']} | {_cell(r['flags_per_day'], 1)} | {_cell(r['precision'])} "
+                f"| {r['caught']} / {r['failures']} | {_cell(r['recall'])} | {_cell(lead, 1)} "
+                f"| {', '.join(r['reweighted']) or 'no'} |"
+            )
+    return "\n".join(lines)
 
 
 # -- the command ----------------------------------------------------------------------------
@@ -209,7 +246,9 @@ def main() -> int:
             done.write_text("done\n")
         timings_file.write_text(json.dumps(timings, indent=2) + "\n")
         t = timings[name]
-        print(f"{name}: wall {t['wall_s']:.1f} s, CPU {t['cpu_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB", flush=True)
+        print(
+            f"{name}: wall {t['wall_s']:.1f} s, CPU {t['cpu_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB", flush=True
+        )
     print((work / "judge.log").read_text())
     print("| stage | wall (s) | CPU (s) | peak RSS (MB) |\n|---|---|---|---|")
     for name, t in timings.items():

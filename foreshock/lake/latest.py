@@ -5,7 +5,7 @@ Ingest's counter-step check compares a batch's first reading of each counter wit
 series' last stored one: without this, every batch reads the partitions of its days and
 the day before in full, to keep one row per series (and the look for stored keys reads
 the partitions of its days).  When this process wrote a partition file, it knows each
-series' latest row from the sorted rows it wrote (``lake._split_sorted`` finds them from
+series' latest row from the sorted rows it wrote (``split._split_sorted`` finds them from
 its packed keys, without a pass over the names) and keeps them here, keyed by the file's
 identity: device, inode, size and modification time.  A batch of a day this process
 ingested before (the next day's, or the next scrape's) then reads none of those files for
