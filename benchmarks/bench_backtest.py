@@ -60,7 +60,7 @@ def tile(base: Path, copies: int, out: Path) -> Path:
 
     from foreshock.config import load_config
     from foreshock.features.store import feature_files
-    from foreshock.lake import read_table
+    from foreshock.lake.read import read_table
 
     if (out / "tiled.done").exists():
         return out
@@ -96,7 +96,7 @@ def run_backtest(data: Path, old: bool) -> dict:
     if failures_file.exists():
         failures = pl.read_parquet(failures_file)
     else:
-        from foreshock.lake import read_table
+        from foreshock.lake.read import read_table
 
         failures = read_table(config.lake_dir, "failures")
     from foreshock.models.evaluation.backtest import walk_forward

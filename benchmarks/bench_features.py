@@ -1,7 +1,7 @@
 """Benchmark: feature snapshots for 1,024 / 2,048 / 4,096 GPUs x 7 days.
 
 Canonical samples at 1-minute spacing are generated straight into a temporary lake (through
-``foreshock.lake.merge_into_lake``, one date x shard at a time) and hourly snapshots are
+``foreshock.lake.merge.merge_into_lake``, one date x shard at a time) and hourly snapshots are
 built with the same code path the Prefect flow runs (``features.build.update_features``:
 per-shard first pass, per-date peer pass, Parquet writes), default windows
 1h/6h/1d/7d, 7-day baseline.
@@ -51,7 +51,9 @@ sys.path.append(str(ROOT))
 
 from foreshock.config import load_config  # noqa: E402
 from foreshock.contract import UTC_TS  # noqa: E402
-from foreshock.lake import atomic_write_parquet, merge_into_lake, partition_files, partition_path, shard_of  # noqa: E402
+from foreshock.lake.atomic import atomic_write_parquet  # noqa: E402
+from foreshock.lake.layout import partition_files, partition_path, shard_of  # noqa: E402
+from foreshock.lake.merge import merge_into_lake  # noqa: E402
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 7

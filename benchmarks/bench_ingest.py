@@ -282,7 +282,8 @@ def report_ingest(label: str, result: dict, target: int) -> None:
 def merge_bench(gpus: int, every_s: int) -> None:
     """A day's partition of ``gpus`` units (two metrics), then the next hour appended: the
     exact merge (anti-join + whole sort) against the append fast path."""
-    from foreshock.lake import merge_into_lake, partition_files
+    from foreshock.lake.layout import partition_files
+    from foreshock.lake.merge import merge_into_lake
 
     units = inventory_frame(gpus).get_column("unit_id")
     steps = 86400 // every_s

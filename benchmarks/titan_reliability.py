@@ -31,7 +31,7 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.config import load_config
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 from foreshock.models.reliability.reliability import (
     ReliabilitySettings,
     cohort_reliability,

@@ -7,22 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
-from foreshock.lake import (
-    _sort_order,
-    _split_sorted,
-    lake_summary,
-    merge_into_lake,
-    merge_split,
-    partition_files,
-    read_changes,
-    read_table,
-    record_split,
-    record_stored_rows,
-    shard_of,
-    sort_rows,
-    split_by_partition,
-    split_for_merge,
-)
+from foreshock.lake.changes import read_changes, record_split, record_stored_rows
+from foreshock.lake.layout import partition_files, shard_of
+from foreshock.lake.merge import merge_into_lake, merge_split
+from foreshock.lake.read import lake_summary, read_table
+from foreshock.lake.split import _sort_order, _split_sorted, sort_rows, split_by_partition, split_for_merge
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -256,7 +245,7 @@ def test_one_sort_split_gives_the_partitions_of_partition_by_and_a_sort_each():
 def test_merges_of_unsorted_mixed_batches_keep_the_lake_and_change_log_of_the_old_split(tmp_path, monkeypatch):
     """Mixed dates and shards, unsorted rows, duplicates within a batch and against the lake:
     the same files, accounting and change log with the one-sort split and without it."""
-    import foreshock.lake as lake_module
+    import foreshock.lake.split as lake_module
 
     units = [f"node{n}-gpu{g}" for n in range(5) for g in range(4)]
     day = pl.concat([_samples(units, 40, metric=m) for m in ("ecc_sbe_volatile_total", "gpu_temp_c")])
@@ -293,7 +282,7 @@ def test_a_split_made_apart_logs_and_writes_what_merge_into_lake_does(tmp_path, 
     the change log of ``record_stored_rows`` and the files and counts of ``merge_into_lake``,
     for unsorted rows over three days (one unit's rows crossing midnight), rows already in
     order, appends to stored partitions, and rows whose key does not pack."""
-    import foreshock.lake as lake_module
+    import foreshock.lake.split as lake_module
 
     units = [f"node{n}-gpu{g}" for n in range(5) for g in range(4)]
     day = pl.concat([_samples(units, 40, metric=m) for m in ("ecc_sbe_volatile_total", "gpu_temp_c")])
@@ -333,7 +322,7 @@ def test_a_split_made_apart_logs_and_writes_what_merge_into_lake_does(tmp_path, 
 def _hold_lock_and_die(lake: str) -> None:
     from pathlib import Path
 
-    from foreshock.lake import lake_lock
+    from foreshock.lake.locks import lake_lock
 
     with lake_lock(Path(lake)):
         (Path(lake) / "samples").mkdir(parents=True, exist_ok=True)
@@ -342,7 +331,7 @@ def _hold_lock_and_die(lake: str) -> None:
 
 
 def test_a_killed_holders_temp_file_goes_at_the_next_lock_and_a_clean_release_skips_the_search(tmp_path):
-    from foreshock.lake import lake_lock
+    from foreshock.lake.locks import lake_lock
 
     merge_into_lake(tmp_path, "samples", _samples(["a"], 2))
     child = mp.get_context("spawn").Process(target=_hold_lock_and_die, args=(str(tmp_path),))

@@ -19,7 +19,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.contract import label_column
-from foreshock.lake import lake_summary, read_table
+from foreshock.lake.read import lake_summary, read_table
 from foreshock.models.estimators.training import labelled_until
 
 OUTBOX_LATEST = "LATEST"

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from foreshock.drain.fleet_status import FleetStatus
 from foreshock.drain.policy import format_hours
-from foreshock.lake import atomic_write_text
+from foreshock.lake.atomic import atomic_write_text
 from foreshock.models.evaluation.plots import calibration_curve
 
 CSS = """

@@ -62,7 +62,10 @@ from foreshock.drain.state import STATE_FILE, PolicyState
 from foreshock.drain.textfile import render, textfile_path, write_textfile
 from foreshock.durations import format_duration, parse_duration
 from foreshock.errors import UserError
-from foreshock.lake import atomic_write_text, lake_lock, partition_files, read_table
+from foreshock.lake.atomic import atomic_write_text
+from foreshock.lake.layout import partition_files
+from foreshock.lake.locks import directory_lock
+from foreshock.lake.read import read_table
 
 LATEST_FILE = "LATEST"
 STAGING_PREFIX = ".staging-"
@@ -364,7 +367,7 @@ def publish(
     generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)
     notify = NotifySettings.from_config(config)  # a bad [notify] section stops before anything is written
     outbox_dir = Path(config.outbox_dir)
-    with lake_lock(outbox_dir):  # one publish at a time: the previous list must not move
+    with directory_lock(outbox_dir):  # one publish at a time: the previous list must not move
         _remove_staging_leftovers(outbox_dir)
         previous_dir = previous_list_dir(outbox_dir)
         draft = build_list(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from foreshock.drain.replay import ReplayReport
 from foreshock.drain.replay_plots import plot_replay
-from foreshock.lake import atomic_write_text
+from foreshock.lake.atomic import atomic_write_text
 
 _COLUMNS = (
     ("variant", "policy", "{}"),

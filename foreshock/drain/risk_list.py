@@ -38,7 +38,7 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.contract import UTC_TS
-from foreshock.lake import atomic_write_parquet, atomic_write_text
+from foreshock.lake.atomic import atomic_write_parquet, atomic_write_text
 
 SCHEMA_VERSION = 1
 

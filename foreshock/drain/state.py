@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.contract import UTC_TS
-from foreshock.lake import atomic_write_parquet
+from foreshock.lake.atomic import atomic_write_parquet
 
 STATE_FILE = "policy_state.parquet"
 

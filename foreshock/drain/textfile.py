@@ -22,7 +22,7 @@ metric                                   meaning
 =======================================  ==========================================================
 
 Freshness at query time is ``time() - foreshock_scores_timestamp_seconds``
-(``deploy/grafana/foreshock.json`` shows it).
+(``pipelines/grafana/foreshock.json`` shows it).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import polars as pl
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from foreshock.drain.policy import ACTIONS, SEVERITY
-from foreshock.lake import atomic_write_text
+from foreshock.lake.atomic import atomic_write_text
 
 TEXTFILE_NAME = "foreshock.prom"
 UNIT_LABELS = ("unit_id", "node", "rack")

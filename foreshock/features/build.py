@@ -44,16 +44,9 @@ from foreshock.features.rollups import Rollup, combine_pieces, combine_scrapes, 
 from foreshock.features.spec import FeatureSpec, feature_spec
 from foreshock.features.windows import SEGMENT, error_activity_columns, metric_feature_names, window_features
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
-from foreshock.lake import (
-    consume_changes,
-    lake_shards,
-    partition_dates,
-    partition_files,
-    read_changes,
-    read_table,
-    scan_table,
-    shard_of,
-)
+from foreshock.lake.changes import consume_changes, read_changes
+from foreshock.lake.layout import lake_shards, partition_dates, partition_files, shard_of
+from foreshock.lake.read import read_table, scan_table
 
 # Snapshots per block: bounds the memory of one shard's window frame.
 MAX_BLOCK = timedelta(days=7)

@@ -2,7 +2,7 @@
 
 One row per unit and snapshot, keyed ``unit_id, ts``; the date is the snapshot's UTC
 date and the shard the unit's lake shard.  Files are written atomically
-(:func:`foreshock.lake.atomic_write_parquet`); rewriting a snapshot replaces its rows, so a
+(:func:`foreshock.lake.atomic.atomic_write_parquet`); rewriting a snapshot replaces its rows, so a
 rerun is idempotent.  ``_staging/`` holds first-pass results between the per-shard and the
 per-date passes of a run.
 """
@@ -20,7 +20,8 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.contract import SNAPSHOT_KEY
-from foreshock.lake import PART_NAME, atomic_write_parquet, shard_numbers
+from foreshock.lake.atomic import atomic_write_parquet
+from foreshock.lake.layout import PART_NAME, shard_numbers
 
 STAGING = "_staging"
 ROLLUPS = "_rollups"

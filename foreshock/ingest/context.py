@@ -12,7 +12,7 @@ import polars as pl
 
 from foreshock.catalog import Catalog
 from foreshock.config import Config
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 
 # Time units a source may declare for violation counters (DCGM < 3.3 reports µs, later ns).
 TIME_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}

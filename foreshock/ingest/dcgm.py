@@ -24,7 +24,8 @@ from __future__ import annotations
 import polars as pl
 
 from foreshock.ingest.context import TIME_UNIT_SECONDS, IngestContext
-from foreshock.lake import lake_shards, scan_table, shard_of
+from foreshock.lake.layout import lake_shards, shard_of
+from foreshock.lake.read import scan_table
 
 XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
 XID_SOURCE = "dcgm-xid"

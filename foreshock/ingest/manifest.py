@@ -25,7 +25,8 @@ from pathlib import Path
 
 import polars as pl
 
-from foreshock.lake import atomic_write_parquet, lake_lock
+from foreshock.lake.atomic import atomic_write_parquet
+from foreshock.lake.locks import lake_lock
 
 MANIFEST_NAME = "_manifest.parquet"
 SCHEMA: dict[str, pl.DataType] = {

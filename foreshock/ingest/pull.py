@@ -39,7 +39,7 @@ from typing import Any
 from foreshock.config import Config
 from foreshock.durations import parse_duration
 from foreshock.errors import UserError
-from foreshock.lake import atomic_write_text
+from foreshock.lake.atomic import atomic_write_text
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a query_range above this
 STATE_FILE = "state.json"

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from foreshock.lake import atomic_write_text
+from foreshock.lake.atomic import atomic_write_text
 
 COUNTS = ("rows_read", "rows_stored", "rows_updated", "rows_quarantined", "duplicates_dropped")
 

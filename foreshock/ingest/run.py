@@ -46,7 +46,6 @@ import numpy as np
 import polars as pl
 import yaml
 
-from foreshock import lake_latest
 from foreshock.catalog import (
     Catalog,
     catalog_to_dict,
@@ -67,26 +66,15 @@ from foreshock.ingest.parsers.canonical import table_of
 from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.validate import validate
-from foreshock.lake import (
-    SplitRows,
-    atomic_write_parquet,
-    atomic_write_text,
-    lake_lock,
-    lake_shards,
-    lock_held_by_caller,
-    lock_held_by_token,
-    lock_token,
-    long_runs,
-    merge_into_lake,
-    merge_split,
-    partition_path,
-    read_table,
-    record_split,
-    record_stored_rows,
-    shard_numbers,
-    split_for_merge,
-    with_shard,
-)
+from foreshock.lake import latest as lake_latest
+from foreshock.lake.atomic import atomic_write_parquet, atomic_write_text
+from foreshock.lake.changes import record_split, record_stored_rows
+from foreshock.lake.columns import long_runs
+from foreshock.lake.layout import lake_shards, partition_path, shard_numbers, with_shard
+from foreshock.lake.locks import lake_lock, lock_held_by_caller, lock_held_by_token, lock_token
+from foreshock.lake.merge import merge_into_lake, merge_split
+from foreshock.lake.read import read_table
+from foreshock.lake.split import SplitRows, split_for_merge
 
 SOURCES = ("auto", *FORMATS)
 MAX_BATCH_BYTES = 256 * 1024 * 1024
@@ -1345,7 +1333,7 @@ def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataF
         parts = parts.select("_date", "shard").unique()
         paths = [partition_path(ctx.lake_dir, table, d, s) for d, s in parts.iter_rows()]
         # A partition whose rows are all older than the batch's (known when this process
-        # wrote it: foreshock.lake_latest) holds none of its keys: not read.
+        # wrote it: foreshock.lake.latest) holds none of its keys: not read.
         paths = [p for p in paths if lake_latest.known_before(p, first) is None]
     paths = [p for p in paths if p.exists()]
     if not paths:

@@ -27,11 +27,12 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import polars as pl
 
-from foreshock import lake_latest
 from foreshock.contract import ID_PATTERN, SCHEMAS, TIME_COLUMN
 from foreshock.durations import format_duration
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import distinct_values, in_order, lake_shards, long_runs, partition_files, shard_of, stable_order
+from foreshock.lake import latest as lake_latest
+from foreshock.lake.columns import distinct_values, in_order, long_runs, stable_order
+from foreshock.lake.layout import lake_shards, partition_files, shard_of
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MIN_RATE_INTERVAL = 60.0  # seconds
@@ -519,7 +520,7 @@ def _stored_counters(ctx: IngestContext, units: pl.Series, metrics: list[str], f
     (an append batch sorts its own readings plus one per series, not the stored days).
 
     A file this process wrote and whose rows all precede ``first`` is not read: the latest
-    row of each of its series, kept when it was written (:mod:`foreshock.lake_latest`),
+    row of each of its series, kept when it was written (:mod:`foreshock.lake.latest`),
     is all it can give."""
     shards = lake_shards(ctx.lake_dir, ctx.shards)
     files = partition_files(
@@ -574,7 +575,7 @@ def _series_number(units: pl.Series, metrics: list[str]) -> tuple[pl.Expr, pl.Ex
 
 def _sort_by_series_time(parts: list[pl.DataFrame], series_count: int) -> pl.DataFrame:
     """The rows of ``parts`` (same columns), in that order, stably sorted by ``_sid`` then
-    ``ts``: one packed 64-bit key when the ranges fit (:func:`~foreshock.lake.stable_order`:
+    ``ts``: one packed 64-bit key when the ranges fit (:func:`~foreshock.lake.columns.stable_order`:
     not at all when in order already)."""
     readings = pl.concat(parts, how="vertical_relaxed")
     if readings.height < 2:

@@ -21,7 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from foreshock.config import load_config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
-from foreshock.lake import remove_temp_files
+from foreshock.lake.atomic import remove_temp_files
 from foreshock.pipelines.runtime import (  # before Prefect loads
     LOG_FORMATS,
     RUNNERS,

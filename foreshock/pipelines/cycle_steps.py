@@ -12,7 +12,7 @@ from pathlib import Path
 
 from foreshock.config import Config
 from foreshock.errors import missing
-from foreshock.lake import atomic_write_parquet
+from foreshock.lake.atomic import atomic_write_parquet
 from foreshock.pipelines import inputs
 from foreshock.pipelines.runtime import stamp
 

@@ -8,7 +8,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.errors import UserError, missing
-from foreshock.lake import lake_metrics, read_table
+from foreshock.lake.read import lake_metrics, read_table
 
 log = logging.getLogger("foreshock.inputs")
 

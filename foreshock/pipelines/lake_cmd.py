@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from foreshock.config import Config
-from foreshock.lake import format_lake_summary, lake_summary
+from foreshock.lake.read import format_lake_summary, lake_summary
 from foreshock.pipelines.runtime import add_json_flag, print_json
 
 

@@ -9,7 +9,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.errors import UserError, missing
-from foreshock.lake import read_table, scan_table
+from foreshock.lake.read import read_table, scan_table
 from foreshock.models.reliability.reliability import (
     ReliabilitySettings,
     analyse_fleet,

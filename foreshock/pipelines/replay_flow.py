@@ -26,7 +26,7 @@ def run_replay(
     from foreshock.drain.policy import PolicySettings
     from foreshock.drain.replay import replay
     from foreshock.drain.replay_report import write_report
-    from foreshock.lake import read_table
+    from foreshock.lake.read import read_table
 
     config = Config.from_settings(settings)
     scores = pl.read_parquet(scores_path)

@@ -20,7 +20,7 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.durations import parse_duration
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from foreshock.lake import scan_table
+from foreshock.lake.read import scan_table
 from foreshock.pipelines.runtime import add_json_flag, print_json
 
 log = logging.getLogger("foreshock.status")

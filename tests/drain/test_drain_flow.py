@@ -71,7 +71,7 @@ def test_replay_command_writes_the_report(prefect_server, drain_config, capsys):
 
     from drain_helpers import T0
 
-    from foreshock.lake import merge_into_lake
+    from foreshock.lake.merge import merge_into_lake
 
     data_dir = drain_config.data_dir
     failing, healthy = "gpu-node001-gpu0", "gpu-node002-gpu0"

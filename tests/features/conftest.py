@@ -1,4 +1,4 @@
-"""A small canonical lake written with foreshock.lake.merge_into_lake (no simulator)."""
+"""A small canonical lake written with foreshock.lake.merge.merge_into_lake (no simulator)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
-from foreshock.lake import merge_into_lake
+from foreshock.lake.merge import merge_into_lake
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ from conftest import T0
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
 from foreshock.features.build import build_features
-from foreshock.lake import merge_into_lake
+from foreshock.lake.merge import merge_into_lake
 
 DISK_CATALOG = """
 metrics:

@@ -91,7 +91,7 @@ def test_feature_rows_in_any_order_land_sorted_in_their_date_and_shard(tmp_path)
     """Rows handed over in any order are stored one file per date and lake shard, each
     sorted by unit and time and holding exactly its rows."""
     from foreshock.features.store import feature_files, write_features
-    from foreshock.lake import shard_of
+    from foreshock.lake.layout import shard_of
 
     units = [f"gpu-{i:03d}" for i in range(40)]
     rows = pl.DataFrame(

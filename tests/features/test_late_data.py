@@ -1,6 +1,6 @@
 """Late data: rows older than stored snapshots are featured by the next incremental run.
 
-Ingest (``foreshock.lake.merge_into_lake``) logs which partitions received rows and their
+Ingest (``foreshock.lake.merge.merge_into_lake``) logs which partitions received rows and their
 time span; ``update_features`` recomputes the stored snapshots those rows can change and
 nothing else, and the store then equals a full rebuild whatever order the data came in.
 """
@@ -19,7 +19,8 @@ from foreshock.config import load_config
 from foreshock.features.build import build_features, update_features
 from foreshock.features.spec import feature_spec
 from foreshock.features.store import scan_features
-from foreshock.lake import merge_into_lake, read_changes
+from foreshock.lake.changes import read_changes
+from foreshock.lake.merge import merge_into_lake
 
 SEED = 11
 

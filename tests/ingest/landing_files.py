@@ -216,7 +216,7 @@ def write_messy_landing(root: Path, days: int = 2) -> Landing:
 def lake_snapshot(lake_dir: Path) -> dict[str, object]:
     """Every canonical table, sorted, plus the partition file names: equal lakes compare equal."""
     from foreshock.contract import KEYS, TABLES
-    from foreshock.lake import read_table
+    from foreshock.lake.read import read_table
 
     snapshot = {}
     for table in TABLES:

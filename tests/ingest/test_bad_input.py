@@ -14,7 +14,7 @@ from landing_files import SMI_FIELDS, START, smi_line, write_landing
 
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 
 GOOD = [
     "gpu-node001-gpu0,2026-11-01T00:00:00Z,gpu_temp_c,41",

@@ -13,7 +13,8 @@ import foreshock.ingest.run as run
 from foreshock.config import load_config
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.staged import conform_staged
-from foreshock.lake import merge_into_lake, split_for_merge
+from foreshock.lake.merge import merge_into_lake
+from foreshock.lake.split import split_for_merge
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 UNITS = [f"node{n:02d}-gpu{g}" for n in range(6) for g in range(4)]

@@ -14,7 +14,7 @@ import pytest
 import foreshock.ingest.validate as validate
 from foreshock.config import load_config
 from foreshock.ingest.context import IngestContext
-from foreshock.lake import merge_into_lake
+from foreshock.lake.merge import merge_into_lake
 
 START = datetime(2026, 11, 2, tzinfo=UTC)
 UNITS = [f"node{n:02d}-gpu{g}" for n in range(6) for g in range(4)]

@@ -16,7 +16,7 @@ from landing_files import write_canonical_inventory
 import foreshock.ingest.run as run
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
-from foreshock.lake import read_changes
+from foreshock.lake.changes import read_changes
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -16,7 +16,8 @@ from landing_files import assert_same_lake, write_messy_landing
 import foreshock.ingest.run as run
 from foreshock.config import load_config
 from foreshock.ingest.run import GroupTasks, finish_report, ingest_batch, plan_ingest, staging_root
-from foreshock.lake import lake_lock, lock_held_by_token, lock_token, read_changes
+from foreshock.lake.changes import read_changes
+from foreshock.lake.locks import lake_lock, lock_held_by_token, lock_token
 
 
 def _in_process(step: str, jobs: list[dict]) -> list[dict]:

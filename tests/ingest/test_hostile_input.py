@@ -21,7 +21,7 @@ from foreshock.config import load_config
 from foreshock.contract import is_valid_id
 from foreshock.ingest import ingest_path
 from foreshock.ingest.manifest import read_manifest
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
 

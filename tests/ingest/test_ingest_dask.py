@@ -14,7 +14,7 @@ import pytest
 from landing_files import SMI_FIELDS, assert_same_lake, node_name, write_messy_landing
 
 import foreshock.ingest.run as run
-from foreshock.lake import read_changes
+from foreshock.lake.changes import read_changes
 from foreshock.pipelines.cli import main
 
 pytest.importorskip("prefect_dask", reason="the dask extra is not installed (make setup installs it)")

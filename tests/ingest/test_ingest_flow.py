@@ -7,7 +7,7 @@ import json
 from landing_files import write_landing
 
 from foreshock.config import load_config
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 from foreshock.pipelines import ingest_flow
 from foreshock.pipelines.cli import main  # noqa: E402  (imports only the requested command's module)
 

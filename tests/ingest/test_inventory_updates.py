@@ -8,7 +8,7 @@ import polars as pl
 from landing_files import uuid_of
 
 from foreshock.ingest import ingest_path
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 
 NEW_UUID = "GPU-beefbeef-5f1c-4e2b-9a1d-0123456789ab"
 

@@ -11,7 +11,7 @@ from landing_files import lake_snapshot
 
 from foreshock.ingest import detect_format, ingest_path
 from foreshock.ingest.manifest import read_manifest
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 
 
 def test_landing_directory_is_recognised_and_adds_up(landing, config):

@@ -1,5 +1,5 @@
 """A partition file this process wrote is not read again for the counter-step check: the
-latest reading of each series kept when it was written (``foreshock.lake_latest``) gives
+latest reading of each series kept when it was written (``foreshock.lake.latest``) gives
 the same steps, the same quarantine and the same lake as reading it; a file another writer
 replaced since is read, never answered from what was kept."""
 
@@ -14,10 +14,11 @@ import polars as pl
 import pytest
 from landing_files import write_canonical_inventory
 
-from foreshock import lake_latest
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
-from foreshock.lake import partition_files, read_table
+from foreshock.lake import latest as lake_latest
+from foreshock.lake.layout import partition_files
+from foreshock.lake.read import read_table
 
 START = datetime(2026, 11, 2, tzinfo=UTC)
 UNITS = [f"node{n:02d}-gpu{g}" for n in range(8) for g in range(4)]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import polars as pl
 
 from foreshock.ingest import ingest_path
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 
 T = 1793491800  # 2026-11-01 00:10:00 UTC
 WHEN = datetime(2026, 11, 1, 0, 10, tzinfo=UTC)

@@ -13,7 +13,7 @@ import foreshock.ingest.run as run
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.ingest.manifest import read_manifest
-from foreshock.lake import read_changes
+from foreshock.lake.changes import read_changes
 
 
 def _ingest(landing_root, data_dir, *, workers: int, monkeypatch, force: bool = False):

@@ -17,7 +17,7 @@ from landing_files import START, assert_same_lake, write_canonical_inventory, wr
 import foreshock.ingest.run as run
 from foreshock.config import load_config
 from foreshock.ingest.run import finish_report, ingest_batch, ingest_path, plan_ingest
-from foreshock.lake import read_changes
+from foreshock.lake.changes import read_changes
 
 
 def _landing(root: Path):

@@ -11,7 +11,7 @@ import pytest
 from landing_files import SMI_FIELDS, START, smi_line, uuid_of, write_landing
 
 from foreshock.ingest import detect_format, ingest_path
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 
 
 def samples_of(config) -> pl.DataFrame:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent(
     """
     import os, signal, sys, time
-    import foreshock.lake as lake
+    import foreshock.lake.merge as lake
     from foreshock.config import load_config
     from foreshock.ingest import ingest_path
 

@@ -10,7 +10,8 @@ import polars as pl
 import foreshock.ingest.run as run
 from foreshock.config import load_config
 from foreshock.ingest.validate import _sort_by_series_time
-from foreshock.lake import long_runs, shard_of, with_shard
+from foreshock.lake.columns import long_runs
+from foreshock.lake.layout import shard_of, with_shard
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -51,7 +52,8 @@ def test_with_shard_is_the_crc32_shard_of_each_unit_and_null_without_one():
 def test_shard_numbers_per_run_of_a_unit_are_those_of_the_per_row_lookup():
     """Long runs of one unit (looked up once per run), runs with nulls, shuffled rows, and
     rows in runs at first and shuffled after: the shards of the per-row lookup."""
-    from foreshock.lake import RUN_LOOKUP_MIN_ROWS, _shard_numbers, shard_numbers
+    from foreshock.lake.columns import RUN_LOOKUP_MIN_ROWS
+    from foreshock.lake.layout import _shard_numbers, shard_numbers
 
     units = pl.Series([f"node{n}-gpu{g}" for n in range(30) for g in range(8)], dtype=pl.String)
     runs = units.gather(np.repeat(np.arange(units.len()), 300))
@@ -68,7 +70,7 @@ def test_shard_numbers_per_run_of_a_unit_are_those_of_the_per_row_lookup():
 def test_distinct_values_from_runs_are_those_of_unique():
     """Long runs (with nulls), shuffled values, runs at first and shuffled after, a short
     column: the values of ``unique``, in order of first appearance when asked."""
-    from foreshock.lake import RUN_LOOKUP_MIN_ROWS, distinct_values
+    from foreshock.lake.columns import RUN_LOOKUP_MIN_ROWS, distinct_values
 
     units = pl.Series([f"node{n}-gpu{g}" for n in range(30) for g in range(8)], dtype=pl.String)
     runs = units.gather(np.repeat(np.arange(units.len())[::-1], 300))
@@ -82,7 +84,7 @@ def test_distinct_values_from_runs_are_those_of_unique():
 
 
 def _latest_plainly(lake_dir, units, metrics, first) -> pl.DataFrame:
-    from foreshock.lake import read_table
+    from foreshock.lake.read import read_table
 
     stored = read_table(lake_dir, "samples").filter(
         pl.col("metric").is_in(metrics) & pl.col("unit_id").is_in(units.implode()) & (pl.col("ts") < first)
@@ -100,7 +102,8 @@ def test_stored_counters_take_each_series_latest_reading_from_runs_only_when_the
 
     from foreshock.ingest.context import IngestContext
     from foreshock.ingest.validate import _stored_counters
-    from foreshock.lake import merge_into_lake, partition_path
+    from foreshock.lake.layout import partition_path
+    from foreshock.lake.merge import merge_into_lake
 
     units = pl.Series([f"node{n}-gpu{g}" for n in range(6) for g in range(4)], dtype=pl.String)
     metrics = ["ecc_dbe_volatile_total", "ecc_sbe_volatile_total"]
@@ -232,7 +235,7 @@ def test_an_unsorted_messy_ingest_gives_what_the_plain_splits_and_sorts_give(tmp
     operations (partition_by and a sort per partition, one stable sort of the counter
     readings, partition_by into shard groups)."""
     import foreshock.ingest.validate as validate
-    import foreshock.lake as lake
+    import foreshock.lake.split as lake
 
     units = [f"node{n:02d}-gpu{g}" for n in range(9) for g in range(4)]
     inventory = pl.DataFrame(

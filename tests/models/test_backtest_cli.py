@@ -7,7 +7,7 @@ import json
 import polars as pl
 
 from foreshock.features.store import write_features
-from foreshock.lake import merge_into_lake
+from foreshock.lake.merge import merge_into_lake
 from foreshock.pipelines.cli import main
 from tests.models.synthetic_fleet import synthetic_fleet
 

@@ -11,7 +11,7 @@ import pytest
 from test_registry_fleet import synthetic_fleet
 
 from foreshock.features.store import write_features
-from foreshock.lake import merge_into_lake
+from foreshock.lake.merge import merge_into_lake
 from foreshock.models.registry import registry
 from foreshock.pipelines.cli import main
 

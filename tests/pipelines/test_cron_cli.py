@@ -26,7 +26,7 @@ def test_lake_json_is_parsable_and_matches_the_lake(tmp_path, capsys):
     import polars as pl
 
     from foreshock.contract import conform
-    from foreshock.lake import merge_into_lake
+    from foreshock.lake.merge import merge_into_lake
 
     lake = tmp_path / "data" / "lake"
     samples = pl.DataFrame(

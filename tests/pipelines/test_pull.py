@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from foreshock.errors import EXIT_OK
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 from foreshock.pipelines.cli import main
 from tests.pipelines.services import free_port, running, wait_http
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from foreshock.lake import atomic_write_text, lake_lock
+from foreshock.lake.atomic import atomic_write_text
+from foreshock.lake.locks import lake_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "ingest"))

@@ -11,7 +11,8 @@ import pytest
 from foreshock.contract import conform
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from foreshock.features.store import write_features
-from foreshock.lake import atomic_write_parquet, merge_into_lake
+from foreshock.lake.atomic import atomic_write_parquet
+from foreshock.lake.merge import merge_into_lake
 from foreshock.pipelines.cli import main
 
 NEWEST = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

@@ -14,7 +14,7 @@ import pytest
 
 from foreshock.config import load_config
 from foreshock.ingest.run import ingest_path
-from foreshock.lake import read_table
+from foreshock.lake.read import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("backblaze_to_canonical", ROOT / "scripts/backblaze_to_canonical.py")

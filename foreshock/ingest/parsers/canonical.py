@@ -19,7 +19,7 @@ from foreshock.ingest.context import IngestContext
 from foreshock.ingest.csv_table import read_csv_table
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.timestamps import datetime_to_utc, is_naive, parse_utc, resolve_fall_back
-from foreshock.lake import distinct_values
+from foreshock.lake.columns import distinct_values
 
 REQUIRED: dict[str, tuple[str, ...]] = {
     "inventory": REQUIRED_INVENTORY,

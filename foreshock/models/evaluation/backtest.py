@@ -41,7 +41,7 @@ from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
 from foreshock.durations import format_duration
 from foreshock.features.labels import CENSORED_AT
-from foreshock.lake import atomic_write_parquet, atomic_write_text
+from foreshock.lake.atomic import atomic_write_parquet, atomic_write_text
 from foreshock.models.estimators.base import (
     SAMPLE_WEIGHT,
     SCORE_SCHEMA,

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 from matplotlib.figure import Figure
 
-from foreshock.lake import atomic_write_text
+from foreshock.lake.atomic import atomic_write_text
 from foreshock.models.reliability.reliability import FleetReliability
 
 
