@@ -22,7 +22,7 @@ metric                                   meaning
 =======================================  ==========================================================
 
 Freshness at query time is ``time() - foreshock_scores_timestamp_seconds``
-(``deploy/grafana/foreshock.json`` shows it).
+(``pipelines/grafana/foreshock.json`` shows it).
 """
 
 from __future__ import annotations
