@@ -495,9 +495,25 @@ class LeadTimeReport:
     false_alerts_per_1000_unit_days: float
     gpu_hours_saved: float
     by_mode: dict
+    reweighted: list[str] | None = None  # the figures counting units by fleet_weight (None: unweighted)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.reweighted is None:
+            del out["reweighted"]  # an unweighted report is what it always was
+        return out
+
+
+# Figures of :func:`judge_alerts` that count each unit by its ``fleet_weight`` when the
+# units carry one; recall, caught, lead times and the raw counts do not.
+REWEIGHTED = (
+    "alerts_per_day",
+    "precision",
+    "precision_per_unit",
+    "unit_days",
+    "false_alerts_per_1000_unit_days",
+    "gpu_hours_saved",
+)
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -540,15 +556,26 @@ def classify_alerts(
     )
 
 
-def _alerted_units(classified: pl.DataFrame) -> tuple[int, int]:
-    """Alerted and true unit-lives: a unit-life whose resolved alerts include a true one is
-    one true unit (precision per unit)."""
+def _alerted_units(classified: pl.DataFrame) -> tuple[int, int, float, float]:
+    """Alerted and true unit-lives, as counts and by ``weight``: a unit-life whose resolved
+    alerts include a true one is one true unit (precision per unit)."""
     lives = (
         classified.filter(pl.col("outcome").is_in(["true", "false"]))
         .group_by("unit_id", "failed_at")
-        .agg((pl.col("outcome") == "true").any().alias("true"))
+        .agg((pl.col("outcome") == "true").any().alias("true"), pl.col("weight").first())
     )
-    return lives.height, int(lives.get_column("true").sum()) if lives.height else 0
+    if lives.height == 0:
+        return 0, 0, 0, 0
+    true = lives.filter(pl.col("true"))
+    return lives.height, true.height, lives.get_column("weight").sum(), true.get_column("weight").sum()
+
+
+def _unit_weights(frame: pl.DataFrame, weights: pl.DataFrame | None) -> pl.DataFrame:
+    """``frame`` with ``weight``: the unit's ``fleet_weight`` (1.0 without one)."""
+    if weights is None:
+        return frame.with_columns(pl.lit(1, dtype=pl.Int64).alias("weight"))
+    keyed = weights.select(pl.col("unit_id").cast(pl.String), pl.col("fleet_weight").alias("weight"))
+    return frame.join(keyed, on="unit_id", how="left").with_columns(pl.col("weight").fill_null(1.0))
 
 
 def _by_mode(matched: pl.DataFrame) -> dict[str, dict]:
@@ -580,6 +607,7 @@ def judge_alerts(
     step: timedelta | None = None,
     until: datetime | None = None,
     drains: pl.DataFrame | None = None,
+    weights: pl.DataFrame | None = None,
 ) -> LeadTimeReport:
     """Every metric of a set of alerts raised on one risk series.
 
@@ -610,18 +638,23 @@ def judge_alerts(
     drains
         Recorded drains (``unit_id, drained_at, returned_at``): failures during one are
         counted apart as ``drained_then_failed`` (:func:`split_drained`), not judged.
+    weights
+        ``unit_id, fleet_weight`` of a subsampled fleet: the figures in :data:`REWEIGHTED`
+        count each unit by its weight (``reweighted`` names them); None: unweighted.
     """
     step = step or snapshot_step(scores)
     start, end = _observed_span(scores, step)
     until = until or end
     costs = costs or DrainCosts()
-    classified = classify_alerts(alerts, failures, horizon, window, until)
+    classified = _unit_weights(classify_alerts(alerts, failures, horizon, window, until), weights)
     outcome = classified.get_column("outcome")
     true_alerts = int((outcome == "true").sum())
     false_alerts = int((outcome == "false").sum())
     late_alerts = int((outcome == "late").sum())
     unresolved = alerts.height - true_alerts - false_alerts - late_alerts
-    alerted_units, true_units = _alerted_units(classified)
+    alerted_units, true_units, alerted_w, true_units_w = _alerted_units(classified)
+    weight = classified.get_column("weight")
+    true_w, false_w = weight.filter(outcome == "true").sum(), weight.filter(outcome == "false").sum()
 
     judged, drained_then_failed = split_drained(failures_in_scope(scores, failures, step), drains)
     if "mode" not in judged.columns:
@@ -636,20 +669,21 @@ def judge_alerts(
     without_p = matched.filter(pl.col("has_precursor") == False)  # noqa: E712
     known_precursor = flags.null_count() < matched.height
     by_mode = _by_mode(matched)
-    unit_days = scores.height * step.total_seconds() / 86400.0
+    snapshots = scores.height if weights is None else _unit_weights(scores.select("unit_id"), weights)["weight"].sum()
+    unit_days = snapshots * step.total_seconds() / 86400.0
     return LeadTimeReport(
         threshold=None if threshold is None else float(threshold),
         alerts=alerts.height,
-        alerts_per_day=alerts.height / _days(start, end),
+        alerts_per_day=weight.sum() / _days(start, end),
         true_alerts=true_alerts,
         false_alerts=false_alerts,
         late_alerts=late_alerts,
         alerts_unresolved=unresolved,
         drained_then_failed=drained_then_failed.height,
-        precision=_ratio(true_alerts, true_alerts + false_alerts),
+        precision=_ratio(true_w, true_w + false_w),
         alerted_units=alerted_units,
         true_units=true_units,
-        precision_per_unit=_ratio(true_units, alerted_units),
+        precision_per_unit=_ratio(true_units_w, alerted_w),
         failures=matched.height,
         caught=caught,
         recall=_ratio(caught, matched.height),
@@ -662,9 +696,10 @@ def judge_alerts(
         lead_time_p50_h=p50,
         lead_time_p90_h=p90,
         unit_days=unit_days,
-        false_alerts_per_1000_unit_days=1000.0 * false_alerts / unit_days if unit_days else 0.0,
-        gpu_hours_saved=gpu_hours_saved(caught, alerts.height, false_alerts, costs),
+        false_alerts_per_1000_unit_days=1000.0 * false_w / unit_days if unit_days else 0.0,
+        gpu_hours_saved=gpu_hours_saved(caught, weight.sum(), false_w, costs),
         by_mode=by_mode,
+        reweighted=None if weights is None else list(REWEIGHTED),
     )
 
 
