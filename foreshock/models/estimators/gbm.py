@@ -45,7 +45,9 @@ the calibrator.  A frame already in memory keeps early stopping and calibration 
 sends the full fit to the workers.
 
 Explanations are LightGBM's own per-row contributions (``pred_contrib=True``, TreeSHAP),
-in log-odds of the raw model.
+in log-odds of the raw model.  LightGBM's plumbing (Dataset binning, margins in batches)
+is :mod:`foreshock.models.estimators.boosting`; the stored-sample path on Dask is
+:mod:`foreshock.models.estimators.gbm_store`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -75,16 +76,19 @@ from foreshock.models.estimators.base import (
     top_contributions,
 )
 from foreshock.models.estimators.baseline import ThresholdBaseline
+from foreshock.models.estimators.boosting import (
+    binning,
+    failure_ids,
+    holdout_record,
+    predict_rows,
+    shifted_to_refit,
+    split_datasets,
+    truncate,
+)
 from foreshock.models.estimators.calibration import PlattCalibrator, uncalibrated
 from foreshock.models.estimators.dataset import FeatureSource, StoredSample
-from foreshock.models.estimators.gbm_dask import (
-    StoreParts,
-    dask_client,
-    early_stopped_round,
-    feature_matrix_of,
-    grow_from_store,
-    train_on_dask,
-)
+from foreshock.models.estimators.gbm_dask import dask_client, feature_matrix_of, train_on_dask
+from foreshock.models.estimators.gbm_store import fit_from_store
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
 
 logger = logging.getLogger(__name__)
@@ -104,25 +108,6 @@ DEFAULT_PARAMS = {
     "deterministic": True,
     "force_row_wise": True,
 }
-
-
-# Threads that bin the training matrix into a LightGBM Dataset (the trees still grow on
-# ``num_threads``).  Binning is the same whatever the thread count (a feature's bins come
-# from its own values; each row is binned alone), so the models are too; it is a third
-# of a fit's CPU on a few hundred features.  The backtest's fold workers set it to 1: they
-# already keep every core busy (:func:`set_dataset_threads`).
-_dataset_threads = max(1, min(os.cpu_count() or 1, 4))
-
-
-def set_dataset_threads(threads: int) -> None:
-    """Threads binning LightGBM Datasets in this process (1 where processes run side by side)."""
-    global _dataset_threads
-    _dataset_threads = max(1, int(threads))
-
-
-def _binning(params: dict) -> dict:
-    """``params`` for constructing a Dataset: the same bins with :data:`_dataset_threads` threads."""
-    return {**params, "num_threads": _dataset_threads}
 
 
 # Risk never falls as these grow (glob patterns on feature names).
@@ -236,7 +221,7 @@ class GradientBoostedRisk:
         inverse rate: :mod:`foreshock.models.estimators.dataset`) and ``censored_at`` (drains).  It may
         also be a sample left in the feature store (:class:`StoredSample`): with a Dask
         cluster and ``dask_min_rows`` rows it is read by the workers only
-        (:meth:`_fit_from_store`), otherwise it is read here and fitted as a frame.
+        (:func:`~foreshock.models.estimators.gbm_store.fit_from_store`), otherwise it is read here and fitted as a frame.
         """
         if isinstance(frame, StoredSample):
             if until is None:
@@ -246,7 +231,7 @@ class GradientBoostedRisk:
                 labelled = labelled_until(frame.keys, failures, self.horizons, until, weighted=True)
                 targets = self._targets(labelled)
                 if max(rows.size for rows, _, _ in targets.values()) >= self.dask_min_rows:
-                    return self._fit_from_store(frame, labelled, targets, until)
+                    return fit_from_store(self, frame, labelled, targets, until)
                 del labelled, targets
             frame = frame.frame()
         if until is None:
@@ -255,7 +240,7 @@ class GradientBoostedRisk:
         self._resolve_features(frame, frame)
         x_all = self._matrix(labelled)
         ts_all = labelled.get_column("ts").to_numpy()
-        failure_id = _failure_ids(labelled)
+        failure_id = failure_ids(labelled)
         targets = self._targets(labelled)
         del labelled
         self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
@@ -273,7 +258,9 @@ class GradientBoostedRisk:
                 full = lgb.Dataset(x, y, weight=w * class_w, feature_name=self.feature_names_, free_raw_data=True)
                 if split is not None:
                     fit, hold = split.fit, split.holdout
-                    dtrain, dvalid = self._split_datasets(x, y, fit, hold, (w * class_w)[fit], w[hold], params)
+                    dtrain, dvalid = split_datasets(
+                        x, y, fit, hold, (w * class_w)[fit], w[hold], params, self.feature_names_, self.seed
+                    )
                     booster = lgb.train(
                         {**params, "metric": self.early_stopping_metric},
                         dtrain,
@@ -283,17 +270,15 @@ class GradientBoostedRisk:
                     )
                     rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
                     hold_rows = np.flatnonzero(hold)
-                    margin = _predict_rows(booster, x, hold_rows, num_iteration=rounds)
+                    margin = predict_rows(booster, x, hold_rows, num_iteration=rounds)
                     calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
-                    self.holdouts_[h] = _holdout_record(split)
+                    self.holdouts_[h] = holdout_record(split)
                     del dtrain, dvalid
                     if self.refit_full:
                         booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
-                        calibrator = _shifted_to_refit(
-                            calibrator, margin, _predict_rows(booster, x, hold_rows), w[hold]
-                        )
+                        calibrator = shifted_to_refit(calibrator, margin, predict_rows(booster, x, hold_rows), w[hold])
                     else:
-                        booster = _truncate(booster, rounds)
+                        booster = truncate(booster, rounds)
                 else:
                     rounds = self._without_holdout(h, pos_weight)
                     booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
@@ -378,7 +363,7 @@ class GradientBoostedRisk:
         """``rounds`` rounds on every labelled row: on the Dask cluster of ``client``, or
         here without one."""
         if client is None:
-            full.params = _binning(params)
+            full.params = binning(params)
             return lgb.train(params, full.construct(), num_boost_round=rounds)
         booster = train_on_dask(client, params, x, y, weight, rounds, self.feature_names_)
         self._note_dask_constraints(params, f"full fit on {y.size} rows")
@@ -392,134 +377,6 @@ class GradientBoostedRisk:
                 f"basic monotone constraints (this model asks for {method})"
             )
             logger.warning("gbm %s", self.notes_[-1])
-
-    def _fit_from_store(
-        self,
-        stored: StoredSample,
-        labelled: pl.DataFrame,
-        targets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-        until: datetime,
-    ) -> GradientBoostedRisk:
-        """:meth:`fit` with every fit on the Dask cluster and no feature matrix here.
-
-        The driver holds the labelled keys (``unit_id, ts``, labels, weights, failure ids)
-        and decides everything the local path decides from them: the rows of each horizon,
-        the class weight, the purged holdout and its embargo.  The workers build their
-        shares of the matrix from the feature store (:class:`.gbm_dask.StoreParts`).
-        Early stopping grows rounds in stages with the held-out metric of every round
-        recorded until :func:`lightgbm.early_stopping`'s rule stops, and keeps the round it
-        would (:func:`.gbm_dask.early_stopped_round`; lightgbm.dask cannot stop early); the
-        holdout margins are predicted on a worker and only they come back for the Platt
-        calibrator; the refit and its intercept shift are those of the local path."""
-        head = stored.head()
-        growth = self._growth_columns(head)
-        data = stored.source.rows(None, until, ["unit_id", "ts", *growth], keys=stored.keys) if growth else head
-        self._resolve_features(head, data)
-        del data
-        ts_all = labelled.get_column("ts").to_numpy()
-        failure_id = _failure_ids(labelled)
-        keys = labelled.select("unit_id", "ts")
-        del labelled
-        self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
-        with dask_client(self.dask_client) as client:
-            parts = StoreParts(client, stored.source, keys, stored.columns, until, self.feature_names_, self.rules_)
-            for h in self.horizons:
-                rows, y, w = targets.pop(h)
-                pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_id, until)
-                if split is not None:
-                    fit, hold = split.fit, split.holdout
-                    holdout = parts.holdout(rows[hold], y[hold], w[hold])
-                    metric = self.early_stopping_metric
-                    grown = grow_from_store(
-                        parts,
-                        {**params, "metric": metric},
-                        rows[fit],
-                        y[fit],
-                        (w * class_w)[fit],
-                        self.num_boost_round,
-                        holdout=holdout,
-                        patience=self.early_stopping_rounds,
-                    )
-                    self._note_dask_constraints(params, f"early stopping on {int(fit.sum())} rows")
-                    best = early_stopped_round(grown.scores, self.early_stopping_rounds, metric)
-                    rounds = max(best, self.min_rounds)
-                    hold_x = holdout.x
-                    del holdout
-                    margin = parts.margins(grown.booster, hold_x, num_iteration=rounds)
-                    calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
-                    self.holdouts_[h] = _holdout_record(split)
-                    if self.refit_full:
-                        booster = grow_from_store(parts, params, rows, y, w * class_w, rounds).booster
-                        self._note_dask_constraints(params, f"full fit on {y.size} rows")
-                        calibrator = _shifted_to_refit(calibrator, margin, parts.margins(booster, hold_x), w[hold])
-                    else:
-                        booster = _truncate(grown.booster, rounds)
-                    del hold_x
-                else:
-                    rounds = self._without_holdout(h, pos_weight)
-                    booster = grow_from_store(parts, params, rows, y, w * class_w, rounds).booster
-                    self._note_dask_constraints(params, f"full fit on {y.size} rows")
-                    calibrator = uncalibrated(np.log(pos_weight))
-                self.boosters_[h] = booster
-                self.calibrators_[h] = calibrator
-                self.best_rounds_[h] = rounds
-        return self
-
-    def _growth_columns(self, head: pl.DataFrame) -> list[str]:
-        """The columns whose values set a rule's limit (the generic growth rules': a
-        quantile over the sample), read for every row; the other rules need names only."""
-        if self.rules is None:
-            return []
-        rules = self._baseline().resolve(head)
-        return sorted({c for r in rules.rules_ if r.name.endswith("_growth") for c in r.columns})
-
-    def _split_datasets(
-        self,
-        x: np.ndarray,
-        y: np.ndarray,
-        fit: np.ndarray,
-        hold: np.ndarray,
-        fit_weight: np.ndarray,
-        hold_weight: np.ndarray,
-        params: dict,
-    ) -> tuple[lgb.Dataset, lgb.Dataset]:
-        """Early-stopping Datasets without copying the fit rows' raw features.
-
-        The bins are those LightGBM would compute on the fit rows (from up to
-        ``bin_construct_sample_cnt`` of them, its own sample size); every row is binned
-        with them once, and the fit and holdout rows are subsets of those bins (the
-        holdout is binned by the fit rows' bins, as with ``reference=``).  When the fit
-        rows are the sample itself, the Dataset that found the bins already holds them
-        binned: it is the fit Dataset, and only the holdout rows are binned again (the
-        same bins, rows and order as the subset, one binning of the fit rows fewer)."""
-        fit_rows = np.flatnonzero(fit)
-        limit = int(params.get("bin_construct_sample_cnt", 200_000))
-        if fit_rows.size > limit:
-            sampled = np.sort(np.random.default_rng(self.seed).choice(fit_rows, limit, replace=False))
-        else:
-            sampled = fit_rows
-        bins = lgb.Dataset(
-            x[sampled], y[sampled], feature_name=self.feature_names_, params=_binning(params)
-        ).construct()
-        if sampled is fit_rows:
-            bins.set_weight(fit_weight)
-            hold_rows = np.flatnonzero(hold)
-            dvalid = lgb.Dataset(
-                x[hold_rows],
-                y[hold],
-                weight=hold_weight,
-                reference=bins,
-                feature_name=self.feature_names_,
-                params=_binning(params),
-            ).construct()
-            return bins, dvalid
-        binned = lgb.Dataset(
-            x, y, reference=bins, feature_name=self.feature_names_, params=_binning(params)
-        ).construct()
-        del bins
-        return _subset(binned, fit_rows, y[fit], fit_weight), _subset(
-            binned, np.flatnonzero(hold), y[hold], hold_weight
-        )
 
     def _pos_weight(self, y: np.ndarray, w: np.ndarray) -> float:
         """``sqrt(negatives / positives)`` by weight, within ``[1, max_pos_weight]``: enough for
@@ -644,54 +501,3 @@ class GradientBoostedRisk:
         model.notes_ = list(state["notes_"])
         model.holdouts_ = dict(state.get("holdouts_", {}))
         return model
-
-
-def _failure_ids(labelled: pl.DataFrame) -> np.ndarray:
-    """Per row, the failure it may precede (``unit#life``): the holdout counts distinct ones."""
-    return labelled.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
-
-
-def _subset(binned: lgb.Dataset, rows: np.ndarray, label: np.ndarray, weight: np.ndarray) -> lgb.Dataset:
-    """Rows of the fold's binned Dataset with their own labels and weights."""
-    part = binned.subset(rows.tolist()).construct()
-    part.set_label(label)
-    part.set_weight(weight)
-    return part
-
-
-def _shifted_to_refit(
-    calibrator: PlattCalibrator, margin: np.ndarray, refit_margin: np.ndarray, weight: np.ndarray
-) -> PlattCalibrator:
-    """The holdout's calibrator for the trees refitted on every row.  Those start from
-    another average (LightGBM boosts from the weighted base rate of its rows): the intercept
-    moves so that they predict the same mean risk over the holdout (``refit_margin``) as the
-    calibrated early-stopped trees did (``margin``)."""
-    target = float(np.average(calibrator.predict(margin), weights=weight))
-    return calibrator.shifted_to_mean(refit_margin, target, weight)
-
-
-def _holdout_record(split: Holdout) -> dict:
-    """What the model records of a horizon's purged holdout (``holdouts_``)."""
-    return {
-        "start": split.start.isoformat(),
-        "end": split.end.isoformat(),
-        "failures": split.failures,
-        "rows": int(split.holdout.sum()),
-        "fit_rows": int(split.fit.sum()),
-    }
-
-
-def _predict_rows(
-    booster: lgb.Booster, x: np.ndarray, rows: np.ndarray, *, num_iteration: int | None = None, batch: int = 100_000
-) -> np.ndarray:
-    """Raw margins of ``x[rows]``, gathered a batch at a time (no copy of all the rows)."""
-    out = [
-        booster.predict(x[rows[i : i + batch]], num_iteration=num_iteration, raw_score=True)
-        for i in range(0, rows.size, batch)
-    ]
-    return np.concatenate(out) if out else np.zeros(0)
-
-
-def _truncate(booster: lgb.Booster, rounds: int) -> lgb.Booster:
-    """A booster holding only its first ``rounds`` trees (so saving keeps what predicts)."""
-    return lgb.Booster(model_str=booster.model_to_string(num_iteration=rounds))

@@ -1,0 +1,132 @@
+"""LightGBM plumbing of the gradient-boosted model: Datasets binned once, margins in batches.
+
+What :class:`~foreshock.models.estimators.gbm.GradientBoostedRisk` does with LightGBM
+that is not the model's own decisions: the threads that bin a Dataset, the early-stopping
+Datasets cut from one binning, margins of many rows without copying them, a booster cut to
+its early-stopped rounds, and what both fit paths (a frame here, a stored sample on Dask:
+:mod:`foreshock.models.estimators.gbm_store`) share about a horizon's purged holdout.
+"""
+
+from __future__ import annotations
+
+import os
+
+import lightgbm as lgb
+import numpy as np
+import polars as pl
+
+from foreshock.models.estimators.calibration import PlattCalibrator
+from foreshock.models.estimators.training import Holdout
+
+# Threads that bin the training matrix into a LightGBM Dataset (the trees still grow on
+# ``num_threads``).  Binning is the same whatever the thread count (a feature's bins come
+# from its own values; each row is binned alone), so the models are too; it is a third
+# of a fit's CPU on a few hundred features.  The backtest's fold workers set it to 1: they
+# already keep every core busy (:func:`set_dataset_threads`).
+_dataset_threads = max(1, min(os.cpu_count() or 1, 4))
+
+
+def set_dataset_threads(threads: int) -> None:
+    """Threads binning LightGBM Datasets in this process (1 where processes run side by side)."""
+    global _dataset_threads
+    _dataset_threads = max(1, int(threads))
+
+
+def binning(params: dict) -> dict:
+    """``params`` for constructing a Dataset: the same bins with :data:`_dataset_threads` threads."""
+    return {**params, "num_threads": _dataset_threads}
+
+
+def split_datasets(
+    x: np.ndarray,
+    y: np.ndarray,
+    fit: np.ndarray,
+    hold: np.ndarray,
+    fit_weight: np.ndarray,
+    hold_weight: np.ndarray,
+    params: dict,
+    feature_names: list[str],
+    seed: int,
+) -> tuple[lgb.Dataset, lgb.Dataset]:
+    """Early-stopping Datasets without copying the fit rows' raw features.
+
+    The bins are those LightGBM would compute on the fit rows (from up to
+    ``bin_construct_sample_cnt`` of them, its own sample size); every row is binned
+    with them once, and the fit and holdout rows are subsets of those bins (the
+    holdout is binned by the fit rows' bins, as with ``reference=``).  When the fit
+    rows are the sample itself, the Dataset that found the bins already holds them
+    binned: it is the fit Dataset, and only the holdout rows are binned again (the
+    same bins, rows and order as the subset, one binning of the fit rows fewer)."""
+    fit_rows = np.flatnonzero(fit)
+    limit = int(params.get("bin_construct_sample_cnt", 200_000))
+    if fit_rows.size > limit:
+        sampled = np.sort(np.random.default_rng(seed).choice(fit_rows, limit, replace=False))
+    else:
+        sampled = fit_rows
+    bins = lgb.Dataset(x[sampled], y[sampled], feature_name=feature_names, params=binning(params)).construct()
+    if sampled is fit_rows:
+        bins.set_weight(fit_weight)
+        hold_rows = np.flatnonzero(hold)
+        dvalid = lgb.Dataset(
+            x[hold_rows],
+            y[hold],
+            weight=hold_weight,
+            reference=bins,
+            feature_name=feature_names,
+            params=binning(params),
+        ).construct()
+        return bins, dvalid
+    binned = lgb.Dataset(x, y, reference=bins, feature_name=feature_names, params=binning(params)).construct()
+    del bins
+    return subset(binned, fit_rows, y[fit], fit_weight), subset(binned, np.flatnonzero(hold), y[hold], hold_weight)
+
+
+def subset(binned: lgb.Dataset, rows: np.ndarray, label: np.ndarray, weight: np.ndarray) -> lgb.Dataset:
+    """Rows of the fold's binned Dataset with their own labels and weights."""
+    part = binned.subset(rows.tolist()).construct()
+    part.set_label(label)
+    part.set_weight(weight)
+    return part
+
+
+def predict_rows(
+    booster: lgb.Booster, x: np.ndarray, rows: np.ndarray, *, num_iteration: int | None = None, batch: int = 100_000
+) -> np.ndarray:
+    """Raw margins of ``x[rows]``, gathered a batch at a time (no copy of all the rows)."""
+    out = [
+        booster.predict(x[rows[i : i + batch]], num_iteration=num_iteration, raw_score=True)
+        for i in range(0, rows.size, batch)
+    ]
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def truncate(booster: lgb.Booster, rounds: int) -> lgb.Booster:
+    """A booster holding only its first ``rounds`` trees (so saving keeps what predicts)."""
+    return lgb.Booster(model_str=booster.model_to_string(num_iteration=rounds))
+
+
+def failure_ids(labelled: pl.DataFrame) -> np.ndarray:
+    """Per row, the failure it may precede (``unit#life``): the holdout counts distinct ones."""
+    return labelled.select(pl.format("{}#{}", "unit_id", "life")).to_series().to_numpy()
+
+
+def shifted_to_refit(
+    calibrator: PlattCalibrator, margin: np.ndarray, refit_margin: np.ndarray, weight: np.ndarray
+) -> PlattCalibrator:
+    """The holdout's calibrator for the trees refitted on every row.  Those start from
+    another average (LightGBM boosts from the weighted base rate of its rows): the intercept
+    moves so that they predict the same mean risk over the holdout (``refit_margin``) as the
+    calibrated early-stopped trees did (``margin``)."""
+    target = float(np.average(calibrator.predict(margin), weights=weight))
+    return calibrator.shifted_to_mean(refit_margin, target, weight)
+
+
+def holdout_record(split: Holdout) -> dict:
+    """What the model records of a horizon's purged holdout (``holdouts_``)."""
+    return {
+        "start": split.start.isoformat(),
+        "end": split.end.isoformat(),
+        "failures": split.failures,
+        "rows": int(split.holdout.sum()),
+        "fit_rows": int(split.fit.sum()),
+    }
