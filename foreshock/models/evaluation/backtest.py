@@ -36,12 +36,13 @@ from pathlib import Path
 
 import polars as pl
 
+from foreshock.budget import fleet_weights
 from foreshock.config import Config
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
 from foreshock.durations import format_duration
 from foreshock.features.labels import CENSORED_AT
-from foreshock.lake import atomic_write_parquet, atomic_write_text
+from foreshock.lake.atomic import atomic_write_parquet, atomic_write_text
 from foreshock.models.estimators.base import (
     SAMPLE_WEIGHT,
     SCORE_SCHEMA,
@@ -67,9 +68,11 @@ from foreshock.models.evaluation.operating_points import (
     Period,
     RiskReplay,
     choose_thresholds,
+    mean_allowance,
     policy_alerts,
     rules_point,
 )
+from foreshock.models.evaluation.verdict import against_rules, budget_title, reweighted_line, verdict_lines
 
 log = logging.getLogger("foreshock.backtest")
 
@@ -204,6 +207,7 @@ def walk_forward(
     folds: int | None = None,
     test_fraction: float | None = None,
     drains: pl.DataFrame | None = None,
+    inventory: pl.DataFrame | None = None,
 ) -> BacktestResult:
     """Run the walk-forward backtest and judge its out-of-sample scores.
 
@@ -231,6 +235,9 @@ def walk_forward(
         Canonical drains (``unit_id, drained_at, returned_at``): a drain censors the
         labels of the snapshots before it, and failures during one are reported apart
         (``drained_then_failed``).
+    inventory
+        The inventory: when it carries ``fleet_weight`` (a subsampled fleet), the budget
+        and the fleet-level figures count each unit by its weight (``docs/metrics.md``).
 
     Memory: per fold only the training sample (keys first, then the sampled rows'
     features as Float32) and one batch of test rows are held; each fold's scores go to a
@@ -267,7 +274,14 @@ def walk_forward(
     scores = scores.sort("model", "horizon", "unit_id", "ts")
     periods = [Period(f.cutoff, f.test_end) for f in plan]
     report = judge_scores(
-        scores, failures, config, ground_truth=ground_truth, step=step, periods=periods, drains=drains
+        scores,
+        failures,
+        config,
+        ground_truth=ground_truth,
+        step=step,
+        periods=periods,
+        drains=drains,
+        weights=fleet_weights(inventory),
     )
     report["folds"] = fold_notes
     report["settings"].update(
@@ -439,6 +453,7 @@ def _judge_point(
     step: timedelta,
     drains: pl.DataFrame | None,
     replay: RiskReplay | None = None,
+    weights: pl.DataFrame | None = None,
 ) -> dict:
     """The metrics of one model's series at one operating point (its judged periods only);
     ``replay``: ``series`` prepared once for the alert replays of all its points."""
@@ -460,6 +475,7 @@ def _judge_point(
         costs=costs,
         step=step,
         drains=drains,
+        weights=weights,
     ).to_dict()
     thresholds = point.thresholds()
     result["threshold"] = thresholds[0] if len(set(thresholds)) == 1 else None
@@ -484,6 +500,7 @@ def judge_scores(
     step: timedelta | None = None,
     periods: list[Period] | None = None,
     drains: pl.DataFrame | None = None,
+    weights: pl.DataFrame | None = None,
 ) -> dict:
     """Metrics of every model and horizon of a scores table at each operating point.
 
@@ -499,6 +516,9 @@ def judge_scores(
     drains
         Recorded drains (the ``drains`` table): failures during a drain are reported as
         ``drained_then_failed``, apart from the judged failures.
+    weights
+        ``unit_id, fleet_weight`` of a subsampled fleet (:func:`foreshock.budget.fleet_weights`):
+        the budget is spent and the fleet-level figures are counted by weight.
     """
     window = AlertWindow.from_config(config)
     costs = DrainCosts.from_policy(config.section("policy"))
@@ -526,9 +546,17 @@ def judge_scores(
         "models": {},
     }
     context = {"window": window, "ground_truth": ground_truth, "costs": costs, "step": step, "drains": drains}
+    context["weights"] = weights
     for (model, horizon), series in scores.group_by(["model", "horizon"], maintain_order=True):
         series = series.select("unit_id", "ts", "risk", *(["margin"] if "margin" in series.columns else []))
-        context["replay"] = RiskReplay.of(series)  # prepared once: thresholds and judging replay it
+        context["replay"] = RiskReplay.of(series, weights)  # prepared once: thresholds and judging replay it
+        if settings.daily_share is not None or weights is not None:  # say which budget, and on what fleet
+            report["settings"].setdefault(
+                "budget",
+                settings.budget.describe(
+                    mean_allowance(context["replay"], settings.budget), weighted=weights is not None
+                ),
+            )
         if model == RULES_MODEL:
             chosen = rules_point(periods)
         else:
@@ -547,6 +575,11 @@ def judge_scores(
             "snapshot": snapshot_metrics(series, failures, horizon, step=step),
             "operating_points": points,
         }
+    if settings.daily_share is not None:
+        report["settings"]["daily_budget_share"] = settings.daily_share
+    if weights is not None:
+        report["settings"]["reweighted"] = "by the inventory's fleet_weight (subsampled healthy units)"
+    report["against_rules"] = against_rules(report)
     return report
 
 
@@ -604,6 +637,8 @@ def render_markdown(report: dict) -> str:
         "within the data are labelled. Metric definitions: docs/metrics.md.",
         "",
     ]
+    if "reweighted" in s:
+        lines += [reweighted_line(s), ""]
     models = report["models"]
     horizons = sorted({h for m in models.values() for h in m}, key=lambda h: (len(h), h))
     for horizon in horizons:
@@ -623,6 +658,7 @@ def render_markdown(report: dict) -> str:
                 f"| {m['snapshots']} / {m['unresolved_snapshots']} | {_fmt(m['largest_tie_share'], 3)} |"
             )
         for point, title in _POINT_TITLES.items():
+            title = budget_title(s) if point == "budget" and "budget" in s else title
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [
                 "| model | threshold per fold | alerts/day | caught / failures | recall | recall with / without "
@@ -637,6 +673,8 @@ def render_markdown(report: dict) -> str:
                         lines.append(_point_row(RULES_TITLE, points.get("as_run_today")))
                     continue
                 lines.append(_point_row(model, points.get(point)))
+            if point == "budget":
+                lines += verdict_lines(report, horizon)
         lines += ["", "By failure mode at the drain budget (recall, median lead time in h):", ""]
         modes = sorted(
             {
