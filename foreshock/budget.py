@@ -150,7 +150,7 @@ def fleet_weights(inventory: pl.DataFrame | None) -> pl.DataFrame | None:
         return None
     weights = inventory.select(
         pl.col("unit_id").cast(pl.String), pl.col(WEIGHT_COLUMN).cast(pl.Float64).fill_null(1.0)
-    ).unique("unit_id", keep="first")
+    ).unique("unit_id", keep="first", maintain_order=True)
     bad = weights.filter(~(pl.col(WEIGHT_COLUMN) > 0))
     if bad.height:
         raise ValueError(f"inventory: {WEIGHT_COLUMN} must be positive (unit {bad.get_column('unit_id')[0]})")
