@@ -6,12 +6,17 @@ simulates a fleet); the others read the session's demo data directory (one small
 fleet through the whole pipeline, ``tests/demo_fleet.py``).
 """
 
+import ast
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from foreshock.features.build import spec_feature_columns
+from foreshock.features.dictionary import builtin_config
+from foreshock.features.spec import feature_spec
 
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
 
@@ -36,6 +41,25 @@ def test_notebooks_are_saved_without_outputs():
         code = [c for c in notebook.cells if c.cell_type == "code"]
         assert code and not any(c.outputs or c.execution_count for c in code), path.name
         assert notebook.metadata.get("foreshock", {}).get("data") in ("own", "demo"), path.name
+
+
+def test_notebooks_ask_only_for_features_that_exist():
+    """A string in a notebook's code that ends like a windowed feature (``_1d``) names a
+    column the built-in configuration writes: a misspelt feature is caught here, before
+    the slow run (where ``scan_features(columns=...)`` would stop the notebook)."""
+    spec = feature_spec(builtin_config())
+    columns = set(spec_feature_columns(spec))
+    suffixes = tuple(f"_{spec.name(w)}" for w in spec.windows)
+    asked = {
+        node.value
+        for path in NOTEBOOKS
+        for cell in nbformat.read(path, as_version=4).cells
+        if cell.cell_type == "code"
+        for node in ast.walk(ast.parse(cell.source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(suffixes)
+    }
+    assert asked, "no notebook asks for a windowed feature: the check checks nothing"
+    assert not sorted(asked - columns), f"features no configuration of the notebooks writes: {sorted(asked - columns)}"
 
 
 OWN = [p for p in NOTEBOOKS if nbformat.read(p, as_version=4).metadata.get("foreshock", {}).get("data") == "own"]
