@@ -18,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
 from foreshock.errors import UserError
+from foreshock.lake.read import read_table
 from foreshock.pipelines import inputs
 
 
@@ -28,7 +29,12 @@ def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dic
     config = Config.from_settings(settings)
     source, failures = inputs.feature_source(config), inputs.failures(config)
     result = walk_forward(
-        source, failures, config, ground_truth=read_ground_truth(ground_truth), drains=inputs.drains(config)
+        source,
+        failures,
+        config,
+        ground_truth=read_ground_truth(ground_truth),
+        drains=inputs.drains(config),
+        inventory=read_table(config.lake_dir, "inventory"),  # its fleet_weight, if any, reweights the figures
     )
     out = result.save(Path(out_dir))
     return {"out_dir": str(out), "scores": result.scores.height, "folds": len(result.folds)}

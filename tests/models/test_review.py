@@ -8,6 +8,7 @@ import json
 import math
 
 import mlflow
+import polars as pl
 import pytest
 from test_registry_fleet import SBE, TEMP, fast_config, synthetic_fleet, train_and_register
 
@@ -23,6 +24,7 @@ NAME = "review-test"
 # Long enough that the history before the review window (and its purge) holds failures.
 FLEET = {"units": 72, "days": 24, "failing": 30}
 WINDOW = "5d"
+RULES_SBE = "ecc_sbe_volatile_total_increase_24h"  # the column the operators' single-bit rule reads
 
 
 def review_config(data_dir, **review):
@@ -135,6 +137,31 @@ def test_worse_challenger_stays_out_and_the_report_says_why(fleet):
     stored = json.loads(mlflow.artifacts.load_text(f"{run.info.artifact_uri}/review/intervals.json"))
     assert stored["intervals"]["difference"]["recall"]["high"] == pytest.approx(difference.high)
     assert client.get_model_version(NAME, "2").tags["foreshock.review"] == "failed"
+
+
+def test_a_challenger_worse_than_the_ranked_rules_is_refused_and_the_report_says_why(fleet):
+    # The blind recipe cannot see the error counter that announces failures; the ranked
+    # rules can (the counter under the name their single-bit rule reads): at the same
+    # budget on the same window they catch more of the same failures.
+    labelled = fleet["labelled"].with_columns(pl.col(SBE).alias(RULES_SBE))
+    blind = {"exclude": [*EXCLUDED_FEATURES, SBE, RULES_SBE], "rules": False}
+    config = review_config(fleet["data_dir"]).with_overrides({"models": {"gbm": blind}})
+    result = promotion.run_review(config, labelled, fleet["failures"], promote=False)
+
+    assert not result.promoted and registry.aliases(NAME) == {"champion": "1", "challenger": "2"}
+    checks = {check.name: check for check in result.checks}
+    catches = checks["catches at drain budget vs the ranked rules"]
+    assert not catches.passed
+    assert catches.challenger == result.challenger.metrics["recall"]
+    assert catches.champion == result.rules.metrics["recall"] > catches.challenger
+    assert result.rules.metrics["failures"] == result.challenger.metrics["failures"] > 0
+    assert catches.interval == result.intervals["vs_rules"]["recall"] and catches.interval.high < 0
+    assert "catches at drain budget vs the ranked rules" in result.decision
+    markdown = result.report_md.read_text()
+    assert "measured at the drain budget: 2 a day" in markdown
+    assert "ranked rules on the same window at the same budget" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| catches at drain budget vs the ranked"))
+    assert "FAIL" in row
 
 
 def test_a_challenger_that_cannot_be_fitted_before_the_window_is_not_promoted(fleet):

@@ -332,3 +332,34 @@ def check_guardrails(
         )
     )
     return checks
+
+
+def rules_checks(intervals: Mapping[str, Mapping[str, Interval]], settings: ReviewSettings) -> list[GuardrailCheck]:
+    """Never serve a model worse than the rules: the challenger against the severity-ranked
+    threshold rules at the same drain budget on the same window.
+
+    ``intervals`` is :func:`bootstrap` of the challenger (as ``challenger``) paired with the
+    ranked rules (as ``champion``).  Catches (recall: the same failures for both) and
+    precision fail, as against the champion, when the whole interval of challenger - rules
+    lies below ``-max_recall_drop`` / ``-max_precision_drop``: the window shows the
+    challenger below the rules by more than allowed.  NaN never passes.
+    """
+    checks = []
+    own, rules, difference = intervals["challenger"], intervals["champion"], intervals["difference"]
+    for metric, label, limit in (
+        ("recall", "catches", settings.max_recall_drop),
+        ("precision", "precision", settings.max_precision_drop),
+    ):
+        diff = difference[metric]
+        passed = all(v is not None and math.isfinite(v) for v in (diff.estimate, diff.high))
+        checks.append(
+            GuardrailCheck(
+                f"{label} at drain budget vs the ranked rules",
+                f"interval of challenger - ranked rules reaches -{limit:g} or above",
+                own[metric].estimate,
+                rules[metric].estimate,
+                passed and diff.high >= -limit - 1e-12,
+                diff,
+            )
+        )
+    return checks

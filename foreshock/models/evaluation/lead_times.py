@@ -22,7 +22,8 @@ def lead_times_at_budget(scores: pl.DataFrame, failures: pl.DataFrame, config: A
     failures
         Canonical failures table.
     config
-        ``[backtest] drain_budget_per_day``, ``alert_window``, ``min_lead_time``.
+        ``[backtest] drain_budget_per_day`` (or ``daily_budget_share``: its mean allowance
+        over the series' days), ``alert_window``, ``min_lead_time``.
 
     Returns
     -------
@@ -30,12 +31,14 @@ def lead_times_at_budget(scores: pl.DataFrame, failures: pl.DataFrame, config: A
         ``model, lead_time_h``: one row per caught failure (definitions in ``docs/metrics.md``).
     """
     from foreshock.models.evaluation import metrics
+    from foreshock.models.evaluation.operating_points import OperatingPoints, RiskReplay, mean_allowance
 
     window = metrics.AlertWindow.from_config(config)
-    budget = float(config.section("backtest")["drain_budget_per_day"])
+    daily = OperatingPoints.from_config(config).budget
     parts = [pl.DataFrame(schema={"model": pl.String, "lead_time_h": pl.Float64})]
     for (model,), series in scores.group_by(["model"], maintain_order=True):
         series = series.select("unit_id", "ts", "risk")
+        budget = daily.per_day if daily.per_day is not None else mean_allowance(RiskReplay.of(series), daily)
         threshold = metrics.threshold_for_budget(series, budget)
         alerts = metrics.alert_starts(series, threshold)
         matched = metrics.match_failures(alerts, metrics.failures_in_scope(series, failures), window)

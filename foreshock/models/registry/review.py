@@ -21,6 +21,12 @@ and asks whether the challenger's recipe is at least as good as the champion the
    must be at most ``max_calibration_error``; the lower end of its PR-AUC / base rate must
    be at least ``min_pr_auc_lift`` (a constant base-rate predictor has ratio 1 and cannot
    pass).  A metric that cannot be measured fails its guardrail.
+5. **Never a model worse than the rules** (:func:`measure_rules`,
+   :func:`foreshock.models.evaluation.comparison.rules_checks`): the severity-ranked threshold
+   rules (resolved on the same history as the refit) are measured at the same budget on the
+   same window, and the challenger's catches and precision must not lie below theirs (the
+   whole interval of challenger - rules below the allowed drop fails), so a challenger worse
+   than the rules is not promoted, and the decision names the guardrail it failed.
 
 What is promoted is the registered challenger: the same recipe refitted on all history
 by ``foreshock train``.  This module measures and decides (:func:`review_versions`); the
@@ -39,12 +45,15 @@ from typing import Any
 
 import polars as pl
 
-from foreshock.contract import label_column
+from foreshock.contract import UTC_TS, label_column
 from foreshock.durations import parse_duration
 from foreshock.models.estimators.base import decision_horizon
+from foreshock.models.estimators.baseline import ThresholdBaseline
 from foreshock.models.evaluation import comparison, plots
 from foreshock.models.evaluation.comparison import GuardrailCheck, Interval, ReviewSettings, UnitTable
 from foreshock.models.evaluation.lead_times import lead_times_at_budget
+from foreshock.models.evaluation.operating_points import OperatingPoints
+from foreshock.models.evaluation.verdict import RANKED_RULES
 from foreshock.models.registry import registry
 
 # Rows of the side-by-side table: metric key, label, how to print it.
@@ -85,6 +94,9 @@ class Evaluation:
     units: UnitTable | None = None  # per-unit counts at the budget point, for the bootstrap
 
 
+RULES_VERSION = "ranked rules"
+
+
 @dataclass
 class ReviewResult:
     """The outcome of a review: intervals, checks, decision, report paths, MLflow run."""
@@ -99,6 +111,8 @@ class ReviewResult:
     decision: str
     intervals: dict[str, dict[str, Interval]] = field(default_factory=dict)
     settings: ReviewSettings | None = None
+    rules: Evaluation | None = None  # the ranked rules on the same window, at the same budget
+    budget: str = ""  # the drain budget both were measured at, in words
     refit_range: tuple[datetime, datetime] | None = None  # the registered challenger's (all history)
     report_md: Path | None = None
     report_html: Path | None = None
@@ -266,14 +280,63 @@ def measure_challenger(
     return evaluation, None
 
 
+def measure_rules(
+    labelled: pl.DataFrame,
+    window_frame: pl.DataFrame,
+    failures: pl.DataFrame,
+    window: tuple[datetime, datetime],
+    horizon: str,
+    config: Any,
+) -> Evaluation | None:
+    """The severity-ranked threshold rules on the window, at the drain budget.
+
+    The rules are bound to the feature columns, and their usual-growth thresholds taken,
+    on the history the challenger is refitted on (before ``window_start - H``); their
+    severity ranks the window's units.  None when there is no such history (the
+    challenger's out-of-sample guardrail fails then anyway).
+    """
+    history = comparison.unlabelled(labelled).filter(
+        pl.col("ts") < pl.lit(comparison.training_cut(window[0], horizon)).cast(UTC_TS)
+    )
+    if history.height == 0:
+        return None
+    rules = ThresholdBaseline.from_config(config).resolve(history)
+    scores = window_frame.select("unit_id", "ts").with_columns(
+        pl.Series("risk", rules.severity(window_frame), dtype=pl.Float64),
+        pl.lit(RANKED_RULES).alias("model"),
+        pl.lit(horizon).alias("horizon"),
+    )
+    measured, lead_times = measure_at_budget(scores, failures, horizon, config)
+    return Evaluation(
+        version=RULES_VERSION,
+        run_id="",
+        primary=RANKED_RULES,
+        metrics=measured,
+        scored=plots.scores_with_labels(scores, window_frame, horizon),
+        lead_times=lead_times,
+        units=comparison.unit_table(scores.select("unit_id", "ts", "risk"), failures, horizon, config),
+    )
+
+
 def guardrail_checks(
-    challenger: Evaluation, champion: Evaluation | None, settings: ReviewSettings, *, refit_error: str | None
+    challenger: Evaluation,
+    champion: Evaluation | None,
+    settings: ReviewSettings,
+    *,
+    refit_error: str | None,
+    rules: Evaluation | None = None,
 ) -> tuple[dict[str, dict[str, Interval]], list[GuardrailCheck]]:
-    """Bootstrap intervals of both versions on the window and the guardrails against them."""
+    """Bootstrap intervals of both versions on the window and the guardrails against them;
+    with ``rules``, also the challenger against the ranked rules (intervals ``rules`` and
+    ``vs_rules``: challenger - rules, the same resampled units)."""
     intervals = comparison.bootstrap(
         challenger.units, champion.units if champion else None, settings.bootstrap, settings.confidence
     )
     checks = comparison.check_guardrails(intervals, challenger.metrics.get("calibration_error", math.nan), settings)
+    if rules is not None:
+        paired = comparison.bootstrap(challenger.units, rules.units, settings.bootstrap, settings.confidence)
+        intervals["rules"], intervals["vs_rules"] = paired["champion"], paired["difference"]
+        checks += comparison.rules_checks(paired, settings)
     if refit_error is not None:
         checks.insert(
             0, GuardrailCheck(OUT_OF_SAMPLE, f"training ends before the window ({refit_error})", math.nan, None, False)
@@ -301,7 +364,10 @@ def decide(
     if already_champion:
         decision = f"version {challenger.version} is already champion: nothing to promote"
     elif champion is None:
-        decision = f"no champion: version {challenger.version} needs `foreshock review --approve {challenger.version}`"
+        failed = "".join(f"; it failed {check.name}" for check in checks if not check.passed)
+        decision = (
+            f"no champion: version {challenger.version} needs `foreshock review --approve {challenger.version}`{failed}"
+        )
     elif demoted:
         decision = (
             f"kept version {champion.version} as champion: challenger {challenger.version} was champion before and "
@@ -376,7 +442,8 @@ def review_versions(
         champion = measure_version(
             registry.load_version(name, champion_version.version), window_frame, failures, horizon, config
         )
-    intervals, checks = guardrail_checks(challenger, champion, settings, refit_error=refit_error)
+    rules = measure_rules(labelled, window_frame, failures, window, horizon, config)
+    intervals, checks = guardrail_checks(challenger, champion, settings, refit_error=refit_error, rules=rules)
     demoted = not same and "foreshock.promotion" in (challenger_version.tags or {})
     decision, promoted = decide(challenger, champion, checks, already_champion=same, demoted=demoted, promote=promote)
     refit = getattr(registered.bundle, "trained_range", None)
@@ -392,4 +459,6 @@ def review_versions(
         intervals=intervals,
         settings=settings,
         refit_range=tuple(refit) if refit else None,
+        rules=rules,
+        budget=OperatingPoints.from_config(config).budget.describe(),
     )

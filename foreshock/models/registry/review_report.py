@@ -98,6 +98,14 @@ def _notes(result: ReviewResult) -> list[str]:
             f"v{result.challenger.version} as registered (what a promotion makes champion): the same recipe "
             f"fitted on all history, {start:%Y-%m-%d} .. {end:%Y-%m-%d}"
         )
+    if result.budget:
+        notes.append(f"measured at the drain budget: {result.budget}")
+    if result.rules is not None:
+        m = result.rules.metrics
+        notes.append(
+            f"ranked rules on the same window at the same budget: {_format(m.get('caught'), '{:.0f}')} of "
+            f"{_format(m.get('failures'), '{:.0f}')} failures caught, precision {_format(m.get('precision'), '{:.3f}')}"
+        )
     if result.settings is not None:
         notes.append(
             f"intervals: {result.settings.confidence:.0%} paired bootstrap over units, "
@@ -123,7 +131,7 @@ def render_markdown(result: ReviewResult, figure_dir: str | None = None) -> str:
     lines += ["", "## Guardrails", ""]
     if result.checks:
         lines += [
-            "| guardrail | rule | challenger | champion | interval | result |",
+            "| guardrail | rule | challenger | champion (or rules) | interval | result |",
             "|---|---|---|---|---|---|",
         ]
         for check in result.checks:
@@ -169,7 +177,7 @@ figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 560px; }}
 <ul><li>window: {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC, horizon {esc(result.horizon)}</li>{notes}</ul>
 <table><thead><tr>{headers}</tr></thead><tbody>{body}</tbody></table>
 <h2>Guardrails</h2>
-{f"<table><thead><tr><th>guardrail</th><th>rule</th><th>challenger</th><th>champion</th><th>interval</th><th>result</th></tr></thead><tbody>{checks}</tbody></table>" if checks else "<p>No guardrail was checked.</p>"}
+{f"<table><thead><tr><th>guardrail</th><th>rule</th><th>challenger</th><th>champion (or rules)</th><th>interval</th><th>result</th></tr></thead><tbody>{checks}</tbody></table>" if checks else "<p>No guardrail was checked.</p>"}
 <h2>Plots</h2>
 {images}
 </body></html>
