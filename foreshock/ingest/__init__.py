@@ -7,16 +7,9 @@ up: rows read = stored + quarantined + duplicates dropped.
 
 from foreshock.ingest.detect import detect_format
 from foreshock.ingest.parsers import FORMATS
+from foreshock.ingest.planning import SOURCES, IngestPlan, PlannedFile, parse_scrape_time, plan_ingest
 from foreshock.ingest.report import FileReport, IngestReport
-from foreshock.ingest.run import (
-    SOURCES,
-    IngestPlan,
-    PlannedFile,
-    ingest_batch,
-    ingest_path,
-    parse_scrape_time,
-    plan_ingest,
-)
+from foreshock.ingest.run import ingest_batch, ingest_path
 
 __all__ = [
     "FORMATS",

@@ -12,7 +12,7 @@ one ``ingest-parse`` task per run of consecutive telemetry files (each stages it
 shard group under ``<data>/staging/ingest/``), then one ``ingest-shard-group`` task per
 group and phase (check, then merge) to the flow's task runner, so they run on the
 cluster's workers while this process holds the lake lock (see
-``foreshock.ingest.run._store_as_tasks``); it parses only the inventory files itself, and
+``foreshock.ingest.tasks.store_as_tasks``); it parses only the inventory files itself, and
 again the few files whose rows are quarantined (for their raw text).  The workers need the
 data directory and the landing directory on a file system they share with this process, at
 the same paths.
@@ -35,14 +35,10 @@ from foreshock.config import Config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, UserError
 from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
 from foreshock.ingest.context import check_timezone
-from foreshock.ingest.run import (
-    GROUP_STEPS,
-    GroupTasks,
-    drop_prefetched,
-    finish_report,
-    planned_from_dict,
-    planned_to_dict,
-)
+from foreshock.ingest.parse_ahead import drop_prefetched
+from foreshock.ingest.planning import planned_from_dict, planned_to_dict
+from foreshock.ingest.run import finish_report
+from foreshock.ingest.tasks import GROUP_STEPS, GroupTasks
 from foreshock.pipelines.progress import track
 from foreshock.pipelines.runtime import retry_on_io_error, task_runner
 
@@ -134,7 +130,7 @@ def ingest(
             # Sequential on purpose: inventory must land before the batches that check units
             # against it, and a day's XID gauge and counter steps read the previous day's
             # stored rows.  Inside a batch, parsing and the shard-by-shard checks and merges
-            # run on [runner] local_workers threads (foreshock.ingest.run), or the parses,
+            # run on [runner] local_workers threads (foreshock.ingest.store), or the parses,
             # checks and merges as tasks on the Dask workers.  On the local runner the next
             # batch is parsed meanwhile (ingest_batch decides whether it may be).
             ahead = plan.after(number)

@@ -13,7 +13,7 @@ from landing_files import SMI_FIELDS, START, smi_line, uuid_of, write_landing
 
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
-from foreshock.ingest import run as ingest_run
+from foreshock.ingest import parsing as ingest_run
 from foreshock.lake.read import read_table
 
 SHORT_HEADER = "timestamp, index, pci.bus_id, uuid, temperature.gpu, ecc.errors.corrected.volatile.total"

@@ -1,5 +1,5 @@
 """A shard group whose checked rows repeat no key and meet no stored one skips the search
-for repeated keys (``run._check_and_split``): the same new rows, quarantine, counts and
+for repeated keys (``run.check_and_split``): the same new rows, quarantine, counts and
 partitions as the general path, which the other groups still take."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import polars as pl
 
-import foreshock.ingest.run as run
+import foreshock.ingest.checks as run
 from foreshock.config import load_config
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.staged import conform_staged
@@ -36,8 +36,8 @@ def _staged(minutes: range, seed: int) -> pl.DataFrame:
 
 
 def _general(table: str, staged: pl.DataFrame, ctx: IngestContext, config):
-    unique, bad, duplicates, conflicts = run._check_shard(table, staged, ctx)
-    lake_rows = unique.select(run._lake_columns(table, unique))
+    unique, bad, duplicates, conflicts = run.check_shard(table, staged, ctx)
+    lake_rows = unique.select(run.lake_columns(table, unique))
     return (unique, bad, duplicates, conflicts), split_for_merge(config.lake_dir, table, lake_rows, config.shards)
 
 
@@ -84,12 +84,12 @@ def test_fast_path_only_where_no_key_repeats_or_is_stored_and_the_same_outcome_e
     for staged, fast in ((fresh, True), (jumps, True), (repeated, False), (overlapping, False), (both, False)):
         want = _general("samples", staged, ctx, config)
         general_calls.clear()
-        got = run._check_and_split("samples", staged, ctx, config)
+        got = run.check_and_split("samples", staged, ctx, config)
         assert (not general_calls) == fast
         _assert_same(got, want)
-    (_, bad, duplicates, conflicts), _ = run._check_and_split("samples", repeated, ctx, config)
+    (_, bad, duplicates, conflicts), _ = run.check_and_split("samples", repeated, ctx, config)
     assert duplicates.height == 40 and conflicts.height == 20 and bad.height == 0
-    (_, bad, duplicates, conflicts), _ = run._check_and_split("samples", overlapping, ctx, config)
+    (_, bad, duplicates, conflicts), _ = run.check_and_split("samples", overlapping, ctx, config)
     assert duplicates.height and conflicts.height and bad.height == 0
-    (_, bad, _, _), _ = run._check_and_split("samples", jumps, ctx, config)
+    (_, bad, _, _), _ = run.check_and_split("samples", jumps, ctx, config)
     assert bad.height

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from landing_files import write_canonical_inventory
 
-import foreshock.ingest.run as run
+import foreshock.ingest.store as run
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.lake.changes import read_changes

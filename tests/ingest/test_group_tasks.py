@@ -13,9 +13,12 @@ import polars as pl
 import pytest
 from landing_files import assert_same_lake, write_messy_landing
 
-import foreshock.ingest.run as run
+import foreshock.ingest.tasks as run
 from foreshock.config import load_config
-from foreshock.ingest.run import GroupTasks, finish_report, ingest_batch, plan_ingest, staging_root
+from foreshock.ingest.planning import plan_ingest
+from foreshock.ingest.run import finish_report, ingest_batch
+from foreshock.ingest.staging import staging_root
+from foreshock.ingest.tasks import GroupTasks
 from foreshock.lake.changes import read_changes
 from foreshock.lake.locks import lake_lock, lock_held_by_token, lock_token
 

@@ -13,7 +13,8 @@ import polars as pl
 import pytest
 from landing_files import SMI_FIELDS, assert_same_lake, node_name, write_messy_landing
 
-import foreshock.ingest.run as run
+import foreshock.ingest.parsing as parsing
+import foreshock.ingest.tasks as run
 from foreshock.lake.changes import read_changes
 from foreshock.pipelines.cli import main
 
@@ -74,13 +75,13 @@ def test_dask_runner_ingest_equals_the_local_runner(prefect_server, dask_cluster
     monkeypatch.setattr(run, "TASK_GROUP_MIN_ROWS", 1)  # a task per lake shard, however small the batch
     monkeypatch.setattr(run, "TASK_PARSE_FILES", 2)  # several parse tasks per batch, a group's rows from each
     on_driver: list[str] = []  # files this process parsed itself (parse tasks run on the workers)
-    real_parse_batch = run._parse_batch
+    real_parse_batch = parsing.parse_batch
 
     def recorded(files, *args):
         on_driver.extend(f.path for f in files)
         return real_parse_batch(files, *args)
 
-    monkeypatch.setattr(run, "_parse_batch", recorded)
+    monkeypatch.setattr(parsing, "parse_batch", recorded)
     assert (
         main([*common, "--data-dir", str(dask_dir), "--runner", "dask", "--dask-address", dask_cluster, *command]) == 3
     )

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 from landing_files import assert_same_lake, write_messy_landing
 
-import foreshock.ingest.run as run
+import foreshock.ingest.parsing as parsing
+import foreshock.ingest.store as run
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.ingest.manifest import read_manifest
@@ -22,7 +23,7 @@ def _ingest(landing_root, data_dir, *, workers: int, monkeypatch, force: bool = 
     )
     with monkeypatch.context() as patch:
         patch.setattr(run, "SPLIT_MIN_ROWS", 0)  # split every batch, however small
-        patch.setattr(run, "BATCH_PARSE_MIN_FILES", 1)  # and parse nvidia-smi files in two runs
+        patch.setattr(parsing, "BATCH_PARSE_MIN_FILES", 1)  # and parse nvidia-smi files in two runs
         report = ingest_path(landing_root, config, force=force)
     return config, report
 

@@ -14,9 +14,11 @@ import polars as pl
 import pytest
 from landing_files import START, assert_same_lake, write_canonical_inventory, write_messy_landing
 
-import foreshock.ingest.run as run
+import foreshock.ingest.parse_ahead as run
+import foreshock.ingest.parsing as parsing
 from foreshock.config import load_config
-from foreshock.ingest.run import finish_report, ingest_batch, ingest_path, plan_ingest
+from foreshock.ingest.planning import plan_ingest
+from foreshock.ingest.run import finish_report, ingest_batch, ingest_path
 from foreshock.lake.changes import read_changes
 
 
@@ -68,13 +70,13 @@ def _lake_files(lake_dir: Path) -> dict[str, bytes]:
 def parses(monkeypatch):
     """``(batch's first file, thread name)`` of every parse stage."""
     seen: list[tuple[str, str]] = []
-    real = run._parse_stage
+    real = run.parse_stage
 
     def recorded(files, *args):
         seen.append((files[0].path, threading.current_thread().name))
         return real(files, *args)
 
-    monkeypatch.setattr(run, "_parse_stage", recorded)
+    monkeypatch.setattr(run, "parse_stage", recorded)
     return seen
 
 
@@ -121,19 +123,19 @@ def test_an_error_parsing_ahead_is_raised_by_the_batch_that_takes_it(tmp_path, m
         n for n, batch in enumerate(plan.batches) if n >= 2 and {f.format for f in batch} <= run.PARSE_AHEAD_FORMATS
     ]
     broken = plan.batches[later[0]][0].path
-    real = run._parse_batch
+    real = parsing.parse_batch
 
     def failing(files, ctx, workers=1, indices=None):
         if files[0].path == broken:
             raise OSError(5, "Input/output error", broken)
         return real(files, ctx, workers, indices)
 
-    monkeypatch.setattr(run, "_parse_batch", failing)
+    monkeypatch.setattr(parsing, "parse_batch", failing)
     with pytest.raises(OSError, match="Input/output error"):
         ingest_path(landing.root, config)
     assert run._prefetched == {}
     # the batches before it are stored and recorded; a rerun stores the rest, nothing twice
-    monkeypatch.setattr(run, "_parse_batch", real)
+    monkeypatch.setattr(parsing, "parse_batch", real)
     rerun = ingest_path(landing.root, config)
     assert rerun.adds_up
     assert_same_lake(tmp_path / "data" / "lake", _fresh_lake(landing.root, tmp_path / "fresh"))

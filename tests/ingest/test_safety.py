@@ -30,7 +30,7 @@ CHILD = textwrap.dedent(
 
     kill_after = int(os.environ.get("KILL_AFTER", "0"))
     if os.environ.get("SPLIT"):  # check and merge every batch shard by shard on two threads
-        import foreshock.ingest.run as run
+        import foreshock.ingest.store as run
         run.SPLIT_MIN_ROWS = 0
     real_write = lake.atomic_write_parquet
     written = [0]

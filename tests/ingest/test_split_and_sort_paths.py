@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 import polars as pl
 
-import foreshock.ingest.run as run
+import foreshock.ingest.store as run
 from foreshock.config import load_config
 from foreshock.ingest.validate import _sort_by_series_time
 from foreshock.lake.columns import long_runs

@@ -1,0 +1,100 @@
+"""The parse-ahead: a run's next batch parsed on a thread while the current one is checked
+and merged (``[ingest] parse_ahead``; on the local runner only).
+
+One batch at most is held, in a module-level cache keyed by run, batch number and the files'
+contents, so only the call for exactly those files takes it.  Only batches whose parse
+cannot depend on what the batch before stores are parsed ahead (:func:`may_parse_ahead`).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import replace
+from datetime import datetime
+
+from foreshock.config import Config
+from foreshock.ingest.parsers import LAKE_FREE_FORMATS, PARSE_AHEAD_FORMATS
+from foreshock.ingest.parsing import (
+    ParsedBatch,
+    parse_stage,
+)
+from foreshock.ingest.planning import (
+    PlannedFile,
+)
+from foreshock.lake.read import read_table
+
+# The next batch of a run, parsed ahead on a thread while the current one is checked and
+# merged (at most one: starting one drops any other).  Keyed by run, batch number and the
+# files' contents, so only the call for exactly those files takes it; with whether it was
+# parsed while the batch before stored an inventory.
+_prefetched: dict[tuple, tuple[Future, bool]] = {}
+_prefetch_lock = threading.Lock()
+
+
+def may_parse_ahead(files: list[PlannedFile], next_files: list[PlannedFile]) -> bool:
+    """Whether ``next_files`` parse the same before and after ``files`` are stored: their
+    parsers read nothing of the lake, or this batch changes no inventory and their parsers
+    read nothing else of the lake."""
+    if all(f.format in LAKE_FREE_FORMATS for f in next_files):
+        return True
+    return not any(f.inventory for f in files) and all(f.format in PARSE_AHEAD_FORMATS for f in next_files)
+
+
+def _prefetch_key(run_id: str, batch_number: int, files: list[PlannedFile]) -> tuple:
+    return (run_id, batch_number, tuple((f.path_hex or f.path, f.sha256) for f in files))
+
+
+def prefetch(
+    run_id: str,
+    batch_number: int,
+    files: list[PlannedFile],
+    config: Config,
+    catalog_path: str | None,
+    timezone_name: str | None,
+    scrape_time: datetime | None,
+    stale_inventory: bool = False,
+) -> None:
+    """Start parsing ``files`` (batch ``batch_number`` of the run) on a thread.
+
+    Only for batches :func:`may_parse_ahead` allows: their parsers read nothing of the
+    lake but an inventory no batch changes meanwhile, or nothing at all; the checks that
+    read stored telemetry (counter steps) run in the batch's own turn.
+    ``stale_inventory``: the batch before stores an inventory while this one is parsed,
+    so the taker reads it again for the checks.  An error (``OSError``) is raised by the
+    call that takes the batch, as if it had parsed it itself.  The memory of one more
+    parsed batch is the price.
+    """
+    future: Future = Future()
+    with _prefetch_lock:
+        _prefetched.clear()
+        _prefetched[_prefetch_key(run_id, batch_number, files)] = (future, stale_inventory)
+
+    def parse() -> None:
+        try:
+            future.set_result(parse_stage(files, config, catalog_path, timezone_name, scrape_time))
+        except BaseException as exc:  # noqa: BLE001 - raised again by the taker
+            future.set_exception(exc)
+
+    threading.Thread(target=parse, name=f"ingest-prefetch-{batch_number}", daemon=True).start()
+
+
+def take_prefetched(run_id: str, batch_number: int, files: list[PlannedFile]) -> ParsedBatch | None:
+    """The batch parsed ahead for exactly these files, or None.  Parsed while the batch
+    before stored an inventory, its context gets the inventory stored now (the checks read
+    it; its parse did not, see :func:`may_parse_ahead`)."""
+    with _prefetch_lock:
+        entry = _prefetched.pop(_prefetch_key(run_id, batch_number, files), None)
+    if entry is None:
+        return None
+    future, stale_inventory = entry
+    batch = future.result()
+    if stale_inventory:
+        batch.ctx = replace(batch.ctx, inventory=read_table(batch.ctx.lake_dir, "inventory"), _lookups={})
+    return batch
+
+
+def drop_prefetched() -> None:
+    """Forget a batch parsed ahead that no call took (a run that stopped early)."""
+    with _prefetch_lock:
+        _prefetched.clear()
