@@ -173,6 +173,12 @@ class Config:
         return self.data_dir / "pull"
 
     @property
+    def staging_dir(self) -> Path:
+        """Rows handed between the tasks of a run (``ingest/``: a batch's shard groups while
+        the lake lock is held; emptied by the run, the folder stays)."""
+        return self.data_dir / "staging"
+
+    @property
     def simulated_dir(self) -> Path:
         """Where ``simulate`` and ``demo`` write a simulated fleet's raw files."""
         return self.raw_dir / "sim"
@@ -192,6 +198,7 @@ class Config:
             self.mlflow_dir,
             self.ingest_runs_dir,
             self.pull_dir,
+            self.staging_dir,
         ]
 
     def to_settings(self, config_file: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ STAGING_PARQUET = {"compression": "lz4", "statistics": False}
 def staging_root(config: Config) -> Path:
     """Where a batch's parsed rows are staged for :class:`GroupTasks`: a directory per
     batch, made and removed while the driver holds the lake lock."""
-    return config.data_dir / "staging" / "ingest"
+    return config.staging_dir / "ingest"
 
 
 def clear_staging(config: Config) -> None:

@@ -6,6 +6,7 @@ tasks run on threads of this process; test_ingest_dask.py runs them on a real Da
 
 from __future__ import annotations
 
+import shutil
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -153,3 +154,16 @@ def test_shard_groups_a_killed_driver_left_staged_are_removed_by_the_next_ingest
     config, report = _ingest(landing.root, data_dir, _in_process if runner == "tasks" else None)
     assert not leftover.exists()
     assert report.totals["rows_stored"] > 0
+
+
+def test_make_clean_leaves_nothing_of_an_ingest_whose_groups_ran_as_tasks(tmp_path):
+    """``make clean`` removes ``Config.generated_dirs()``: after an ingest that staged its
+    shard groups for tasks (under ``<data>/staging/ingest/``), nothing is left of the data
+    directory."""
+    landing = write_messy_landing(tmp_path / "landing")
+    config, report = _ingest(landing.root, tmp_path / "data", _in_process)
+    assert report.adds_up and report.totals["rows_stored"] > 0
+    assert staging_root(config).is_dir()  # emptied by each batch, kept for the next
+    for path in config.generated_dirs():
+        shutil.rmtree(path, ignore_errors=True)
+    assert sorted(p.name for p in config.data_dir.iterdir()) == []
