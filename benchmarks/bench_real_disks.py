@@ -138,10 +138,10 @@ def judge_child(work: Path, shares: list[float]) -> None:
     each share (see the module docstring); ``judged.json`` and the tables printed."""
     from foreshock.config import load_config
     from foreshock.lake.read import read_table
-    from foreshock.models.evaluation.backtest import BacktestResult
+    from foreshock.models.evaluation.backtest_report import read_result
 
     config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
-    result = BacktestResult.load(work / "backtest")
+    result = read_result(work / "backtest")
     scores = result.scores.filter((pl.col("horizon") == HORIZON) & (pl.col("model") != RULES_AS_RUN))
     first, last = scores.get_column("ts").min().date(), scores.get_column("ts").max().date()
     levels = daily_levels(config.lake_dir, first - timedelta(days=GROWTH_DAYS), last)

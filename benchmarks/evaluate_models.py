@@ -196,13 +196,14 @@ def backtest_child(config_file: str, directory: str, ground_truth: str, out: str
     sys.path.insert(0, str(ROOT))
     from foreshock.config import load_config
     from foreshock.models.evaluation.backtest import read_ground_truth, walk_forward
+    from foreshock.models.evaluation.backtest_report import write_result
     from foreshock.pipelines import inputs
 
     config = load_config(config_file, data_dir=directory)
     result = walk_forward(
         inputs.features(config), inputs.failures(config), config, ground_truth=read_ground_truth(ground_truth or None)
     )
-    result.save(Path(out))
+    write_result(result, Path(out))
 
 
 def main() -> int:

@@ -4,7 +4,8 @@ features (``foreshock.features.store.scan_features``) + failures (lake) [+ groun
 -> ``foreshock.models.evaluation.backtest.walk_forward`` -> ``data/backtest/scores.parquet``, ``report.json``,
 ``report.md``.
 
-Wiring only: the work lives in :mod:`foreshock.models.evaluation.backtest`.  One coarse task (the folds read
+Wiring only: the work lives in :mod:`foreshock.models.evaluation.backtest`, the files are written by
+:mod:`foreshock.models.evaluation.backtest_report`.  One coarse task (the folds read
 the feature store one by one); it takes and returns paths and settings, never frames.
 """
 
@@ -25,6 +26,7 @@ from foreshock.pipelines import inputs
 @task(name="backtest-run", cache_policy=NO_CACHE)
 def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dict:
     from foreshock.models.evaluation.backtest import read_ground_truth, walk_forward
+    from foreshock.models.evaluation.backtest_report import write_result
 
     config = Config.from_settings(settings)
     source, failures = inputs.feature_source(config), inputs.failures(config)
@@ -36,7 +38,7 @@ def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dic
         drains=inputs.drains(config),
         inventory=read_table(config.lake_dir, "inventory"),  # its fleet_weight, if any, reweights the figures
     )
-    out = result.save(Path(out_dir))
+    out = write_result(result, Path(out_dir))
     return {"out_dir": str(out), "scores": result.scores.height, "folds": len(result.folds)}
 
 

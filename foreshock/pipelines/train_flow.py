@@ -37,25 +37,26 @@ def fit_bundle(settings: dict, run_dir: str) -> str:
 def backtest_for_metrics(settings: dict, run_dir: str, ground_truth: str | None) -> str:
     """Walk-forward backtest of the same configuration: scores and report under ``run_dir``."""
     from foreshock.models.evaluation.backtest import read_ground_truth, walk_forward
+    from foreshock.models.evaluation.backtest_report import write_result
 
     config = Config.from_settings(settings)
     source, failures = inputs.feature_source(config), inputs.failures(config)
     result = walk_forward(
         source, failures, config, ground_truth=read_ground_truth(ground_truth), drains=inputs.drains(config)
     )
-    return str(result.save(Path(run_dir) / "backtest"))
+    return str(write_result(result, Path(run_dir) / "backtest"))
 
 
 @task(cache_policy=NO_CACHE)
 def log_to_registry(settings: dict, bundle_dir: str, backtest_dir: str) -> dict[str, str]:
     """Log the run to MLflow and register the bundle as the new challenger."""
     from foreshock.models.estimators.bundle import RiskBundle
-    from foreshock.models.evaluation.backtest import BacktestResult
+    from foreshock.models.evaluation.backtest_report import read_result
     from foreshock.models.registry.tracking import log_training, training_inputs
 
     config = Config.from_settings(settings)
     bundle = RiskBundle.load(Path(bundle_dir))
-    backtest = BacktestResult.load(Path(backtest_dir))
+    backtest = read_result(Path(backtest_dir))
     source, failures = inputs.feature_source(config), inputs.failures(config)
     # Labels for the outcome plots need keys only; the input example is the newest rows.
     training = training_inputs(bundle, backtest, source.keys(), failures, config)
@@ -79,9 +80,9 @@ def run_train(args: argparse.Namespace, config: Config) -> int:
     quiet_mlflow()
     inputs.require_features(config)
     if args.backtest:
-        from foreshock.models.evaluation.backtest import BacktestResult
+        from foreshock.models.evaluation.backtest_report import read_result
 
-        BacktestResult.load(Path(args.backtest))  # fail early, naming what is missing
+        read_result(Path(args.backtest))  # fail early, naming what is missing
     record = train_flow(config.to_settings(args.config), args.ground_truth, args.backtest)
     print(
         f"registered {record['model_name']} version {record['version']} (alias challenger), "

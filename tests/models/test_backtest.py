@@ -14,6 +14,7 @@ from foreshock.features.labels import add_labels
 from foreshock.models.estimators.gbm import GradientBoostedRisk
 from foreshock.models.estimators.training import label_cutoff_violations, labelled_until
 from foreshock.models.evaluation.backtest import plan_folds, walk_forward
+from foreshock.models.evaluation.backtest_report import read_result, render_markdown, write_result
 from foreshock.models.evaluation.metrics import alert_starts
 from tests.models.synthetic_fleet import T0, daily_disk_fleet, synthetic_fleet
 
@@ -87,7 +88,7 @@ def test_never_trains_on_labels_past_the_cutoff(rng):
     assert label_cutoff_violations(leaky, ["72h"], result.folds[0].cutoff) > 0
 
 
-def test_report_compares_every_model_at_each_operating_point(rng):
+def test_report_compares_every_model_at_each_operating_point(rng, tmp_path):
     fleet = synthetic_fleet(rng, units=80, days=20)
     result = walk_forward(fleet.features, fleet.failures, load_config(), ground_truth=fleet.ground_truth, folds=2)
     assert set(result.scores.get_column("model")) == {"gbm", "cox", "baseline", "rules"}
@@ -108,9 +109,17 @@ def test_report_compares_every_model_at_each_operating_point(rng):
         assert set(rules.get_column("risk").unique()) <= {0.0, 1.0}
         today = result.report["models"]["rules"][horizon]["operating_points"]["as_run_today"]
         assert today["alerts"] == alert_starts(rules.select("unit_id", "ts", "risk"), 1.0).height
-    assert "| gbm |" in result.markdown and "| baseline |" in result.markdown
-    assert "rules (binary, as run today" in result.markdown
-    assert "UPPER BOUND" in result.markdown
+    markdown = render_markdown(result.report)
+    assert "| gbm |" in markdown and "| baseline |" in markdown
+    assert "rules (binary, as run today" in markdown
+    assert "UPPER BOUND" in markdown
+    # What `foreshock backtest` leaves on disk reads back as it was judged.
+    saved = read_result(write_result(result, tmp_path / "backtest"))
+    assert saved.markdown == markdown and saved.report["models"].keys() == result.report["models"].keys()
+    assert saved.scores.equals(result.scores)
+    (tmp_path / "backtest" / "report.json").unlink()
+    with pytest.raises(FileNotFoundError, match="report.json"):
+        read_result(tmp_path / "backtest")
 
 
 def test_daily_snapshots_of_non_gpu_telemetry(rng, tmp_path):

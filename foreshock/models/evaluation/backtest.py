@@ -8,24 +8,25 @@ starting at cutoff ``c``, every model is trained on
 * snapshots taken before ``c`` (every failure-adjacent one and a weighted sample of the
   healthy ones: :mod:`foreshock.models.estimators.dataset`),
 * failures detected by ``c``,
-* labels known at ``c`` by the one rule for both classes (:mod:`models.training`): a
+* labels known at ``c`` by the one rule for both classes (:mod:`foreshock.models.estimators.training`): a
   snapshot whose horizon runs past ``c`` is positive when its failure fell in the observed
   part, otherwise a negative weighted by the observed share of the horizon; the number of
   such open rows is in each fold's notes,
 
 and scores the snapshots in ``[c, next cutoff)``.  The out-of-sample scores of all folds
-are then judged together with :mod:`models.metrics` at the operating points of
-:mod:`models.operating_points`, each fold's threshold chosen from the folds before it: the
+are then judged together (:mod:`foreshock.models.evaluation.judging`) with the metrics of
+:mod:`foreshock.models.evaluation.metrics` at the operating points of
+:mod:`foreshock.models.evaluation.operating_points`, each fold's threshold chosen from the folds before it: the
 drain budget (at most ``[backtest] drain_budget_per_day`` new alerts a day), the lowest
 threshold meeting ``[backtest] target_precision``, the policy's fixed ``[policy]
 enter_risk``, and, labelled as an upper bound, the budget with its threshold chosen on the
 test period itself.  The threshold baseline's binary rules are scored as operators run
-them today (model ``rules``).
+them today (model ``rules``).  Computation only: the result is rendered and written by
+:mod:`foreshock.models.evaluation.backtest_report`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import time
@@ -39,10 +40,8 @@ import polars as pl
 from foreshock.budget import fleet_weights
 from foreshock.config import Config
 from foreshock.contract import UTC_TS
-from foreshock.costs import DrainCosts
 from foreshock.durations import format_duration
 from foreshock.features.labels import CENSORED_AT
-from foreshock.lake.atomic import atomic_write_parquet, atomic_write_text
 from foreshock.models.estimators.base import (
     SAMPLE_WEIGHT,
     SCORE_SCHEMA,
@@ -54,25 +53,9 @@ from foreshock.models.estimators.base import (
 from foreshock.models.estimators.baseline import ThresholdBaseline
 from foreshock.models.estimators.bundle import fit_models, model_factories
 from foreshock.models.estimators.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
-from foreshock.models.estimators.training import (
-    known_failures,
-    labelled_until,
-    snapshot_step,
-    unresolved_rows,
-)
-from foreshock.models.evaluation.metrics import AlertWindow, judge_alerts, snapshot_metrics
-from foreshock.models.evaluation.operating_points import (
-    RULES_MODEL,
-    ChosenPoint,
-    OperatingPoints,
-    Period,
-    RiskReplay,
-    choose_thresholds,
-    mean_allowance,
-    policy_alerts,
-    rules_point,
-)
-from foreshock.models.evaluation.verdict import against_rules, budget_title, reweighted_line, verdict_lines
+from foreshock.models.estimators.training import known_failures, labelled_until, unresolved_rows
+from foreshock.models.evaluation.judging import judge_scores
+from foreshock.models.evaluation.operating_points import RULES_MODEL, Period
 
 log = logging.getLogger("foreshock.backtest")
 
@@ -94,7 +77,8 @@ class Fold:
 
 @dataclass
 class BacktestResult:
-    """Out-of-sample scores and their report.
+    """Out-of-sample scores and their judged report (written and read back by
+    :mod:`foreshock.models.evaluation.backtest_report`).
 
     Attributes
     ----------
@@ -103,37 +87,11 @@ class BacktestResult:
     report
         JSON-ready dict: settings, folds, and per model and horizon the snapshot metrics
         and the metrics at each operating point.
-    markdown
-        The report as Markdown tables, every model side by side.
     """
 
     scores: pl.DataFrame
     report: dict
-    markdown: str
     folds: list[Fold] = field(default_factory=list)
-
-    FILES = ("scores.parquet", "report.json", "report.md")
-
-    def save(self, out_dir: Path) -> Path:
-        """Write ``scores.parquet``, ``report.json`` and ``report.md`` (atomically) to ``out_dir``."""
-        out_dir = Path(out_dir)
-        atomic_write_parquet(self.scores, out_dir / "scores.parquet")
-        atomic_write_text(out_dir / "report.json", json.dumps(self.report, indent=2, default=str) + "\n")
-        atomic_write_text(out_dir / "report.md", self.markdown)
-        return out_dir
-
-    @classmethod
-    def load(cls, out_dir: Path) -> BacktestResult:
-        """Read a result written by :meth:`save` (raises naming the files that are missing)."""
-        out_dir = Path(out_dir)
-        missing = [name for name in cls.FILES if not (out_dir / name).is_file()]
-        if missing:
-            raise FileNotFoundError(f"{out_dir}: not a backtest result, missing {', '.join(missing)}")
-        return cls(
-            scores=pl.read_parquet(out_dir / "scores.parquet"),
-            report=json.loads((out_dir / "report.json").read_text()),
-            markdown=(out_dir / "report.md").read_text(),
-        )
 
 
 def read_ground_truth(path: str | Path | None) -> pl.DataFrame | None:
@@ -228,7 +186,7 @@ def walk_forward(
         Optional: ``unit_id, failed_at`` and ``has_precursor`` or ``precursor_onset``
         (the simulator's ``ground_truth.parquet``) for recall with / without precursor.
     factories
-        Model constructors by name (default: :func:`models.bundle.model_factories`).
+        Model constructors by name (default: :func:`foreshock.models.estimators.bundle.model_factories`).
     folds, test_fraction
         Override ``[backtest] folds`` / ``test_fraction``.
     drains
@@ -292,7 +250,7 @@ def walk_forward(
             "max_healthy_rows": sample.max_healthy_rows,
         }
     )
-    return BacktestResult(scores=scores, report=report, markdown=render_markdown(report), folds=plan)
+    return BacktestResult(scores=scores, report=report, folds=plan)
 
 
 @dataclass
@@ -439,265 +397,3 @@ def _run_in_workers(jobs: list[FoldJob], paths: list[Path], workers: int) -> lis
 
 def _label_keys(frame: pl.DataFrame) -> list[str]:
     return [c for c in ("unit_id", "ts", "life_start", CENSORED_AT) if c in frame.columns]
-
-
-def _judge_point(
-    series: pl.DataFrame,
-    point: ChosenPoint,
-    failures: pl.DataFrame,
-    horizon: str,
-    *,
-    window: AlertWindow,
-    ground_truth: pl.DataFrame | None,
-    costs: DrainCosts,
-    step: timedelta,
-    drains: pl.DataFrame | None,
-    replay: RiskReplay | None = None,
-    weights: pl.DataFrame | None = None,
-) -> dict:
-    """The metrics of one model's series at one operating point (its judged periods only);
-    ``replay``: ``series`` prepared once for the alert replays of all its points."""
-    judged = point.judged
-    in_judged = pl.any_horizontal(
-        [
-            pl.col("ts").is_between(pl.lit(p.start).cast(UTC_TS), pl.lit(p.end).cast(UTC_TS), closed="left")
-            for p in judged
-        ]
-    )
-    alerts = policy_alerts(replay or series, point.periods, point.rule, step)
-    result = judge_alerts(
-        series.filter(in_judged),
-        alerts,
-        failures,
-        horizon,
-        window,
-        ground_truth=ground_truth,
-        costs=costs,
-        step=step,
-        drains=drains,
-        weights=weights,
-    ).to_dict()
-    thresholds = point.thresholds()
-    result["threshold"] = thresholds[0] if len(set(thresholds)) == 1 else None
-    result.update(
-        {
-            "thresholds": thresholds,
-            "chosen_on": point.chosen_on,
-            "daily_cap": point.rule.daily_cap,
-            "exit_ratio": point.rule.exit_ratio,
-            "judged_periods": len(judged),
-        }
-    )
-    return result
-
-
-def judge_scores(
-    scores: pl.DataFrame,
-    failures: pl.DataFrame,
-    config: Config,
-    *,
-    ground_truth: pl.DataFrame | None = None,
-    step: timedelta | None = None,
-    periods: list[Period] | None = None,
-    drains: pl.DataFrame | None = None,
-    weights: pl.DataFrame | None = None,
-) -> dict:
-    """Metrics of every model and horizon of a scores table at each operating point.
-
-    The same function judges backtests and the registry's challenger/champion review.
-
-    Parameters
-    ----------
-    periods
-        The test periods in time order (the walk-forward folds): each period's thresholds
-        are chosen from the scores before it (:mod:`models.operating_points`).  Default:
-        the whole table is one period (a review window), so the budget point runs the
-        daily cap alone and the target-precision point is not reached.
-    drains
-        Recorded drains (the ``drains`` table): failures during a drain are reported as
-        ``drained_then_failed``, apart from the judged failures.
-    weights
-        ``unit_id, fleet_weight`` of a subsampled fleet (:func:`foreshock.budget.fleet_weights`):
-        the budget is spent and the fleet-level figures are counted by weight.
-    """
-    window = AlertWindow.from_config(config)
-    costs = DrainCosts.from_policy(config.section("policy"))
-    settings = OperatingPoints.from_config(config)
-    step = step or snapshot_step(scores.filter(pl.col("model") == scores.get_column("model").first()))
-    if not periods:
-        ts = scores.get_column("ts")
-        periods = [Period(ts.min(), ts.max() + step)] if scores.height else []
-    report: dict = {
-        "settings": {
-            "alert_window": format_duration(window.alert_window),
-            "min_lead_time": format_duration(window.min_lead_time),
-            "drain_budget_per_day": settings.alerts_per_day,
-            "target_precision": settings.target_precision,
-            "enter_risk": settings.enter_risk,
-            "exit_risk": settings.exit_risk,
-        },
-        "scored": {
-            "snapshots": scores.select("unit_id", "ts").unique().height,
-            "units": scores.get_column("unit_id").n_unique(),
-            "start": scores.get_column("ts").min().isoformat() if scores.height else None,
-            "end": scores.get_column("ts").max().isoformat() if scores.height else None,
-            "periods": [{"start": p.start.isoformat(), "end": p.end.isoformat()} for p in periods],
-        },
-        "models": {},
-    }
-    context = {"window": window, "ground_truth": ground_truth, "costs": costs, "step": step, "drains": drains}
-    context["weights"] = weights
-    for (model, horizon), series in scores.group_by(["model", "horizon"], maintain_order=True):
-        series = series.select("unit_id", "ts", "risk", *(["margin"] if "margin" in series.columns else []))
-        context["replay"] = RiskReplay.of(series, weights)  # prepared once: thresholds and judging replay it
-        if settings.daily_share is not None or weights is not None:  # say which budget, and on what fleet
-            report["settings"].setdefault(
-                "budget",
-                settings.budget.describe(
-                    mean_allowance(context["replay"], settings.budget), weighted=weights is not None
-                ),
-            )
-        if model == RULES_MODEL:
-            chosen = rules_point(periods)
-        else:
-            chosen = choose_thresholds(series, failures, horizon, periods, settings, step, context["replay"])
-        points = {}
-        for name, point in chosen.items():
-            if not point.judged:
-                points[name] = None
-            elif point.hindsight:
-                # The upper bound: the alternative that did best on the test period itself.
-                tried = [_judge_point(series, p, failures, horizon, **context) for p in point.hindsight]
-                points[name] = max(tried, key=lambda r: (r["caught"], -r["alerts"]))
-            else:
-                points[name] = _judge_point(series, point, failures, horizon, **context)
-        report["models"].setdefault(model, {})[horizon] = {
-            "snapshot": snapshot_metrics(series, failures, horizon, step=step),
-            "operating_points": points,
-        }
-    if settings.daily_share is not None:
-        report["settings"]["daily_budget_share"] = settings.daily_share
-    if weights is not None:
-        report["settings"]["reweighted"] = "by the inventory's fleet_weight (subsampled healthy units)"
-    report["against_rules"] = against_rules(report)
-    return report
-
-
-# -- Markdown ----------------------------------------------------------------------------
-
-_POINT_TITLES = {
-    "budget": "drain budget, prospective: at most {drain_budget_per_day:g} new alerts a day, the day's highest "
-    "risks first (no threshold fitted to any period)",
-    "target_precision": "target precision {target_precision:g}, prospective: threshold chosen on the earlier folds "
-    "(first fold not judged)",
-    "policy": "policy threshold (enter at risk >= {enter_risk:g}, leave below {exit_risk:g})",
-    "budget_upper_bound": "UPPER BOUND, not achievable in operation: the drain budget with the entry floor that "
-    "caught the most failures in the test period itself",
-}
-RULES_TITLE = "rules (binary, as run today; no budget)"
-
-
-def _fmt(value, digits: int = 2) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def _thresholds(r: dict) -> str:
-    values = r.get("thresholds") or [r.get("threshold")]
-    return " / ".join("–" if v is None else (v if isinstance(v, str) else f"{v:.4g}") for v in values)
-
-
-def _point_row(label: str, r: dict | None) -> str:
-    if r is None:
-        return f"| {label} | not reached | | | | | | | | | | | |"
-    return (
-        f"| {label} | {_thresholds(r)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
-        f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
-        f"| {_fmt(r['precision'])} | {_fmt(r['precision_per_unit'])} | {r['late_alerts']} "
-        f"| {r.get('drained_then_failed', 0)} "
-        f"| {_fmt(r['lead_time_p10_h'], 0)} / {_fmt(r['lead_time_p50_h'], 0)} / {_fmt(r['lead_time_p90_h'], 0)} "
-        f"| {_fmt(r['false_alerts_per_1000_unit_days'])} | {_fmt(r['gpu_hours_saved'], 0)} |"
-    )
-
-
-def render_markdown(report: dict) -> str:
-    """The report as Markdown: snapshot metrics, then each operating point, models side by side."""
-    s = report["settings"]
-    lines = [
-        "# Backtest report",
-        "",
-        f"Out-of-sample period {report['scored']['start']} to {report['scored']['end']}, "
-        f"{report['scored']['units']} units. A failure is caught by an alert started between "
-        f"{s['alert_window']} and {s['min_lead_time']} before it (one alert credits one failure); an alert "
-        "is true when its unit fails within the horizon, late when it fails sooner than "
-        f"{s['min_lead_time']} (neither caught nor true). Only snapshots and alerts whose horizon ended "
-        "within the data are labelled. Metric definitions: docs/metrics.md.",
-        "",
-    ]
-    if "reweighted" in s:
-        lines += [reweighted_line(s), ""]
-    models = report["models"]
-    horizons = sorted({h for m in models.values() for h in m}, key=lambda h: (len(h), h))
-    for horizon in horizons:
-        lines += [f"## Horizon {horizon}", "", "Snapshot level (resolved snapshots only):", ""]
-        lines += [
-            "| model | PR-AUC | C-index | calibration error | mean risk | failure rate | resolved / unresolved "
-            "| largest tie |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for model, per_h in models.items():
-            if horizon not in per_h:
-                continue
-            m = per_h[horizon]["snapshot"]
-            lines.append(
-                f"| {model} | {_fmt(m['pr_auc'], 3)} | {_fmt(m['c_index'], 3)} | {_fmt(m['calibration_error'], 4)} "
-                f"| {_fmt(m['mean_risk'], 4)} | {_fmt(m['failure_rate'], 4)} "
-                f"| {m['snapshots']} / {m['unresolved_snapshots']} | {_fmt(m['largest_tie_share'], 3)} |"
-            )
-        for point, title in _POINT_TITLES.items():
-            title = budget_title(s) if point == "budget" and "budget" in s else title
-            lines += ["", f"At the {title.format(**s)}:", ""]
-            lines += [
-                "| model | threshold per fold | alerts/day | caught / failures | recall | recall with / without "
-                "precursor | precision per alert | precision per unit | late alerts | drained then failed "
-                "| lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days | GPU-hours saved |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-            ]
-            for model, per_h in models.items():
-                points = per_h.get(horizon, {}).get("operating_points", {})
-                if model == RULES_MODEL:
-                    if point == "budget":
-                        lines.append(_point_row(RULES_TITLE, points.get("as_run_today")))
-                    continue
-                lines.append(_point_row(model, points.get(point)))
-            if point == "budget":
-                lines += verdict_lines(report, horizon)
-        lines += ["", "By failure mode at the drain budget (recall, median lead time in h):", ""]
-        modes = sorted(
-            {
-                mode
-                for per_h in models.values()
-                for mode in (
-                    (per_h.get(horizon, {}).get("operating_points", {}).get("budget") or {}).get("by_mode") or {}
-                )
-            }
-        )
-        if modes:
-            lines += ["| model | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
-            for model, per_h in models.items():
-                r = (per_h.get(horizon, {}).get("operating_points", {}).get("budget") or {}).get("by_mode", {})
-                if model == RULES_MODEL:
-                    continue
-                cells = [
-                    f"{r[m]['caught']}/{r[m]['failures']}, {_fmt(r[m]['lead_time_p50_h'], 0)}" if m in r else "–"
-                    for m in modes
-                ]
-                lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    lines.append("")
-    notes = [n for f in report.get("folds", []) for n in f["notes"]]
-    if notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    return "\n".join(lines)

@@ -151,7 +151,7 @@ def unit_table(
     """The per-unit counts of one risk series at the review's budget point (the day's top k,
     as in the backtest).
 
-    The totals over all units are exactly what :func:`foreshock.models.evaluation.backtest.judge_scores`
+    The totals over all units are exactly what :func:`foreshock.models.evaluation.judging.judge_scores`
     reports for the same series; the bootstrap re-adds them over resampled units.
     """
     step = snapshot_step(series)

@@ -3,7 +3,7 @@
 Operators already run the threshold rules; a model is worth serving only if, at the budget
 they act on, it catches more failures than the same rules ranked by severity (model
 ``baseline``), or as many with a higher precision.  :func:`against_rules` answers that per
-horizon from a judged report (:func:`foreshock.models.evaluation.backtest.judge_scores`);
+horizon from a judged report (:func:`foreshock.models.evaluation.judging.judge_scores`);
 :func:`verdict_lines` writes the sentence the backtest report shows when no model does.
 The review's own guardrail against the rules is in :mod:`foreshock.models.registry.review`.
 """

@@ -165,7 +165,7 @@ def measure_at_budget(
 ) -> tuple[dict[str, float], pl.DataFrame]:
     """Metrics of one risk series at the drain-budget operating point.
 
-    Judged by :func:`foreshock.models.evaluation.backtest.judge_scores`, the code that judges backtests, so a
+    Judged by :func:`foreshock.models.evaluation.judging.judge_scores`, the code that judges backtests, so a
     review's numbers mean exactly what the backtest report's numbers mean.
 
     Parameters
@@ -185,7 +185,7 @@ def measure_at_budget(
         ``{metric: value}`` (NaN where undefined, e.g. recall without failures) and the
         caught failures' lead times ``model, lead_time_h``.
     """
-    from foreshock.models.evaluation.backtest import judge_scores  # the backtest's own judging, same code
+    from foreshock.models.evaluation.judging import judge_scores  # the backtest's own judging, same code
 
     series = scores.select("unit_id", "ts", "risk")
     if series.height == 0:

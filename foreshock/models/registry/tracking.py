@@ -34,6 +34,7 @@ import polars as pl
 from foreshock.config import mlflow_tracking_uri
 from foreshock.models.estimators.base import decision_horizon
 from foreshock.models.estimators.bundle import boosters_of
+from foreshock.models.evaluation.backtest_report import render_markdown
 from foreshock.models.evaluation.lead_times import lead_times_at_budget
 from foreshock.models.registry.model_env import (
     WHEEL_ARTIFACT,
@@ -269,8 +270,9 @@ def log_training(
     bundle
         The trained :class:`~foreshock.models.estimators.bundle.RiskBundle`.
     backtest
-        The walk-forward result (``scores``, ``report``, ``markdown``) of the same
-        configuration; its report becomes the run's metrics.
+        The walk-forward result (``scores``, ``report``, and ``markdown`` when read back
+        from its directory) of the same configuration; its report becomes the run's
+        metrics, and its Markdown (rendered here when absent) the run's ``report.md``.
     config
         :class:`~foreshock.config.Config`; every section is logged as parameters and
         ``[models] name`` is the registered model.
@@ -359,8 +361,9 @@ def log_training(
         report = getattr(backtest, "report", None) or {}
         mlflow.log_metrics(backtest_metrics(report))
         mlflow.log_dict(_jsonable(report), "backtest/report.json")
-        if getattr(backtest, "markdown", None):
-            mlflow.log_text(backtest.markdown, "backtest/report.md")
+        if report:
+            markdown = getattr(backtest, "markdown", None) or render_markdown(report)
+            mlflow.log_text(markdown, "backtest/report.md")
 
         figures = training_figures(
             bundle, getattr(backtest, "scores", None), horizon, labelled=labelled, lead_times=lead_times
