@@ -44,7 +44,7 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from evaluate_models import FORESHOCK, run  # noqa: E402
+from evaluate_models import FORESHOCK, run  # noqa: E402  (the harness: its process runner)
 
 DATA = ROOT.parent / "shared/data/backblaze_hds/backblaze_2014_2016_startstop.parquet"
 CONVERTER = ROOT / "scripts/backblaze_to_canonical.py"
@@ -74,8 +74,7 @@ def stages(args: argparse.Namespace, work: Path) -> list[tuple[str, list[str], P
     convert += [*(["--start", start.isoformat()] if start else []), *(["--end", end.isoformat()] if end else [])]
     config = work / "data/foreshock.toml"
     base = [*FORESHOCK, "--config", str(config), "--data-dir", str(work / "lake")]
-    backtest = [sys.executable, str(ROOT / "benchmarks/evaluate_models.py"), "--backtest-child"]
-    backtest += [str(config), str(work / "lake"), "", str(work / "backtest")]
+    backtest = [sys.executable, __file__, "--backtest-child", str(work)]
     judge = [sys.executable, __file__, "--judge-child", str(work), *(str(s) for s in args.shares)]
     return [
         ("convert", convert, work / "data/sampling.json"),
@@ -84,6 +83,20 @@ def stages(args: argparse.Namespace, work: Path) -> list[tuple[str, list[str], P
         ("backtest", backtest, work / "backtest/report.json"),
         ("judge", judge, work / "judged.json"),
     ]
+
+
+def backtest_child(work: Path) -> None:
+    """``foreshock backtest``'s task body (as ``benchmarks/evaluate_models.py`` runs it,
+    without a Prefect server) with the inventory, whose ``fleet_weight`` reweights the
+    report's budget point, as the backtest flow passes it."""
+    from foreshock.config import load_config
+    from foreshock.lake.read import read_table
+    from foreshock.models.evaluation.backtest import walk_forward
+    from foreshock.pipelines import inputs
+
+    config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
+    inventory = read_table(config.lake_dir, "inventory")
+    walk_forward(inputs.features(config), inputs.failures(config), config, inventory=inventory).save(work / "backtest")
 
 
 # -- the judge stage ------------------------------------------------------------------------
@@ -218,6 +231,9 @@ def render(judged: dict) -> str:
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--backtest-child":
+        backtest_child(Path(sys.argv[2]))
+        return 0
     if len(sys.argv) >= 3 and sys.argv[1] == "--judge-child":
         judge_child(Path(sys.argv[2]), [float(s) for s in sys.argv[3:]] or list(SHARES))
         return 0

@@ -41,7 +41,7 @@ Written to ``OUT_DIR``:
     The healthy fraction and seed, and the counts of drives (failing, healthy, kept).
 ``foreshock.toml``
     The configuration the data set needs: daily snapshots, a 14-day horizon, a lead of at
-    least 1 day, the catalog above.
+    least 1 day, a budget of 0.1 % of the drives reporting each day, the catalog above.
 
 Healthy drives (no failure within the window) are kept with probability
 ``--healthy-fraction``, drawn per drive from ``--seed`` over the input's sorted serial
@@ -104,7 +104,7 @@ horizon = "14d"
 [backtest]
 alert_window = "14d"
 min_lead_time = "1d"
-drain_budget_per_day = 1
+daily_budget_share = 0.001  # the budget point: 0.1 % of the drives reporting each day
 """
 
 
