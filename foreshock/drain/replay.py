@@ -50,13 +50,9 @@ from foreshock.budget import epoch_day
 from foreshock.costs import DrainCosts
 from foreshock.drain.policy import DrainPolicy, PolicySettings, fleet_table, unit_risk_table
 from foreshock.drain.state import PolicyState
-from foreshock.models.evaluation.metrics import (  # the lead-time metrics' own definition
-    AlertWindow,
-    gpu_hours_saved,
-    match_failures,
-    split_drained,
-    with_precursor_flags,
-)
+from foreshock.models.evaluation.alerts import AlertWindow  # the lead-time metrics' own definition
+from foreshock.models.evaluation.caught import match_failures, split_drained, with_precursor_flags
+from foreshock.models.evaluation.metrics import gpu_hours_saved
 
 NO_PREDICTION = "no prediction"
 

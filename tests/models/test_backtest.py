@@ -13,9 +13,9 @@ from foreshock.contract import UTC_TS
 from foreshock.features.labels import add_labels
 from foreshock.models.estimators.gbm import GradientBoostedRisk
 from foreshock.models.estimators.training import label_cutoff_violations, labelled_until
+from foreshock.models.evaluation.alerts import alert_starts
 from foreshock.models.evaluation.backtest import plan_folds, walk_forward
 from foreshock.models.evaluation.backtest_report import read_result, render_markdown, write_result
-from foreshock.models.evaluation.metrics import alert_starts
 from tests.models.synthetic_fleet import T0, daily_disk_fleet, synthetic_fleet
 
 

@@ -14,7 +14,8 @@ import pytest
 from foreshock.budget import DailyBudget, fleet_weights
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
-from foreshock.models.evaluation.metrics import REWEIGHTED, AlertWindow, judge_alerts
+from foreshock.models.evaluation.alerts import AlertWindow
+from foreshock.models.evaluation.metrics import REWEIGHTED, judge_alerts
 from foreshock.models.evaluation.operating_points import AlertRule, OperatingPoints, policy_alerts
 from foreshock.models.evaluation.top_of_list import daily_flags, top_of_list
 

@@ -10,19 +10,21 @@ import pytest
 
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
-from foreshock.models.evaluation.metrics import (
+from foreshock.models.evaluation.alerts import (
     AlertWindow,
     alert_starts,
     alerts_per_threshold,
+    threshold_for_budget,
+    threshold_for_precision,
+)
+from foreshock.models.evaluation.caught import match_failures
+from foreshock.models.evaluation.metrics import (
     c_index,
     calibration_error,
     judge_alerts,
     lead_time_report,
-    match_failures,
     pr_auc,
     snapshot_metrics,
-    threshold_for_budget,
-    threshold_for_precision,
 )
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -19,7 +19,8 @@ from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
 from foreshock.durations import format_duration
 from foreshock.models.estimators.training import snapshot_step
-from foreshock.models.evaluation.metrics import AlertWindow, judge_alerts, snapshot_metrics
+from foreshock.models.evaluation.alerts import AlertWindow
+from foreshock.models.evaluation.metrics import judge_alerts, snapshot_metrics
 from foreshock.models.evaluation.operating_points import (
     RULES_MODEL,
     ChosenPoint,

@@ -30,18 +30,19 @@ def lead_times_at_budget(scores: pl.DataFrame, failures: pl.DataFrame, config: A
     pl.DataFrame
         ``model, lead_time_h``: one row per caught failure (definitions in ``docs/metrics.md``).
     """
-    from foreshock.models.evaluation import metrics
+    from foreshock.models.evaluation.alerts import AlertWindow, alert_starts, threshold_for_budget
+    from foreshock.models.evaluation.caught import failures_in_scope, match_failures
     from foreshock.models.evaluation.operating_points import OperatingPoints, RiskReplay, mean_allowance
 
-    window = metrics.AlertWindow.from_config(config)
+    window = AlertWindow.from_config(config)
     daily = OperatingPoints.from_config(config).budget
     parts = [pl.DataFrame(schema={"model": pl.String, "lead_time_h": pl.Float64})]
     for (model,), series in scores.group_by(["model"], maintain_order=True):
         series = series.select("unit_id", "ts", "risk")
         budget = daily.per_day if daily.per_day is not None else mean_allowance(RiskReplay.of(series), daily)
-        threshold = metrics.threshold_for_budget(series, budget)
-        alerts = metrics.alert_starts(series, threshold)
-        matched = metrics.match_failures(alerts, metrics.failures_in_scope(series, failures), window)
+        threshold = threshold_for_budget(series, budget)
+        alerts = alert_starts(series, threshold)
+        matched = match_failures(alerts, failures_in_scope(series, failures), window)
         parts.append(
             matched.filter(pl.col("caught")).select(
                 pl.lit(str(model)).alias("model"), pl.col("lead_time_h").cast(pl.Float64)

@@ -1,7 +1,9 @@
 """Lead-time metrics: the one implementation (definitions in ``docs/metrics.md``).
 
 Every number a report, a backtest, an MLflow review or a notebook shows about how well
-foreshock flags failures comes from here, under the names defined in ``docs/metrics.md``.
+foreshock flags failures comes from here, under the names defined in ``docs/metrics.md``,
+built on :mod:`foreshock.models.evaluation.alerts` (alert starts and the thresholds that
+give them) and :mod:`foreshock.models.evaluation.caught` (which failures they caught).
 
 Vocabulary
 ----------
@@ -25,7 +27,7 @@ true / false / late / unresolved alert
     and unresolved when the horizon reaches past the end of observation (then it counts in
     neither, whatever happened since: the censoring rule of the training labels).
 resolved snapshot
-    A snapshot whose whole horizon ended by the end of observation (:func:`resolved_labels`);
+    A snapshot whose whole horizon ended by the end of observation (:func:`~foreshock.models.evaluation.alerts.resolved_labels`);
     only those are labelled, positives and negatives alike.
 """
 
@@ -39,32 +41,25 @@ import polars as pl
 
 from foreshock.contract import UTC_TS, label_column
 from foreshock.costs import DrainCosts
-from foreshock.features.labels import drain_spans
-from foreshock.models.estimators.base import horizon_hours, require_columns
-from foreshock.models.estimators.training import labelled_until, snapshot_step
+from foreshock.models.estimators.base import horizon_hours
+from foreshock.models.estimators.training import snapshot_step
+from foreshock.models.evaluation.alerts import (
+    US_PER_HOUR,
+    AlertWindow,
+    alert_starts,
+    observed_span,
+    series_outcomes,
+    span_days,
+)
+from foreshock.models.evaluation.caught import (
+    failures_in_scope,
+    match_failures,
+    next_failure,
+    split_drained,
+    with_precursor_flags,
+)
 
-_US_PER_HOUR = 3.6e9
 CALIBRATION_BINS = 10
-
-
-@dataclass(frozen=True)
-class AlertWindow:
-    """The alerting rules of ``[backtest]``.
-
-    Attributes
-    ----------
-    alert_window
-        ``W``: an alert that started more than ``W`` before a failure does not catch it.
-    min_lead_time
-        ``L_min``: an alert must start at least this long before the failure (time to drain).
-    """
-
-    alert_window: timedelta
-    min_lead_time: timedelta
-
-    @classmethod
-    def from_config(cls, config) -> AlertWindow:
-        return cls(config.duration("backtest", "alert_window"), config.duration("backtest", "min_lead_time"))
 
 
 def gpu_hours_saved(caught: int, drains: int, healthy_drains: int, costs: DrainCosts) -> float:
@@ -82,330 +77,6 @@ def gpu_hours_saved(caught: int, drains: int, healthy_drains: int, costs: DrainC
         caught * costs.failure_loss_gpu_hours
         - drains * costs.drain_cost_gpu_hours
         - healthy_drains * costs.idle_unit_gpu_hours
-    )
-
-
-# -- alerts ------------------------------------------------------------------------------
-
-
-@dataclass
-class _Series:
-    """A risk series in arrays, sorted by unit and time, with each row's predecessor."""
-
-    unit_id: np.ndarray
-    ts_us: np.ndarray
-    risk: np.ndarray
-    previous: np.ndarray  # risk of the previous snapshot in the same run, -inf if none
-    step: timedelta
-
-
-def _series(scores: pl.DataFrame, step: timedelta | None = None) -> _Series:
-    require_columns(scores, ("unit_id", "ts", "risk"), "risk series")
-    frame = scores.select("unit_id", pl.col("ts").cast(UTC_TS), pl.col("risk").cast(pl.Float64)).sort("unit_id", "ts")
-    step = step or snapshot_step(frame)
-    max_gap_us = 1.5 * step.total_seconds() * 1e6
-    ts_us = frame.get_column("ts").dt.epoch("us").to_numpy()
-    units = frame.get_column("unit_id").to_numpy()
-    risk = np.nan_to_num(frame.get_column("risk").to_numpy(), nan=0.0)
-    previous = np.full(risk.size, -np.inf)
-    if risk.size > 1:
-        same_run = (units[1:] == units[:-1]) & (np.diff(ts_us) <= max_gap_us)
-        previous[1:] = np.where(same_run, risk[:-1], -np.inf)
-    return _Series(units, ts_us, risk, previous, step)
-
-
-def alert_starts(scores: pl.DataFrame, threshold: float, step: timedelta | None = None) -> pl.DataFrame:
-    """Alert starts (rising edges) of a risk series at ``threshold``.
-
-    Parameters
-    ----------
-    scores
-        ``unit_id, ts, risk`` of one model and horizon.
-    threshold
-        An alert runs while risk >= threshold.
-    step
-        Snapshot interval (default: inferred from the series).
-
-    Returns
-    -------
-    polars.DataFrame
-        ``unit_id, alert_start, risk`` sorted by unit and time.
-    """
-    s = _series(scores, step)
-    starts = (s.risk >= threshold) & (s.previous < threshold)
-    return pl.DataFrame(
-        {
-            "unit_id": s.unit_id[starts].astype(str),
-            "alert_start": pl.Series(s.ts_us[starts], dtype=pl.Int64)
-            .cast(pl.Datetime("us"))
-            .dt.replace_time_zone("UTC"),
-            "risk": s.risk[starts],
-        },
-        schema={"unit_id": pl.String, "alert_start": UTC_TS, "risk": pl.Float64},
-    )
-
-
-def alerts_per_threshold(scores: pl.DataFrame, thresholds: np.ndarray, step: timedelta | None = None) -> np.ndarray:
-    """Number of alert starts at each threshold, all at once.
-
-    A row starts an alert at ``t`` exactly when ``previous < t <= risk``; counting those
-    intervals for many ``t`` is two binary searches.
-    """
-    s = _series(scores, step)
-    rising = s.risk > s.previous
-    upper = np.sort(s.risk[rising])
-    lower = np.sort(s.previous[rising])
-    t = np.asarray(thresholds, dtype=np.float64)
-    return (upper.size - np.searchsorted(upper, t, side="left")) - (lower.size - np.searchsorted(lower, t, side="left"))
-
-
-def _observed_span(scores: pl.DataFrame, step: timedelta) -> tuple[datetime, datetime]:
-    ts = scores.get_column("ts")
-    return ts.min(), ts.max() + step
-
-
-def _days(start: datetime, end: datetime) -> float:
-    return max((end - start).total_seconds() / 86400.0, 1e-9)
-
-
-def threshold_for_budget(
-    scores: pl.DataFrame,
-    alerts_per_day: float,
-    step: timedelta | None = None,
-) -> float:
-    """The threshold whose alert starts per day come closest to the drain budget ``k``.
-
-    Among thresholds equally close, the highest (fewest alerts) wins.  Alert counts are not
-    monotone in the threshold (a lower one merges runs), so every candidate is checked.
-    """
-    s = _series(scores, step)
-    if s.risk.size == 0:
-        return 1.0
-    start, end = _observed_span(scores, s.step)
-    candidates = np.unique(s.risk[s.risk > s.previous])
-    counts = alerts_per_threshold(scores, candidates, s.step)
-    per_day = counts / _days(start, end)
-    distance = np.abs(per_day - alerts_per_day)
-    best = np.flatnonzero(distance == distance.min())
-    return float(candidates[best.max()])
-
-
-def resolved_labels(frame: pl.DataFrame, failures: pl.DataFrame, horizon: str, until: datetime) -> pl.DataFrame:
-    """``fails_within_<H>`` of each row of ``frame`` as known at ``until``, by one rule for both classes.
-
-    A row is labelled only when its whole horizon ended by ``until`` (``ts + H <= until``):
-    a failure seen in the open part of a horizon does not make a positive, exactly as the
-    missing rest of the horizon does not make a negative.  Everything else is null
-    (unresolved).  This is the resolved view of the training labels
-    (:func:`foreshock.models.estimators.training.labelled_until` without ``weighted``), so training
-    and evaluation share one censoring rule and a metric never counts late positives while
-    it drops late negatives.
-
-    Returns
-    -------
-    polars.DataFrame
-        ``frame`` (rows at a failure instant and after ``until`` dropped) with the label
-        column and ``time_to_failure_h``.
-    """
-    frame = frame.with_columns(pl.col("ts").cast(UTC_TS))
-    known = failures.filter(pl.col("unit_id").is_in(frame.get_column("unit_id").unique().implode()))
-    return labelled_until(frame, known, [horizon], until)
-
-
-def _outcomes(scores: pl.DataFrame, failures: pl.DataFrame, horizon: str, until: datetime) -> pl.DataFrame:
-    """Snapshot labels known at ``until`` for the series' rows (null = unresolved)."""
-    return resolved_labels(scores.select("unit_id", "ts", "risk"), failures, horizon, until)
-
-
-def threshold_for_precision(
-    scores: pl.DataFrame,
-    failures: pl.DataFrame,
-    horizon: str,
-    target: float,
-    step: timedelta | None = None,
-    until: datetime | None = None,
-    candidates: int = 200,
-    min_lead_time: timedelta = timedelta(0),
-) -> float | None:
-    """The lowest threshold whose alert precision reaches ``target`` (None if none does).
-
-    Candidates are the ``candidates`` upper quantiles of the rising-edge risks; thresholds
-    with fewer than 3 resolved alerts are not trusted.  Outcomes are those known at
-    ``until`` (:func:`resolved_labels`); an alert less than ``min_lead_time`` before its
-    failure is late and counts in neither class.
-    """
-    s = _series(scores, step)
-    if s.risk.size == 0:
-        return None
-    until = until or _observed_span(scores, s.step)[1]
-    labels = _outcomes(scores, failures, horizon, until).sort("unit_id", "ts")
-    # Rows of ``labels`` align with the series except rows at a failure instant (dropped).
-    outcome = _align(s, labels, label_column(horizon))
-    late = _align(s, labels, "time_to_failure_h") < min_lead_time.total_seconds() / 3600.0
-    outcome[late] = np.nan
-    rising = s.risk > s.previous
-    grid = np.unique(np.quantile(s.risk[rising], np.linspace(0.5, 1.0, candidates))) if rising.any() else np.array([])
-    best = None
-    for t in grid[::-1]:
-        starts = (s.risk >= t) & (s.previous < t)
-        resolved = starts & ~np.isnan(outcome)
-        if resolved.sum() < 3:
-            continue
-        precision = np.nansum(outcome[resolved]) / resolved.sum()
-        if precision >= target:
-            best = float(t)
-    return best
-
-
-def _align(s: _Series, labels: pl.DataFrame, column: str) -> np.ndarray:
-    """The label of each series row as float (NaN where unresolved or dropped)."""
-    keyed = pl.DataFrame(
-        {
-            "unit_id": s.unit_id.astype(str),
-            "ts": pl.Series(s.ts_us, dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
-        }
-    ).with_row_index("_row")
-    joined = keyed.join(labels.select("unit_id", "ts", column), on=["unit_id", "ts"], how="left").sort("_row")
-    return joined.get_column(column).cast(pl.Float64).to_numpy()
-
-
-# -- failures caught ---------------------------------------------------------------------
-
-
-def next_failure(alerts: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:
-    """Each alert with ``failed_at``: the failure ending the life the alert started in.
-
-    That is the unit's first failure at or after the alert start (null when none is
-    known): the only failure the alert can credit, so one alert never counts for two
-    failures, and an alert of a GPU that was replaced never counts for its successor.
-    """
-    fails = failures.select(pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS)).unique()
-    return (
-        alerts.with_row_index("_alert")
-        .sort("alert_start")
-        .join_asof(
-            fails.sort("failed_at"),
-            left_on="alert_start",
-            right_on="failed_at",
-            by="unit_id",
-            strategy="forward",
-            check_sortedness=False,
-        )
-        .sort("_alert")
-        .drop("_alert")
-    )
-
-
-def match_failures(
-    alerts: pl.DataFrame,
-    failures: pl.DataFrame,
-    window: AlertWindow,
-) -> pl.DataFrame:
-    """Which failures an alert caught, and with what lead time.
-
-    An alert is credited to its unit's next failure only (:func:`next_failure`); the
-    failure is caught when one of its alerts started in ``[failed_at - W, failed_at - L_min]``.
-
-    Returns
-    -------
-    polars.DataFrame
-        The failures (``unit_id, failed_at, mode`` and any other column) plus ``caught``
-        (bool) and ``lead_time_h`` (hours from the first alert start in the window to the
-        failure; null when not caught).
-    """
-    w_us = int(window.alert_window.total_seconds() * 1e6)
-    l_us = int(window.min_lead_time.total_seconds() * 1e6)
-    fails = failures.with_columns(pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS))
-    pairs = next_failure(alerts.select("unit_id", "alert_start"), fails).drop_nulls("failed_at")
-    lead_us = (pl.col("failed_at") - pl.col("alert_start")).dt.total_microseconds()
-    first = (
-        pairs.filter((lead_us >= l_us) & (lead_us <= w_us))
-        .group_by("unit_id", "failed_at")
-        .agg((lead_us.max() / _US_PER_HOUR).alias("lead_time_h"))
-    )
-    return (
-        fails.with_row_index("_failure")
-        .join(first, on=["unit_id", "failed_at"], how="left")
-        .with_columns(pl.col("lead_time_h").is_not_null().alias("caught"))
-        .sort("_failure")
-        .drop("_failure")
-    )
-
-
-def split_drained(failures: pl.DataFrame, drains: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Failures in two: those of units in service, and those *drained then failed*.
-
-    A failure is drained-then-failed when its unit was in a recorded drain at the time
-    (``drained_at <= failed_at <= returned_at``, an open drain has no ``returned_at``):
-    the unit was already out (found broken in diagnostics, or failed in the shop), so the
-    failure is neither a catch nor a miss of any model and is reported apart.
-
-    Parameters
-    ----------
-    failures
-        ``unit_id, failed_at`` (+ any columns).
-    drains
-        The ``drains`` table (``unit_id, drained_at, returned_at``), or None.
-    """
-    if drains is None or drains.height == 0:
-        return failures, failures.clear()
-    spans = drain_spans(drains)
-    keyed = failures.with_row_index("_failure")
-    inside = (
-        keyed.select("_failure", pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS))
-        .join(spans, on="unit_id")
-        .filter(
-            (pl.col("drained_at") <= pl.col("failed_at"))
-            & (pl.col("returned_at").is_null() | (pl.col("failed_at") <= pl.col("returned_at")))
-        )
-        .get_column("_failure")
-        .unique()
-        .implode()
-    )
-    drained = pl.col("_failure").is_in(inside)
-    return keyed.filter(~drained).drop("_failure"), keyed.filter(drained).drop("_failure")
-
-
-def failures_in_scope(scores: pl.DataFrame, failures: pl.DataFrame, step: timedelta | None = None) -> pl.DataFrame:
-    """The failures a series is judged on: of its units, inside its scored period."""
-    step = step or snapshot_step(scores)
-    start, end = _observed_span(scores, step)
-    units = scores.get_column("unit_id").unique().implode()
-    return failures.filter(
-        pl.col("unit_id").is_in(units)
-        & (pl.col("failed_at") > pl.lit(start).cast(UTC_TS))
-        & (pl.col("failed_at") <= pl.lit(end).cast(UTC_TS))
-    )
-
-
-def with_precursor_flags(failures: pl.DataFrame, ground_truth: pl.DataFrame | None) -> pl.DataFrame:
-    """Add ``has_precursor`` (null when unknown) from ground truth, matched by unit and time.
-
-    Ground truth gives ``has_precursor`` directly or a ``precursor_onset`` (null = none).
-    """
-    if ground_truth is None or ground_truth.height == 0:
-        return failures.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_precursor"))
-    truth = ground_truth
-    if "has_precursor" not in truth.columns:
-        if "precursor_onset" not in truth.columns:
-            raise ValueError("ground truth needs has_precursor or precursor_onset")
-        truth = truth.with_columns(pl.col("precursor_onset").is_not_null().alias("has_precursor"))
-    truth = truth.select(
-        pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS).alias("_truth_at"), "has_precursor"
-    ).sort("_truth_at")
-    # Tickets are filed a little after the failure the simulator recorded: nearest within 1 day.
-    return (
-        failures.sort("failed_at")
-        .join_asof(
-            truth,
-            left_on="failed_at",
-            right_on="_truth_at",
-            by="unit_id",
-            strategy="nearest",
-            tolerance=timedelta(days=1),
-            check_sortedness=False,
-        )
-        .drop("_truth_at")
     )
 
 
@@ -535,9 +206,9 @@ def classify_alerts(
     ``outcome`` is ``late`` (the failure followed less than ``L_min`` after the start),
     ``true`` (it followed within ``H``), ``false`` (``H`` passed without one) or
     ``unresolved`` (``H`` reaches past ``until``); the last three only for alerts whose
-    horizon ended by ``until`` -- the censoring rule of :func:`resolved_labels`.
+    horizon ended by ``until`` -- the censoring rule of :func:`~foreshock.models.evaluation.alerts.resolved_labels`.
     """
-    h_us = int(horizon_hours(horizon) * _US_PER_HOUR)
+    h_us = int(horizon_hours(horizon) * US_PER_HOUR)
     l_us = int(window.min_lead_time.total_seconds() * 1e6)
     cut = pl.lit(until).cast(UTC_TS)
     known = failures.filter(pl.col("failed_at").cast(UTC_TS) <= cut)
@@ -616,7 +287,7 @@ def judge_alerts(
     scores
         ``unit_id, ts, risk`` of one model and one horizon: the judged period and units.
     alerts
-        ``unit_id, alert_start`` raised on ``scores`` (by :func:`alert_starts` or an
+        ``unit_id, alert_start`` raised on ``scores`` (by :func:`~foreshock.models.evaluation.alerts.alert_starts` or an
         operating point of :mod:`foreshock.models.evaluation.operating_points`).
     failures
         Canonical failures (``unit_id, failed_at, mode``); only those of the series' units
@@ -637,13 +308,13 @@ def judge_alerts(
         End of observation of failures (default: last snapshot + one interval).
     drains
         Recorded drains (``unit_id, drained_at, returned_at``): failures during one are
-        counted apart as ``drained_then_failed`` (:func:`split_drained`), not judged.
+        counted apart as ``drained_then_failed`` (:func:`~foreshock.models.evaluation.caught.split_drained`), not judged.
     weights
         ``unit_id, fleet_weight`` of a subsampled fleet: the figures in :data:`REWEIGHTED`
         count each unit by its weight (``reweighted`` names them); None: unweighted.
     """
     step = step or snapshot_step(scores)
-    start, end = _observed_span(scores, step)
+    start, end = observed_span(scores, step)
     until = until or end
     costs = costs or DrainCosts()
     classified = _unit_weights(classify_alerts(alerts, failures, horizon, window, until), weights)
@@ -674,7 +345,7 @@ def judge_alerts(
     return LeadTimeReport(
         threshold=None if threshold is None else float(threshold),
         alerts=alerts.height,
-        alerts_per_day=weight.sum() / _days(start, end),
+        alerts_per_day=weight.sum() / span_days(start, end),
         true_alerts=true_alerts,
         false_alerts=false_alerts,
         late_alerts=late_alerts,
@@ -715,7 +386,7 @@ def lead_time_report(
     step: timedelta | None = None,
     until: datetime | None = None,
 ) -> LeadTimeReport:
-    """:func:`judge_alerts` of the plain alerts at ``threshold`` (:func:`alert_starts`)."""
+    """:func:`judge_alerts` of the plain alerts at ``threshold`` (:func:`~foreshock.models.evaluation.alerts.alert_starts`)."""
     step = step or snapshot_step(scores)
     return judge_alerts(
         scores,
@@ -741,14 +412,14 @@ def snapshot_metrics(
 ) -> dict:
     """Threshold-free metrics of one risk series: ``pr_auc``, ``c_index``, ``calibration_error``.
 
-    Only resolved snapshots are judged (:func:`resolved_labels`: the whole horizon ended
+    Only resolved snapshots are judged (:func:`~foreshock.models.evaluation.alerts.resolved_labels`: the whole horizon ended
     by ``until``, whatever happened in it); ``unresolved_snapshots`` counts the others.
     Snapshots taken at a failure instant are left out.  ``largest_tie_share`` is the share
     of snapshots holding the most common risk value (a saturated model ties most of them).
     """
     step = step or snapshot_step(scores)
-    until = until or _observed_span(scores, step)[1]
-    labelled = _outcomes(scores, failures, horizon, until)
+    until = until or observed_span(scores, step)[1]
+    labelled = series_outcomes(scores, failures, horizon, until)
     label = labelled.get_column(label_column(horizon))
     known = label.is_not_null().to_numpy()
     risk = labelled.get_column("risk").to_numpy()
@@ -756,7 +427,7 @@ def snapshot_metrics(
     ttf = labelled.get_column("time_to_failure_h").to_numpy()
     observed = ~np.isnan(ttf.astype(np.float64))
     open_h = (
-        labelled.select(((pl.lit(until).cast(UTC_TS) - pl.col("ts")).dt.total_microseconds() / _US_PER_HOUR).alias("h"))
+        labelled.select(((pl.lit(until).cast(UTC_TS) - pl.col("ts")).dt.total_microseconds() / US_PER_HOUR).alias("h"))
         .get_column("h")
         .to_numpy()
     )

@@ -63,7 +63,7 @@ from foreshock.budget import WEIGHT_COLUMN, DailyBudget, accrue, spend
 from foreshock.contract import UTC_TS
 from foreshock.models.estimators.base import require_columns
 from foreshock.models.estimators.training import snapshot_step
-from foreshock.models.evaluation.metrics import threshold_for_precision
+from foreshock.models.evaluation.alerts import threshold_for_precision
 
 # The hindsight upper bound tries entry floors that keep these shares of the cap's alerts
 # (1.0: no floor) and keeps whichever catches the most failures in the test period.

@@ -38,7 +38,9 @@ import polars as pl
 from foreshock.budget import WEIGHT_COLUMN, DailyBudget, accrue, spend
 from foreshock.contract import UTC_TS
 from foreshock.models.estimators.base import horizon_hours
-from foreshock.models.evaluation.metrics import AlertWindow, classify_alerts, match_failures
+from foreshock.models.evaluation.alerts import AlertWindow
+from foreshock.models.evaluation.caught import match_failures
+from foreshock.models.evaluation.metrics import classify_alerts
 
 REWEIGHTED = ("flags_per_day", "precision", "false_flags_per_1000_unit_days", "budget_per_day")
 
