@@ -155,12 +155,8 @@ class Config:
 
     @property
     def scores_dir(self) -> Path:
-        """Live scores: ``latest.parquet`` and one ``scores-<timestamp>.parquet`` per run."""
+        """Live scores, one file per scoring run and the newest (``models.registry.score_files``)."""
         return self.data_dir / "scores"
-
-    @property
-    def latest_scores(self) -> Path:
-        return self.scores_dir / "latest.parquet"
 
     @property
     def ingest_runs_dir(self) -> Path:

@@ -19,10 +19,11 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.contract import label_column
+from foreshock.drain.outbox_files import latest_list_dir, read_published_list
 from foreshock.lake.read import lake_summary, read_table
 from foreshock.models.estimators.training import labelled_until
-
-OUTBOX_LATEST = "LATEST"
+from foreshock.models.evaluation.backtest_report import read_report, scores_path
+from foreshock.models.registry.score_files import latest_path, run_files
 
 
 @dataclass
@@ -60,15 +61,6 @@ def _mtime(path: Path) -> datetime | None:
     return datetime.fromtimestamp(path.stat().st_mtime, UTC) if path.exists() else None
 
 
-def latest_outbox(config: Config) -> Path | None:
-    """The newest outbox directory (named in ``outbox/LATEST``), or None."""
-    pointer = config.outbox_dir / OUTBOX_LATEST
-    if not pointer.is_file():
-        return None
-    directory = config.outbox_dir / pointer.read_text().strip()
-    return directory if (directory / "risk_list.parquet").is_file() else None
-
-
 def _signals_text(signals: list[dict] | None, top: int = 3) -> str:
     if not signals:
         return ""
@@ -93,13 +85,13 @@ def risk_history(config: Config, units: list[str], model: str | None, horizon: s
     """Risk over time of ``units``: the backtest's out-of-sample series of the live model
     (``source = backtest``) followed by every live scoring run (``source = live``)."""
     parts = []
-    backtest = config.backtest_dir / "scores.parquet"
+    backtest = scores_path(config.backtest_dir)
     if backtest.is_file():
         scores = pl.scan_parquet(backtest).filter(pl.col("unit_id").is_in(units) & (pl.col("horizon") == horizon))
         if model is not None:
             scores = scores.filter(pl.col("model") == model)
         parts.append(scores.select("unit_id", "ts", "risk", pl.lit("backtest").alias("source")).collect())
-    live = sorted(config.scores_dir.glob("scores-*.parquet"))
+    live = run_files(config.scores_dir)
     if live:
         frame = pl.concat([pl.read_parquet(p, columns=["unit_id", "ts", "horizon", "risk"]) for p in live])
         parts.append(
@@ -116,7 +108,7 @@ def risk_history(config: Config, units: list[str], model: str | None, horizon: s
 def backtest_outcomes(config: Config, horizon: str) -> pl.DataFrame | None:
     """``model, risk, label`` of every backtest snapshot at ``horizon`` whose outcome is
     known at the end of the backtest (for the calibration plot)."""
-    path = config.backtest_dir / "scores.parquet"
+    path = scores_path(config.backtest_dir)
     if not path.is_file():
         return None
     scores = pl.read_parquet(path).filter(pl.col("horizon") == horizon)
@@ -174,7 +166,7 @@ def freshness(config: Config, champion: dict | None, outbox: Path | None, summar
         Freshness("features", feature_written, None, "features"),
         Freshness("backtest", _mtime(config.backtest_dir / "report.json"), None, "backtest"),
         Freshness("train", champion["registered_at"] if champion else None, None, "train / review"),
-        Freshness("score", _mtime(config.latest_scores), None, "score"),
+        Freshness("score", _mtime(latest_path(config.scores_dir)), None, "score"),
         Freshness("publish", _mtime(outbox / "risk_list.parquet") if outbox else None, None, "publish"),
         Freshness("replay", _mtime(config.reports_dir / "replay" / "replay.json"), None, "replay"),
     ]
@@ -213,15 +205,15 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
     if telemetry_until is not None and failures.height:
         recent = failures.filter(pl.col("failed_at") > pl.lit(telemetry_until) - pl.duration(days=7))
         summary["failures_last_7d"] = recent.height
-    outbox = latest_outbox(config)
+    outbox = latest_list_dir(config.outbox_dir)
     units = history = top_failures = None
     live_model = None
     if outbox is not None:
-        risk_list = pl.read_parquet(outbox / "risk_list.parquet")
+        risk_list = read_published_list(outbox)
         summary["actions"] = dict(risk_list.group_by("action").len().iter_rows())
         summary["risk_list"] = outbox.name
         units = top_units(risk_list, top)
-    latest = config.latest_scores
+    latest = latest_path(config.scores_dir)
     if latest.is_file():
         live_model = pl.read_parquet(latest, columns=["model"])["model"].first()
         if units is None:
@@ -231,9 +223,7 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         ids = units["unit_id"].to_list()
         history = risk_history(config, ids, live_model, horizon)
         top_failures = failures.filter(pl.col("unit_id").is_in(ids)).select("unit_id", "failed_at", "mode")
-    backtest = None
-    if (config.backtest_dir / "report.json").is_file():
-        backtest = json.loads((config.backtest_dir / "report.json").read_text())
+    backtest = read_report(config.backtest_dir)
     replay_json = config.reports_dir / "replay" / "replay.json"
     champion = champion_summary(config)
     return FleetStatus(

@@ -20,13 +20,15 @@ staging directory is removed by the next publish (under the outbox lock)::
         policy_state.parquet                hysteresis / burn-in state for the next run
         manifest.json                       counts, model, files, notes (written last)
     data/outbox/LATEST                      name of the newest directory
+
+The folder's names (staging, ``LATEST``, the manifest) and its readers are
+:mod:`foreshock.drain.outbox_files`'s; this module decides and writes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,15 +49,18 @@ from foreshock.drain.kubernetes import (
     uncordon_script,
 )
 from foreshock.drain.notify import Message, NotifySettings, drain_message, send
+from foreshock.drain.outbox_files import (
+    MANIFEST_FILE,
+    new_name,
+    newest_list_dir,
+    point_latest,
+    read_published_list,
+    remove_staging_leftovers,
+    staging_dir,
+)
 from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, format_hours, unit_risk_table
 from foreshock.drain.release import nodes_to_release
-from foreshock.drain.risk_list import (
-    FILE_STEM,
-    SCHEMA_VERSION,
-    build_risk_list,
-    read_risk_list,
-    write_risk_list,
-)
+from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list, write_risk_list
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import RESUME_SCRIPT, SCRIPT_NAME, resume_script, slurm_script
 from foreshock.drain.state import STATE_FILE, PolicyState
@@ -66,11 +71,7 @@ from foreshock.lake.atomic import atomic_write_text
 from foreshock.lake.layout import partition_files
 from foreshock.lake.locks import directory_lock
 from foreshock.lake.read import read_table
-
-LATEST_FILE = "LATEST"
-STAGING_PREFIX = ".staging-"
-MANIFEST_FILE = "manifest.json"
-DIR_FORMAT = "%Y%m%dT%H%M%SZ"
+from foreshock.models.registry.score_files import latest_path
 
 
 @dataclass
@@ -158,19 +159,6 @@ def _one_model(scores: pl.DataFrame, model: str | None, source: Path) -> pl.Data
     return scores
 
 
-def previous_list_dir(outbox_dir: Path) -> Path | None:
-    """The newest complete outbox directory (manifest and risk list present), if any."""
-    outbox_dir = Path(outbox_dir)
-    if not outbox_dir.is_dir():
-        return None
-    names = sorted(
-        p.name
-        for p in outbox_dir.iterdir()
-        if not p.name.startswith(".") and (p / MANIFEST_FILE).is_file() and (p / f"{FILE_STEM}.parquet").is_file()
-    )
-    return outbox_dir / names[-1] if names else None
-
-
 def load_state(outbox_dir: Path, previous_dir: Path | None) -> PolicyState:
     """The policy state the newest complete publish left (empty on the first publish).
 
@@ -180,21 +168,6 @@ def load_state(outbox_dir: Path, previous_dir: Path | None) -> PolicyState:
     if previous_dir is not None and (previous_dir / STATE_FILE).is_file():
         return PolicyState.load(previous_dir / STATE_FILE)
     return PolicyState.load(Path(outbox_dir) / STATE_FILE)
-
-
-def _new_name(outbox_dir: Path, generated_at: datetime) -> str:
-    base = generated_at.strftime(DIR_FORMAT)
-    name, suffix = base, 1
-    while (Path(outbox_dir) / name).exists():
-        name = f"{base}-{suffix:02d}"
-        suffix += 1
-    return name
-
-
-def _remove_staging_leftovers(outbox_dir: Path) -> None:
-    """Staging directories of publishes that failed or were killed (caller holds the lock)."""
-    for leftover in Path(outbox_dir).glob(f"{STAGING_PREFIX}*"):
-        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _write_script(path: Path, text: str) -> Path:
@@ -361,15 +334,15 @@ def publish(
         When the newest scores are older than ``[policy] max_score_age`` (and not
         ``allow_stale``); nothing is written.
     """
-    scores_path = Path(scores_path or config.latest_scores)
+    scores_path = Path(scores_path or latest_path(config.scores_dir))
     if not scores_path.is_file():
         raise FileNotFoundError(f"no scores to publish: {scores_path} (run scoring first)")
     generated_at = (generated_at or datetime.now(UTC)).astimezone(UTC)
     notify = NotifySettings.from_config(config)  # a bad [notify] section stops before anything is written
     outbox_dir = Path(config.outbox_dir)
     with directory_lock(outbox_dir):  # one publish at a time: the previous list must not move
-        _remove_staging_leftovers(outbox_dir)
-        previous_dir = previous_list_dir(outbox_dir)
+        remove_staging_leftovers(outbox_dir)
+        previous_dir = newest_list_dir(outbox_dir)
         draft = build_list(
             config,
             scores_path,
@@ -380,15 +353,15 @@ def publish(
         )
         if not allow_stale:
             check_fresh(draft.decision_time, generated_at, config.duration("policy", "max_score_age"))
-        previous = read_risk_list(previous_dir / f"{FILE_STEM}.parquet") if previous_dir else None
+        previous = read_published_list(previous_dir) if previous_dir else None
         diff = diff_risk_lists(previous, draft.risk_list)
-        name = _new_name(outbox_dir, generated_at)
-        staging = outbox_dir / f"{STAGING_PREFIX}{name}-{os.getpid()}"
+        name = new_name(outbox_dir, generated_at)
+        staging = staging_dir(outbox_dir, name)
         max_age = npd_max_age or config.duration("policy", "export_max_age")
         files = write_directory(draft, diff, previous_dir, staging, max_age)
         directory = outbox_dir / name
         os.rename(staging, directory)  # the directory appears complete or not at all
-        atomic_write_text(outbox_dir / LATEST_FILE, name + "\n")
+        point_latest(outbox_dir, name)
         metrics = write_textfile(
             textfile_path(config),
             render(

@@ -115,14 +115,14 @@ def signals_as_text(column: str = "top_signals") -> pl.Expr:
     return pl.col(column).list.eval(item).list.join("; ").fill_null("")
 
 
+def list_paths(directory: Path) -> dict[str, Path]:
+    """The list's files in ``directory`` by format: ``parquet``, ``csv``, ``jsonl``."""
+    return {fmt: Path(directory) / f"{FILE_STEM}.{fmt}" for fmt in ("parquet", "csv", "jsonl")}
+
+
 def write_risk_list(frame: pl.DataFrame, directory: Path) -> dict[str, Path]:
     """Write the list as Parquet, CSV and JSON Lines; returns the paths by format."""
-    directory = Path(directory)
-    paths = {
-        "parquet": directory / f"{FILE_STEM}.parquet",
-        "csv": directory / f"{FILE_STEM}.csv",
-        "jsonl": directory / f"{FILE_STEM}.jsonl",
-    }
+    paths = list_paths(directory)
     atomic_write_parquet(frame, paths["parquet"])
     flat = frame.with_columns(signals_as_text())
     atomic_write_text(paths["csv"], flat.write_csv())

@@ -50,12 +50,14 @@ def backtest_flow(settings: dict, ground_truth: str | None = None, out_dir: str 
 
 
 def run_backtest(args: argparse.Namespace, config: Config) -> int:
+    from foreshock.models.evaluation.backtest_report import REPORT_MD
+
     if args.ground_truth and not Path(args.ground_truth).is_file():
         raise UserError(f"ground truth file not found: {args.ground_truth}")
     inputs.require_features(config)  # one line, before any flow run starts
     result = backtest_flow(config.to_settings(args.config), ground_truth=args.ground_truth, out_dir=args.out)
     out = Path(result["out_dir"])
-    print((out / "report.md").read_text())
+    print((out / REPORT_MD).read_text())
     print(f"backtest: {result['scores']} out-of-sample scores over {result['folds']} folds in {out}")
     return 0
 

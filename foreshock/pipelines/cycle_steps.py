@@ -12,7 +12,6 @@ from pathlib import Path
 
 from foreshock.config import Config
 from foreshock.errors import missing
-from foreshock.lake.atomic import atomic_write_parquet
 from foreshock.pipelines import inputs
 from foreshock.pipelines.runtime import stamp
 
@@ -21,6 +20,7 @@ def score_latest(settings: dict) -> str:
     """Score the newest snapshot of every unit with the champion; returns the path of
     ``scores/latest.parquet``."""
     from foreshock.models.registry.registry import load_champion
+    from foreshock.models.registry.score_files import write_scores
     from foreshock.models.registry.scoring import live_scores
 
     config = Config.from_settings(settings)
@@ -28,10 +28,7 @@ def score_latest(settings: dict) -> str:
     snapshots = inputs.feature_source(config).latest()  # the last days' partitions only
     if snapshots.height == 0:
         raise missing("no feature snapshots", config.features_dir, "features")
-    scores = live_scores(champion, snapshots)
-    atomic_write_parquet(scores, config.scores_dir / f"scores-{stamp()}.parquet")
-    atomic_write_parquet(scores, config.latest_scores)
-    return str(config.latest_scores)
+    return str(write_scores(live_scores(champion, snapshots), config.scores_dir, stamp()))
 
 
 def trust_settings(config: Config) -> dict:

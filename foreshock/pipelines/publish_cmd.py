@@ -11,7 +11,6 @@ directly, with neither a temporary server nor Prefect imported.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +19,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.errors import MissingInputError, UserError
+from foreshock.models.registry.score_files import LATEST_FILE, latest_path
 from foreshock.pipelines.cycle_steps import publish_outbox
 from foreshock.pipelines.runtime import add_json_flag, flows_tracked, print_json
 
@@ -48,15 +48,17 @@ def _node_states(args: argparse.Namespace) -> pl.DataFrame | None:
 
 def run_publish(args: argparse.Namespace, config: Config) -> int:
     from foreshock.drain.outbox import format_top
-    from foreshock.drain.risk_list import read_risk_list
+    from foreshock.drain.outbox_files import node_states_path as sinfo_path
+    from foreshock.drain.outbox_files import read_manifest, read_published_list
+    from foreshock.drain.slurm import RESUME_SCRIPT, SCRIPT_NAME
 
-    scores_path = Path(args.scores) if args.scores else config.latest_scores
+    scores_path = Path(args.scores) if args.scores else latest_path(config.scores_dir)
     if not scores_path.is_file():
         raise MissingInputError(f"no scores to publish: {scores_path}: run `foreshock score` first")
     node_states_path = Path(args.node_states) if args.node_states else None
     if args.sinfo:  # snapshot the live state into a file the flow can take as a path
         states = _node_states(args)
-        node_states_path = config.outbox_dir / "sinfo-latest.txt"
+        node_states_path = sinfo_path(config.outbox_dir)
         node_states_path.parent.mkdir(parents=True, exist_ok=True)
         node_states_path.write_text(
             "\n".join(f"{r['node']}|{r['state']}|{r['reason'] or 'none'}" for r in states.to_dicts()) + "\n"
@@ -74,7 +76,7 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
         directory = Path(publish_flow(*values))
     else:  # without a Prefect API the outbox is written directly (no temporary server, no artifact)
         directory = Path(publish_outbox(*values))
-    risk_list = read_risk_list(directory / "risk_list.parquet")
+    risk_list = read_published_list(directory)
     if args.json:
         print_json(
             {
@@ -88,16 +90,16 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
     print(f"\noutbox: {directory}")
     for name in sorted(p.name for p in directory.iterdir()):
         print(f"  {name}")
-    print(f"dry run the Slurm drains with: bash {directory / 'slurm_drain.sh'}  (add --apply to drain)")
-    released = json.loads((directory / "manifest.json").read_text()).get("released_nodes", [])
+    print(f"dry run the Slurm drains with: bash {directory / SCRIPT_NAME}  (add --apply to drain)")
+    released = read_manifest(directory).get("released_nodes", [])
     if released:
-        print(f"{len(released)} node(s) to undrain: bash {directory / 'slurm_resume.sh'}  (add --apply to resume)")
+        print(f"{len(released)} node(s) to undrain: bash {directory / RESUME_SCRIPT}  (add --apply to resume)")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     publish = sub.add_parser("publish", help="write drain recommendations and exports to data/outbox/<timestamp>/")
-    publish.add_argument("--scores", help="scores file (default: data/scores/latest.parquet)")
+    publish.add_argument("--scores", help=f"scores file (default: data/scores/{LATEST_FILE})")
     states = publish.add_mutually_exclusive_group()
     states.add_argument(
         "--node-states",

@@ -36,8 +36,8 @@ def _attach_risk_list(directory: str, top: int = 20) -> None:
     from prefect.artifacts import create_markdown_artifact
 
     from foreshock.drain.outbox import format_top
-    from foreshock.drain.risk_list import read_risk_list
+    from foreshock.drain.outbox_files import read_published_list
 
-    risk_list = read_risk_list(Path(directory) / "risk_list.parquet")
+    risk_list = read_published_list(directory)
     markdown = f"# foreshock risk list {Path(directory).name}\n\n```\n{format_top(risk_list, top)}\n```\n\noutbox: `{directory}`\n"
     create_markdown_artifact(markdown=markdown, key="foreshock-risk-list", description=f"top {top} of {directory}")

@@ -62,7 +62,9 @@ def replay_flow(
 
 
 def run_replay_cmd(args: argparse.Namespace, config: Config) -> int:
-    scores_path = Path(args.scores) if args.scores else config.backtest_dir / "scores.parquet"
+    from foreshock.models.evaluation.backtest_report import scores_path as backtest_scores
+
+    scores_path = Path(args.scores) if args.scores else backtest_scores(config.backtest_dir)
     if not scores_path.is_file():
         raise MissingInputError(f"no backtest scores at {scores_path}: run `foreshock backtest` first")
     if args.ground_truth is not None and not Path(args.ground_truth).is_file():

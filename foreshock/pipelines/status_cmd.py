@@ -9,7 +9,6 @@ unreadable): a cron job or a monitoring probe can alert on the code alone.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from dataclasses import asdict, dataclass
@@ -96,23 +95,23 @@ def features_status(config: Config) -> tuple[datetime | None, int, str]:
 
 
 def scores_status(config: Config) -> tuple[datetime | None, int, str]:
-    path = config.latest_scores
-    if not path.is_file():
+    from foreshock.models.registry.score_files import latest_path, newest_scored
+
+    path = latest_path(config.scores_dir)
+    newest = newest_scored(config.scores_dir)
+    if newest is None:
         return None, 0, f"no {path}: run `foreshock score`"
-    frame = pl.scan_parquet(path).select(pl.len().alias("rows"), pl.col("ts").max().alias("last"))
-    row = frame.collect().row(0, named=True)
-    return _utc(row["last"]), int(row["rows"]), f"newest scored snapshot in {path.name}"
+    return _utc(newest[0]), newest[1], f"newest scored snapshot in {path.name}"
 
 
 def outbox_status(config: Config) -> tuple[datetime | None, int, str]:
-    from foreshock.drain.outbox import previous_list_dir
+    from foreshock.drain.outbox_files import newest_list_dir, published_rows, read_manifest
 
-    directory = previous_list_dir(config.outbox_dir)
+    directory = newest_list_dir(config.outbox_dir)
     if directory is None:
         return None, 0, f"no risk list under {config.outbox_dir}: run `foreshock publish`"
-    manifest = json.loads((directory / "manifest.json").read_text())
-    rows = pl.scan_parquet(directory / "risk_list.parquet").select(pl.len()).collect().item()
-    return _utc(datetime.fromisoformat(manifest["generated_at"])), int(rows), f"newest risk list {directory.name}"
+    generated_at = datetime.fromisoformat(read_manifest(directory)["generated_at"])
+    return _utc(generated_at), published_rows(directory), f"newest risk list {directory.name}"
 
 
 def champion_status(config: Config) -> tuple[datetime | None, int | None, str]:

@@ -13,7 +13,8 @@ import polars as pl
 import pytest
 from drain_helpers import T0, score_rows, write_scores
 
-from foreshock.drain.outbox import StaleScoresError, previous_list_dir, publish
+from foreshock.drain.outbox import StaleScoresError, publish
+from foreshock.drain.outbox_files import newest_list_dir
 from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import node_reasons, slurm_script
@@ -253,7 +254,7 @@ class TestStaleScores:
         assert "\n" not in message
         assert message.startswith("scores are 29d old (newest snapshot 2026-11-01 00:00 UTC")
         assert "max_score_age = 6h" in message and "--allow-stale" in message
-        assert not drain_config.outbox_dir.exists() or not previous_list_dir(drain_config.outbox_dir)
+        assert not drain_config.outbox_dir.exists() or not newest_list_dir(drain_config.outbox_dir)
 
         forced = publish(drain_config, generated_at=now, allow_stale=True)
         assert forced.risk_list["action"][0] == "drain_now"

@@ -44,6 +44,18 @@ def write_result(result: BacktestResult, out_dir: Path) -> Path:
     return out_dir
 
 
+def scores_path(out_dir: Path) -> Path:
+    """``<out_dir>/scores.parquet``, for readers that scan only some of the scores (the
+    fleet page, the replay)."""
+    return Path(out_dir) / SCORES_FILE
+
+
+def read_report(out_dir: Path) -> dict | None:
+    """The judged report (``report.json``), or None when no backtest wrote one in ``out_dir``."""
+    path = Path(out_dir) / REPORT_JSON
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def read_result(out_dir: Path) -> SavedBacktest:
     """Read a result written by :func:`write_result` (raises naming the files that are missing)."""
     out_dir = Path(out_dir)
