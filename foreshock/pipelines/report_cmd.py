@@ -1,6 +1,6 @@
 """``foreshock report``: the fleet risk page, one self-contained HTML file.
 
-data dir -> foreshock.drain.fleet_status (gather) -> fleet_status_report (render)
+data dir -> foreshock.reporting.fleet_status (gather) -> fleet_status_report (render)
          -> data/reports/fleet-<timestamp>.html and data/reports/fleet.html
 """
 
@@ -14,8 +14,8 @@ from foreshock.pipelines.runtime import configure_mlflow
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    from foreshock.drain.fleet_status import fleet_status
-    from foreshock.drain.fleet_status_report import write_fleet_page
+    from foreshock.reporting.fleet_status import fleet_status
+    from foreshock.reporting.fleet_status_report import write_fleet_page
 
     if not config.lake_dir.is_dir():
         raise missing("no lake", config.lake_dir, "ingest")

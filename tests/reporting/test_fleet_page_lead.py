@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import polars as pl
 
-from foreshock.drain.fleet_status import FleetStatus
-from foreshock.drain.fleet_status_report import render_fleet_page
 from foreshock.drain.outbox import format_top
+from foreshock.reporting.fleet_status import FleetStatus
+from foreshock.reporting.fleet_status_report import render_fleet_page
 
 
 def _risk_list() -> pl.DataFrame:

@@ -3,7 +3,7 @@ data directory the pipeline has filled.
 
 Everything here reads what earlier stages wrote — the lake, the feature store, the
 backtest, the live scores, the outbox, the replay and the MLflow registry — and returns
-plain frames and dicts; :mod:`foreshock.drain.fleet_status_report` renders them.  A part
+plain frames and dicts; :mod:`foreshock.reporting.fleet_status_report` renders them.  A part
 whose inputs are missing is ``None`` and the page says which command makes it.
 """
 

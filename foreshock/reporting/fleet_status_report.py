@@ -1,5 +1,5 @@
 """The fleet risk page: one self-contained HTML file (inline CSS, inline SVG plots, no
-script, no external request) rendered from a :class:`~foreshock.drain.fleet_status.FleetStatus`.
+script, no external request) rendered from a :class:`~foreshock.reporting.fleet_status.FleetStatus`.
 
 Plots are made for rare events: risk over time per unit on a log axis with the drain
 thresholds drawn in, and calibration in equal-count bins on log–log axes (with linear
@@ -18,10 +18,10 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from foreshock.drain.fleet_status import FleetStatus
 from foreshock.drain.policy import format_hours
 from foreshock.lake.atomic import atomic_write_text
 from foreshock.models.evaluation.plots import calibration_curve
+from foreshock.reporting.fleet_status import FleetStatus
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
