@@ -92,11 +92,13 @@ def backtest_child(work: Path) -> None:
     from foreshock.config import load_config
     from foreshock.lake.read import read_table
     from foreshock.models.evaluation.backtest import walk_forward
+    from foreshock.models.evaluation.backtest_report import write_result
     from foreshock.pipelines import inputs
 
     config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
     inventory = read_table(config.lake_dir, "inventory")
-    walk_forward(inputs.features(config), inputs.failures(config), config, inventory=inventory).save(work / "backtest")
+    result = walk_forward(inputs.features(config), inputs.failures(config), config, inventory=inventory)
+    write_result(result, work / "backtest")
 
 
 # -- the judge stage ------------------------------------------------------------------------
@@ -207,7 +209,22 @@ def _cell(value, digits: int = 2) -> str:
 def render(judged: dict) -> str:
     """Markdown tables: per share, every ranking's precision, recall and median lead, for
     the fleet and per maker."""
-    lines = []
+    s = judged["sampling"]
+    lines = [
+        f"Out-of-sample days {judged['backtest_period']['start'][:10]} to {judged['backtest_period']['end'][:10]}, "
+        f"{judged['reporting_drive_days']:,} drive-days reporting; {s['failing_drives']} failing drives and "
+        f"{s['healthy_kept']} of {s['healthy_drives']} healthy drives kept (fraction {s['healthy_fraction']:g}, "
+        f"seed {s['seed']}: a kept healthy drive counts {s['healthy_weight']:g} in the reweighted figures).",
+        "",
+        "Backtest snapshot metrics (kept drives, not reweighted):",
+        "",
+        "| model | PR-AUC | C-index | calibration error |",
+        "|---|---|---|---|",
+    ]
+    for model, m in judged["models"].items():
+        lines.append(
+            f"| {model} | {_cell(m['pr_auc'], 3)} | {_cell(m['c_index'], 3)} | {_cell(m['calibration_error'], 4)} |"
+        )
     for share in judged["shares"]:
         lines += [
             f"\n### Top {share * 100:g} % of the drives reporting each day\n",
@@ -222,7 +239,7 @@ def render(judged: dict) -> str:
             lines.append(
                 f"| {r['maker']} | {r['model']} | {_cell(r['flags_per_day'], 1)} | {_cell(r['precision'])} "
                 f"| {r['caught']} / {r['failures']} | {_cell(r['recall'])} | {_cell(lead, 1)} "
-                f"| {', '.join(r['reweighted']) or 'no'} |"
+                f"| {'yes' if r['reweighted'] else 'no'} |"
             )
     return "\n".join(lines)
 
