@@ -48,12 +48,6 @@ from foreshock.lake.changes import consume_changes, read_changes
 from foreshock.lake.layout import lake_shards, partition_dates, partition_files, shard_of
 from foreshock.lake.read import read_table, scan_table
 
-# Snapshots per block: bounds the memory of one shard's window frame.
-MAX_BLOCK = timedelta(days=7)
-# A first-pass task stacks consecutive blocks of a small fleet up to about this many grid
-# rows (units of a shard x buckets, lookback included): one 7-day block of a 4,096-GPU
-# fleet in 8 shards is this size alone, a 256-GPU month fits in one task.
-MAX_TASK_ROWS = 2**18
 ROLLUP_THREADS = 2
 
 
@@ -429,10 +423,14 @@ class UpdatePlan:
     Spans are the snapshots after the last stored one, plus, for rows that arrived late
     (older than snapshots already stored), the snapshots those rows can affect.  Every
     span is computed for every shard (the peer features of a snapshot need all of them).
+    ``block`` and ``max_task_rows`` are ``[features] block_days`` and ``max_task_rows``:
+    they bound what one first-pass task holds (:meth:`blocks`, :meth:`block_groups`).
     """
 
     spans: tuple[tuple[datetime, datetime], ...]
     shards: int
+    block: timedelta
+    max_task_rows: int
     changes: int = 0
     units: int = 0  # units in the inventory (0: unknown, one block per task)
 
@@ -465,7 +463,7 @@ class UpdatePlan:
         for first, last in self.spans:
             lo = first
             while lo <= last:
-                midnight = datetime.combine(lo.date(), datetime.min.time(), tzinfo=UTC) + MAX_BLOCK
+                midnight = datetime.combine(lo.date(), datetime.min.time(), tzinfo=UTC) + self.block
                 hi = min(last, midnight - timedelta(microseconds=1))
                 if last - hi < timedelta(days=1):
                     hi = last
@@ -475,7 +473,7 @@ class UpdatePlan:
 
     def block_groups(self, spec: FeatureSpec) -> list[list[tuple[datetime, datetime]]]:
         """:meth:`blocks` in runs of consecutive blocks, one run per first-pass task: as
-        many as fit :data:`MAX_TASK_ROWS` grid rows of one shard (a small fleet's whole
+        many as fit ``max_task_rows`` grid rows of one shard (a small fleet's whole
         span in one task instead of a task per week, each rereading its lookback)."""
         per_shard = -(-self.units // self.shards)
         groups: list[list[tuple[datetime, datetime]]] = []
@@ -483,13 +481,28 @@ class UpdatePlan:
         for lo, hi in self.blocks():
             cost = per_shard * ((hi - lo + spec.lookback) // spec.every + 1)
             touching = groups and lo == groups[-1][-1][1] + timedelta(microseconds=1)
-            if per_shard and touching and rows + cost <= MAX_TASK_ROWS:
+            if per_shard and touching and rows + cost <= self.max_task_rows:
                 groups[-1].append((lo, hi))
                 rows += cost
             else:
                 groups.append([(lo, hi)])
                 rows = cost
         return groups
+
+    def chunks(
+        self, spec: FeatureSpec
+    ) -> list[tuple[list[tuple[datetime, datetime]], list[tuple[date, datetime, datetime]]]]:
+        """The run in time order, one chunk after the other: each chunk is one of
+        :meth:`block_groups` (every shard's first pass) and the :meth:`day_spans` of the
+        dates it covers (their peer pass and write).  A run that writes a chunk's dates
+        before staging the next holds one chunk at a time, whatever the days it covers; a
+        date's snapshots lie in one block (blocks end at midnight), so in one chunk."""
+        days = self.day_spans()
+        out = []
+        for group in self.block_groups(spec):
+            lo, hi = group[0][0], group[-1][1]
+            out.append((group, [span for span in days if lo <= span[1] and span[2] <= hi]))
+        return out
 
 
 def late_spans(changes: list[dict], spec: FeatureSpec, stored: datetime) -> list[tuple[datetime, datetime]]:
@@ -552,9 +565,12 @@ def plan_update(
     if not spans:
         consume_changes(config.lake_dir, handled)  # nothing they could change is stored
         return None
+    section = config.section("features")
     return UpdatePlan(
         spans=_merged(spans, spec.every),
         shards=lake_shards(config.lake_dir, config.shards),
+        block=timedelta(days=int(section["block_days"])),
+        max_task_rows=int(section["max_task_rows"]),
         changes=handled,
         units=read_table(config.lake_dir, "inventory").height,
     )
@@ -623,12 +639,14 @@ def update_features(
     plan = plan_update(config, start, end, full)
     if plan is None:
         return 0
-    # Shards side by side on [runner] local_workers threads, as the flow's thread pool runs
-    # its shard tasks (each shard writes its own staging files).
+    rows = 0
+    # Chunk by chunk (the flow does the same): a chunk's dates are written before the next
+    # chunk is staged.  Shards side by side on [runner] local_workers threads, as the
+    # flow's thread pool runs its shard tasks (each shard writes its own staging files).
     with ThreadPoolExecutor(max_workers=config.local_workers) as pool:
-        for blocks in plan.block_groups(feature_spec(config)):
+        for blocks, days in plan.chunks(feature_spec(config)):
             list(pool.map(lambda shard, blocks=blocks: stage_shard(config, shard, blocks), range(plan.shards)))
-    rows = finalize_days(config, plan.day_spans())
+            rows += finalize_days(config, days)
     finish_update(config, plan)
     return rows
 

@@ -110,6 +110,11 @@ def add_lot_failure_rates(
     )
     asked = frame.select("lot", "ts").drop_nulls("lot").unique()
     names = [f"lot_failure_rate_{spec.name(w)}" for w in spec.windows]
+    if asked.height:
+        # Only failures within the longest window of these snapshots can count: the pairs
+        # below grow with the snapshots' span, not with the failures of the whole history.
+        lo, hi = asked.get_column("ts").min(), asked.get_column("ts").max()
+        lot_failures = lot_failures.filter((pl.col("failed_at") > lo - spec.longest) & (pl.col("failed_at") <= hi))
     pairs = asked.join(lot_failures, on="lot", how="inner")
     counts = pairs.group_by("lot", "ts").agg(
         *[
@@ -174,25 +179,27 @@ def cohort_hazard_curves(lives: pl.DataFrame, inventory: pl.DataFrame, as_of: li
             (pl.col("life_end").is_not_null() & (pl.col("end_known_at") < at)).alias("failed"),
         )
     )
-    events = seen.filter("failed").select("_as_of", "cohort", pl.col("observed_h").alias("age_h"))
-    if events.height == 0:
+    if seen.filter("failed").height == 0:
         return pl.DataFrame(
             schema={"_as_of": UTC_TS, "cohort": pl.String, "age_h": pl.Float64, "cum_hazard": pl.Float64}
         )
-    at_risk = (
-        events.unique()
-        .join(seen.select("_as_of", "cohort", "observed_h"), on=["_as_of", "cohort"])
-        .group_by("_as_of", "cohort", "age_h")
-        .agg((pl.col("observed_h") >= pl.col("age_h")).sum().alias("n_at_risk"))
+    # At risk at age a: the lives observed at least a hours.  Counted over the lives sorted
+    # by observed age, oldest first (a running count per moment and cohort), not by pairing
+    # every failure with every life: that pairing grew with the square of the failures
+    # known, i.e. with the history kept.
+    by_age = (
+        seen.group_by("_as_of", "cohort", "observed_h")
+        .agg(pl.len().alias("_lives"), pl.col("failed").sum().alias("d"))
+        .sort("_as_of", "cohort", "observed_h", descending=[False, False, True])
+        .with_columns(pl.col("_lives").cum_sum().over("_as_of", "cohort").alias("n_at_risk"))
     )
-    deaths = events.group_by("_as_of", "cohort", "age_h").agg(pl.len().alias("d"))
     return (
-        deaths.join(at_risk, on=["_as_of", "cohort", "age_h"])
-        .sort("_as_of", "cohort", "age_h")
+        by_age.filter(pl.col("d") > 0)
+        .sort("_as_of", "cohort", "observed_h")
         .select(
             "_as_of",
             "cohort",
-            "age_h",
+            pl.col("observed_h").alias("age_h"),
             (pl.col("d") / pl.col("n_at_risk")).cum_sum().over("_as_of", "cohort").alias("cum_hazard"),
         )
     )

@@ -13,7 +13,7 @@ import difflib
 import os
 import threading
 from collections.abc import Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -129,11 +129,11 @@ def write_features(
     parts = {(day, shard): frame.slice(at, n) for day, shard, at, n in runs.iter_rows()}
     if replace is not None:
         lo, hi = replace
-        for path in feature_files(features_dir):
-            day = date.fromisoformat(path.parent.parent.name.split("=", 1)[1])
-            shard = int(path.parent.name.split("=", 1)[1])
-            if lo.date() <= day <= hi.date():
-                parts.setdefault((day, shard), frame.head(0))
+        # Only the replaced dates' folders are listed (not the whole store at every date).
+        for offset in range((hi.date() - lo.date()).days + 1):
+            day = lo.date() + timedelta(days=offset)
+            for path in sorted(Path(features_dir).glob(f"date={day.isoformat()}/shard=*/{PART_NAME}")):
+                parts.setdefault((day, int(path.parent.name.split("=", 1)[1])), frame.head(0))
     for (day, shard), part in parts.items():
         path = partition_path(features_dir, day, shard)
         if path.exists():

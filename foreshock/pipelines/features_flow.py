@@ -2,9 +2,9 @@
 
 Wiring only; the work lives in :mod:`features.build`.  Two kinds of coarse tasks:
 
-- ``features-shard``: one unit shard over consecutive blocks of up to 7 days of snapshots
-  (reads each raw partition of the blocks once, plus the lookback before them; a small
-  fleet's whole span is one task per shard);
+- ``features-shard``: one unit shard over consecutive blocks of ``[features] block_days``
+  of snapshots (reads each raw partition of the blocks once, plus the lookback before
+  them; a small fleet's whole span is one task per shard);
 - ``features-dates``: up to a week of dates, each over all shards (peer features: rack
   error rate, the temperature-vs-power residual), then the rows are written to
   ``data/features/date=.../shard=.../part.parquet``.
@@ -65,19 +65,25 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
     )
     if plan is None:
         return {"snapshots_from": None, "snapshots_to": None, "rows": 0, "partitions": 0}
-    staged = [
-        stage_shard_task.submit(settings, shard, [[lo.isoformat(), hi.isoformat()] for lo, hi in blocks])
-        for blocks in plan.block_groups(feature_spec(config))
-        for shard in range(plan.shards)
-    ]
-    staged_files = [future.result() for future in track(staged, "features: shard blocks")]
-    # Each date waits for every shard's first pass (the peer features need all of them).
-    spans = [[day.isoformat(), lo.isoformat(), hi.isoformat()] for day, lo, hi in plan.day_spans()]
-    rows = [
-        finalize_days_task.submit(settings, spans[i : i + DATES_PER_TASK], staged_files)
-        for i in range(0, len(spans), DATES_PER_TASK)
-    ]
-    written = sum(future.result() for future in track(rows, "features: dates"))
+    # Chunk by chunk in time (features.build.UpdatePlan.chunks): a chunk's dates are
+    # submitted for writing before the next chunk's shards are staged, so a run holds one
+    # or two chunks whatever the days it covers (the write of one overlaps the next's
+    # first pass on the task runner).
+    staged_files: list[list[str]] = []
+    rows = []
+    for blocks, days in track(plan.chunks(feature_spec(config)), "features: time chunks"):
+        times = [[lo.isoformat(), hi.isoformat()] for lo, hi in blocks]
+        chunk_files = [
+            future.result() for future in [stage_shard_task.submit(settings, s, times) for s in range(plan.shards)]
+        ]
+        staged_files += chunk_files
+        # Each date waits for every shard's first pass (the peer features need all of them).
+        spans = [[day.isoformat(), lo.isoformat(), hi.isoformat()] for day, lo, hi in days]
+        rows += [
+            finalize_days_task.submit(settings, spans[i : i + DATES_PER_TASK], chunk_files)
+            for i in range(0, len(spans), DATES_PER_TASK)
+        ]
+    written = sum(future.result() for future in rows)
     finish_update(config, plan)
     return {
         "snapshots_from": plan.first.isoformat(),
