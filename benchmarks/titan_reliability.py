@@ -32,16 +32,11 @@ import polars as pl
 
 from foreshock.config import load_config
 from foreshock.lake.read import read_table
-from foreshock.models.reliability.reliability import (
-    ReliabilitySettings,
-    cohort_reliability,
-    cox_hazard_ratios,
-    cumulative_incidence,
-    domain_dispersion,
-    job_interruptions,
-    unit_lives,
-)
+from foreshock.models.reliability.fleet import ReliabilitySettings
+from foreshock.models.reliability.interruptions import domain_dispersion, job_interruptions
+from foreshock.models.reliability.lives import unit_lives
 from foreshock.models.reliability.reliability_report import cohort_section, cox_section
+from foreshock.models.reliability.survival import cohort_reliability, cox_hazard_ratios, cumulative_incidence
 from foreshock.pipelines.cli import main as foreshock
 
 ROOT = Path(__file__).parents[1]

@@ -10,12 +10,8 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.errors import UserError, missing
 from foreshock.lake.read import read_table, scan_table
-from foreshock.models.reliability.reliability import (
-    ReliabilitySettings,
-    analyse_fleet,
-    config_duration_days,
-    unit_lives,
-)
+from foreshock.models.reliability.fleet import ReliabilitySettings, analyse_fleet, config_duration_days
+from foreshock.models.reliability.lives import unit_lives
 from foreshock.models.reliability.reliability_report import write_reliability_report
 
 

@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 
 from foreshock.contract import conform
-from foreshock.models.reliability.reliability import cohort_reliability, cox_hazard_ratios, failure_rates, unit_lives
+from foreshock.models.reliability.lives import unit_lives
+from foreshock.models.reliability.survival import cohort_reliability, cox_hazard_ratios, failure_rates
 
 T0 = datetime(2020, 1, 1, tzinfo=UTC)
 

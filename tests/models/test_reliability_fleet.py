@@ -9,13 +9,9 @@ import polars as pl
 import pytest
 
 from foreshock.contract import conform
-from foreshock.models.reliability.reliability import (
-    cox_hazard_ratios,
-    cumulative_incidence,
-    domain_dispersion,
-    job_interruptions,
-    unit_lives,
-)
+from foreshock.models.reliability.interruptions import domain_dispersion, job_interruptions
+from foreshock.models.reliability.lives import unit_lives
+from foreshock.models.reliability.survival import cox_hazard_ratios, cumulative_incidence
 
 T0 = datetime(2020, 1, 1, tzinfo=UTC)
 

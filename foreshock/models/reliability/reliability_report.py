@@ -1,6 +1,6 @@
 """Fleet reliability as people read it: a Markdown report and its figures.
 
-The computation lives in :mod:`foreshock.models.reliability.reliability`; this module only renders.
+The computation lives in :mod:`foreshock.models.reliability.fleet`; this module only renders.
 Figures are built without ``pyplot`` (no global state, Agg rendering), as in
 :mod:`foreshock.models.evaluation.plots`.
 """
@@ -14,7 +14,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from foreshock.lake.atomic import atomic_write_text
-from foreshock.models.reliability.reliability import FleetReliability
+from foreshock.models.reliability.fleet import FleetReliability
 
 
 def _days(value: float) -> str:
