@@ -130,6 +130,11 @@ def daily_flags(
     allowance = np.asarray(budget.allowance(days.get_column("reporting").to_numpy()), dtype=np.float64)
     days = days.with_columns(pl.Series("allowance", allowance))
     weighted = bool((frame.get_column(WEIGHT_COLUMN) != 1.0).any())
+    # A day never takes more than ceil(largest allowance / lightest weight) units (the carry
+    # is capped at ceil of the day's allowance): only the top of each day's list is kept.
+    lightest = min(1.0, float(frame.get_column(WEIGHT_COLUMN).min() or 1.0))
+    keep = int(np.ceil(float(allowance.max(initial=0.0)) / lightest)) + 1
+    best = best.filter(pl.int_range(pl.len()).over("day") < keep)
     picked: list[pl.DataFrame] = []
     tokens = 0.0
     by_day = {d: part for (d,), part in best.group_by(["day"], maintain_order=True)}
