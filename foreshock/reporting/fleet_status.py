@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -24,18 +23,7 @@ from foreshock.lake.read import lake_summary, read_table
 from foreshock.models.estimators.training import labelled_until
 from foreshock.models.evaluation.backtest_report import read_report, scores_path
 from foreshock.models.registry.score_files import latest_path, run_files
-
-
-@dataclass
-class Freshness:
-    """When one stage last wrote its output and the data time it covers."""
-
-    stage: str
-    written_at: datetime | None
-    data_until: datetime | None
-    command: str
-    stale: bool = False
-    note: str = ""
+from foreshock.reporting.freshness import PartStatus, pipeline_status
 
 
 @dataclass
@@ -54,11 +42,7 @@ class FleetStatus:
     calibration: pl.DataFrame | None  # model, risk, label of the backtest
     replay: dict | None
     champion: dict | None
-    freshness: list[Freshness] = field(default_factory=list)
-
-
-def _mtime(path: Path) -> datetime | None:
-    return datetime.fromtimestamp(path.stat().st_mtime, UTC) if path.exists() else None
+    freshness: list[PartStatus] = field(default_factory=list)  # foreshock status's parts
 
 
 def _signals_text(signals: list[dict] | None, top: int = 3) -> str:
@@ -153,35 +137,6 @@ def champion_summary(config: Config) -> dict | None:
     }
 
 
-def freshness(config: Config, champion: dict | None, outbox: Path | None, summary: dict) -> list[Freshness]:
-    """Each stage's last output in pipeline order; a stage is stale when its upstream
-    wrote after it (its output no longer reflects the newest input)."""
-    features = sorted(config.features_dir.rglob("*.parquet")) if config.features_dir.is_dir() else []
-    feature_written = max((_mtime(p) for p in features), default=None)
-    lake_files = sorted(config.lake_dir.rglob("*.parquet")) if config.lake_dir.is_dir() else []
-    stages = [
-        Freshness(
-            "ingest", max((_mtime(p) for p in lake_files), default=None), summary.get("telemetry_until"), "ingest"
-        ),
-        Freshness("features", feature_written, None, "features"),
-        Freshness("backtest", _mtime(config.backtest_dir / "report.json"), None, "backtest"),
-        Freshness("train", champion["registered_at"] if champion else None, None, "train / review"),
-        Freshness("score", _mtime(latest_path(config.scores_dir)), None, "score"),
-        Freshness("publish", _mtime(outbox / "risk_list.parquet") if outbox else None, None, "publish"),
-        Freshness("replay", _mtime(config.reports_dir / "replay" / "replay.json"), None, "replay"),
-    ]
-    upstream = {"features": "ingest", "backtest": "features", "score": "features", "publish": "score"}
-    by_stage = {s.stage: s for s in stages}
-    for stage in stages:
-        parent = by_stage.get(upstream.get(stage.stage, ""))
-        if stage.written_at is None:
-            stage.note = f"never run: foreshock {stage.command}"
-        elif parent is not None and parent.written_at is not None and parent.written_at > stage.written_at:
-            stage.stale = True
-            stage.note = f"older than the last {parent.stage}: rerun foreshock {stage.command}"
-    return stages
-
-
 def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -> FleetStatus:
     """Gather the fleet risk page's content from ``config.data_dir``."""
     now = now or datetime.now(UTC)
@@ -239,5 +194,5 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         calibration=backtest_outcomes(config, horizon),
         replay=json.loads(replay_json.read_text()) if replay_json.is_file() else None,
         champion=champion,
-        freshness=freshness(config, champion, outbox, summary),
+        freshness=pipeline_status(config, now),
     )

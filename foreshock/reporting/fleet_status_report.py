@@ -22,6 +22,7 @@ from foreshock.drain.policy import format_hours
 from foreshock.lake.atomic import atomic_write_text
 from foreshock.models.evaluation.plots import calibration_curve
 from foreshock.reporting.fleet_status import FleetStatus
+from foreshock.reporting.freshness import OK
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
@@ -290,19 +291,23 @@ def _champion(status: FleetStatus) -> str:
 
 
 def _freshness(status: FleetStatus) -> str:
+    """The parts ``foreshock status`` judges, as it judges them when the page was made."""
     rows = []
-    for f in status.freshness:
-        state = "stale" if f.stale else ("ok" if f.written_at else "missing")
+    for p in status.freshness:
+        d = p.to_dict()
         rows.append(
             [
-                _esc(f.stage),
-                _when(f.written_at),
-                _when(f.data_until),
-                f'<span class="{"stale" if f.stale else ("ok" if f.written_at else "")}">{state}</span>',
-                _esc(f.note),
+                _esc(p.part),
+                f'<span class="{"ok" if p.state == OK else "stale"}">{_esc(p.state)}</span>',
+                _when(p.newest),
+                _esc(d["age"] or "–"),
+                _esc(p.max_age or "–"),
+                "–" if p.rows is None else f"{p.rows:,}",
+                _esc(p.detail),
             ]
         )
-    return _table(["stage", "last written", "data until", "state", "note"], rows, left=1, text_columns=(4,))
+    headers = ["part", "state", "newest", "age", "limit", "rows", "detail"]
+    return _table(headers, rows, left=2, text_columns=(6,))
 
 
 def render_fleet_page(status: FleetStatus) -> str:
