@@ -63,14 +63,7 @@ def stage_series(
 
     names = frame.get_column("name").unique().drop_nulls().to_list()
     resolved = {n: resolve_series_name(ctx, n) for n in names if n != XID_GAUGE}
-    factors = {}
-    for name, metric in resolved.items():
-        if metric is None:
-            continue
-        target = ctx.catalog[metric].unit
-        if target in TIME_UNIT_SECONDS:
-            declared = declared_units.get(name, ctx.violation_unit)
-            factors[name] = TIME_UNIT_SECONDS[declared] / TIME_UNIT_SECONDS[target]
+    factors = _time_unit_factors(ctx, resolved, declared_units)
 
     unit_reason = (
         pl.when(pl.col("unit_id").is_null())
@@ -131,6 +124,22 @@ def stage_series(
     if xid.height:
         out["events"] = xid_events(xid, ctx, common_reason, common_field)
     return out
+
+
+def _time_unit_factors(
+    ctx: IngestContext, resolved: dict[str, str | None], declared_units: dict[str, str]
+) -> dict[str, float]:
+    """The factor that turns each series of a time metric from the unit its exporter
+    declares (else ``ctx.violation_unit``) into the catalog's unit, by series name."""
+    factors = {}
+    for name, metric in resolved.items():
+        if metric is None:
+            continue
+        target = ctx.catalog[metric].unit
+        if target in TIME_UNIT_SECONDS:
+            declared = declared_units.get(name, ctx.violation_unit)
+            factors[name] = TIME_UNIT_SECONDS[declared] / TIME_UNIT_SECONDS[target]
+    return factors
 
 
 def xid_events(xid: pl.DataFrame, ctx: IngestContext, common_reason: pl.Expr, common_field: pl.Expr) -> pl.DataFrame:

@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+import foreshock.ingest.counter_steps as counter_steps
 import foreshock.ingest.validate as validate
 from foreshock.config import load_config
 from foreshock.ingest.context import IngestContext
@@ -52,16 +53,16 @@ def ctx(tmp_path, seed):
 def steps_both_ways(frame: pl.DataFrame, ctx: IngestContext, monkeypatch) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
     """``(steps of with_counter_steps, steps of the sorted path alone, whether runs were used)``."""
     used: list[bool] = []
-    real = validate._steps_along_runs
+    real = counter_steps._steps_along_runs
 
     def recorded(*args):
         used.append(True)
         return real(*args)
 
-    monkeypatch.setattr(validate, "_steps_along_runs", recorded)
-    fast = validate.with_counter_steps(frame, ctx)
-    monkeypatch.setattr(validate, "_series_runs", lambda candidates, metric_numbers=None: None)
-    slow = validate.with_counter_steps(frame, ctx)
+    monkeypatch.setattr(counter_steps, "_steps_along_runs", recorded)
+    fast = counter_steps.with_counter_steps(frame, ctx)
+    monkeypatch.setattr(counter_steps, "_series_runs", lambda candidates, metric_numbers=None: None)
+    slow = counter_steps.with_counter_steps(frame, ctx)
     monkeypatch.undo()
     return fast, slow, used == [True]
 

@@ -9,7 +9,7 @@ import polars as pl
 
 import foreshock.ingest.store as run
 from foreshock.config import load_config
-from foreshock.ingest.validate import _sort_by_series_time
+from foreshock.ingest.counter_steps import _sort_by_series_time
 from foreshock.lake.columns import long_runs
 from foreshock.lake.layout import shard_of, with_shard
 
@@ -101,7 +101,7 @@ def test_stored_counters_take_each_series_latest_reading_from_runs_only_when_the
     from datetime import timedelta
 
     from foreshock.ingest.context import IngestContext
-    from foreshock.ingest.validate import _stored_counters
+    from foreshock.ingest.counter_steps import _stored_counters
     from foreshock.lake.layout import partition_path
     from foreshock.lake.merge import merge_into_lake
 
@@ -234,7 +234,7 @@ def test_an_unsorted_messy_ingest_gives_what_the_plain_splits_and_sorts_give(tmp
     quarantine, the per-file accounting and the change log are those of the plain
     operations (partition_by and a sort per partition, one stable sort of the counter
     readings, partition_by into shard groups)."""
-    import foreshock.ingest.validate as validate
+    import foreshock.ingest.counter_steps as validate
     import foreshock.lake.split as lake
 
     units = [f"node{n:02d}-gpu{g}" for n in range(9) for g in range(4)]

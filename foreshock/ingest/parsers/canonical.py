@@ -91,64 +91,11 @@ def stage_table(
             if name in REQUIRED[table]:
                 raise UnreadableFile(f"{table} file lacks column {name!r}")
             continue
-        source_dtype = frame.schema[name]
-        column = pl.col(name)
-        text = column.cast(pl.String).str.strip_chars()
-        missing = column.is_null() | (text == "")
-        if isinstance(dtype, pl.Datetime):
-            if isinstance(source_dtype, pl.Datetime):
-                value, reason = datetime_to_utc(column, source_dtype, ctx.timezone)
-                naive = pl.lit(getattr(source_dtype, "time_zone", None) is None)
-            else:
-                value, reason = parse_utc(text, ctx.timezone)
-                naive = is_naive(text).fill_null(False)
-            if name == TIME_COLUMN[table]:
-                exprs["_naive"] = naive.alias("_naive")
-            if name not in REQUIRED[table]:
-                reason = pl.when(~missing).then(reason)  # an optional time may be empty
-        elif dtype == pl.Float64 and source_dtype.is_numeric():
-            # A typed number (Parquet) is null only where it is missing: no text to build.
-            value = column.cast(pl.Float64)
-            reason = pl.when(column.is_null()).then(pl.lit(f"missing {name}"))
-        elif dtype == pl.Int64 and source_dtype.is_integer():
-            value = column.cast(pl.Int64, strict=False)
-            reason = (
-                pl.when(column.is_null())
-                .then(pl.lit(f"missing {name}"))
-                .when(value.is_null())
-                .then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
-            )
-        elif dtype == pl.Float64:
-            value = (
-                column.cast(pl.Float64, strict=False)
-                if source_dtype != pl.String
-                else text.cast(pl.Float64, strict=False)
-            )
-            reason = (
-                pl.when(missing)
-                .then(pl.lit(f"missing {name}"))
-                .when(value.is_null())
-                .then(pl.format("{} is not a number: '{}'", pl.lit(name), text.str.slice(0, 40)))
-            )
-        elif dtype == pl.Int64:
-            as_float = (column if source_dtype != pl.String else text).cast(pl.Float64, strict=False)
-            value = pl.when(as_float == as_float.round()).then(as_float.cast(pl.Int64, strict=False))
-            reason = (
-                pl.when(missing)
-                .then(pl.lit(f"missing {name}"))
-                .when(value.is_null())
-                .then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
-            )
-        else:
-            distinct = _clean_distinct(frame.get_column(name)) if source_dtype == pl.String else None
-            if distinct is not None:
-                clean[name] = distinct
-                missing = column.is_null()  # no value to strip or empty: skip a string pass
-                value = column
-            else:
-                value = pl.when(~missing).then(text)
-            required = name in REQUIRED[table] or name == "unit_id"
-            reason = pl.when(missing).then(pl.lit(f"missing {name}")) if required else pl.lit(None, dtype=pl.String)
+        value, reason, naive, distinct = _typed(name, dtype, frame, table, ctx)
+        if naive is not None and name == TIME_COLUMN[table]:
+            exprs["_naive"] = naive.alias("_naive")
+        if distinct is not None:
+            clean[name] = distinct
         exprs[name] = value.alias(name)
         reasons.append(reason)
         fields.append(pl.when(reason.is_not_null()).then(pl.lit(name)))
@@ -186,6 +133,69 @@ def stage_table(
     if found is not None:
         found.update({name: clean[name] for name in ("unit_id", "metric") if name in clean})
     return staged
+
+
+def _typed(
+    name: str, dtype: pl.DataType, frame: pl.DataFrame, table: str, ctx: IngestContext
+) -> tuple[pl.Expr, pl.Expr, pl.Expr | None, pl.Series | None]:
+    """Column ``name`` of ``frame`` as the contract's ``dtype``: ``(value, reason it is bad
+    or null, whether a time is naive (times only), the distinct values of a text column
+    taken as it is)``."""
+    naive, distinct = None, None
+    source_dtype = frame.schema[name]
+    column = pl.col(name)
+    text = column.cast(pl.String).str.strip_chars()
+    missing = column.is_null() | (text == "")
+    if isinstance(dtype, pl.Datetime):
+        if isinstance(source_dtype, pl.Datetime):
+            value, reason = datetime_to_utc(column, source_dtype, ctx.timezone)
+            naive = pl.lit(getattr(source_dtype, "time_zone", None) is None)
+        else:
+            value, reason = parse_utc(text, ctx.timezone)
+            naive = is_naive(text).fill_null(False)
+        if name not in REQUIRED[table]:
+            reason = pl.when(~missing).then(reason)  # an optional time may be empty
+    elif dtype == pl.Float64 and source_dtype.is_numeric():
+        # A typed number (Parquet) is null only where it is missing: no text to build.
+        value = column.cast(pl.Float64)
+        reason = pl.when(column.is_null()).then(pl.lit(f"missing {name}"))
+    elif dtype == pl.Int64 and source_dtype.is_integer():
+        value = column.cast(pl.Int64, strict=False)
+        reason = (
+            pl.when(column.is_null())
+            .then(pl.lit(f"missing {name}"))
+            .when(value.is_null())
+            .then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
+        )
+    elif dtype == pl.Float64:
+        value = (
+            column.cast(pl.Float64, strict=False) if source_dtype != pl.String else text.cast(pl.Float64, strict=False)
+        )
+        reason = (
+            pl.when(missing)
+            .then(pl.lit(f"missing {name}"))
+            .when(value.is_null())
+            .then(pl.format("{} is not a number: '{}'", pl.lit(name), text.str.slice(0, 40)))
+        )
+    elif dtype == pl.Int64:
+        as_float = (column if source_dtype != pl.String else text).cast(pl.Float64, strict=False)
+        value = pl.when(as_float == as_float.round()).then(as_float.cast(pl.Int64, strict=False))
+        reason = (
+            pl.when(missing)
+            .then(pl.lit(f"missing {name}"))
+            .when(value.is_null())
+            .then(pl.format("{} is not an integer: '{}'", pl.lit(name), text.str.slice(0, 40)))
+        )
+    else:
+        distinct = _clean_distinct(frame.get_column(name)) if source_dtype == pl.String else None
+        if distinct is not None:
+            missing = column.is_null()  # no value to strip or empty: skip a string pass
+            value = column
+        else:
+            value = pl.when(~missing).then(text)
+        required = name in REQUIRED[table] or name == "unit_id"
+        reason = pl.when(missing).then(pl.lit(f"missing {name}")) if required else pl.lit(None, dtype=pl.String)
+    return value, reason, naive, distinct
 
 
 def _clean_distinct(column: pl.Series) -> pl.Series | None:

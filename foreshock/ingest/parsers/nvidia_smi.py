@@ -306,29 +306,29 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
     )
     bad = long.filter(pl.col("_failing"))
     if bad.height:  # reason texts only for the failing rows (they are built for every row a branch sees)
-        catalog_source = ctx.catalog.source
-        bad = bad.with_columns(
-            _reason=pl.coalesce(
-                pl.col("_line_reason"),
-                pl.when(~pl.col("_known")).then(
-                    pl.format(
-                        "unknown metric '{}' (not in the metric catalog {})", pl.col("_source"), pl.lit(catalog_source)
-                    )
-                ),
-                pl.when(pl.col("_text").str.starts_with("[")).then(
-                    pl.format("nvidia-smi reported {}", pl.col("_text"))
-                ),
-                pl.when(pl.col("value").is_null()).then(
-                    pl.format("not a number: '{}'", pl.col("_text").str.slice(0, 40))
-                ),
-            ),
-            _field=pl.coalesce(
-                pl.col("_line_field"), pl.when(pl.col("_line_reason").is_null()).then(pl.col("_source"))
-            ),
-        )
-        parts.append(bad.select(columns))
+        parts.append(_with_reasons(bad, ctx).select(columns))
     staged = pl.concat([conform_staged(part, "samples").with_columns(part.get_column("_file")) for part in parts])
     return staged
+
+
+def _with_reasons(bad: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
+    """The failing samples of :func:`_stage` with their reason and field: the line's (a bad
+    time or unit), else an unknown metric, a value nvidia-smi reported in brackets, or text
+    that is not a number."""
+    catalog_source = ctx.catalog.source
+    return bad.with_columns(
+        _reason=pl.coalesce(
+            pl.col("_line_reason"),
+            pl.when(~pl.col("_known")).then(
+                pl.format(
+                    "unknown metric '{}' (not in the metric catalog {})", pl.col("_source"), pl.lit(catalog_source)
+                )
+            ),
+            pl.when(pl.col("_text").str.starts_with("[")).then(pl.format("nvidia-smi reported {}", pl.col("_text"))),
+            pl.when(pl.col("value").is_null()).then(pl.format("not a number: '{}'", pl.col("_text").str.slice(0, 40))),
+        ),
+        _field=pl.coalesce(pl.col("_line_field"), pl.when(pl.col("_line_reason").is_null()).then(pl.col("_source"))),
+    )
 
 
 FILE_INDEX = pl.Int32()

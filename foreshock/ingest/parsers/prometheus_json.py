@@ -36,7 +36,14 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         raise UnreadableFile("JSON nested too deeply to be a Prometheus API response") from None
 
 
-def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFile:
+def _result_of(doc) -> tuple[str, list]:
+    """``(resultType, result)`` of a Prometheus API response: a matrix or a vector.
+
+    Raises
+    ------
+    UnreadableFile
+        When ``doc`` is not a successful query's response with a list of series.
+    """
     if not isinstance(doc, dict) or "status" not in doc:
         raise UnreadableFile("not a Prometheus API response (no 'status')")
     if doc.get("status") != "success":
@@ -50,7 +57,31 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
     result = data.get("result")
     if not isinstance(result, list):
         raise UnreadableFile("'data.result' is not a list")
+    return kind, result
 
+
+def _points(series, kind: str) -> tuple[list[str | None], list[str]]:
+    """A series' samples as ``(times, values)`` texts; a malformed sample gets no time and
+    its JSON (cut short) as its value."""
+    if not isinstance(series, dict):
+        points = [series]
+    else:
+        points = series.get("values") if kind == "matrix" else [series.get("value")]
+    if not isinstance(points, list):
+        points = [None]
+    try:  # the common, well-formed case without a Python step per sample
+        if not all(isinstance(p, list) and len(p) == 2 for p in points):
+            raise TypeError
+        times, values = zip(*points) if points else ((), ())
+        return [str(t) for t in times], [str(v) for v in values]
+    except TypeError:
+        times = [str(p[0]) if isinstance(p, list) and len(p) == 2 else None for p in points]
+        values = [str(p[1]) if isinstance(p, list) and len(p) == 2 else json.dumps(p)[:60] for p in points]
+        return times, values
+
+
+def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFile:
+    kind, result = _result_of(doc)
     descriptions: list[str] = []
     undecodable: list[int] = []  # series holding bytes that are not UTF-8: quarantined whole
     check_bytes = has_undecodable(text)
@@ -67,21 +98,7 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
             labels = series.get("metric", {}) if isinstance(series, dict) else {}
             labels = labels if isinstance(labels, dict) else {}
         descriptions.append(description[:300])
-        if not isinstance(series, dict):
-            points = [series]
-        else:
-            points = series.get("values") if kind == "matrix" else [series.get("value")]
-        if not isinstance(points, list):
-            points = [None]
-        try:  # the common, well-formed case without a Python step per sample
-            if not all(isinstance(p, list) and len(p) == 2 for p in points):
-                raise TypeError
-            times, values = zip(*points) if points else ((), ())
-            times = [str(t) for t in times]
-            values = [str(v) for v in values]
-        except TypeError:
-            times = [str(p[0]) if isinstance(p, list) and len(p) == 2 else None for p in points]
-            values = [str(p[1]) if isinstance(p, list) and len(p) == 2 else json.dumps(p)[:60] for p in points]
+        times, values = _points(series, kind)
         count = len(times)
         columns["_line"].extend([number] * count)
         columns["name"].extend([labels.get("__name__")] * count)
