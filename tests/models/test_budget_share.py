@@ -14,9 +14,10 @@ import pytest
 from foreshock.budget import DailyBudget, fleet_weights
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
+from foreshock.models.evaluation.alert_replay import AlertRule, policy_alerts
 from foreshock.models.evaluation.alerts import AlertWindow
 from foreshock.models.evaluation.metrics import REWEIGHTED, judge_alerts
-from foreshock.models.evaluation.operating_points import AlertRule, OperatingPoints, policy_alerts
+from foreshock.models.evaluation.operating_points import OperatingPoints
 from foreshock.models.evaluation.top_of_list import daily_flags, top_of_list
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -10,14 +10,12 @@ import pytest
 
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
+from foreshock.models.evaluation.alert_replay import AlertRule, Period, policy_alerts
 from foreshock.models.evaluation.operating_points import (
     NO_FLOOR,
-    AlertRule,
     OperatingPoints,
-    Period,
     budget_threshold,
     choose_thresholds,
-    policy_alerts,
     prospective,
 )
 

@@ -55,7 +55,8 @@ from foreshock.models.estimators.bundle import fit_models, model_factories
 from foreshock.models.estimators.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
 from foreshock.models.estimators.training import known_failures, labelled_until, unresolved_rows
 from foreshock.models.evaluation.judging import judge_scores
-from foreshock.models.evaluation.operating_points import RULES_MODEL, Period
+from foreshock.models.evaluation.alert_replay import Period
+from foreshock.models.evaluation.operating_points import RULES_MODEL
 
 log = logging.getLogger("foreshock.backtest")
 

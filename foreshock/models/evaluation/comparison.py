@@ -33,10 +33,11 @@ import polars as pl
 from foreshock.contract import UTC_TS, is_label_column, label_column
 from foreshock.durations import parse_duration
 from foreshock.models.estimators.training import snapshot_step
+from foreshock.models.evaluation.alert_replay import policy_alerts
 from foreshock.models.evaluation.alerts import AlertWindow, resolved_labels
 from foreshock.models.evaluation.caught import failures_in_scope, match_failures
 from foreshock.models.evaluation.metrics import classify_alerts, pr_auc
-from foreshock.models.evaluation.operating_points import NO_FLOOR, OperatingPoints, policy_alerts
+from foreshock.models.evaluation.operating_points import NO_FLOOR, OperatingPoints
 
 
 @dataclass(frozen=True)

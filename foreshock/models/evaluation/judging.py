@@ -19,17 +19,14 @@ from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
 from foreshock.durations import format_duration
 from foreshock.models.estimators.training import snapshot_step
+from foreshock.models.evaluation.alert_replay import Period, RiskReplay, mean_allowance, policy_alerts
 from foreshock.models.evaluation.alerts import AlertWindow
 from foreshock.models.evaluation.metrics import judge_alerts, snapshot_metrics
 from foreshock.models.evaluation.operating_points import (
     RULES_MODEL,
     ChosenPoint,
     OperatingPoints,
-    Period,
-    RiskReplay,
     choose_thresholds,
-    mean_allowance,
-    policy_alerts,
     rules_point,
 )
 from foreshock.models.evaluation.verdict import against_rules

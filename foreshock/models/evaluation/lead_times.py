@@ -30,9 +30,10 @@ def lead_times_at_budget(scores: pl.DataFrame, failures: pl.DataFrame, config: A
     pl.DataFrame
         ``model, lead_time_h``: one row per caught failure (definitions in ``docs/metrics.md``).
     """
+    from foreshock.models.evaluation.alert_replay import RiskReplay, mean_allowance
     from foreshock.models.evaluation.alerts import AlertWindow, alert_starts, threshold_for_budget
     from foreshock.models.evaluation.caught import failures_in_scope, match_failures
-    from foreshock.models.evaluation.operating_points import OperatingPoints, RiskReplay, mean_allowance
+    from foreshock.models.evaluation.operating_points import OperatingPoints
 
     window = AlertWindow.from_config(config)
     daily = OperatingPoints.from_config(config).budget
