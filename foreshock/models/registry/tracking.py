@@ -293,7 +293,6 @@ def log_training(
         The run id and the new version number (a string, as MLflow spells it).
     """
     import mlflow
-    from mlflow.models import infer_signature
 
     name = config.model_name
     uri = tracking_uri(config.mlflow_dir)
@@ -324,39 +323,8 @@ def log_training(
 
         # Models first: MLflow links every metric already logged in the run to each
         # model it logs, one query per metric and model (seconds with hundreds of metrics).
-        requirements = pinned_requirements()
-        features_pd = example_pd[list(bundle.feature_names)].astype("float64")
-        for booster_name, booster in boosters_of(bundle).items():
-            columns = booster.feature_name()
-            booster_input = features_pd[columns] if set(columns) <= set(features_pd.columns) else None
-            signature = (
-                infer_signature(booster_input, booster.predict(booster_input)) if booster_input is not None else None
-            )
-            mlflow.lightgbm.log_model(
-                booster,
-                name=booster_name,
-                signature=signature,
-                input_example=booster_input,
-                pip_requirements=requirements,
-            )
-
-        scores_example = _naive_utc(bundle.score(example))
-        with tempfile.TemporaryDirectory(prefix="foreshock-bundle-") as tmp:
-            bundle_dir = Path(tmp) / "bundle"
-            bundle.save(bundle_dir)
-            # The pyfunc's code is foreshock: the model carries the wheel it loads with.
-            wheel = foreshock_wheel()
-            artifacts = {"bundle": str(bundle_dir)}
-            if wheel is not None:
-                artifacts[WHEEL_ARTIFACT] = str(wheel)
-            info = mlflow.pyfunc.log_model(
-                name=BUNDLE_MODEL_NAME,
-                python_model=str(PYFUNC_FILE),
-                artifacts=artifacts,
-                signature=infer_signature(example_pd, scores_example.to_pandas()),
-                input_example=example_pd,
-                pip_requirements=bundle_requirements(wheel),
-            )
+        _log_boosters(bundle, example_pd)
+        info = _log_bundle(bundle, example, example_pd)
 
         report = getattr(backtest, "report", None) or {}
         mlflow.log_metrics(backtest_metrics(report))
@@ -382,6 +350,54 @@ def log_training(
     }
     version = register_version(name, info.model_uri, tags, client=client)
     return TrainingRecord(run_id=run.info.run_id, version=version, model_name=name)
+
+
+def _log_boosters(bundle: RiskBundle, example_pd: Any) -> None:
+    """Each LightGBM booster of ``bundle`` as an MLflow LightGBM model, with the signature
+    of the example rows it can read (none when the example lacks its columns)."""
+    import mlflow
+    from mlflow.models import infer_signature
+
+    requirements = pinned_requirements()
+    features_pd = example_pd[list(bundle.feature_names)].astype("float64")
+    for booster_name, booster in boosters_of(bundle).items():
+        columns = booster.feature_name()
+        booster_input = features_pd[columns] if set(columns) <= set(features_pd.columns) else None
+        signature = (
+            infer_signature(booster_input, booster.predict(booster_input)) if booster_input is not None else None
+        )
+        mlflow.lightgbm.log_model(
+            booster,
+            name=booster_name,
+            signature=signature,
+            input_example=booster_input,
+            pip_requirements=requirements,
+        )
+
+
+def _log_bundle(bundle: RiskBundle, example: pl.DataFrame, example_pd: Any) -> Any:
+    """The whole bundle as a models-from-code pyfunc (:data:`PYFUNC_FILE`) with its saved
+    directory, and the foreshock wheel it loads with; returns MLflow's model info."""
+    import mlflow
+    from mlflow.models import infer_signature
+
+    scores_example = _naive_utc(bundle.score(example))
+    with tempfile.TemporaryDirectory(prefix="foreshock-bundle-") as tmp:
+        bundle_dir = Path(tmp) / "bundle"
+        bundle.save(bundle_dir)
+        # The pyfunc's code is foreshock: the model carries the wheel it loads with.
+        wheel = foreshock_wheel()
+        artifacts = {"bundle": str(bundle_dir)}
+        if wheel is not None:
+            artifacts[WHEEL_ARTIFACT] = str(wheel)
+        return mlflow.pyfunc.log_model(
+            name=BUNDLE_MODEL_NAME,
+            python_model=str(PYFUNC_FILE),
+            artifacts=artifacts,
+            signature=infer_signature(example_pd, scores_example.to_pandas()),
+            input_example=example_pd,
+            pip_requirements=bundle_requirements(wheel),
+        )
 
 
 def _range_params(prefix: str, span: tuple[datetime, datetime] | None) -> dict[str, str]:
