@@ -111,6 +111,8 @@ def judge_scores(
         ``unit_id, fleet_weight`` of a subsampled fleet (:func:`foreshock.budget.fleet_weights`):
         the budget is spent and the fleet-level figures are counted by weight.
     """
+    # Over 80 lines for its docstring and the report's settings block; the loop judges
+    # each model and horizon at each of its operating points.
     window = AlertWindow.from_config(config)
     costs = DrainCosts.from_policy(config.section("policy"))
     settings = OperatingPoints.from_config(config)

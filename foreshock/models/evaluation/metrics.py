@@ -313,6 +313,8 @@ def judge_alerts(
         ``unit_id, fleet_weight`` of a subsampled fleet: the figures in :data:`REWEIGHTED`
         count each unit by its weight (``reweighted`` names them); None: unweighted.
     """
+    # Over 80 lines for its parameter list and docstring; the body is one pass: classify
+    # the alerts, match the judged failures, assemble every figure of the set together.
     step = step or snapshot_step(scores)
     start, end = observed_span(scores, step)
     until = until or end
