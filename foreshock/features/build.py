@@ -3,7 +3,8 @@
 Two passes, so that memory is bounded by one shard whatever the fleet size:
 
 1. **Per shard** (:func:`shard_unit_features`): roll each raw partition (date x shard) up to
-   snapshot buckets, one file at a time, then compute window features, lives and context
+   snapshot buckets, one file at a time (:mod:`features.day_rollups`, cached per date x
+   shard), then compute window features, lives and context
    for the shard's units.  Only the partitions a snapshot can depend on are read: the
    snapshots' dates plus :attr:`FeatureSpec.lookback` before them.
 2. **Per date, across shards** (:func:`features.peers.add_peer_features`): the rack error
@@ -13,12 +14,13 @@ Two passes, so that memory is bounded by one shard whatever the fleet size:
 
 :func:`build_features` runs both in memory and returns a frame (tests, notebooks).
 :func:`stage_shard` / :func:`finalize_day` are the same passes with Parquet in between,
-used by the Prefect flow and :func:`update_features` for incremental runs.
+used by the Prefect flow and :func:`update_features` for incremental runs; both work through
+time chunk by chunk (:meth:`UpdatePlan.chunks`), so a run's memory is set by the fleet's
+width and the lookback, not by the days it covers.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +29,9 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from foreshock.config import Config
-from foreshock.contract import INVENTORY_CONTEXT_COLUMNS, SCHEMAS, UTC_TS
+from foreshock.contract import INVENTORY_CONTEXT_COLUMNS, UTC_TS
 from foreshock.features import store
 from foreshock.features.context import (
     add_cohort_hazard,
@@ -39,16 +40,14 @@ from foreshock.features.context import (
     life_table,
     snapshot_grid,
 )
+from foreshock.features.day_rollups import days_between, shard_rollup
 from foreshock.features.peers import add_peer_features
-from foreshock.features.rollups import Rollup, combine_pieces, combine_scrapes, rollup_events, rollup_samples
 from foreshock.features.spec import FeatureSpec, feature_spec
 from foreshock.features.windows import SEGMENT, error_activity_columns, metric_feature_names, window_features
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
 from foreshock.lake.changes import consume_changes, read_changes
-from foreshock.lake.layout import lake_shards, partition_dates, partition_files, shard_of
+from foreshock.lake.layout import lake_shards, partition_dates, shard_of
 from foreshock.lake.read import read_table, scan_table
-
-ROLLUP_THREADS = 2
 
 
 def spec_feature_columns(spec: FeatureSpec) -> list[str]:
@@ -143,154 +142,6 @@ def snapshot_range(
             )
         last = min(last, _floor(moment, spec.every))
     return (first, last) if first <= last else None
-
-
-def _days(first: datetime, last: datetime) -> list[date]:
-    return [first.date() + timedelta(days=i) for i in range((last.date() - first.date()).days + 1)]
-
-
-@dataclass(frozen=True)
-class _DayFiles:
-    """The raw partition files of one date x shard."""
-
-    samples: list[Path]
-    events: list[Path]
-
-    @property
-    def all(self) -> list[Path]:
-        return self.samples + self.events
-
-
-def _shard_files(lake_dir: Path, shard: int, days: list[date]) -> dict[date, _DayFiles]:
-    """Raw partition files per date of one shard (the lake is listed once per table)."""
-
-    def by_day(table: str) -> dict[date, list[Path]]:
-        out: dict[date, list[Path]] = {}
-        for path in partition_files(lake_dir, table, days[0], days[-1], [shard]):
-            out.setdefault(date.fromisoformat(path.parent.parent.name.split("=", 1)[1]), []).append(path)
-        return out
-
-    samples, events = by_day("samples"), by_day("events")
-    return {day: _DayFiles(samples.get(day, []), events.get(day, [])) for day in days}
-
-
-# Text columns of a raw samples partition read as codes (Categorical) from the Parquet
-# dictionary pages the lake writes: the rollup compares codes, never a string per row.
-CODED_COLUMNS = ["unit_id", "metric"]
-
-
-def read_samples_coded(paths: list[Path]) -> pl.DataFrame:
-    """Raw samples partitions with ``unit_id`` and ``metric`` as Categorical, in the
-    files' row order.  Parquet stores those columns as a dictionary of their few distinct
-    values plus a code per row; Arrow's reader hands the codes over as they are (about the
-    time Polars takes to build a string per row), and equal codes are equal values.  The
-    numeric columns are read by Polars."""
-    frames = []
-    for path in paths:
-        # ParquetFile, not read_table: no dataset to set up per file.
-        with pq.ParquetFile(path, read_dictionary=CODED_COLUMNS) as parquet:
-            coded = pl.from_arrow(parquet.read(columns=CODED_COLUMNS, use_threads=False))
-        numbers = pl.read_parquet(path, columns=["ts", "value"])
-        frames.append(pl.concat([coded, numbers], how="horizontal").select(list(SCHEMAS["samples"])))
-    if not frames:
-        return pl.DataFrame(schema=SCHEMAS["samples"])
-    return frames[0] if len(frames) == 1 else pl.concat(frames)
-
-
-def _day_rollup(files: _DayFiles, spec: FeatureSpec, failures: pl.DataFrame) -> Rollup:
-    """Rollups of one date x shard of raw samples and events (whole day)."""
-    samples = read_samples_coded(files.samples)
-    events = pl.read_parquet(files.events) if files.events else pl.DataFrame(schema=SCHEMAS["events"])
-    pieces, scrapes = rollup_samples(samples, failures, spec.catalog, spec.every, spec.longest)
-    return Rollup(pieces, scrapes, rollup_events(events, failures, spec.every))
-
-
-def _cache_stamp(files: _DayFiles, spec: FeatureSpec, day: date, failures: pl.DataFrame) -> str:
-    """What a cached day rollup depends on: the raw files (size, mtime), the failures that
-    can split that day into lives, and the settings that shape buckets."""
-    stats = [[str(f), (st := f.stat()).st_size, st.st_mtime_ns] for f in files.all]
-    day_end = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-    lives = failures.filter(pl.col("failed_at") < day_end).sort("unit_id", "failed_at")
-    return json.dumps(
-        {
-            "files": stats,
-            "failures": [[u, t.isoformat()] for u, t in lives.select("unit_id", "failed_at").iter_rows()],
-            "every": spec.every.total_seconds(),
-            "max_gap": spec.longest.total_seconds(),
-            "catalog": sorted((m.name, m.kind) for m in spec.catalog),
-        },
-        sort_keys=True,
-    )
-
-
-def _shard_failures(lake_dir: Path, shard: int, failures: pl.DataFrame) -> pl.DataFrame:
-    shards = lake_shards(lake_dir, 1)
-    mine = [u for u in failures.get_column("unit_id").unique().to_list() if shard_of(u, shards) == shard]
-    return failures.filter(pl.col("unit_id").is_in(mine))
-
-
-def cached_day_rollup(
-    files: _DayFiles,
-    cache_dir: Path | None,
-    spec: FeatureSpec,
-    shard: int,
-    day: date,
-    failures: pl.DataFrame,
-    shard_failures: pl.DataFrame,
-) -> Rollup:
-    """:func:`_day_rollup`, kept under ``cache_dir`` and reused while its inputs are
-    unchanged, so an incremental run reads raw data only for the dates that changed.
-    ``shard_failures`` are the failures of the shard's units (what the stamp records)."""
-    if cache_dir is None or not files.all:
-        return _day_rollup(files, spec, failures)
-    stamp = _cache_stamp(files, spec, day, shard_failures)
-    where = Path(cache_dir) / f"date={day.isoformat()}" / f"shard={shard:02d}"
-    meta = where / "rollup.json"
-    if meta.exists() and meta.read_text() == stamp:
-        try:
-            return Rollup(*(store.read_scratch(where / f"{name}.arrow") for name in ("pieces", "scrapes", "events")))
-        except (OSError, pl.exceptions.PolarsError):
-            pass  # a damaged cache entry is recomputed
-    rollup = _day_rollup(files, spec, failures)
-    for name in ("pieces", "scrapes", "events"):
-        store.write_scratch(getattr(rollup, name), where / f"{name}.arrow")
-    store.write_scratch_text(meta, stamp)  # last: the stamp vouches for the files before it
-    return rollup
-
-
-def shard_rollup(
-    lake_dir: Path,
-    spec: FeatureSpec,
-    shard: int,
-    first: datetime,
-    last: datetime,
-    failures: pl.DataFrame,
-    cache_dir: Path | None = None,
-) -> Rollup:
-    """Rollups of the raw partitions snapshots ``first..last`` of one shard depend on."""
-    lo = first - spec.lookback
-    days = _days(lo, last)
-    files = _shard_files(lake_dir, shard, days)
-    shard_failures = _shard_failures(lake_dir, shard, failures) if cache_dir is not None else failures
-    # Two files at a time: Polars releases the GIL, and one file alone does not keep two
-    # cores busy; more would hold more raw partitions in memory at once.
-    with ThreadPoolExecutor(max_workers=ROLLUP_THREADS) as pool:
-        parts = list(
-            pool.map(
-                lambda day: cached_day_rollup(files[day], cache_dir, spec, shard, day, failures, shard_failures), days
-            )
-        )
-    rollup = Rollup.concat(parts)
-
-    # Whole days are rolled up; buckets outside (lo, last] are data no snapshot here sees.
-    def in_range(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.filter((pl.col("bucket") > lo) & (pl.col("bucket") <= last))
-
-    return Rollup(
-        in_range(combine_pieces(rollup.pieces, spec.longest)),
-        in_range(combine_scrapes(rollup.scrapes)),
-        in_range(rollup.events),
-    )
 
 
 def shard_unit_features(
@@ -450,7 +301,7 @@ class UpdatePlan:
         """``(date, lo, hi)``: the snapshots of each date the plan computes."""
         out = []
         for lo, hi in self.spans:
-            for day in _days(lo, hi):
+            for day in days_between(lo, hi):
                 start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
                 out.append((day, max(lo, start), min(hi, start + timedelta(days=1) - timedelta(microseconds=1))))
         return out

@@ -471,7 +471,7 @@ def rollup_samples(
     names = catalog.names()
     # A Parquet read gives one chunk per row group: the numeric columns are made contiguous
     # (viewed as arrays below).  Ids and metric names are compared as Categorical codes:
-    # the lake's files give them as such (features.build.read_samples_coded); text from
+    # the lake's files give them as such (features.day_rollups.read_samples_coded); text from
     # elsewhere is coded here.
     samples = samples.with_columns(
         samples.get_column("ts").rechunk(),

@@ -179,7 +179,7 @@ def test_a_partition_from_another_writer_reads_and_rolls_up_the_same(tmp_path):
     rows and the same rollup as reading their text."""
     import pyarrow.parquet as pq
 
-    from foreshock.features.build import read_samples_coded
+    from foreshock.features.day_rollups import read_samples_coded
 
     samples, failures = _scrape_of_every_metric(units=4)
     samples = samples.with_columns(
