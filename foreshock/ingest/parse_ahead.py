@@ -15,13 +15,8 @@ from datetime import datetime
 
 from foreshock.config import Config
 from foreshock.ingest.parsers import LAKE_FREE_FORMATS, PARSE_AHEAD_FORMATS
-from foreshock.ingest.parsing import (
-    ParsedBatch,
-    parse_stage,
-)
-from foreshock.ingest.planning import (
-    PlannedFile,
-)
+from foreshock.ingest.parsing import ParsedBatch, parse_stage
+from foreshock.ingest.planning import PlannedFile
 from foreshock.lake.read import read_table
 
 # The next batch of a run, parsed ahead on a thread while the current one is checked and

@@ -15,16 +15,11 @@ from datetime import datetime
 
 import polars as pl
 
-from foreshock.catalog import (
-    Catalog,
-    load_catalog,
-)
+from foreshock.catalog import Catalog, load_catalog
 from foreshock.config import Config
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.parsers import BATCH_PARSERS, PARSERS
-from foreshock.ingest.planning import (
-    PlannedFile,
-)
+from foreshock.ingest.planning import PlannedFile
 from foreshock.ingest.report import FileReport
 from foreshock.ingest.staged import ParsedFile, UnreadableFile
 

@@ -24,41 +24,16 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from foreshock.catalog import (
-    Catalog,
-    catalog_to_dict,
-    lake_catalog_path,
-    merge_catalogs,
-    read_lake_catalog,
-)
+from foreshock.catalog import Catalog, catalog_to_dict, lake_catalog_path, merge_catalogs, read_lake_catalog
 from foreshock.config import Config
 from foreshock.ingest import manifest
-from foreshock.ingest.parse_ahead import (
-    drop_prefetched,
-    may_parse_ahead,
-    prefetch,
-    take_prefetched,
-)
-from foreshock.ingest.parsing import (
-    count_by_file,
-    parse_again,
-    parse_stage,
-)
-from foreshock.ingest.planning import (
-    IngestPlan,
-    PlannedFile,
-    parse_scrape_time,
-    plan_ingest,
-)
+from foreshock.ingest.parse_ahead import drop_prefetched, may_parse_ahead, prefetch, take_prefetched
+from foreshock.ingest.parsing import count_by_file, parse_again, parse_stage
+from foreshock.ingest.planning import IngestPlan, PlannedFile, parse_scrape_time, plan_ingest
 from foreshock.ingest.report import FileReport, IngestReport
 from foreshock.ingest.staged import ParsedFile
-from foreshock.ingest.store import (
-    store_batch,
-)
-from foreshock.ingest.tasks import (
-    GroupTasks,
-    store_as_tasks,
-)
+from foreshock.ingest.store import store_batch
+from foreshock.ingest.tasks import GroupTasks, store_as_tasks
 from foreshock.lake.atomic import atomic_write_parquet, atomic_write_text
 from foreshock.lake.locks import lake_lock
 

@@ -15,17 +15,9 @@ import numpy as np
 import polars as pl
 
 from foreshock.config import Config
-from foreshock.ingest.checks import (
-    check_and_split,
-    lake_columns,
-)
+from foreshock.ingest.checks import check_and_split, lake_columns
 from foreshock.ingest.context import IngestContext
-from foreshock.ingest.parsing import (
-    ParsedBatch,
-    count_by_file,
-    in_file_order,
-    table_frames,
-)
+from foreshock.ingest.parsing import ParsedBatch, count_by_file, in_file_order, table_frames
 from foreshock.ingest.report import FileReport
 from foreshock.ingest.staged import ParsedFile
 from foreshock.ingest.staging import clear_staging

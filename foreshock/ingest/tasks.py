@@ -20,17 +20,11 @@ from pathlib import Path
 
 import polars as pl
 
-from foreshock.catalog import (
-    catalog_to_dict,
-    parse_catalog,
-)
+from foreshock.catalog import catalog_to_dict, parse_catalog
 from foreshock.config import Config
 from foreshock.contract import TIME_COLUMN
 from foreshock.ingest import manifest
-from foreshock.ingest.checks import (
-    check_shard,
-    lake_columns,
-)
+from foreshock.ingest.checks import check_shard, lake_columns
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.parsing import (
     ParsedBatch,
@@ -40,19 +34,11 @@ from foreshock.ingest.parsing import (
     report_outcome,
     table_frames,
 )
-from foreshock.ingest.planning import (
-    PlannedFile,
-    planned_from_dict,
-    planned_to_dict,
-)
+from foreshock.ingest.planning import PlannedFile, planned_from_dict, planned_to_dict
 from foreshock.ingest.report import FileReport
 from foreshock.ingest.staged import ParsedFile
 from foreshock.ingest.staging import STAGING_PARQUET, clear_staging, staging_root
-from foreshock.ingest.store import (
-    TABLE_ORDER,
-    group_masks,
-    store_inventory,
-)
+from foreshock.ingest.store import TABLE_ORDER, group_masks, store_inventory
 from foreshock.lake.changes import record_stored_rows
 from foreshock.lake.layout import lake_shards
 from foreshock.lake.locks import lake_lock, lock_held_by_token, lock_token
