@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from foreshock.config import default_settings
 from foreshock.contract import label_column
 from foreshock.durations import parse_duration
 from foreshock.models.estimators.base import (
@@ -47,23 +48,23 @@ from foreshock.models.estimators.base import (
     top_contributions,
 )
 from foreshock.models.estimators.calibration import PlattCalibrator
+from foreshock.models.estimators.recipes import builtin_recipe, config_recipes_dir, load_recipe
 from foreshock.models.estimators.training import labelled_until
 
 _WINDOWED = re.compile(r"^(?P<metric>.+)_(?P<kind>increase|count|max)_(?P<window>\d+(?:\.\d+)?[smhdw])$")
 
-DEFAULT_RULES = {
-    "sbe_increase_per_day": 50.0,
-    "retired_pages": 2.0,
-    "remapped_rows": 2.0,
-    "xid_codes": [48, 63, 64, 79, 92],
-    "rule_window": "1d",
-    "dbe_metrics": ["ecc_dbe_volatile_total", "ecc_dbe_aggregate_total"],
-    "sbe_metrics": ["ecc_sbe_volatile_total", "ecc_sbe_aggregate_total"],
-    "retired_pages_metrics": ["retired_pages_sbe", "retired_pages_dbe"],
-    "remapped_rows_metrics": ["remapped_rows_correctable", "remapped_rows_uncorrectable"],
-    "pending_metrics": ["remapped_rows_pending", "retired_pages_pending", "remapped_rows_failure"],
-    "growth_quantile": 0.995,
-}
+
+def default_rules() -> dict:
+    """The rules' settings a model built without any takes: the recipe (``models/rules.toml``:
+    which metrics each rule reads, the growth quantile) with the operators' thresholds of
+    the built-in ``[baseline]`` over it."""
+    return {**builtin_recipe("baseline"), **default_settings()["baseline"]}
+
+
+def rule_settings(config) -> dict:
+    """The rules' settings of a configuration: its recipe (``[models] recipes``, else the
+    built-in ``models/rules.toml``) with its ``[baseline]`` thresholds over it."""
+    return {**load_recipe("baseline", config_recipes_dir(config)), **config.section("baseline")}
 
 
 def _usual_growth(daily: np.ndarray, weight: np.ndarray, q: float) -> float:
@@ -121,7 +122,7 @@ class ThresholdBaseline:
     horizons
         Horizons to give probabilities for, e.g. ``["24h", "72h"]``.
     rules
-        ``[baseline]`` settings; missing keys take :data:`DEFAULT_RULES`.
+        ``[baseline]`` settings; missing keys take :func:`default_rules`.
     error_counters
         Error-family counter metrics of the catalog, for the generic growth rule.
     """
@@ -136,7 +137,7 @@ class ThresholdBaseline:
 
     def __post_init__(self) -> None:
         self.horizons = horizon_names(self.horizons)
-        self.rules = {**DEFAULT_RULES, **self.rules}
+        self.rules = {**default_rules(), **self.rules}
 
     # -- rules -------------------------------------------------------------------------
     def _build_rules(self, frame: pl.DataFrame) -> list[Rule]:
@@ -303,6 +304,7 @@ class ThresholdBaseline:
 
     @classmethod
     def from_config(cls, config) -> ThresholdBaseline:
-        """Rules from ``[baseline]``, horizons from ``[labels]``, error counters from the catalog."""
+        """Rules from the recipe and ``[baseline]`` (:func:`rule_settings`), horizons from
+        ``[labels]``, error counters from the catalog."""
         counters = [m.name for m in config.catalog.by(kind="counter", family="error")]
-        return cls(horizons=config_horizons(config), rules=config.section("baseline"), error_counters=counters)
+        return cls(horizons=config_horizons(config), rules=rule_settings(config), error_counters=counters)

@@ -36,7 +36,7 @@ from foreshock.models.estimators.base import (
     monotone_risk,
     require_columns,
 )
-from foreshock.models.estimators.baseline import ThresholdBaseline
+from foreshock.models.estimators.baseline import ThresholdBaseline, rule_settings
 from foreshock.models.estimators.cox_time_varying import CoxTimeVaryingRisk
 from foreshock.models.estimators.dataset import (
     FeatureSource,
@@ -48,6 +48,7 @@ from foreshock.models.estimators.dataset import (
 )
 from foreshock.models.estimators.gbm import GradientBoostedRisk
 from foreshock.models.estimators.gbm_dask import dask_target
+from foreshock.models.estimators.recipes import config_recipes_dir, load_recipe
 from foreshock.models.estimators.training import known_failures
 
 BUNDLE_FORMAT = 1
@@ -164,21 +165,25 @@ class RiskBundle:
 def model_factories(config: Config) -> dict[str, callable]:
     """Constructors of the bundle's models from configuration.
 
-    ``[models]`` may hold ``gbm = {...}`` and ``cox = {...}`` tables of constructor
-    arguments (e.g. ``cox = {penalizer = 1e-5, max_features = 8}``).  The gradient-boosted
-    model gets the ``[baseline]`` rules as features unless ``gbm = {rules = false}``.
+    Each model starts from its recipe (``models/*.toml``, or ``[models] recipes``:
+    :mod:`foreshock.models.estimators.recipes`); ``[models]`` may hold ``gbm = {...}``
+    and ``cox = {...}`` tables of constructor arguments over it (e.g. ``cox = {penalizer =
+    1e-5, max_features = 8}``).  The gradient-boosted model gets the rules (``rules.toml``
+    with ``[baseline]`` over it) as features unless its recipe or ``gbm = {rules = false}``
+    says not.
     """
     horizons = config_horizons(config)
     section = config.section("models")
+    recipes = config_recipes_dir(config)
     counters = [m.name for m in config.catalog.by(kind="counter", family="error")]
-    gbm_args = {"rules": config.section("baseline"), "error_counters": counters, **dict(section.get("gbm", {}))}
-    if gbm_args["rules"] is False:
-        gbm_args["rules"] = None
+    rules = rule_settings(config)
+    gbm_args = {**load_recipe("gbm", recipes), "error_counters": counters, **dict(section.get("gbm", {}))}
+    gbm_args["rules"] = rules if gbm_args["rules"] is True else gbm_args["rules"] or None
     runner = config.section("runner")
     if runner["kind"] == "dask":  # full fits of large samples on the cluster (gbm_dask)
         gbm_args.setdefault("dask_client", dask_target(runner))
         gbm_args.setdefault("dask_min_rows", int(section["dask_min_rows"]))
-    cox_args = dict(section.get("cox", {}))
+    cox_args = {**load_recipe("cox", recipes), **dict(section.get("cox", {}))}
     return {
         "gbm": lambda: GradientBoostedRisk(horizons=horizons, **gbm_args),
         "cox": lambda: CoxTimeVaryingRisk(horizons=horizons, **cox_args),

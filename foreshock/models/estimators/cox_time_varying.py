@@ -51,6 +51,7 @@ from foreshock.models.estimators.base import (
     sample_weights,
     top_contributions,
 )
+from foreshock.models.estimators.recipes import recipe_default
 from foreshock.models.estimators.training import intervals_until
 
 MAX_PENALIZER = 1e-4
@@ -131,6 +132,8 @@ def life_age_hours(frame: pl.DataFrame) -> np.ndarray:
 class CoxTimeVaryingRisk:
     """Cox proportional hazards with time-varying covariates (lifelines), as a risk model.
 
+    Defaults are the recipe's, ``models/cox.toml``.
+
     Parameters
     ----------
     horizons
@@ -154,14 +157,14 @@ class CoxTimeVaryingRisk:
     """
 
     horizons: list[str]
-    penalizer: float = 1e-4
-    max_features: int = 12
-    max_correlation: float = 0.9
+    penalizer: float = recipe_default("cox", "penalizer")
+    max_features: int = recipe_default("cox", "max_features")
+    max_correlation: float = recipe_default("cox", "max_correlation")
     screening_horizon: str | None = None
-    baseline_knots: int = 1
-    max_log_hazard_ratio: float = 3.0
-    max_separation_passes: int = 4
-    screening_rows: int = 50_000
+    baseline_knots: int = recipe_default("cox", "baseline_knots")
+    max_log_hazard_ratio: float = recipe_default("cox", "max_log_hazard_ratio")
+    max_separation_passes: int = recipe_default("cox", "max_separation_passes")
+    screening_rows: int = recipe_default("cox", "screening_rows")
     kind: str = "cox"
     feature_names_: list[str] = field(default_factory=list)
     centers_: np.ndarray = field(default_factory=lambda: np.zeros(0))

@@ -89,30 +89,14 @@ from foreshock.models.estimators.calibration import PlattCalibrator, uncalibrate
 from foreshock.models.estimators.dataset import FeatureSource, StoredSample
 from foreshock.models.estimators.gbm_dask import dask_client, feature_matrix_of, train_on_dask
 from foreshock.models.estimators.gbm_store import fit_from_store
+from foreshock.models.estimators.recipes import builtin_recipe, recipe_default
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PARAMS = {
-    "objective": "binary",
-    "learning_rate": 0.05,
-    "num_leaves": 15,
-    "min_data_in_leaf": 100,  # at most; fewer when there are few positive rows (_params)
-    "feature_fraction": 0.8,
-    "bagging_fraction": 0.8,
-    "bagging_freq": 1,
-    "lambda_l2": 10.0,
-    "max_bin": 63,
-    "verbose": -1,
-    "num_threads": 1,  # OpenMP threads spin and stall on a busy 2-core machine
-    "deterministic": True,
-    "force_row_wise": True,
-}
-
-
-# Risk never falls as these grow (glob patterns on feature names).
-MONOTONE_INCREASING = ("*_increase_*", "*_count_*", "*_pending_max_*", "*_pending_mean_*", "*_pending_last", "rule_*")
-EXCLUDED_FEATURES = ("*_hours_since_first_increase",)
+# Every default of the model is in its recipe, models/lightgbm.toml (recipes.py); the
+# built-in exclusions by name, for tests that add to them:
+EXCLUDED_FEATURES = tuple(builtin_recipe("gbm")["exclude"])
 
 
 def _matches(name: str, patterns: tuple[str, ...] | list[str]) -> bool:
@@ -128,7 +112,10 @@ class GradientBoostedRisk:
     horizons
         Horizons, e.g. ``["24h", "72h"]``.
     params
-        LightGBM parameters overriding :data:`DEFAULT_PARAMS`.
+        LightGBM parameters overriding ``lightgbm``.
+    lightgbm
+        The recipe's LightGBM parameters (``[lightgbm]`` of ``models/lightgbm.toml``);
+        ``min_data_in_leaf`` is an upper bound (see :meth:`_params`).
     num_boost_round
         Maximum boosting rounds.
     early_stopping_rounds
@@ -174,18 +161,19 @@ class GradientBoostedRisk:
 
     horizons: list[str]
     params: dict = field(default_factory=dict)
-    num_boost_round: int = 400
-    early_stopping_rounds: int = 40
-    early_stopping_metric: str = "average_precision"
-    max_holdout_fraction: float = 0.5
-    max_pos_weight: float = 10.0
-    refit_full: bool = True
-    min_holdout_failures: int = 8
-    fallback_rounds: int = 100
-    min_rounds: int = 30
-    seed: int = 7
-    monotone_increasing: list[str] = field(default_factory=lambda: list(MONOTONE_INCREASING))
-    exclude: list[str] = field(default_factory=lambda: list(EXCLUDED_FEATURES))
+    lightgbm: dict = recipe_default("gbm", "lightgbm")
+    num_boost_round: int = recipe_default("gbm", "num_boost_round")
+    early_stopping_rounds: int = recipe_default("gbm", "early_stopping_rounds")
+    early_stopping_metric: str = recipe_default("gbm", "early_stopping_metric")
+    max_holdout_fraction: float = recipe_default("gbm", "max_holdout_fraction")
+    max_pos_weight: float = recipe_default("gbm", "max_pos_weight")
+    refit_full: bool = recipe_default("gbm", "refit_full")
+    min_holdout_failures: int = recipe_default("gbm", "min_holdout_failures")
+    fallback_rounds: int = recipe_default("gbm", "fallback_rounds")
+    min_rounds: int = recipe_default("gbm", "min_rounds")
+    seed: int = recipe_default("gbm", "seed")
+    monotone_increasing: list[str] = recipe_default("gbm", "monotone_increasing")
+    exclude: list[str] = recipe_default("gbm", "exclude")
     rules: dict | None = None
     error_counters: list[str] = field(default_factory=list)
     dask_client: Any = None
@@ -207,8 +195,8 @@ class GradientBoostedRisk:
         high-risk region can still be split on a small (e.g. daily) data set instead of
         tying all its rows on one risk."""
         monotone = [int(_matches(n, self.monotone_increasing)) for n in self.feature_names_]
-        leaf = int(np.clip(positive_rows // 20, 5, DEFAULT_PARAMS["min_data_in_leaf"]))
-        params = {**DEFAULT_PARAMS, "min_data_in_leaf": leaf, **self.params, "seed": self.seed}
+        leaf = int(np.clip(positive_rows // 20, 5, self.lightgbm["min_data_in_leaf"]))
+        params = {**self.lightgbm, "min_data_in_leaf": leaf, **self.params, "seed": self.seed}
         if any(monotone):
             params.setdefault("monotone_constraints", monotone)
             params.setdefault("monotone_constraints_method", "intermediate")
@@ -443,6 +431,7 @@ class GradientBoostedRisk:
             "kind": self.kind,
             "horizons": self.horizons,
             "params": self.params,
+            "lightgbm": self.lightgbm,
             "num_boost_round": self.num_boost_round,
             "early_stopping_rounds": self.early_stopping_rounds,
             "early_stopping_metric": self.early_stopping_metric,
@@ -492,6 +481,8 @@ class GradientBoostedRisk:
                 "error_counters",
             )
         }
+        if "lightgbm" in state:  # saved before the recipes: the built-in recipe's (unchanged since)
+            settings["lightgbm"] = state["lightgbm"]
         model = cls(**settings)
         model.feature_names_ = state["feature_names_"]
         model.rules_ = ThresholdBaseline.from_state(state["rules_"]) if state["rules_"] else None

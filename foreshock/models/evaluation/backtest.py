@@ -38,7 +38,7 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.budget import fleet_weights
-from foreshock.config import Config
+from foreshock.config import Config, builtin_default
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
 from foreshock.features.labels import CENSORED_AT
@@ -54,14 +54,11 @@ from foreshock.models.estimators.baseline import ThresholdBaseline
 from foreshock.models.estimators.bundle import fit_models, model_factories
 from foreshock.models.estimators.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
 from foreshock.models.estimators.training import known_failures, labelled_until, unresolved_rows
-from foreshock.models.evaluation.judging import judge_scores
 from foreshock.models.evaluation.alert_replay import Period
+from foreshock.models.evaluation.judging import judge_scores
 from foreshock.models.evaluation.operating_points import RULES_MODEL
 
 log = logging.getLogger("foreshock.backtest")
-
-DEFAULT_FOLDS = 4
-DEFAULT_TEST_FRACTION = 0.4
 
 
 @dataclass(frozen=True)
@@ -121,16 +118,19 @@ def plan_folds(
     first: datetime,
     last: datetime,
     step: timedelta,
-    folds: int = DEFAULT_FOLDS,
-    test_fraction: float = DEFAULT_TEST_FRACTION,
+    folds: int | None = None,
+    test_fraction: float | None = None,
 ) -> list[Fold]:
-    """Cutoffs on snapshot boundaries splitting the last ``test_fraction`` of the span.
+    """Cutoffs on snapshot boundaries splitting the last ``test_fraction`` of the span
+    into ``folds`` test periods (defaults: the built-in ``[backtest]``).
 
     Raises
     ------
     ValueError
         When the span is too short for one snapshot per test period.
     """
+    folds = int(builtin_default("backtest", "folds") if folds is None else folds)
+    test_fraction = float(builtin_default("backtest", "test_fraction") if test_fraction is None else test_fraction)
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     if folds < 1:
@@ -207,8 +207,8 @@ def walk_forward(
     if source.empty:
         raise ValueError("no feature snapshots to backtest")
     section = config.section("backtest")
-    folds = int(folds or section.get("folds", DEFAULT_FOLDS))
-    test_fraction = float(test_fraction or section.get("test_fraction", DEFAULT_TEST_FRACTION))
+    folds = int(folds or section["folds"])
+    test_fraction = float(test_fraction or section["test_fraction"])
     batch_rows = int(section["score_batch_rows"])
     custom_factories = factories is not None
     horizons = config_horizons(config)
