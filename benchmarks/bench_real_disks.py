@@ -208,7 +208,8 @@ def _cell(value, digits: int = 2) -> str:
 
 def render(judged: dict) -> str:
     """Markdown tables: per share, every ranking's precision, recall and median lead, for
-    the fleet and per maker."""
+    the fleet and per maker.  ``flags/day`` and ``precision`` are reweighted when the
+    fleet is subsampled; the flag counts beside them are drives as kept (sample sizes)."""
     s = judged["sampling"]
     lines = [
         f"Out-of-sample days {judged['backtest_period']['start'][:10]} to {judged['backtest_period']['end'][:10]}, "
@@ -228,8 +229,9 @@ def render(judged: dict) -> str:
     for share in judged["shares"]:
         lines += [
             f"\n### Top {share * 100:g} % of the drives reporting each day\n",
-            "| maker | ranking | flags/day | precision | caught / failures | recall | median lead (d) | reweighted |",
-            "|---|---|---|---|---|---|---|---|",
+            "| maker | ranking | flags/day | flags (true / false / late) | precision | caught / failures | recall "
+            "| median lead (d) | reweighted |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         rows = sorted(
             (r for r in judged["results"] if r["share"] == share), key=lambda r: (r["maker"] != "all", r["maker"])
@@ -237,7 +239,8 @@ def render(judged: dict) -> str:
         for r in rows:
             lead = None if r["lead_time_p50_h"] is None else r["lead_time_p50_h"] / 24
             lines.append(
-                f"| {r['maker']} | {r['model']} | {_cell(r['flags_per_day'], 1)} | {_cell(r['precision'])} "
+                f"| {r['maker']} | {r['model']} | {_cell(r['flags_per_day'], 1)} "
+                f"| {r['true_flags']} / {r['false_flags']} / {r['late_flags']} | {_cell(r['precision'])} "
                 f"| {r['caught']} / {r['failures']} | {_cell(r['recall'])} | {_cell(lead, 1)} "
                 f"| {'yes' if r['reweighted'] else 'no'} |"
             )
