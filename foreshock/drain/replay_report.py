@@ -76,6 +76,22 @@ def checkpoint_markdown(report: ReplayReport) -> list[str]:
     return [*lines, ""]
 
 
+REPLAY_DIR = "replay"  # under the reports directory
+MARKDOWN_FILE = "replay.md"
+SUMMARY_FILE = "replay.json"
+
+
+def replay_dir(reports_dir: Path) -> Path:
+    """``<reports_dir>/replay/``: where ``foreshock replay`` writes its report."""
+    return Path(reports_dir) / REPLAY_DIR
+
+
+def read_summary(directory: Path) -> dict | None:
+    """The replay's ``replay.json`` (period, settings, outcomes), or None when none was written."""
+    path = Path(directory) / SUMMARY_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -> dict[str, Path]:
     """Write ``replay.md``, ``replay.json``, ``replay_drains.csv`` and the plots."""
     directory = Path(directory)
@@ -129,7 +145,7 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
                 md.append(f"- {o.variant}: {o.precursor_drained_ahead} of {o.precursor_failures}")
         md.append("")
     md += [f"![{name}]({path.name})" for name, path in figures.items()]
-    files["replay.md"] = directory / "replay.md"
+    files["replay.md"] = directory / MARKDOWN_FILE
     atomic_write_text(files["replay.md"], "\n".join(md) + "\n")
     payload = {
         "start": report.start.isoformat(),
@@ -140,7 +156,7 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
         "outcomes": report.table().to_dicts(),
         "checkpoint": [asdict(plan) for plan in report.checkpoint],
     }
-    files["replay.json"] = directory / "replay.json"
+    files["replay.json"] = directory / SUMMARY_FILE
     atomic_write_text(files["replay.json"], json.dumps(payload, indent=2, default=str) + "\n")
     files["replay_drains.csv"] = directory / "replay_drains.csv"
     atomic_write_text(files["replay_drains.csv"], report.drains.write_csv())

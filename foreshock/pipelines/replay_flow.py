@@ -25,7 +25,7 @@ def run_replay(
     """Replay the policy over the backtest scores; writes the report, returns its directory."""
     from foreshock.drain.policy import PolicySettings
     from foreshock.drain.replay import replay
-    from foreshock.drain.replay_report import write_report
+    from foreshock.drain.replay_report import replay_dir, write_report
     from foreshock.lake.read import read_table
 
     config = Config.from_settings(settings)
@@ -45,7 +45,7 @@ def run_replay(
         ground_truth=truth,
         models=models,
     )
-    out = config.reports_dir / "replay"
+    out = replay_dir(config.reports_dir)
     write_report(report, out, plots=plots)
     return str(out)
 
@@ -62,6 +62,7 @@ def replay_flow(
 
 
 def run_replay_cmd(args: argparse.Namespace, config: Config) -> int:
+    from foreshock.drain.replay_report import MARKDOWN_FILE
     from foreshock.models.evaluation.backtest_report import scores_path as backtest_scores
 
     scores_path = Path(args.scores) if args.scores else backtest_scores(config.backtest_dir)
@@ -71,10 +72,10 @@ def run_replay_cmd(args: argparse.Namespace, config: Config) -> int:
         raise UserError(f"ground truth not found: {args.ground_truth}")
     settings = config.to_settings(args.config)
     out = Path(replay_flow(settings, str(scores_path), args.ground_truth, args.models or None, not args.no_plots))
-    text = (out / "replay.md").read_text()
+    text = (out / MARKDOWN_FILE).read_text()
     table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
     print(table)
-    print(f"\nreport: {out / 'replay.md'}")
+    print(f"\nreport: {out / MARKDOWN_FILE}")
     return 0
 
 

@@ -15,7 +15,7 @@ from foreshock.pipelines.runtime import configure_mlflow
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from foreshock.reporting.fleet_status import fleet_status
-    from foreshock.reporting.fleet_status_report import write_fleet_page
+    from foreshock.reporting.fleet_status_report import newest_page_path, write_fleet_page
 
     if not config.lake_dir.is_dir():
         raise missing("no lake", config.lake_dir, "ingest")
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     status = fleet_status(config, top=args.top)
     path = write_fleet_page(status, config.reports_dir)
     print(f"fleet risk page: {path}")
-    print(f"newest copy:     {config.reports_dir / 'fleet.html'}")
+    print(f"newest copy:     {newest_page_path(config.reports_dir)}")
     return 0
 
 

@@ -9,7 +9,6 @@ whose inputs are missing is ``None`` and the page says which command makes it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,9 +18,11 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.contract import label_column
 from foreshock.drain.outbox_files import latest_list_dir, read_published_list
+from foreshock.drain.replay_report import read_summary, replay_dir
 from foreshock.lake.read import lake_summary, read_table
 from foreshock.models.estimators.training import labelled_until
 from foreshock.models.evaluation.backtest_report import read_report, scores_path
+from foreshock.models.registry.review_report import latest_review
 from foreshock.models.registry.score_files import latest_path, run_files
 from foreshock.reporting.freshness import PartStatus, pipeline_status
 
@@ -119,12 +120,7 @@ def champion_summary(config: Config) -> dict | None:
     if version is None:
         return None
     challenger = registry.find_alias(config.model_name, "challenger")
-    reviews = sorted(config.reports_dir.glob("review-*.md"))
-    decision = None
-    if reviews:
-        for line in reviews[-1].read_text().splitlines():
-            if line.startswith("**Decision:**"):
-                decision = line.removeprefix("**Decision:**").strip()
+    review_name, decision = latest_review(config.reports_dir) or (None, None)
     return {
         "name": config.model_name,
         "version": str(version.version),
@@ -132,7 +128,7 @@ def champion_summary(config: Config) -> dict | None:
         "registered_at": datetime.fromtimestamp(version.creation_timestamp / 1000, UTC),
         "review": (version.tags or {}).get("foreshock.review", "not reviewed"),
         "challenger": str(challenger.version) if challenger is not None else None,
-        "latest_review": reviews[-1].name if reviews else None,
+        "latest_review": review_name,
         "latest_decision": decision,
     }
 
@@ -179,7 +175,6 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         history = risk_history(config, ids, live_model, horizon)
         top_failures = failures.filter(pl.col("unit_id").is_in(ids)).select("unit_id", "failed_at", "mode")
     backtest = read_report(config.backtest_dir)
-    replay_json = config.reports_dir / "replay" / "replay.json"
     champion = champion_summary(config)
     return FleetStatus(
         generated_at=now,
@@ -192,7 +187,7 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         horizon=horizon,
         backtest=backtest,
         calibration=backtest_outcomes(config, horizon),
-        replay=json.loads(replay_json.read_text()) if replay_json.is_file() else None,
+        replay=read_summary(replay_dir(config.reports_dir)),
         champion=champion,
         freshness=pipeline_status(config, now),
     )

@@ -335,11 +335,19 @@ def render_fleet_page(status: FleetStatus) -> str:
     )
 
 
+NEWEST_PAGE = "fleet.html"
+
+
+def newest_page_path(directory: Path) -> Path:
+    """``<directory>/fleet.html``: a copy of the newest page, at a name that does not change."""
+    return Path(directory) / NEWEST_PAGE
+
+
 def write_fleet_page(status: FleetStatus, directory: Path) -> Path:
     """Write ``fleet-<timestamp>.html`` and ``fleet.html`` (the newest) under ``directory``."""
     directory = Path(directory)
     page = render_fleet_page(status)
     stamped = directory / f"fleet-{status.generated_at:%Y%m%dT%H%M%SZ}.html"
     atomic_write_text(stamped, page)
-    atomic_write_text(directory / "fleet.html", page)
+    atomic_write_text(newest_page_path(directory), page)
     return stamped

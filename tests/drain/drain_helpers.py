@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 
+from foreshock.models.registry.score_files import latest_path
+
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
@@ -57,7 +59,7 @@ def score_rows(
 
 
 def write_scores(data_dir: Path, frame: pl.DataFrame) -> Path:
-    path = Path(data_dir) / "scores" / "latest.parquet"
+    path = latest_path(Path(data_dir) / "scores")  # where publish reads live scores
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.write_parquet(path)
     return path

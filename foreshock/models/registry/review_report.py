@@ -120,7 +120,7 @@ def render_markdown(result: ReviewResult, figure_dir: str | None = None) -> str:
     lines = [
         f"# Model review: {result.model_name}",
         "",
-        f"**Decision:** {result.decision}",
+        f"{DECISION_LINE} {result.decision}",
         "",
         f"- window: {result.window[0]:%Y-%m-%d %H:%M} .. {result.window[1]:%Y-%m-%d %H:%M} UTC, "
         f"horizon {result.horizon}, snapshots with a known outcome only",
@@ -184,12 +184,28 @@ figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 560px; }}
 """
 
 
+REVIEW_PREFIX = "review-"
+DECISION_LINE = "**Decision:**"
+
+
+def latest_review(reports_dir: Path) -> tuple[str, str | None] | None:
+    """The newest review's Markdown file name and its decision, or None when no review was written."""
+    reviews = sorted(Path(reports_dir).glob(f"{REVIEW_PREFIX}*.md"))
+    if not reviews:
+        return None
+    decision = None
+    for line in reviews[-1].read_text().splitlines():
+        if line.startswith(DECISION_LINE):
+            decision = line.removeprefix(DECISION_LINE).strip()
+    return reviews[-1].name, decision
+
+
 def write_report(result: ReviewResult, reports_dir: Path) -> None:
     """Write the review's plots, Markdown and HTML under ``reports_dir``.
 
     Sets ``result.figures``, ``result.report_md`` and ``result.report_html``.
     """
-    base = f"review-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    base = f"{REVIEW_PREFIX}{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     reports_dir = Path(reports_dir)
     result.figures = plots.save_figures(review_figures(result), reports_dir / base)
     result.report_md = reports_dir / f"{base}.md"
