@@ -292,6 +292,8 @@ def log_training(
     TrainingRecord
         The run id and the new version number (a string, as MLflow spells it).
     """
+    # Over 80 lines for its docstring; the run's parts (models, evidence, registration) are
+    # logged in the order MLflow needs them, the models by _log_boosters and _log_bundle.
     import mlflow
 
     name = config.model_name
