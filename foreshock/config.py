@@ -253,6 +253,10 @@ def load_config(
             user = tomllib.loads(path.read_text())
         except FileNotFoundError:
             raise FileNotFoundError(f"config file not found: {path}") from None
+        except IsADirectoryError:
+            raise ConfigError(f"--config {path}: is a directory, not a configuration file (foreshock.toml)") from None
+        except (PermissionError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--config {path}: cannot be read: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
         source = str(path)

@@ -25,6 +25,8 @@ from foreshock.durations import parse_duration
 from foreshock.errors import UserError
 
 ENV_PREFIX = "FORESHOCK_"
+# ``FORESHOCK_*`` variables that are not ``<SECTION>_<KEY>`` overrides.
+OTHER_VARIABLES = frozenset({"FORESHOCK_DATA_DIR", "FORESHOCK_TEST_SEED"})
 
 
 class ConfigError(UserError, ValueError):
@@ -62,6 +64,11 @@ REFINED: dict[tuple[str, str], Any] = {
     ("backtest", "drain_budget_per_day"): Annotated[float, Field(gt=0)],
     ("backtest", "target_precision"): Share,
     ("baseline", "sbe_increase_per_day"): float,
+    # Empty lists by default: their items' type cannot be read from the default.
+    ("notify", "urls"): list[str],
+    ("reliability", "strata"): list[str],
+    ("reliability", "numeric"): list[str],
+    ("reliability", "ages"): list[Duration],
 }
 
 
@@ -135,18 +142,23 @@ def _env_value(text: str) -> Any:
 def environment_overrides(models: dict[str, type], environ: os._Environ | dict | None = None) -> dict[str, dict]:
     """``FORESHOCK_<SECTION>_<KEY>=VALUE`` for every known section, as settings.
 
-    Variables naming no known section (``FORESHOCK_DATA_DIR``) are not overrides; a known
-    section with an unknown key is an error naming the variable.
+    Every ``FORESHOCK_*`` variable but :data:`OTHER_VARIABLES` is an override: one naming
+    no known section or key (``FORESHOCK_POLCY_ENTER_RISK``) is an error naming the
+    variable and the closest known one, never silently ignored.
     """
     environ = os.environ if environ is None else environ
     overrides: dict[str, dict] = {}
+    known = sorted(env_name(section, key) for section, model in models.items() for key in model.model_fields)
     for name, text in environ.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in OTHER_VARIABLES:
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         section = next((s for s in sorted(models, key=len, reverse=True) if rest.startswith(f"{s}_")), None)
         if section is None:
-            continue
+            raise ConfigError(
+                f"{name}: no configuration section {rest.split('_', 1)[0]!r}{_suggest(name.upper(), known)} "
+                f"(FORESHOCK_<SECTION>_<KEY>; sections: {', '.join(sorted(models))})"
+            )
         key = rest[len(section) + 1 :]
         if key not in models[section].model_fields:
             raise ConfigError(

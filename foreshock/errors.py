@@ -35,3 +35,28 @@ class MissingInputError(UserError):
 def missing(what: str, where: object, run: str) -> MissingInputError:
     """``no feature snapshots under data/features: run `foreshock features` first``."""
     return MissingInputError(f"{what} under {where}: run `foreshock {run}` first")
+
+
+# Errors that mean "bad usage or input" (exit 2, one line). KeyError and IndexError are
+# LookupErrors too, but from our own code they are bugs: they stay failures (exit 1).
+USER_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, ValueError, LookupError)
+BUG_ERRORS = (KeyError, IndexError)
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is bad usage or input, reported in one line (exit 2)."""
+    return isinstance(exc, USER_ERRORS) and not isinstance(exc, BUG_ERRORS)
+
+
+def user_error_names() -> set[str]:
+    """The class names of every user error type defined so far (how Prefect's state
+    messages name an exception: ``... encountered an exception UserError: ...``)."""
+    names: set[str] = set()
+    pending = list(USER_ERRORS)
+    while pending:
+        kind = pending.pop()
+        if kind.__name__ in names or issubclass(kind, BUG_ERRORS):
+            continue
+        names.add(kind.__name__)
+        pending += kind.__subclasses__()
+    return names

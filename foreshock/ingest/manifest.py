@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -57,15 +58,22 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+# Characters that would break a report's or a log's line: control characters and the
+# Unicode line and paragraph separators.
+LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def shown_name(name: str | os.PathLike) -> str:
-    """A file name as valid text: bytes that are not UTF-8 (held by Python as lone
-    surrogates) shown as ``\\xNN``.  Unchanged for every name that is UTF-8."""
+    """A file name as valid text on one line: bytes that are not UTF-8 (held by Python as
+    lone surrogates) shown as ``\\xNN``, control characters (a newline, a tab) and line
+    separators escaped as ``\\n``, ``\\t``, ``\\x1b``, ``\\u2028``.  Unchanged for every
+    name that is printable UTF-8; the manifest keeps the name's bytes besides."""
     text = os.fspath(name)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return os.fsencode(text).decode("utf-8", errors="backslashreplace")
-    return text
+        text = os.fsencode(text).decode("utf-8", errors="backslashreplace")
+    return LINE_BREAKING.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def name_bytes(path: str | os.PathLike) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,12 +102,15 @@ def _unreadable_reason(path: Path) -> str:
     return "unrecognised format (use --source to name it)"
 
 
-def landing_files(root: Path, follow_symlinks: bool) -> tuple[list[Path], list[Path]]:
-    """``(files, symlinks)`` under ``root``, sorted; symbolic links are listed apart and
-    not followed (into directories either) unless ``follow_symlinks``."""
+def landing_files(root: Path, follow_symlinks: bool) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """``(files, skipped)`` under ``root``, sorted: the regular files, and what is not read
+    with the reason.  Symbolic links are not followed (into directories either) unless
+    ``follow_symlinks``; FIFOs, sockets and devices are never opened (a FIFO would block
+    the run until something writes to it)."""
     if root.is_file():
         return [root], []
-    files, links = [], []
+    files: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
     seen: set[tuple[int, int]] = set()
     for directory, dirs, names in os.walk(root, followlinks=follow_symlinks):
         info = os.stat(directory)
@@ -117,10 +121,34 @@ def landing_files(root: Path, follow_symlinks: bool) -> tuple[list[Path], list[P
         for name in [*names, *(d for d in dirs if not follow_symlinks)]:
             path = Path(directory) / name
             if path.is_symlink() and not follow_symlinks:
-                links.append(path)
-            elif name in names and path.is_file():
-                files.append(path)
-    return sorted(files), sorted(links)
+                skipped.append((path, SYMLINK_SKIPPED))
+            elif name in names:
+                kind = _file_kind(path)
+                if kind == "regular file":
+                    files.append(path)
+                else:
+                    skipped.append((path, f"{kind}, not a regular file: not read"))
+    return sorted(files), sorted(skipped)
+
+
+SYMLINK_SKIPPED = "symbolic link, not followed (use --follow-symlinks to read what it points to)"
+
+
+def _file_kind(path: Path) -> str:
+    """What a directory entry is (following a link: ``--follow-symlinks``)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:  # a dangling link, a name gone since the listing
+        return f"cannot be read ({exc.strerror})"
+    kinds = {
+        stat.S_ISREG: "regular file",
+        stat.S_ISFIFO: "FIFO (named pipe)",
+        stat.S_ISSOCK: "socket",
+        stat.S_ISCHR: "character device",
+        stat.S_ISBLK: "block device",
+        stat.S_ISDIR: "directory",
+    }
+    return next((kind for test, kind in kinds.items() if test(mode)), "special file")
 
 
 def _is_inventory(path: Path, fmt: str) -> bool:
@@ -161,10 +189,9 @@ def plan_ingest(
     if not root.exists():
         raise FileNotFoundError(f"ingest path not found: {root}")
     plan = IngestPlan(run_id=run_id or new_run_id(), root=str(root), source=source)
-    candidates, links = landing_files(root, follow_symlinks)
-    for link in links:
-        reason = "symbolic link, not followed (use --follow-symlinks to read what it points to)"
-        plan.reports.append(FileReport(manifest.shown_name(link), None, "skipped", reason=reason))
+    candidates, skipped = landing_files(root, follow_symlinks)
+    for path, reason in skipped:
+        plan.reports.append(FileReport(manifest.shown_name(path), None, "skipped", reason=reason))
     _find_catalog(root, plan, config)
     seen, unchanged = _ingested(config, force)
     in_run: dict[tuple[str, str], str] = {}

@@ -199,7 +199,8 @@ def pull_window(
     step = settings.step.total_seconds()
     first = math.floor(first / step) * step
     if first > stop:
-        raise UserError(f"pull: start {first} is after end {stop}")
+        shown = [datetime.fromtimestamp(t, UTC).isoformat() for t in (first, stop)]
+        raise UserError(f"pull: start {shown[0]} is after end {shown[1]}")
     return first, stop
 
 

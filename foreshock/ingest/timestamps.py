@@ -16,6 +16,10 @@ and is quarantined ("ambiguous local time").
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import date, timedelta
+from functools import partial
+
 import polars as pl
 
 from foreshock.contract import UTC_TS
@@ -25,6 +29,61 @@ HAS_OFFSET = r"T\d{2}:\d{2}(:\d{2}(\.\d+)?)?[+-]\d{2}:?\d{2}$"
 ISO_NAIVE = "%Y-%m-%dT%H:%M:%S%.f"
 ISO_AWARE = "%Y-%m-%dT%H:%M:%S%.f%z"
 NAIVE_HINT = "naive timestamp (no UTC offset): pass --timezone or set [ingest] timezone"
+
+
+# UTC days that ended with a leap second (23:59:60), from the IERS announcements (none
+# since 2016; leap seconds are to stop by 2035).  A ``:60`` second on any other day is a
+# clock or formatting fault: the parsers would read it as the next day's midnight.
+LEAP_SECOND_DAYS = tuple(
+    date.fromisoformat(day)
+    for day in (
+        "1972-06-30 1972-12-31 1973-12-31 1974-12-31 1975-12-31 1976-12-31 1977-12-31 1978-12-31 "
+        "1979-12-31 1981-06-30 1982-06-30 1983-06-30 1985-06-30 1987-12-31 1989-12-31 1990-12-31 "
+        "1992-06-30 1993-06-30 1994-06-30 1995-12-31 1997-06-30 1998-12-31 2005-12-31 2008-12-31 "
+        "2012-06-30 2015-06-30 2016-12-31"
+    ).split()
+)
+LEAP_EPOCH_DAYS = [(day - date(1970, 1, 1)).days for day in LEAP_SECOND_DAYS]
+NORMAL, LEAP, FAKE_LEAP = 0, 1, 2
+
+
+def leap_seconds(
+    text: pl.Expr, ts: pl.Expr, reason: pl.Expr, to_ts: Callable[[pl.Expr], pl.Expr]
+) -> tuple[pl.Expr, pl.Expr]:
+    """``(ts, reason)`` with second 60 judged: a real leap second (23:59:60 UTC on a day
+    of :data:`LEAP_SECOND_DAYS`; parsers read it as the next midnight) is kept as the last
+    microsecond of its day; any other is quarantined rather than stored as the next minute.
+
+    ``to_ts`` builds ``ts`` from a text expression.  Which rows have second 60 is asked of
+    the text in one pass (:func:`_second_60`, which parses only the rows holding ``:60``):
+    judged as expressions over ``ts``, the check made Polars parse every time again.
+    """
+    code = text.map_batches(partial(_second_60, to_ts=to_ts), return_dtype=pl.Int8, is_elementwise=True)
+    kept = (
+        pl.when(code == LEAP)
+        .then(ts.dt.truncate("1s") - timedelta(microseconds=1))
+        .when(code == FAKE_LEAP)
+        .then(pl.lit(None, dtype=UTC_TS))
+        .otherwise(ts)
+    )
+    message = pl.lit("leap second (second 60) on a day without one")  # the quarantined line shows the time
+    return kept, pl.coalesce(reason, pl.when(code == FAKE_LEAP).then(message))
+
+
+def _second_60(text: pl.Series, to_ts: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
+    """Per row :data:`NORMAL`, :data:`LEAP` or :data:`FAKE_LEAP` (see :func:`leap_seconds`).
+    A ``:60`` in a time that parses can only be its seconds (minutes and offsets stop at 59)."""
+    codes = pl.zeros(len(text), pl.Int8, eager=True)
+    rows = text.str.contains(":60", literal=True).fill_null(False).arg_true()
+    if rows.len() == 0:
+        return codes
+    parsed = pl.DataFrame({"text": text.gather(rows)}).select(to_ts(pl.col("text"))).to_series()
+    seconds = parsed.dt.epoch("s")  # a leap second reads as 00:00:00 of the next day
+    real = (seconds % 86400 == 0) & (seconds // 86400 - 1).is_in(LEAP_EPOCH_DAYS)
+    judged = pl.select(
+        pl.when(parsed.is_null()).then(NORMAL).when(real).then(LEAP).otherwise(FAKE_LEAP).cast(pl.Int8)
+    ).to_series()
+    return codes.scatter(rows, judged)
 
 
 def _normalise(text: pl.Expr) -> pl.Expr:
@@ -38,8 +97,13 @@ def parse_local(text: pl.Expr, timezone: str, naive_format: str) -> tuple[pl.Exp
     """``(ts, reason)`` for a source that only writes naive local time (nvidia-smi).
 
     Cheaper than :func:`parse_utc`: one parse, no offset handling.  The reason is a fixed
-    text (the raw line in the quarantine shows the value).
+    text (the raw line in the quarantine shows the value).  Second 60: :func:`leap_seconds`.
     """
+    ts, reason = _parse_local(text, timezone, naive_format)
+    return leap_seconds(text, ts, reason, lambda t: _parse_local(t, timezone, naive_format)[0])
+
+
+def _parse_local(text: pl.Expr, timezone: str, naive_format: str) -> tuple[pl.Expr, pl.Expr]:
     naive = text.str.to_datetime(naive_format, strict=False, time_unit="us")
     ts = (
         naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null")
@@ -60,8 +124,13 @@ def parse_utc(text: pl.Expr, timezone: str | None, naive_format: str = ISO_NAIVE
     """Expressions ``(ts, reason)`` for a column of timestamp text.
 
     ``ts`` is ``Datetime("us", "UTC")`` (null when rejected); ``reason`` says why a
-    timestamp was rejected and is null when it was accepted.
+    timestamp was rejected and is null when it was accepted.  Second 60: :func:`leap_seconds`.
     """
+    ts, reason = _parse_utc(text, timezone, naive_format)
+    return leap_seconds(text, ts, reason, lambda t: _parse_utc(t, timezone, naive_format)[0])
+
+
+def _parse_utc(text: pl.Expr, timezone: str | None, naive_format: str) -> tuple[pl.Expr, pl.Expr]:
     t = _normalise(text)
     has_offset = t.str.contains(HAS_OFFSET)
     aware = t.str.to_datetime(ISO_AWARE, strict=False, time_unit="us")

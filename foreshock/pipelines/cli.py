@@ -20,7 +20,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from foreshock.config import load_config
-from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
+from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, is_user_error
 from foreshock.lake.atomic import remove_temp_files
 from foreshock.pipelines.runtime import (  # before Prefect loads
     LOG_FORMATS,
@@ -112,12 +112,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-# Errors that mean "bad usage or input" (exit 2, one line). KeyError and IndexError are
-# LookupErrors too, but from our own code they are bugs: they stay failures (exit 1).
-USER_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, ValueError, LookupError)
-BUG_ERRORS = (KeyError, IndexError)
-
-
 def package_version() -> str:
     try:
         return version("foreshock")
@@ -129,7 +123,7 @@ def exit_code(exc: BaseException) -> int:
     """The one mapping from an exception to the process exit status (docs/architecture.md)."""
     if isinstance(exc, KeyboardInterrupt):
         return 130
-    if isinstance(exc, USER_ERRORS) and not isinstance(exc, BUG_ERRORS):
+    if is_user_error(exc):
         return EXIT_USAGE
     return EXIT_FAILURE
 

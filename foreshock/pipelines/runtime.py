@@ -12,9 +12,11 @@ server is orphaned.  :func:`stop_servers_on_signals` makes SIGTERM and SIGINT st
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -82,12 +84,32 @@ def retry_on_io_error(task_, task_run, state) -> bool:
     forbidden path (a retry finds the same)."""
     try:
         state.result(raise_on_failure=True)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
-        return False
-    except OSError:
-        return True
-    except Exception:  # noqa: BLE001 - any other failure is not worth a retry
-        return False
+    except Exception as exc:  # noqa: BLE001 - judged below: only I/O is worth a retry
+        return is_io_error(exc)
+    return False
+
+
+# How a library that wraps the OS error in its own exception (Polars' ComputeError around a
+# Rust io::Error) still says it: "No space left on device (os error 28)".
+IO_ERROR_TEXT = re.compile(r"os error (\d+)\)|no space left on device|disk quota exceeded|stale file handle", re.I)
+NOT_RETRIED_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM}
+
+
+def is_io_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is an I/O failure a retry may get past:
+    an ``OSError`` other than a missing or forbidden path, or a library error wrapping
+    one (Polars raises ``ComputeError("... No space left on device (os error 28)")``)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):
+            return False
+        if isinstance(exc, OSError):
+            return True
+        found = IO_ERROR_TEXT.search(str(exc))
+        if found:
+            return not (found.group(1) and int(found.group(1)) in NOT_RETRIED_ERRNOS)
+        exc = exc.__cause__ or exc.__context__
     return False
 
 
@@ -227,6 +249,37 @@ def configure_logging(level: int = logging.INFO, fmt: str = "text") -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+    quiet_user_errors_of_runs()
+
+
+# Prefect's loggers of flow and task runs: each logs a failed run's exception (with its
+# traceback) before the CLI reports it.
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+PREFECT_EXCEPTION = re.compile(r"encountered an exception:? (\w+):")
+
+
+class UserErrorsOnce(logging.Filter):
+    """Drop Prefect's lines about a run that failed on bad usage or input (a
+    :func:`foreshock.errors.is_user_error`): the CLI says it in one line, without the
+    engine's traceback of 80 lines.  ``-v`` keeps them (the foreshock loggers at DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from foreshock.errors import is_user_error, user_error_names
+
+        if logging.getLogger("foreshock").level <= logging.DEBUG:
+            return True
+        if record.exc_info and record.exc_info[1] is not None:
+            return not is_user_error(record.exc_info[1])
+        named = PREFECT_EXCEPTION.search(record.getMessage()) if record.levelno >= logging.ERROR else None
+        return not (named and named.group(1) in user_error_names())
+
+
+def quiet_user_errors_of_runs() -> None:
+    """Install :class:`UserErrorsOnce` on Prefect's run loggers (once per process)."""
+    for name in RUN_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, UserErrorsOnce) for f in logger.filters):
+            logger.addFilter(UserErrorsOnce())
 
 
 def task_runner(config: Config) -> TaskRunner:

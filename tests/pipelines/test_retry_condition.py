@@ -35,3 +35,31 @@ def test_bad_input_and_missing_paths_fail_at_once(exc):
 
 def test_a_completed_state_is_not_retried():
     assert retry_on_io_error(None, None, Completed(data=1)) is False
+
+
+def _polars_full_disk_error() -> BaseException:
+    """What Polars raises when the disk fills under a Parquet write (``/dev/full``)."""
+    import polars as pl
+
+    try:
+        pl.DataFrame({"a": range(100_000)}).write_parquet("/dev/full")
+    except Exception as exc:  # noqa: BLE001 - the error itself is what is judged
+        return exc
+    pytest.skip("/dev/full accepted the write")
+
+
+def test_a_full_disk_behind_a_polars_error_is_retried():
+    exc = _polars_full_disk_error()
+    assert not isinstance(exc, OSError)  # Polars wraps it: only its text says ENOSPC
+    assert retry_on_io_error(None, None, _failed(exc)) is True
+
+
+def test_a_missing_path_behind_a_library_error_is_not_retried():
+    import polars as pl
+
+    wrapped = pl.exceptions.ComputeError("parquet: underlying IO error: No such file or directory (os error 2)")
+    assert retry_on_io_error(None, None, _failed(wrapped)) is False
+    try:
+        raise RuntimeError("merge failed") from OSError(errno.EIO, "Input/output error")
+    except RuntimeError as chained:
+        assert retry_on_io_error(None, None, _failed(chained)) is True
