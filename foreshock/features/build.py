@@ -41,7 +41,7 @@ from foreshock.features.context import (
     snapshot_grid,
 )
 from foreshock.features.day_rollups import days_between, shard_rollup
-from foreshock.features.peers import add_peer_features
+from foreshock.features.peers import add_peer_features, add_peer_weight, peer_relative_columns
 from foreshock.features.spec import FeatureSpec, feature_spec
 from foreshock.features.windows import SEGMENT, error_activity_columns, metric_feature_names, window_features
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
@@ -67,6 +67,7 @@ def spec_feature_columns(spec: FeatureSpec) -> list[str]:
     names += [f"lot_failure_rate_{spec.name(w)}" for w in spec.windows]
     names += [f"temp_residual_c_{spec.name(w)}" for w in spec.windows]
     names.append("cohort_cum_hazard")
+    names += peer_relative_columns(spec)
     return names
 
 
@@ -201,7 +202,7 @@ def shard_block_features(
     )
     frame = add_inventory_context(frame, inventory)
     frame = add_lot_failure_rates(frame, inventory, failures, spec)
-    return add_cohort_hazard(frame, inventory, failures)
+    return add_peer_weight(add_cohort_hazard(frame, inventory, failures), inventory, spec)
 
 
 def _finish(frame: pl.DataFrame, spec: FeatureSpec) -> pl.DataFrame:

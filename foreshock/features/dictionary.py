@@ -31,6 +31,7 @@ METRIC_PLACEHOLDERS = {
     "metric": "any metric of the catalog",
     "counter": "a counter metric (cumulative; may reset)",
     "error_counter": "a counter metric of family error",
+    "error_metric": "a metric of family error, a counter or a gauge that is not a 0/1 flag",
     "gauge": "a gauge metric (instantaneous)",
     "power_gauge": "a power gauge (family power, not a 0/1 flag)",
     "temperature_gauge": "a temperature gauge (family thermal, not a 0/1 flag)",
@@ -170,6 +171,21 @@ PATTERNS: tuple[Pattern, ...] = (
         "expected failures",
         "since installation",
     ),
+    Pattern(
+        "{error_counter}_increase_{w}_model_pct",
+        "Only with [features] peer_relative = true: the increase's percentile among the in-service units of "
+        "the same model at the same snapshot (mid-rank: peers below plus half the peers equal, over all peers "
+        "with a value; each peer counted by its inventory fleet_weight, 1 without one).",
+        "fraction of units",
+        "{w}",
+    ),
+    Pattern(
+        "{error_metric}_last_model_pct",
+        "Only with [features] peer_relative = true: the last value's percentile among the in-service units of "
+        "the same model at the same snapshot (as above).",
+        "fraction of units",
+        "up to {L}",
+    ),
 )
 
 # Columns that are not model features: the key and the unit's context.
@@ -207,6 +223,7 @@ def _placeholder_regexes(spec: FeatureSpec) -> dict[str, str]:
         "metric": list(spec.catalog),
         "counter": spec.counters(),
         "error_counter": [m for m in spec.counters() if m.family == "error"],
+        "error_metric": [m for m in spec.catalog if m.family == "error" and (m.is_counter or m.unit != "bool")],
         "gauge": spec.gauges(),
         "power_gauge": spec.power_levels(),
         "temperature_gauge": spec.thermal_levels(),

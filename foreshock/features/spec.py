@@ -26,6 +26,9 @@ class FeatureSpec:
         Sample spacing a healthy exporter delivers (``[features] expected_sample_every``).
     catalog : Catalog
         The metric catalog: which metrics exist, their kind and family.
+    peer_relative : bool
+        Add each error metric's level and increases as a percentile among the units of
+        the same model at the same snapshot (``[features] peer_relative``).
     """
 
     every: timedelta
@@ -33,6 +36,7 @@ class FeatureSpec:
     baseline: timedelta
     expected_every: timedelta
     catalog: Catalog
+    peer_relative: bool = False
 
     @property
     def longest(self) -> timedelta:
@@ -95,4 +99,11 @@ def feature_spec(config: Config) -> FeatureSpec:
                 f"{config.source}: [features] {key}: {format_duration(span)} is not a whole multiple "
                 f"of snapshot_every = {format_duration(every)}"
             )
-    return FeatureSpec(every=every, windows=windows, baseline=baseline, expected_every=expected, catalog=config.catalog)
+    return FeatureSpec(
+        every=every,
+        windows=windows,
+        baseline=baseline,
+        expected_every=expected,
+        catalog=config.catalog,
+        peer_relative=bool(section["peer_relative"]),
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def test_committed_dictionary_is_what_the_code_generates():
 
 
 def test_every_pattern_describes_some_column_of_the_builtin_features():
-    spec = feature_spec(builtin_config())
+    # the optional peer-relative columns too ([features] peer_relative, off by default)
+    spec = replace(feature_spec(builtin_config()), peer_relative=True)
     columns = describe_columns(spec)
     assert [c.name for c in columns] == spec_feature_columns(spec)
     unused = [p.shown for p in PATTERNS if not any(c.pattern is p for c in columns)]
