@@ -27,6 +27,7 @@ from foreshock.config_schema import (
     section_models,
 )
 from foreshock.durations import parse_duration
+from foreshock.redaction import hold_secrets, release_secrets
 
 DEFAULT_CONFIG_NAME = "foreshock.toml"
 
@@ -204,12 +205,15 @@ class Config:
         overrides = {name: value for name, value in self.settings.items() if name != "paths"}
         if is_file_catalog(self.catalog):  # else the default, which from_settings finds again
             overrides["paths"] = {"catalog": self.catalog.source}
+        # Prefect stores a flow run's parameters: secrets travel as references (redaction.py)
+        overrides = hold_secrets(overrides)
         return {"config_file": config_file, "data_dir": str(self.data_dir), "overrides": overrides}
 
     @staticmethod
     def from_settings(settings: dict[str, Any]) -> Config:
         config = load_config(settings.get("config_file"), data_dir=settings["data_dir"])
-        return config.with_overrides(settings["overrides"]) if settings.get("overrides") else config
+        overrides = release_secrets(settings.get("overrides") or {})
+        return config.with_overrides(overrides) if overrides else config
 
     def with_overrides(self, overrides: dict[str, Any]) -> Config:
         """A copy with some settings replaced (``{"features": {"snapshot_every": "1d"}}``)."""

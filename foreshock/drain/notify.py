@@ -20,6 +20,7 @@ import polars as pl
 
 from foreshock.drain.policy import SEVERITY, format_hours, signals_text
 from foreshock.drain.shell import one_line
+from foreshock.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,9 @@ def send(message: Message, settings: NotifySettings, *, sleep=time.sleep) -> boo
     """
     import apprise  # its plugins take most of a second to load: only when something is sent
 
+    # apprise's own warnings can quote a URL whole (tokens and all); failures are logged here
+    logging.getLogger("apprise").setLevel(logging.CRITICAL + 1)
+
     pending = list(settings.urls)
     delay = settings.retry_delay.total_seconds()
     for attempt in range(1, settings.attempts + 1):
@@ -115,7 +119,8 @@ def send(message: Message, settings: NotifySettings, *, sleep=time.sleep) -> boo
             try:
                 ok = sender.add(url) and sender.notify(title=message.title, body=message.body)
             except Exception as exc:  # noqa: BLE001 - a plugin error must not fail the publish
-                log.warning("notification to %s raised %s", _redact(url), exc)
+                # its text may quote the URL: the type only
+                log.warning("notification to %s raised %s", redact_url(url), type(exc).__name__)
                 ok = False
             if not ok:
                 failed.append(url)
@@ -127,17 +132,10 @@ def send(message: Message, settings: NotifySettings, *, sleep=time.sleep) -> boo
             len(settings.urls),
             attempt,
             settings.attempts,
-            ", ".join(_redact(u) for u in failed),
+            ", ".join(redact_url(u) for u in failed),
         )
         pending = failed
         if attempt < settings.attempts:
             sleep(delay)
             delay *= 2
     return False
-
-
-def _redact(url: str) -> str:
-    """The scheme and host of a URL, never its tokens."""
-    scheme, _, rest = url.partition("://")
-    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
-    return f"{scheme}://{host}/..." if rest else url

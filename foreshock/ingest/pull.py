@@ -17,8 +17,12 @@ relabelled ``node`` label is then the right one; ``instance`` loses its ``:port`
 parser reads; without a GPU index the ``UUID`` label is looked up in the inventory.
 
 Authentication, never stored in the configuration: a bearer token from the variable named
-by ``[pull] token_env``, or basic auth from ``username_env``/``password_env``.  TLS
-certificates are always verified (``ca_file`` adds a private CA).
+by ``[pull] token_env``, or basic auth from ``username_env``/``password_env`` (or the
+URL's ``user:password@``, taken out of the URL before it is shown anywhere).  TLS
+certificates are always verified (``ca_file`` adds a private CA).  Credentials are refused
+over plain ``http://`` unless ``[pull] allow_http_credentials``, and a redirect to another
+scheme, host or port is refused while they are set (``urllib`` would send them there).
+Log lines and errors name the server by scheme, host and port only.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from foreshock.config import Config
 from foreshock.durations import parse_duration
 from foreshock.errors import UserError
 from foreshock.lake.atomic import atomic_write_text
+from foreshock.redaction import redact_url
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a query_range above this
 STATE_FILE = "state.json"
@@ -71,8 +76,14 @@ class PullSettings:
         url = str(section["url"]).rstrip("/")
         if not url:
             raise UserError("no Prometheus URL: pass --url or set [pull] url")
-        if urllib.parse.urlparse(url).scheme not in ("http", "https"):
-            raise UserError(f"[pull] url must start with http:// or https://, got {url!r}")
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise UserError(f"[pull] url must start with http:// or https://, got {redact_url(url)}")
+        url, headers = _credentials(url, section)
+        if headers and urllib.parse.urlsplit(url).scheme == "http" and not section["allow_http_credentials"]:
+            raise UserError(
+                f"pull: credentials would cross the network in clear text to {redact_url(url)}: use https://, "
+                "or set [pull] allow_http_credentials = true (FORESHOCK_PULL_ALLOW_HTTP_CREDENTIALS=true)"
+            )
         step = parse_duration(section["step"])
         chunk = min(parse_duration(section["chunk"]), step * (MAX_POINTS_PER_SERIES - 1))
         return cls(
@@ -86,20 +97,53 @@ class PullSettings:
             gpu_label=str(section["gpu_label"]),
             timeout=parse_duration(section["timeout"]).total_seconds(),
             ca_file=str(section["ca_file"]),
-            headers=_auth_headers(section),
+            headers=headers,
         )
 
+    @property
+    def shown_url(self) -> str:
+        """The server as log lines and errors may name it (scheme, host, port)."""
+        return redact_url(self.url)
 
-def _auth_headers(section: dict[str, Any]) -> dict[str, str]:
+
+def _credentials(url: str, section: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """``(url without user:password@, headers)``: a bearer token from ``token_env``, else
+    basic auth from ``username_env``/``password_env``, else from the URL's own
+    ``user:password@`` (taken out of the URL, which is shown in logs and errors)."""
+    parts = urllib.parse.urlsplit(url)
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
     token = os.environ.get(str(section["token_env"]), "")
     if token:
-        return {"Authorization": f"Bearer {token}"}
+        return bare, {"Authorization": f"Bearer {token}"}
     user = os.environ.get(str(section["username_env"]), "")
+    password = os.environ.get(str(section["password_env"]), "")
+    if not user and parts.username:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
     if user:
-        password = os.environ.get(str(section["password_env"]), "")
         encoded = base64.b64encode(f"{user}:{password}".encode()).decode()
-        return {"Authorization": f"Basic {encoded}"}
-    return {}
+        return bare, {"Authorization": f"Basic {encoded}"}
+    return bare, {}
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to the same scheme, host and port while the request carries
+    credentials: ``urllib`` would send the ``Authorization`` header to wherever the server
+    points (another host, or from ``https`` to plain ``http``)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        if req.has_header("Authorization") and _origin(newurl) != _origin(req.full_url):
+            raise UserError(
+                f"pull: {redact_url(req.full_url)} redirects to {redact_url(newurl)} (HTTP {code}): "
+                "refused, the credentials would follow it; point [pull] url at the final server"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
 
 def query_range(settings: PullSettings, start: float, end: float) -> dict[str, Any]:
@@ -116,19 +160,20 @@ def query_range(settings: PullSettings, start: float, end: float) -> dict[str, A
         f"{settings.url}/api/v1/query_range?{params}", headers={"Accept": "application/json", **settings.headers}
     )
     context = ssl.create_default_context(cafile=settings.ca_file or None)
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _SameOriginRedirects)
     try:
-        with urllib.request.urlopen(request, timeout=settings.timeout, context=context) as response:  # noqa: S310
+        with opener.open(request, timeout=settings.timeout) as response:
             body = response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:300].decode(errors="replace")
         if exc.code in (400, 422):  # a bad query: the user's to fix, not worth a retry
             raise UserError(f"Prometheus refused the query {settings.query!r}: HTTP {exc.code}: {detail}") from None
-        raise PullError(f"{settings.url}: HTTP {exc.code}: {detail}") from None
+        raise PullError(f"{settings.shown_url}: HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, TimeoutError) as exc:
-        raise PullError(f"{settings.url}: {getattr(exc, 'reason', exc)}") from None
+        raise PullError(f"{settings.shown_url}: {getattr(exc, 'reason', exc)}") from None
     doc = json.loads(body)
     if doc.get("status") != "success":
-        raise PullError(f"{settings.url}: query failed: {doc.get('errorType')}: {doc.get('error')}")
+        raise PullError(f"{settings.shown_url}: query failed: {doc.get('errorType')}: {doc.get('error')}")
     return doc
 
 

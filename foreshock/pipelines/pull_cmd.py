@@ -60,19 +60,21 @@ def fetch_task(settings: dict, run_id: str, overrides: dict, start: str | None, 
 @flow(name="pull", validate_parameters=False)
 def pull_flow(
     settings: dict,
-    url: str | None = None,
     query: str | None = None,
     step: str | None = None,
     start: str | None = None,
     end: str | None = None,
 ) -> dict:
-    """Fetch, ingest, then remember where each series stopped; returns the run report."""
+    """Fetch, ingest, then remember where each series stopped; returns the run report.
+
+    The server's URL is ``[pull] url`` of ``settings`` (which hold it as a reference, not
+    its text: Prefect stores a flow run's parameters, and a URL can carry credentials)."""
     from foreshock.ingest.pull import PullState
     from foreshock.pipelines.ingest_flow import ingest
     from foreshock.pipelines.runtime import stamp
 
     config = Config.from_settings(settings)
-    fetched = fetch_task(settings, f"pull-{stamp()}", {"url": url, "query": query, "step": step}, start, end)
+    fetched = fetch_task(settings, f"pull-{stamp()}", {"query": query, "step": step}, start, end)
     report = None
     if fetched["files"]:
         report = ingest(settings, path=fetched["directory"], source="prometheus-json", force=True)
@@ -88,9 +90,11 @@ def run_pull(args: argparse.Namespace, config: Config) -> int:
 
     for text in (args.start, args.end):
         _time(text)  # a bad time is a usage error before any flow run
-    PullSettings.from_config(config, url=args.url, query=args.query, step=args.step)  # checks the URL
+    if args.url:
+        config = config.with_overrides({"pull": {"url": args.url}})
+    PullSettings.from_config(config, query=args.query, step=args.step)  # checks the URL and credentials
     result = pull_flow(
-        config.to_settings(args.config), url=args.url, query=args.query, step=args.step, start=args.start, end=args.end
+        config.to_settings(args.config), query=args.query, step=args.step, start=args.start, end=args.end
     )
     log.info(
         "pulled %d points of %d series from %s to %s",
@@ -118,7 +122,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Read dcgm-exporter metrics from the Prometheus HTTP API (/api/v1/query_range) in bounded "
         "chunks and ingest them like files (checks, quarantine, merge). Each series resumes after its last "
         "stored timestamp, so a missed run catches up and a rerun adds nothing. Credentials come from the "
-        "environment variables named in [pull] (bearer token or basic auth); TLS is verified.",
+        "environment variables named in [pull] (bearer token or basic auth) or the URL's user:password@; they "
+        "are refused over plain http:// unless [pull] allow_http_credentials, and never follow a redirect to "
+        "another server. TLS is verified.",
     )
     parser.add_argument("--url", help="Prometheus base URL (default: [pull] url)")
     parser.add_argument("--start", help="first time (ISO 8601 or unix seconds; default: resume)")

@@ -45,6 +45,7 @@ from foreshock.models.registry.model_env import (
 from foreshock.models.registry.registry import register_version
 from foreshock.models.registry.training_report import training_figures
 from foreshock.models.registry.trusted_bundle import SOURCE_TAG, TRUSTED_SOURCE, version_tags
+from foreshock.redaction import redact_settings
 
 if TYPE_CHECKING:
     from foreshock.models.estimators.bundle import RiskBundle
@@ -307,7 +308,7 @@ def log_training(
 
     with mlflow.start_run(experiment_id=exp_id, run_name=f"train-{started:%Y%m%dT%H%M%SZ}") as run:
         mlflow.set_tags({"foreshock.kind": "training", "foreshock.model_name": name, SOURCE_TAG: TRUSTED_SOURCE})
-        params = flatten_params(config.settings)
+        params = flatten_params(redact_settings(config.settings))  # no secret in the tracking store
         params.update(
             {
                 "data.start": data_range[0].isoformat(),
