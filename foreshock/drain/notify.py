@@ -6,7 +6,8 @@ documentation).  A publish sends one message when its diff has units that became
 escalated to, at least ``[notify] min_action`` (a drain by default); nothing when nothing
 changed.  Sending happens after the outbox directory is in place: a notification that
 fails is logged and retried (``attempts``, ``retry_delay``, doubling) and never fails the
-publish.
+publish; its changes are announced again by the next publish (the outbox's ``NOTIFIED``
+names the last list announced, see :mod:`foreshock.drain.outbox`).
 """
 
 from __future__ import annotations

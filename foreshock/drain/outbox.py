@@ -20,6 +20,11 @@ staging directory is removed by the next publish (under the outbox lock)::
         policy_state.parquet                hysteresis / burn-in state for the next run
         manifest.json                       counts, model, files, notes (written last)
     data/outbox/LATEST                      name of the newest directory
+    data/outbox/NOTIFIED                    name of the directory whose changes were last announced
+
+The Prometheus textfile is written before the directory is renamed into place, and
+notifications announce the changes since ``NOTIFIED`` (not only since the previous
+publish), so a publish that fails after its directory is in place loses neither.
 
 The folder's names (staging, ``LATEST``, the manifest) and its readers are
 :mod:`foreshock.drain.outbox_files`'s; this module decides and writes.
@@ -54,13 +59,15 @@ from foreshock.drain.outbox_files import (
     new_name,
     newest_list_dir,
     point_latest,
+    point_notified,
+    read_notified,
     read_published_list,
     remove_staging_leftovers,
     staging_dir,
 )
 from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, format_hours, unit_risk_table
 from foreshock.drain.release import nodes_to_release
-from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list, write_risk_list
+from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list, list_paths, write_risk_list
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import RESUME_SCRIPT, SCRIPT_NAME, resume_script, slurm_script
 from foreshock.drain.state import STATE_FILE, PolicyState
@@ -359,9 +366,8 @@ def publish(
         staging = staging_dir(outbox_dir, name)
         max_age = npd_max_age or config.duration("policy", "export_max_age")
         files = write_directory(draft, diff, previous_dir, staging, max_age)
-        directory = outbox_dir / name
-        os.rename(staging, directory)  # the directory appears complete or not at all
-        point_latest(outbox_dir, name)
+        # The textfile before the directory is in place: if it cannot be written, the
+        # publish fails whole and the next one finds (and announces) the same changes.
         metrics = write_textfile(
             textfile_path(config),
             render(
@@ -371,24 +377,45 @@ def publish(
                 new_drains=len(draft.decision.new_drains),
             ),
         )
-    result = PublishResult(
-        directory=directory,
-        risk_list=draft.risk_list,
-        diff=diff,
-        files={key: directory / path.name for key, path in files.items()},
-        rejected=draft.rejected,
-        notes=draft.decision.notes,
-        textfile=metrics,
-    )
-    result.notification = _notify(notify, result)
+        if read_notified(outbox_dir) is None:  # the first publish to announce: from the list before it
+            point_notified(outbox_dir, previous_dir.name if previous_dir else "")
+        directory = outbox_dir / name
+        os.rename(staging, directory)  # the directory appears complete or not at all
+        point_latest(outbox_dir, name)
+        result = PublishResult(
+            directory=directory,
+            risk_list=draft.risk_list,
+            diff=diff,
+            files={key: directory / path.name for key, path in files.items()},
+            rejected=draft.rejected,
+            notes=draft.decision.notes,
+            textfile=metrics,
+        )
+        result.notification = _notify(notify, result, outbox_dir, previous_dir)
     return result
 
 
-def _notify(settings: NotifySettings, result: PublishResult) -> Message | None:
-    """Tell ``[notify] urls`` about new and escalated drains (after the outbox is in place)."""
-    message = drain_message(result.diff, result.risk_list, settings.min_action, str(result.directory))
+def _notify(
+    settings: NotifySettings, result: PublishResult, outbox_dir: Path, previous_dir: Path | None
+) -> Message | None:
+    """Tell ``[notify] urls`` about new and escalated drains since the last list whose
+    changes were announced (``NOTIFIED``), not only since the previous publish: a publish
+    that stopped after its directory was in place (killed, a receiver down) leaves its
+    changes to the next one.  ``NOTIFIED`` moves on once every URL took the message (or
+    there was nothing to send)."""
+    announced = read_notified(outbox_dir)
+    diff = result.diff
+    if announced == "":
+        diff = diff_risk_lists(None, result.risk_list)
+    elif announced and announced != (previous_dir.name if previous_dir else None):
+        base = outbox_dir / announced
+        if list_paths(base)["parquet"].is_file():  # else removed since: the publish's own changes
+            diff = diff_risk_lists(read_published_list(base), result.risk_list)
+    message = drain_message(diff, result.risk_list, settings.min_action, str(result.directory))
     if message is not None and settings.urls:
         result.notified = send(message, settings)
+    if result.notified is not False:
+        point_notified(outbox_dir, result.directory.name)
     return message
 
 

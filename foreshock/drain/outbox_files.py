@@ -8,6 +8,7 @@ here, so the layout is spelled once::
     data/outbox/<DIR_FORMAT>[-NN]/          one publish, complete (manifest written last)
     data/outbox/.staging-<name>-<pid>/      a publish under way, renamed into place whole
     data/outbox/LATEST                      name of the directory the last publish wrote
+    data/outbox/NOTIFIED                    name of the directory whose drains were last announced
     data/outbox/sinfo-latest.txt            node states ``publish --sinfo`` read
 
 What a publish directory holds is listed in :mod:`foreshock.drain.outbox`; the risk list's
@@ -29,6 +30,7 @@ from foreshock.drain.risk_list import list_paths, read_risk_list
 from foreshock.lake.atomic import atomic_write_text
 
 LATEST_FILE = "LATEST"
+NOTIFIED_FILE = "NOTIFIED"
 STAGING_PREFIX = ".staging-"
 MANIFEST_FILE = "manifest.json"
 NODE_STATES_FILE = "sinfo-latest.txt"
@@ -59,6 +61,19 @@ def remove_staging_leftovers(outbox_dir: Path) -> None:
 def point_latest(outbox_dir: Path, name: str) -> None:
     """Name ``name`` in ``LATEST`` (after its directory is in place)."""
     atomic_write_text(Path(outbox_dir) / LATEST_FILE, name + "\n")
+
+
+def point_notified(outbox_dir: Path, name: str) -> None:
+    """Name ``name`` in ``NOTIFIED``: its changes are announced (or there was nothing to
+    announce); the next publish announces what changed since it.  ``""``: nothing
+    announced yet."""
+    atomic_write_text(Path(outbox_dir) / NOTIFIED_FILE, name + "\n")
+
+
+def read_notified(outbox_dir: Path) -> str | None:
+    """The name ``NOTIFIED`` holds (``""``: nothing announced yet), None without the file."""
+    pointer = Path(outbox_dir) / NOTIFIED_FILE
+    return pointer.read_text().strip() if pointer.is_file() else None
 
 
 def node_states_path(outbox_dir: Path) -> Path:

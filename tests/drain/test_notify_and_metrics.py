@@ -204,3 +204,52 @@ def test_node_exporter_serves_the_textfile_and_promtool_accepts_it(drain_config,
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_an_unwritable_textfile_fails_the_publish_whole_and_the_next_one_announces(drain_config, tmp_path):
+    from foreshock.drain.outbox_files import newest_list_dir
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the textfile's folder should be\n")
+    with Receiver() as receiver:
+        broken = drain_config.with_overrides(
+            {"notify": {"urls": [receiver.url]}, "metrics": {"textfile": str(blocker / "foreshock.prom")}}
+        )
+        write_scores(broken.data_dir, score_rows(RISKS))
+        with pytest.raises(OSError):
+            publish(broken)
+        assert newest_list_dir(broken.outbox_dir) is None  # nothing in place, nothing announced
+        assert receiver.messages == []
+
+        fixed = broken.with_overrides({"metrics": {"textfile": ""}})
+        result = publish(fixed)
+        assert result.notified is True and result.textfile.is_file()
+        assert receiver.messages[0]["json"]["title"] == "foreshock: 1 drain_at_checkpoint, 1 drain_now"
+
+
+def test_changes_of_a_publish_stopped_before_notifying_are_announced_by_the_next(drain_config, monkeypatch):
+    from foreshock.drain import outbox
+
+    with Receiver() as receiver:
+        config = drain_config.with_overrides({"notify": {"urls": [receiver.url]}})
+        write_scores(config.data_dir, score_rows(RISKS))
+
+        def killed(*args, **kwargs):
+            raise SystemExit("killed between the outbox and the notification")
+
+        monkeypatch.setattr(outbox, "send", killed)
+        with pytest.raises(SystemExit):
+            publish(config)
+        assert (config.outbox_dir / "LATEST").is_file()  # the list is in place, unannounced
+        monkeypatch.undo()
+
+        write_scores(config.data_dir, score_rows(RISKS, recent() + timedelta(minutes=10)))
+        result = publish(config)  # nothing changed since the previous list ...
+        assert result.diff.filter(result.diff["change"] == "new").height == 0
+        assert len(receiver.messages) == 1  # ... but its drains were never announced
+        lines = receiver.messages[0]["json"]["message"].splitlines()
+        assert [line.split(":")[0] for line in lines[:2]] == ["new", "new"]
+
+        write_scores(config.data_dir, score_rows(RISKS, recent() + timedelta(minutes=20)))
+        publish(config)
+        assert len(receiver.messages) == 1  # announced once

@@ -64,7 +64,7 @@ def test_a_broken_publish_leaves_the_next_diff_correct(drain_config, how):
         )
         assert killed.returncode == -9, killed.stderr
     # Nothing half written is visible: only the first publish, LATEST still naming it.
-    assert visible_entries(outbox_dir) == sorted(["LATEST", "foreshock.prom", first.directory.name])
+    assert visible_entries(outbox_dir) == sorted(["LATEST", "NOTIFIED", "foreshock.prom", first.directory.name])
     assert (outbox_dir / "LATEST").read_text().strip() == first.directory.name
     assert list(outbox_dir.glob(".staging-*"))  # the broken publish's leftovers, hidden
 
