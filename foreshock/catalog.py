@@ -15,15 +15,24 @@ or ``gauge`` (instantaneous).  ``family`` is one of error, thermal, power, other
 ``max_rate`` (units per second) bounds how fast it can grow: a step from the previous
 reading of the same unit that is faster is quarantined as implausible (a counter that
 jumps from 10 to 5e11 in 20 minutes is a corrupt reading, not an error storm).
+
+A user's catalog that lists a metric the built-in catalog knows overrides only the keys it
+sets (the log says which it kept), and whatever a catalog says, bounds stay within what
+the unit allows (:data:`PHYSICAL_BOUNDS`: celsius from -273.15, counts, watts and hours
+from 0, percent within 0-100): a catalog may narrow them, never widen them.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
 import yaml
+
+log = logging.getLogger("foreshock.catalog")
 
 KINDS = ("counter", "gauge")
 FAMILIES = ("error", "thermal", "power", "other")
@@ -84,7 +93,48 @@ class Catalog:
         ]
 
 
-def parse_catalog(data: dict, source: str = "<dict>") -> Catalog:
+# Bounds no reading can cross whatever a catalog says, by unit: a catalog may narrow them
+# (gpu_temp_c: min -20), never widen them (celsius below absolute zero, a negative count).
+PHYSICAL_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    **dict.fromkeys(("celsius", "degc"), (-273.15, None)),
+    **dict.fromkeys(("count", "counts", "pages", "rows", "sectors", "errors"), (0.0, None)),
+    **dict.fromkeys(("watt", "watts", "w"), (0.0, None)),
+    **dict.fromkeys(("hour", "hours", "h"), (0.0, None)),
+    **dict.fromkeys(("percent", "%"), (0.0, 100.0)),
+}
+SPEC_KEYS = ("kind", "family", "unit", "aliases", "min", "max", "max_rate", "description")
+
+
+def _number(spec: dict, key: str) -> float | None:
+    return None if spec.get(key) is None else float(spec[key])
+
+
+def physical_bounds(unit: str, low: float | None, high: float | None, where: str) -> tuple[float | None, float | None]:
+    """``(min, max)`` within the unit's :data:`PHYSICAL_BOUNDS` (logged when the catalog
+    asked for wider)."""
+    floor, ceiling = PHYSICAL_BOUNDS.get(unit.strip().lower(), (None, None))
+    if floor is not None and (low is None or low < floor):
+        if low is not None:
+            _note(f"{where}: min {low:g} is below what {unit} can be: {floor:g} applies")
+        low = floor
+    if ceiling is not None and (high is None or high > ceiling):
+        if high is not None:
+            _note(f"{where}: max {high:g} is above what {unit} can be: {ceiling:g} applies")
+        high = ceiling
+    return low, high
+
+
+@cache
+def _note(message: str) -> None:
+    """Log a catalog note once per process (an ingest reads its catalog once per batch)."""
+    log.info("metric catalog %s", message)
+
+
+def parse_catalog(data: dict, source: str = "<dict>", known: Catalog | None = None) -> Catalog:
+    """A catalog from its YAML form.  An entry for a metric ``known`` has (the built-in
+    catalog, for a user's file) overrides only the keys it sets and keeps the others
+    (``min``, ``max``, ``max_rate``, ``aliases``, ...): the log names which.  Bounds are
+    then held within the unit's physical bounds (:func:`physical_bounds`)."""
     if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
         raise ValueError(f"{source}: a metric catalog needs a top-level 'metrics:' mapping")
     metrics: dict[str, Metric] = {}
@@ -92,6 +142,12 @@ def parse_catalog(data: dict, source: str = "<dict>") -> Catalog:
         where = f"{source}: metric {name!r}"
         if not isinstance(spec, dict):
             raise ValueError(f"{where}: expected a mapping with kind, family, unit")
+        base = known.metrics.get(str(name)) if known is not None else None
+        if base is not None:
+            kept = [key for key in SPEC_KEYS if key not in spec and _given(base, key)]
+            spec = {**_spec_of(base), **spec}
+            if kept:
+                _note(f"{where} keeps {', '.join(kept)} of {known.source}")
         kind = spec.get("kind")
         family = spec.get("family", "other")
         if kind not in KINDS:
@@ -101,18 +157,28 @@ def parse_catalog(data: dict, source: str = "<dict>") -> Catalog:
         aliases = spec.get("aliases", []) or []
         if isinstance(aliases, str):
             aliases = [aliases]
+        unit = str(spec.get("unit", ""))
+        low, high = physical_bounds(unit, _number(spec, "min"), _number(spec, "max"), where)
         metrics[str(name)] = Metric(
             name=str(name),
             kind=kind,
             family=family,
-            unit=str(spec.get("unit", "")),
+            unit=unit,
             aliases=tuple(str(a) for a in aliases),
-            min=None if spec.get("min") is None else float(spec["min"]),
-            max=None if spec.get("max") is None else float(spec["max"]),
-            max_rate=None if spec.get("max_rate") is None else float(spec["max_rate"]),
+            min=low,
+            max=high,
+            max_rate=_number(spec, "max_rate"),
             description=str(spec.get("description", "")),
         )
     return Catalog(metrics=metrics, source=source)
+
+
+def _spec_of(metric: Metric) -> dict:
+    return catalog_to_dict(Catalog({metric.name: metric}))["metrics"][metric.name]
+
+
+def _given(metric: Metric, key: str) -> bool:
+    return key in _spec_of(metric)
 
 
 def _read_yaml(text: str):
@@ -124,8 +190,7 @@ def _read_yaml(text: str):
 def load_catalog(path: str | Path | None = None) -> Catalog:
     """Load a catalog from ``path``, or the built-in DCGM catalog when ``path`` is None."""
     if path is None or str(path) == "":
-        text = resources.files("foreshock").joinpath("dcgm_catalog.yaml").read_text()
-        return parse_catalog(_read_yaml(text), source="dcgm_catalog.yaml (built-in)")
+        return _builtin_catalog()
     path = Path(path)
     try:
         data = _read_yaml(path.read_text())
@@ -133,7 +198,13 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         raise FileNotFoundError(f"metric catalog not found: {path}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
-    return parse_catalog(data, source=str(path))
+    return parse_catalog(data, source=str(path), known=_builtin_catalog())
+
+
+@cache
+def _builtin_catalog() -> Catalog:
+    text = resources.files("foreshock").joinpath("dcgm_catalog.yaml").read_text()
+    return parse_catalog(_read_yaml(text), source="dcgm_catalog.yaml (built-in)")
 
 
 def catalog_to_dict(catalog: Catalog) -> dict:
