@@ -18,6 +18,9 @@ reads from the environment.  Three rules, one place:
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
+import json
 import secrets
 import urllib.parse
 from typing import Any
@@ -34,6 +37,7 @@ REDACTED = "<redacted>"
 HELD_PREFIX = "<held secret "
 
 _HELD: dict[str, Any] = {}
+_KEY = secrets.token_bytes(32)  # this process's own: references from elsewhere are not found here
 
 
 def redact_url(url: object) -> str:
@@ -75,8 +79,11 @@ def redact_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 def hold(value: Any) -> str:
     """Keep ``value`` in this process's memory; the returned reference stands in for it
-    in a flow's parameters (:func:`release` gives it back)."""
-    token = f"{HELD_PREFIX}{secrets.token_hex(8)}>"
+    in a flow's parameters (:func:`release` gives it back).  The same value gets the same
+    reference (a keyed hash: a long-lived process holds each secret once, and the
+    reference tells nothing about the value without this process's key)."""
+    digest = hmac.new(_KEY, json.dumps(value, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+    token = f"{HELD_PREFIX}{digest[:20]}>"
     _HELD[token] = value
     return token
 

@@ -200,3 +200,18 @@ def test_no_secret_reaches_mlflow_prefect_the_lake_the_outbox_or_a_log_line(
     prefect_path = Path(prefect_db.split("///", 1)[1])
     assert prefect_path.exists()
     assert _files_holding(prefect_path.parent, needle) == []
+
+
+def test_flow_settings_carry_references_and_tasks_read_the_secret(tmp_path, monkeypatch):
+    from foreshock.config import Config
+
+    site = tmp_path / "site.toml"
+    site.write_text(f'[notify]\nurls = ["json://ops:{SECRET}@file.example/x"]\n')
+    config = load_config(site, data_dir=tmp_path / "d")
+    in_code = config.with_overrides({"notify": {"urls": [f"json://ops:{SECRET}@code.example/x"]}})
+    settings = json.loads(json.dumps(in_code.to_settings(str(site))))  # what Prefect stores
+    assert SECRET not in json.dumps(settings)
+    assert Config.from_settings(settings).section("notify")["urls"] == [f"json://ops:{SECRET}@code.example/x"]
+    # another process holds no reference: the task reads the file (or the variable) again
+    monkeypatch.setattr("foreshock.redaction._HELD", {})
+    assert Config.from_settings(settings).section("notify")["urls"] == [f"json://ops:{SECRET}@file.example/x"]
