@@ -38,13 +38,21 @@ def mlflow_uri(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory):
+def mlflow_server_root(tmp_path_factory):
+    """The session tracking server's directory: its SQLite store and, under ``artifacts/``,
+    the artifact root it proxies."""
+    return tmp_path_factory.mktemp("mlflow-server")
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(mlflow_server_root):
     """A real ``mlflow server`` on 127.0.0.1 for the session (its own SQLite store and
     artifact root), stopped by its process group. Yields its URL; tests that use it set
-    ``MLFLOW_TRACKING_URI`` themselves (and use their own model names)."""
+    ``MLFLOW_TRACKING_URI`` themselves (and use their own model names).  Started once: a
+    server's migrations and start take 15-20 s idle, about a minute on two busy cores."""
     from tests.pipelines.services import mlflow_server
 
-    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as url:
+    with mlflow_server(mlflow_server_root) as url:
         yield url
 
 
