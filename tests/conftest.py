@@ -56,16 +56,18 @@ def mlflow_server(mlflow_server_root):
         yield url
 
 
-@pytest.fixture
-def dask_cluster(tmp_path):
-    """A real Dask scheduler and two single-threaded worker processes on 127.0.0.1 for one
-    test (``tests/dask_cluster.py``); yields the scheduler's address."""
+@pytest.fixture(scope="session")
+def dask_cluster(tmp_path_factory):
+    """A real Dask scheduler and two single-threaded worker processes on 127.0.0.1 for the
+    session (``tests/dask_cluster.py``); yields the scheduler's address.  Started once: the
+    processes' start and their first import of foreshock cost seconds each time.  A test
+    that checks what ran on it compares the scheduler's counts before and after its run."""
     pytest.importorskip("prefect_dask", reason="the dask extra is not installed (make setup installs it)")
     from dask_cluster import DASK, dask_cluster
 
     if not DASK.exists():
         pytest.skip(f"no dask command next to {DASK.parent}")
-    with dask_cluster(tmp_path / "dask-logs") as address:
+    with dask_cluster(tmp_path_factory.mktemp("dask-logs")) as address:
         yield address
 
 

@@ -43,6 +43,13 @@ def test_dask_cluster_features_equal_the_local_runner(prefect_server, dask_clust
     toml = str(_write_toml(tmp_path / "foreshock.toml"))
 
     assert main(["--config", toml, "--data-dir", str(local_dir), "features"]) == 0
+    from distributed import Client
+
+    def transitions() -> int:  # the session's cluster: other tests' work counts too
+        with Client(dask_cluster) as client:
+            return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
+
+    before = transitions()
     assert (
         main(
             [
@@ -67,10 +74,7 @@ def test_dask_cluster_features_equal_the_local_runner(prefect_server, dask_clust
     assert local.height > 0
     assert_frame_equal(distributed, local)
     # The work really ran on the cluster: its scheduler moved tasks to the workers.
-    from distributed import Client
-
-    with Client(dask_cluster) as client:
-        assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter) > 0
+    assert transitions() > before
 
 
 def test_an_unknown_runner_is_refused_in_one_line(tmp_path, capsys):

@@ -62,6 +62,18 @@ def _write_unparseable(root: Path) -> list[str]:
     return [str(broken), str(header_only)]
 
 
+def _computed(address: str) -> dict[str, float]:
+    """Seconds the cluster's workers spent computing, per task prefix."""
+    from distributed import Client
+
+    with Client(address) as client:
+        return client.run_on_scheduler(
+            lambda dask_scheduler: {
+                name: prefix.all_durations.get("compute", 0) for name, prefix in dask_scheduler.task_prefixes.items()
+            }
+        )
+
+
 def test_dask_runner_ingest_equals_the_local_runner(prefect_server, dask_cluster, tmp_path, monkeypatch, capsys):
     landing = write_messy_landing(tmp_path / "raw")
     unparseable = _write_unparseable(landing.root)
@@ -82,6 +94,7 @@ def test_dask_runner_ingest_equals_the_local_runner(prefect_server, dask_cluster
         return real_parse_batch(files, *args)
 
     monkeypatch.setattr(parsing, "parse_batch", recorded)
+    before = _computed(dask_cluster)  # the session's cluster: other tests' work counts too
     assert (
         main([*common, "--data-dir", str(dask_dir), "--runner", "dask", "--dask-address", dask_cluster, *command]) == 3
     )
@@ -106,13 +119,6 @@ def test_dask_runner_ingest_equals_the_local_runner(prefect_server, dask_cluster
 
     # The groups really ran on the cluster's workers: the scheduler knows their task prefix
     # and the time its workers spent computing them.
-    from distributed import Client
-
-    with Client(dask_cluster) as client:
-        computed = client.run_on_scheduler(
-            lambda dask_scheduler: {
-                name: prefix.all_durations.get("compute", 0) for name, prefix in dask_scheduler.task_prefixes.items()
-            }
-        )
-    assert computed.get("shard_group_task", 0) > 0, computed
-    assert computed.get("parse_run_task", 0) > 0, computed  # the parses too
+    computed = _computed(dask_cluster)
+    assert computed.get("shard_group_task", 0) > before.get("shard_group_task", 0), computed
+    assert computed.get("parse_run_task", 0) > before.get("parse_run_task", 0), computed  # the parses too
