@@ -1,5 +1,5 @@
-"""LightGBM on Dask (``lightgbm.dask``): a real LocalCluster of two worker processes on
-127.0.0.1 grows the trees, and the units rank as with the local fit.  A training sample
+"""LightGBM on Dask (``lightgbm.dask``): a real cluster of two worker processes on
+127.0.0.1 (the session's) grows the trees, and the units rank as with the local fit.  A training sample
 left in the feature store (``StoredSample``) is read by the workers, never by the driver."""
 
 from __future__ import annotations
@@ -26,15 +26,12 @@ HORIZONS = ["24h", "72h"]
 
 
 @pytest.fixture(scope="module")
-def client():
-    """Two single-threaded worker processes, as ``[runner] kind = "dask"`` starts them."""
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    )
-    client = distributed.Client(cluster)
+def client(dask_cluster):
+    """A client of the session's cluster: two single-threaded worker processes, as
+    ``[runner] kind = "dask"`` starts them (``tests/dask_cluster.py``)."""
+    client = distributed.Client(dask_cluster)
     yield client
     client.close()
-    cluster.close()
 
 
 def booster_settings(model: GradientBoostedRisk, horizon: str) -> dict[str, str]:
