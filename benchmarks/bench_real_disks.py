@@ -27,14 +27,15 @@ Usage::
         [--work DIR] [--half first|all] [--start DATE --end DATE]
 
 ``--half first`` takes the first half of the data's days, ``all`` (the default) every day;
-``--start``/``--end`` pick any window.  A stage whose output is there is not run again
-(``--redo`` runs them all).
+``--start``/``--end`` pick any window.  A stage whose output is in ``--work`` is not run
+again (``--redo`` removes the converted data, lake and backtest and runs them all).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from datetime import date, timedelta
 from pathlib import Path
@@ -266,11 +267,14 @@ def main() -> int:
     parser.add_argument("--start", type=date.fromisoformat)
     parser.add_argument("--end", type=date.fromisoformat)
     parser.add_argument("--shares", type=float, nargs="+", default=list(SHARES))
-    parser.add_argument("--redo", action="store_true", help="run every stage even when its output is there")
+    parser.add_argument("--redo", action="store_true", help="start again: remove the work directory's data first")
     args = parser.parse_args()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     timings_file = work / "timings.json"
+    if args.redo:  # a fresh lake: an ingest into the old one would find its files ingested already
+        for old in ("data", "lake", "backtest"):
+            shutil.rmtree(work / old, ignore_errors=True)
     timings = json.loads(timings_file.read_text()) if timings_file.exists() and not args.redo else {}
     for name, argv, done in stages(args, work):
         if done.exists() and not args.redo and name in timings:
