@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from foreshock.drain.policy import SEVERITY
+from foreshock.drain.actions import SEVERITY
 
 CHANGES = ("new", "escalated", "lowered", "cleared")
 

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from foreshock.drain.policy import DRAIN_ACTIONS
+from foreshock.drain.actions import DRAIN_ACTIONS
 from foreshock.drain.shell import APPLY_FLAGS, fill_script, id_word, one_line, text_word
 from foreshock.drain.slurm import node_reasons
 

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import polars as pl
 
-from foreshock.drain.policy import SEVERITY, format_hours, signals_text
+from foreshock.drain.actions import SEVERITY, format_hours, signals_text
 from foreshock.drain.shell import one_line
 from foreshock.redaction import redact_url
 

@@ -42,6 +42,7 @@ from typing import Any
 import polars as pl
 
 from foreshock.contract import is_valid_id
+from foreshock.drain.actions import ACTIONS, format_hours
 from foreshock.drain.diff import diff_risk_lists, summarize_diff
 from foreshock.drain.kubernetes import (
     CORDON_SCRIPT,
@@ -65,9 +66,11 @@ from foreshock.drain.outbox_files import (
     remove_staging_leftovers,
     staging_dir,
 )
-from foreshock.drain.policy import ACTIONS, Decision, DrainPolicy, PolicySettings, format_hours, unit_risk_table
+from foreshock.drain.policy import Decision, DrainPolicy
 from foreshock.drain.release import nodes_to_release
 from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list, list_paths, write_risk_list
+from foreshock.drain.risk_table import unit_risk_table
+from foreshock.drain.settings import PolicySettings
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import RESUME_SCRIPT, SCRIPT_NAME, resume_script, slurm_script
 from foreshock.drain.state import STATE_FILE, PolicyState

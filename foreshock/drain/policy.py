@@ -41,186 +41,27 @@ How a unit's action is chosen (``DrainPolicy.decide``):
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 import polars as pl
 
-from foreshock.budget import DailyBudget, allowed_on_day, epoch_day
-from foreshock.config import builtin_default
+from foreshock.budget import allowed_on_day, epoch_day
 from foreshock.contract import UTC_TS
-from foreshock.costs import DrainCosts, policy_default
+from foreshock.drain.actions import (
+    ACTIONS,
+    DIAGNOSTICS_COMMAND,
+    FORESHOCK_REASON_PREFIX,
+    OUT_STATES,
+    SEVERITY,
+    format_hours,
+    signals_text,
+)
+from foreshock.drain.capacity import Capacity
+from foreshock.drain.risk_table import fleet_table
+from foreshock.drain.settings import LEVEL_DIAGNOSTICS, LEVEL_DRAIN, LEVEL_NONE, LEVEL_WATCH, PolicySettings
 from foreshock.drain.state import PolicyState, UnitState
-from foreshock.durations import format_duration, parse_duration
-
-ACTIONS = ("none", "watch", "run_diagnostics", "drain_at_checkpoint", "drain_now")
-SEVERITY = {action: rank for rank, action in enumerate(ACTIONS)}
-DRAIN_ACTIONS = ("drain_now", "drain_at_checkpoint")
-DIAGNOSTICS_COMMAND = "dcgmi diag -r 3"
-
-# Slurm/Kubernetes node states that mean "not taking work" (sinfo %T spelling, lower case).
-OUT_STATES = ("drain", "drained", "draining", "down", "fail", "failing", "maint", "reboot", "cordoned")
-FORESHOCK_REASON_PREFIX = "foreshock:"
-
-LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
-
-# Columns of the table the policy returns (the risk list adds schema/version columns).
-DECISION_META = ("model_name", "model_version", "run_id")
-
-
-@dataclass(frozen=True)
-class PolicySettings:
-    """Thresholds, budgets and costs of the drain policy (``[policy]``).
-
-    Parameters
-    ----------
-    enter_risk, exit_risk
-        Hysteresis of the drain level: a unit enters at ``enter_risk`` and leaves below
-        ``exit_risk``.  The ratio ``exit_risk / enter_risk`` sets every lower level's exit
-        threshold too.
-    watch_risk, diagnostics_risk
-        Entry thresholds of the watch and diagnostics levels.
-    max_drained_share_cluster, max_drained_share_per_domain
-        Largest share of the cluster, and of each fault domain, out of service at once.
-    max_new_drains_per_run
-        Rate limit on drains granted by one run.
-    burn_in
-        How long a repaired unit returning to service is held for diagnostics.
-    horizon
-        The horizon drains are decided on (``[models] horizon``).
-    fault_domains
-        Inventory columns that fail together (``[fleet] fault_domains``).
-    costs
-        The cost figures (:class:`DrainCosts`).
-    daily_budget
-        New drains allowed per UTC day (``[policy] drain_budget_per_day`` or
-        ``daily_budget_share``); None: no daily budget, only ``max_new_drains_per_run``.
-    """
-
-    enter_risk: float = policy_default("enter_risk", float)
-    exit_risk: float = policy_default("exit_risk", float)
-    watch_risk: float = policy_default("watch_risk", float)
-    diagnostics_risk: float = policy_default("diagnostics_risk", float)
-    max_drained_share_cluster: float = policy_default("max_drained_share_cluster", float)
-    max_drained_share_per_domain: float = policy_default("max_drained_share_per_domain", float)
-    max_new_drains_per_run: int = policy_default("max_new_drains_per_run", int)
-    burn_in: timedelta = policy_default("burn_in", timedelta)
-    horizon: str = field(default_factory=lambda: str(builtin_default("models", "horizon")))
-    fault_domains: tuple[str, ...] = field(default_factory=lambda: tuple(builtin_default("fleet", "fault_domains")))
-    costs: DrainCosts = field(default_factory=DrainCosts)
-    daily_budget: DailyBudget | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk"):
-            value = getattr(self, name)
-            if not 0.0 < value <= 1.0:
-                raise ValueError(f"[policy] {name} must be in (0, 1], got {value}")
-        if self.exit_risk > self.enter_risk:
-            raise ValueError(f"[policy] exit_risk ({self.exit_risk}) must not exceed enter_risk ({self.enter_risk})")
-        if not self.watch_risk <= self.diagnostics_risk <= self.enter_risk:
-            raise ValueError("[policy] thresholds must satisfy watch_risk <= diagnostics_risk <= enter_risk")
-        for name in ("max_drained_share_cluster", "max_drained_share_per_domain"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"[policy] {name} must be in [0, 1], got {value}")
-        if self.max_new_drains_per_run < 0:
-            raise ValueError("[policy] max_new_drains_per_run must not be negative")
-        parse_duration(self.horizon)
-
-    @classmethod
-    def from_config(cls, config: Any) -> PolicySettings:
-        """Read ``[policy]``, ``[models] horizon`` and ``[fleet] fault_domains`` (the schema
-        has checked their types; the built-in file supplies every key a user leaves out)."""
-        policy = config.section("policy")
-        numbers = ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk")
-        shares = ("max_drained_share_cluster", "max_drained_share_per_domain")
-        return cls(
-            **{name: float(policy[name]) for name in (*numbers, *shares)},
-            max_new_drains_per_run=int(policy["max_new_drains_per_run"]),
-            burn_in=parse_duration(policy["burn_in"]),
-            horizon=str(config.section("models")["horizon"]),
-            fault_domains=tuple(config.section("fleet")["fault_domains"]),
-            costs=DrainCosts.from_policy(policy),
-            daily_budget=DailyBudget.from_section(policy),
-        )
-
-    @property
-    def hysteresis_ratio(self) -> float:
-        return self.exit_risk / self.enter_risk
-
-    def entry_threshold(self, level: int) -> float:
-        return {LEVEL_WATCH: self.watch_risk, LEVEL_DIAGNOSTICS: self.diagnostics_risk, LEVEL_DRAIN: self.enter_risk}[
-            level
-        ]
-
-    def exit_threshold(self, level: int) -> float:
-        if level == LEVEL_DRAIN:
-            return self.exit_risk
-        return self.entry_threshold(level) * self.hysteresis_ratio
-
-
-def risk_column(horizon: str) -> str:
-    """Name of the column holding P(fail within ``horizon``): ``risk_72h``."""
-    return f"risk_{horizon}"
-
-
-def unit_risk_table(scores: pl.DataFrame, horizon: str, *, latest_only: bool = True) -> pl.DataFrame:
-    """One row per unit (and snapshot) from long scores (a row per unit, snapshot, horizon).
-
-    Keeps each unit's latest snapshot (all snapshots with ``latest_only=False``, for a
-    replay), spreads the horizons into ``risk_<h>`` columns, adds ``risk`` (the decision
-    horizon's), ``lead_time_h`` (expected time to failure) and carries ``node``, ``rack``,
-    model identity and ``top_signals`` from the decision horizon's row when present.
-
-    Raises
-    ------
-    ValueError
-        When required columns are missing or no row has the decision horizon.
-    """
-    missing = [c for c in ("unit_id", "ts", "horizon", "risk") if c not in scores.columns]
-    if missing:
-        raise ValueError(f"scores: missing column(s) {missing}")
-    if scores.height == 0:
-        return _empty_risk_table(horizon)
-    latest = scores.filter(pl.col("ts") == pl.col("ts").max().over("unit_id")) if latest_only else scores
-    horizons = sorted(latest.get_column("horizon").unique().to_list(), key=lambda h: parse_duration(h))
-    if horizon not in horizons:
-        raise ValueError(f"scores: no rows for the decision horizon {horizon!r} (have {horizons})")
-    keys = ["unit_id", "ts"]
-    wide = (
-        latest.group_by(keys)
-        .agg([pl.col("risk").filter(pl.col("horizon") == h).max().alias(risk_column(h)) for h in horizons])
-        .sort(keys)
-    )
-    carried = [c for c in ("node", "rack", *DECISION_META, "top_signals") if c in latest.columns]
-    if carried:
-        meta = latest.filter(pl.col("horizon") == horizon).unique(keys, keep="first").select(*keys, *carried)
-        wide = wide.join(meta, on=keys, how="left")
-    # A constant hazard per horizon: P = 1 - exp(-rate * h).  The largest rate over the
-    # horizons is the most imminent reading (a 24h risk close to the 72h risk means soon).
-    rates = [
-        (-(1.0 - pl.col(risk_column(h)).clip(0.0, 1.0 - 1e-9)).log() / (parse_duration(h).total_seconds() / 3600))
-        for h in horizons
-    ]
-    rate = pl.max_horizontal(rates)
-    return wide.with_columns(
-        pl.col(risk_column(horizon)).alias("risk"),
-        pl.when(rate > 0).then(1.0 / rate).otherwise(None).alias("lead_time_h"),
-    )
-
-
-def _empty_risk_table(horizon: str) -> pl.DataFrame:
-    return pl.DataFrame(
-        schema={
-            "unit_id": pl.String,
-            risk_column(horizon): pl.Float64,
-            "ts": UTC_TS,
-            "risk": pl.Float64,
-            "lead_time_h": pl.Float64,
-        }
-    )
+from foreshock.durations import format_duration
 
 
 @dataclass
@@ -255,29 +96,6 @@ def _fmt_risk(value: float) -> str:
     return f"{value:.2f}"
 
 
-def format_hours(hours: float | None) -> str:
-    if hours is None or not math.isfinite(hours):
-        return "n/a"
-    if hours >= 24 * 365:  # a hazard this low says "not soon", not a date
-        return ">1y"
-    if hours >= 48:
-        return f"{hours / 24:.0f}d"
-    if hours >= 1:
-        return f"{hours:.0f}h"
-    return f"{hours * 60:.0f}m"
-
-
-def signals_text(top_signals: Any, limit: int = 3) -> str:
-    if not top_signals:
-        return ""
-    parts = []
-    for item in list(top_signals)[:limit]:
-        value = item.get("value")
-        shown = f"{value:.3g}" if isinstance(value, (int, float)) and value is not None else "?"
-        parts.append(f"{item.get('signal')}={shown}")
-    return ", ".join(parts)
-
-
 def _out_node_reason(state: str | None, reason: str | None) -> str | None:
     """The other tool's reason when a node is out of service and not by foreshock."""
     text = (state or "").lower()
@@ -291,105 +109,6 @@ def _out_node_reason(state: str | None, reason: str | None) -> str | None:
 
 def _to_utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def fleet_table(risks: pl.DataFrame, inventory: pl.DataFrame | None) -> pl.DataFrame:
-    """Every unit with its fault-domain columns: the inventory plus the scored units it lacks.
-
-    Without an inventory the scored units stand in for the fleet.  The guards are sized
-    from this table (cluster size, units per rack, node, lot...).
-    """
-    scored = risks.select([c for c in ("unit_id", "node", "rack") if c in risks.columns]).unique(
-        "unit_id", keep="first"
-    )
-    if inventory is None or inventory.height == 0:
-        return scored.sort("unit_id")
-    inv = inventory.unique("unit_id", keep="first")
-    extra = scored.join(inv.select("unit_id"), on="unit_id", how="anti")
-    return pl.concat([inv, extra], how="diagonal_relaxed").sort("unit_id")
-
-
-def _quota(size: int, share: float) -> int:
-    """Units a group of ``size`` may have out: ``floor(share * size)``, at least one."""
-    return max(1, math.floor(share * size)) if size > 0 else 0
-
-
-@dataclass
-class Capacity:
-    """The guards' bookkeeping: who is out of service and how many more may go.
-
-    Built once per run from the fleet (:func:`fleet_table`).  Units are marked out as the
-    run finds them (held by another tool, in repair or burn-in, continuing drains) and as
-    new drains are granted; :meth:`refusal` names the guard a new drain would break.
-    """
-
-    settings: PolicySettings
-    cluster_size: int
-    domains: list[str]
-    domain_of: dict[str, dict]
-    domain_size: dict[str, Counter]
-    missing_domains: list[str] = field(default_factory=list)
-    daily_room: int | None = None  # new drains the day's budget still allows (None: no budget)
-    daily_text: str = ""
-    out: set[str] = field(default_factory=set)
-    granted: list[str] = field(default_factory=list)
-    out_by_domain: dict[str, Counter] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.out_by_domain = {d: Counter() for d in self.domains}
-
-    @classmethod
-    def of_fleet(cls, fleet: pl.DataFrame, settings: PolicySettings) -> Capacity:
-        domains = [d for d in settings.fault_domains if d in fleet.columns]
-        lookup = ["unit_id", *dict.fromkeys([c for c in ("node",) if c in fleet.columns] + domains)]
-        return cls(
-            settings=settings,
-            cluster_size=fleet.height,
-            domains=domains,
-            domain_of={row["unit_id"]: row for row in fleet.select(lookup).to_dicts()},
-            domain_size={d: Counter(fleet.get_column(d).to_list()) for d in domains},
-            missing_domains=[d for d in settings.fault_domains if d not in fleet.columns],
-        )
-
-    def node_of(self, unit_id: str) -> str | None:
-        return self.domain_of.get(unit_id, {}).get("node")
-
-    def mark_out(self, unit_id: str) -> None:
-        if unit_id in self.out:
-            return
-        self.out.add(unit_id)
-        for d in self.domains:
-            self.out_by_domain[d][self.domain_of.get(unit_id, {}).get(d)] += 1
-
-    def grant(self, unit_id: str) -> None:
-        self.granted.append(unit_id)
-        self.mark_out(unit_id)
-
-    def refusal(self, unit_id: str) -> str | None:
-        """The guard (``name: details``) that holds a new drain of ``unit_id`` back, if any."""
-        s = self.settings
-        if len(self.granted) >= s.max_new_drains_per_run:
-            return f"rate limit: {s.max_new_drains_per_run} new drains per run already granted"
-        if self.daily_room is not None and len(self.granted) >= self.daily_room:
-            return f"daily budget: {self.daily_text}"
-        cluster_quota = _quota(self.cluster_size, s.max_drained_share_cluster)
-        if len(self.out) + 1 > cluster_quota:
-            return (
-                f"cluster quota: {len(self.out)} of {self.cluster_size} units out "
-                f"(max {s.max_drained_share_cluster:.0%} = {cluster_quota})"
-            )
-        for d in self.domains:
-            value = self.domain_of.get(unit_id, {}).get(d)
-            if value is None:
-                continue
-            size, out = self.domain_size[d][value], self.out_by_domain[d][value]
-            quota = _quota(size, s.max_drained_share_per_domain)
-            if out + 1 > quota:
-                return (
-                    f"{d} quota: {d} {value} has {out} of {size} "
-                    f"units out (max {s.max_drained_share_per_domain:.0%} = {quota})"
-                )
-        return None
 
 
 @dataclass

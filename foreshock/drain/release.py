@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from foreshock.drain.policy import DRAIN_ACTIONS, FORESHOCK_REASON_PREFIX, OUT_STATES
+from foreshock.drain.actions import DRAIN_ACTIONS, FORESHOCK_REASON_PREFIX, OUT_STATES
 from foreshock.drain.shell import id_word, one_line
 
 RELEASE_LIMIT = 200

@@ -48,7 +48,9 @@ import polars as pl
 
 from foreshock.budget import epoch_day
 from foreshock.costs import DrainCosts
-from foreshock.drain.policy import DrainPolicy, PolicySettings, fleet_table, unit_risk_table
+from foreshock.drain.policy import DrainPolicy
+from foreshock.drain.risk_table import fleet_table, unit_risk_table
+from foreshock.drain.settings import PolicySettings
 from foreshock.drain.state import PolicyState
 from foreshock.models.evaluation.alerts import AlertWindow  # the lead-time metrics' own definition
 from foreshock.models.evaluation.caught import match_failures, split_drained, with_precursor_flags
@@ -178,7 +180,7 @@ def simulate_policy(
     Parameters
     ----------
     risks
-        :func:`~foreshock.drain.policy.unit_risk_table` with ``latest_only=False``.
+        :func:`~foreshock.drain.risk_table.unit_risk_table` with ``latest_only=False``.
     failures
         ``unit_id, failed_at`` of every recorded failure.
     fleet

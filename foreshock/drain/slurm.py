@@ -17,7 +17,7 @@ from datetime import datetime
 
 import polars as pl
 
-from foreshock.drain.policy import FORESHOCK_REASON_PREFIX
+from foreshock.drain.actions import FORESHOCK_REASON_PREFIX
 from foreshock.drain.shell import APPLY_FLAGS, fill_script, id_word, one_line, text_word
 
 SCRIPT_NAME = "slurm_drain.sh"

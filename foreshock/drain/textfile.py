@@ -33,7 +33,7 @@ from pathlib import Path
 import polars as pl
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from foreshock.drain.policy import ACTIONS, SEVERITY
+from foreshock.drain.actions import ACTIONS, SEVERITY
 from foreshock.lake.atomic import atomic_write_text
 
 TEXTFILE_NAME = "foreshock.prom"

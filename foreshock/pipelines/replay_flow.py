@@ -23,9 +23,9 @@ def run_replay(
     settings: dict, scores_path: str, ground_truth: str | None, models: list[str] | None, plots: bool
 ) -> str:
     """Replay the policy over the backtest scores; writes the report, returns its directory."""
-    from foreshock.drain.policy import PolicySettings
     from foreshock.drain.replay import replay
     from foreshock.drain.replay_report import replay_dir, write_report
+    from foreshock.drain.settings import PolicySettings
     from foreshock.lake.read import read_table
 
     config = Config.from_settings(settings)

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from foreshock.drain.policy import format_hours
+from foreshock.drain.actions import format_hours
 from foreshock.lake.atomic import atomic_write_text
 from foreshock.models.evaluation.plots import calibration_curve
 from foreshock.reporting.fleet_status import FleetStatus

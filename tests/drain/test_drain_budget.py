@@ -11,8 +11,10 @@ from drain_helpers import T0
 from foreshock.budget import DailyBudget, allowed_on_day, epoch_day
 from foreshock.config import load_config
 from foreshock.config_schema import ConfigError
-from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.policy import DrainPolicy
 from foreshock.drain.replay import replay
+from foreshock.drain.risk_table import unit_risk_table
+from foreshock.drain.settings import PolicySettings
 
 DRAINS = ("drain_now", "drain_at_checkpoint")
 

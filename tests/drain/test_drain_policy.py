@@ -11,7 +11,9 @@ import pytest
 from drain_helpers import T0, score_rows
 
 from foreshock.costs import DrainCosts
-from foreshock.drain.policy import DrainPolicy, PolicySettings, unit_risk_table
+from foreshock.drain.policy import DrainPolicy
+from foreshock.drain.risk_table import unit_risk_table
+from foreshock.drain.settings import PolicySettings
 from foreshock.drain.state import PolicyState
 
 DRAINS = ("drain_now", "drain_at_checkpoint")

@@ -10,9 +10,9 @@ import pytest
 from drain_helpers import T0
 
 from foreshock.costs import DrainCosts
-from foreshock.drain.policy import PolicySettings
 from foreshock.drain.replay import NO_PREDICTION, replay
 from foreshock.drain.replay_report import write_report
+from foreshock.drain.settings import PolicySettings
 
 HOURS = 120  # snapshots t0 .. t0 + 119h
 A, B, C, D = (f"gpu-node00{i}-gpu0" for i in range(1, 5))

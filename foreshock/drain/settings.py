@@ -1,0 +1,105 @@
+"""The drain policy's settings (``[policy]``): thresholds, hysteresis, guards, budget, costs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from foreshock.budget import DailyBudget
+from foreshock.config import builtin_default
+from foreshock.costs import DrainCosts, policy_default
+from foreshock.durations import parse_duration
+
+LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Thresholds, budgets and costs of the drain policy (``[policy]``).
+
+    Parameters
+    ----------
+    enter_risk, exit_risk
+        Hysteresis of the drain level: a unit enters at ``enter_risk`` and leaves below
+        ``exit_risk``.  The ratio ``exit_risk / enter_risk`` sets every lower level's exit
+        threshold too.
+    watch_risk, diagnostics_risk
+        Entry thresholds of the watch and diagnostics levels.
+    max_drained_share_cluster, max_drained_share_per_domain
+        Largest share of the cluster, and of each fault domain, out of service at once.
+    max_new_drains_per_run
+        Rate limit on drains granted by one run.
+    burn_in
+        How long a repaired unit returning to service is held for diagnostics.
+    horizon
+        The horizon drains are decided on (``[models] horizon``).
+    fault_domains
+        Inventory columns that fail together (``[fleet] fault_domains``).
+    costs
+        The cost figures (:class:`DrainCosts`).
+    daily_budget
+        New drains allowed per UTC day (``[policy] drain_budget_per_day`` or
+        ``daily_budget_share``); None: no daily budget, only ``max_new_drains_per_run``.
+    """
+
+    enter_risk: float = policy_default("enter_risk", float)
+    exit_risk: float = policy_default("exit_risk", float)
+    watch_risk: float = policy_default("watch_risk", float)
+    diagnostics_risk: float = policy_default("diagnostics_risk", float)
+    max_drained_share_cluster: float = policy_default("max_drained_share_cluster", float)
+    max_drained_share_per_domain: float = policy_default("max_drained_share_per_domain", float)
+    max_new_drains_per_run: int = policy_default("max_new_drains_per_run", int)
+    burn_in: timedelta = policy_default("burn_in", timedelta)
+    horizon: str = field(default_factory=lambda: str(builtin_default("models", "horizon")))
+    fault_domains: tuple[str, ...] = field(default_factory=lambda: tuple(builtin_default("fleet", "fault_domains")))
+    costs: DrainCosts = field(default_factory=DrainCosts)
+    daily_budget: DailyBudget | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"[policy] {name} must be in (0, 1], got {value}")
+        if self.exit_risk > self.enter_risk:
+            raise ValueError(f"[policy] exit_risk ({self.exit_risk}) must not exceed enter_risk ({self.enter_risk})")
+        if not self.watch_risk <= self.diagnostics_risk <= self.enter_risk:
+            raise ValueError("[policy] thresholds must satisfy watch_risk <= diagnostics_risk <= enter_risk")
+        for name in ("max_drained_share_cluster", "max_drained_share_per_domain"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"[policy] {name} must be in [0, 1], got {value}")
+        if self.max_new_drains_per_run < 0:
+            raise ValueError("[policy] max_new_drains_per_run must not be negative")
+        parse_duration(self.horizon)
+
+    @classmethod
+    def from_config(cls, config: Any) -> PolicySettings:
+        """Read ``[policy]``, ``[models] horizon`` and ``[fleet] fault_domains`` (the schema
+        has checked their types; the built-in file supplies every key a user leaves out)."""
+        policy = config.section("policy")
+        numbers = ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk")
+        shares = ("max_drained_share_cluster", "max_drained_share_per_domain")
+        return cls(
+            **{name: float(policy[name]) for name in (*numbers, *shares)},
+            max_new_drains_per_run=int(policy["max_new_drains_per_run"]),
+            burn_in=parse_duration(policy["burn_in"]),
+            horizon=str(config.section("models")["horizon"]),
+            fault_domains=tuple(config.section("fleet")["fault_domains"]),
+            costs=DrainCosts.from_policy(policy),
+            daily_budget=DailyBudget.from_section(policy),
+        )
+
+    @property
+    def hysteresis_ratio(self) -> float:
+        return self.exit_risk / self.enter_risk
+
+    def entry_threshold(self, level: int) -> float:
+        return {LEVEL_WATCH: self.watch_risk, LEVEL_DIAGNOSTICS: self.diagnostics_risk, LEVEL_DRAIN: self.enter_risk}[
+            level
+        ]
+
+    def exit_threshold(self, level: int) -> float:
+        if level == LEVEL_DRAIN:
+            return self.exit_risk
+        return self.entry_threshold(level) * self.hysteresis_ratio
