@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from foreshock.simulate import formats
+from foreshock.simulate import dcgm_formats, formats
 from foreshock.simulate.fleet import MODES, build_fleet, schedule_lives, unit_days_in_service
 from foreshock.simulate.params import DEFAULT_START, SimulationParams
 from foreshock.simulate.telemetry import simulate_node
@@ -141,15 +141,15 @@ def simulate_fleet(
     size: Counter[str] = Counter()
     rows: Counter[str] = Counter()
     day_names = [formats.iso_z(params.start_s + d * 86_400)[:10] for d in range(int(-(-params.days // 1)))]
-    dcgm = formats.DcgmWriter(out, day_names)
+    dcgm = dcgm_formats.DcgmWriter(out, day_names)
     for node_index in range(len(fleet.node)):
         tel = simulate_node(node_index, fleet, lives, lives_by_slot, params)
         n_files, n_rows, n_bytes = formats.write_nvidia_smi(out, tel, fleet, lives, params)
         files["nvidia-smi"] += n_files
         rows["nvidia-smi"] += n_rows
         size["nvidia-smi"] += n_bytes
-        dcgm.add(formats.dcgm_series(tel, fleet, lives, params))
-        size["scrape"] += formats.write_scrape(out, tel, fleet, lives, formats.xid_gauge(tel, lives))
+        dcgm.add(dcgm_formats.dcgm_series(tel, fleet, lives, params))
+        size["scrape"] += dcgm_formats.write_scrape(out, tel, fleet, lives, dcgm_formats.xid_gauge(tel, lives))
         files["scrape"] += 1
         n_bytes, n_lines = formats.write_kernel_log(out, tel, fleet, lives, params)
         size["kernel"] += n_bytes

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from foreshock.simulate.formats import DCGM_JSON_METRICS, DcgmWriter
+from foreshock.simulate.dcgm_formats import DCGM_JSON_METRICS, DcgmWriter
 
 DAYS = ["2026-11-01", "2026-11-02"]
 METRIC = DCGM_JSON_METRICS[0]
