@@ -29,6 +29,16 @@ import polars as pl
 
 from foreshock.catalog import Catalog
 from foreshock.contract import UTC_TS
+from foreshock.features.packed_key import (
+    LIFE_SLOTS,
+    SERIES,
+    bucket_number,
+    new_unit,
+    packed_key,
+    same_series,
+    unpacked,
+)
+from foreshock.features.whole_scrapes import regular_pieces, scrape_times
 
 UNIT_LIFE_BUCKET = ["unit_id", "life", "bucket"]
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -96,15 +106,10 @@ class Rollup:
         )
 
 
-def _bucket_number(ts: pl.Expr, every_us: int) -> pl.Expr:
-    """The number of the snapshot that owns a timestamp (its time / ``every``)."""
-    return (ts.dt.epoch("us") - 1) // every_us + 1
-
-
 def bucket_of(ts: pl.Expr, every: timedelta) -> pl.Expr:
     """The snapshot that owns a timestamp: the first multiple of ``every`` at or after it."""
     every_us = int(every.total_seconds() * 1_000_000)
-    return (_bucket_number(ts, every_us) * every_us).cast(UTC_TS)
+    return (bucket_number(ts, every_us) * every_us).cast(UTC_TS)
 
 
 def with_lives(frame: pl.DataFrame, failures: pl.DataFrame, at: str = "ts") -> pl.DataFrame:
@@ -130,49 +135,13 @@ def _counter_step(value: pl.Expr, previous: pl.Expr) -> pl.Expr:
     return pl.when(value >= previous).then(value - previous).otherwise(value)
 
 
-# Rows are grouped by one integer key packing a dense unit index, the life and the bucket
-# number (one u64 hashes much faster than a string, an int and a datetime); the key is
-# unpacked and unit ids are joined back onto the much smaller rollups.
-_SERIES = ["_key"]
-_LIFE_SLOTS = 256
-_BUCKET_SLOTS = 2**32
-
-
-def _packed_key(every: timedelta) -> pl.Expr:
-    every_us = int(every.total_seconds() * 1_000_000)
-    bucket_number = _bucket_number(pl.col("ts"), every_us).cast(pl.UInt64)
-    return (
-        (pl.col("_unit").cast(pl.UInt64) * _LIFE_SLOTS + pl.col("life").cast(pl.UInt64)) * _BUCKET_SLOTS + bucket_number
-    ).alias("_key")
-
-
-def _unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:
-    every_us = int(every.total_seconds() * 1_000_000)
-    return frame.with_columns(
-        (pl.col("_key") // (_LIFE_SLOTS * _BUCKET_SLOTS)).cast(pl.UInt32).alias("_unit"),
-        ((pl.col("_key") // _BUCKET_SLOTS) % _LIFE_SLOTS).cast(pl.Int32).alias("life"),
-        ((pl.col("_key") % _BUCKET_SLOTS).cast(pl.Int64) * every_us).cast(UTC_TS).alias("bucket"),
-    )
-
-
-def _new_unit() -> pl.Expr:
-    """The row starts a unit's rows (rows grouped by the unit's run number ``_unit``)."""
-    return (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
-
-
-def _same_series() -> pl.Expr:
-    """The row before is the previous sample of the same series (same unit and life), given
-    rows of one metric in unit-then-time order keyed by the packed key."""
-    return ((pl.col("_key") // _BUCKET_SLOTS) == (pl.col("_key").shift(1) // _BUCKET_SLOTS)).fill_null(False)
-
-
 def _with_steps(frame: FrameT, values: list[tuple[str, str]], max_gap: timedelta) -> FrameT:
     """``frame`` (rows in unit-then-time order keyed by the packed key) with ``_head`` (the
     row starts a series) and, for each counter column ``(value, suffix)``, its step from
     the previous sample (``_delta<suffix>``) and the time of each increase
     (``_inc_ts<suffix>``).  A step is taken only from the previous sample of the same
     series at most ``max_gap`` earlier (one link column for all counters)."""
-    same = _same_series()
+    same = same_series()
     linked = same & ((pl.col("ts") - pl.col("ts").shift(1)) <= max_gap)
     frame = frame.with_columns(linked.alias("_link"), (~same).alias("_head"))
     frame = frame.with_columns(
@@ -216,143 +185,12 @@ def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
     packed key says it is the same unit and life, and each (unit, life, bucket) group is a
     contiguous run whose first and last rows are its first and last samples."""
     stepped = _with_steps(samples, [("value", "")], max_gap)
-    return stepped.group_by(_SERIES).agg(_piece_aggs("value", counter=True))
+    return stepped.group_by(SERIES).agg(_piece_aggs("value", counter=True))
 
 
 def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     """Pieces of one gauge metric (rows of that metric only, unit-then-time order)."""
-    return samples.group_by(_SERIES).agg(_piece_aggs("value", counter=False))
-
-
-# Markers of "no increase in the group" in the reductions of increase times (never a time).
-_NO_TIME_LOW, _NO_TIME_HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-
-
-def _times_or_null(stamps: np.ndarray, name: str, missing: int) -> pl.Series:
-    """Microsecond stamps as UTC times, ``missing`` as null."""
-    return pl.Series(name, stamps).set(pl.Series(stamps == missing), None).cast(pl.Datetime("us", "UTC"))
-
-
-def _regular_pieces(
-    times: pl.DataFrame, values: pl.Series, counter: list[bool], every: timedelta, max_gap: timedelta
-) -> tuple[list[pl.DataFrame], pl.DataFrame]:
-    """Pieces and scrape counts of a partition of ``len(counter)`` metrics per sample time
-    (see :func:`_scrape_times`; ``counter``: whether the metric at each position is a
-    counter): ``times`` holds ``_unit, life, ts`` of each sample time and ``values`` the
-    samples' values, time by time.
-
-    The values are viewed as one row per sample time and one column per metric, and each
-    (unit, life, bucket) group is a run of rows (units in order, then time): every
-    aggregate is a numpy reduction over the runs (``reduceat``), a column at a time, with
-    no group-by.  The same numbers as the per-metric passes (sums up to the order of
-    addition): the previous row is the previous sample of every metric of the row, and
-    each time is distinct."""
-    k = len(counter)
-    ts = times.get_column("ts").to_numpy().view("int64")
-    key = times.select(_packed_key(every)).to_series().to_numpy()
-    series = key // _BUCKET_SLOTS  # unit and life
-    rows = len(ts)
-    opens = np.ones(rows, dtype=bool)
-    np.not_equal(key[1:], key[:-1], out=opens[1:])
-    starts = np.flatnonzero(opens)
-    ends = np.append(starts[1:], rows) - 1
-    stamps = times.get_column("ts")
-    shared = {
-        "_key": pl.Series("_key", key[starts]),
-        "n": np.diff(np.append(starts, rows)).astype(np.int64),
-        "last_ts": stamps.gather(ends),
-    }
-    if any(counter):
-        same = np.zeros(rows, dtype=bool)  # the row before is the same series' previous sample
-        np.equal(series[1:], series[:-1], out=same[1:])
-        # a step is taken from the series' previous sample at most max_gap earlier
-        unlinked = ~same
-        unlinked[1:] |= (ts[1:] - ts[:-1]) > max_gap // timedelta(microseconds=1)
-        # Only a series' first row can start it, and that row opens its group.
-        counted = {"first_ts": stamps.gather(starts), "head": pl.Series("head", ~same[starts])}
-    table = values.to_numpy().reshape(-1, k)
-    parts = []
-    for j in range(k):
-        v = np.ascontiguousarray(table[:, j])
-        piece = shared | {
-            "sum": np.add.reduceat(v, starts),
-            "sumsq": np.add.reduceat(v * v, starts),
-            "max": np.maximum.reduceat(v, starts),
-            "last_v": v[ends],
-        }
-        if counter[j]:
-            step = np.empty_like(v)
-            step[0] = 0.0
-            np.subtract(v[1:], v[:-1], out=step[1:])
-            reset = step < 0  # _counter_step: after a drop, everything the counter shows is new
-            step[reset] = v[reset]
-            step[unlinked] = 0.0
-            increased = step > 0
-            first_inc = np.minimum.reduceat(np.where(increased, ts, _NO_TIME_HIGH), starts)
-            last_inc = np.maximum.reduceat(np.where(increased, ts, _NO_TIME_LOW), starts)
-            piece |= counted | {
-                "first_v": v[starts],
-                "inc": np.add.reduceat(step, starts),
-                "first_inc_ts": _times_or_null(first_inc, "first_inc_ts", _NO_TIME_HIGH),
-                "last_inc_ts": _times_or_null(last_inc, "last_inc_ts", _NO_TIME_LOW),
-            }
-        parts.append(pl.DataFrame(piece))
-    return parts, pl.DataFrame({"_key": shared["_key"], "n_ts": shared["n"], "last_ts": shared["last_ts"]})
-
-
-def _codes(column: pl.Series) -> np.ndarray:
-    """The codes of a Categorical column, contiguous: equal codes are equal values."""
-    return column.to_physical().rechunk().to_numpy()
-
-
-def _scrape_times(samples: pl.DataFrame, names: list[str]) -> tuple[list[str], pl.DataFrame, pl.DataFrame] | None:
-    """``(metric at each position, times, units)`` when a raw partition is whole scrapes as
-    the lake stores them: units in order, every sample time of a unit holding the same
-    catalog metrics in the same order, times rising, no null or NaN anywhere; None
-    otherwise.  ``times`` holds ``_unit, ts`` per sample time (``_unit`` numbering the
-    units' runs as :func:`_unit_runs` does), ``units`` the unit of each run.
-
-    ``unit_id`` and ``metric`` are Categorical: the checks compare their codes, viewed as
-    one row of ``k`` columns per scrape (the first scrape's ``k`` rows fix the pattern), so
-    the common case costs no string comparison per sample."""
-    unit_column, metric_column = samples.get_column("unit_id"), samples.get_column("metric")
-    if any(samples.get_column(c).null_count() for c in samples.columns) or samples.get_column("value").is_nan().any():
-        return None
-    units, metrics = _codes(unit_column), _codes(metric_column)
-    ts = samples.get_column("ts").to_numpy().view("int64")
-    head = min(len(ts), 256)
-    if head == 0:
-        return None
-    first_scrape = (units[:head] == units[0]) & (ts[:head] == ts[0])
-    k = head if first_scrape.all() else int(np.argmin(first_scrape))
-    if k < 2 or k == head or len(ts) % k:
-        return None
-    present = metric_column.head(k).cast(pl.String).to_list()
-    if len(set(present)) != k or not set(names).issuperset(present):
-        return None
-    # Every scrape: the first scrape's metric pattern, one unit, one time.
-    scrape_units, stamps = units[::k], ts[::k]
-    for codes, per_scrape in ((metrics, metrics[:k]), (units, scrape_units[:, None]), (ts, stamps[:, None])):
-        if not (codes.reshape(-1, k) == per_scrape).all():
-            return None
-    new_unit = np.ones(len(stamps), dtype=bool)
-    np.not_equal(scrape_units[1:], scrape_units[:-1], out=new_unit[1:])
-    # each time once per unit, rising
-    if not (new_unit[1:] | (stamps[1:] > stamps[:-1])).all():
-        return None
-    starts = np.flatnonzero(new_unit)
-    # Runs are maximal (neighbours differ): sorted names are strictly rising, each unit once.
-    run_units = unit_column.gather(starts * k).cast(pl.String)
-    if not run_units.is_sorted():
-        return None
-    lengths = np.diff(np.append(starts, len(stamps)))
-    times = pl.DataFrame(
-        {
-            "_unit": np.repeat(np.arange(len(starts), dtype=np.uint32), lengths),
-            "ts": samples.get_column("ts").gather_every(k),
-        }
-    )
-    return present, times, pl.DataFrame({"_unit": np.arange(len(starts), dtype=np.uint32), "unit_id": run_units})
+    return samples.group_by(SERIES).agg(_piece_aggs("value", counter=False))
 
 
 def _with_sample_lives(
@@ -369,8 +207,8 @@ def _with_sample_lives(
     for unit, failed_at in failing.iter_rows():
         lo, hi = bounds[unit], bounds[unit + 1]
         life[lo:hi] += (ts.slice(lo, hi - lo) > failed_at).to_numpy()
-    if life.max() >= _LIFE_SLOTS:
-        raise ValueError(f"a unit has more than {_LIFE_SLOTS - 1} recorded failures; check the failures table")
+    if life.max() >= LIFE_SLOTS:
+        raise ValueError(f"a unit has more than {LIFE_SLOTS - 1} recorded failures; check the failures table")
     return samples.with_columns(pl.Series("life", life, dtype=pl.Int32))
 
 
@@ -378,7 +216,7 @@ def _unit_runs(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Se
     """``_unit`` (run number of ``unit_id``) per row, the unit of each run and each run's
     first row (a gather of a few hundred rows, not a filter of the whole partition)."""
     samples = samples.with_columns(pl.col("unit_id").rle_id().cast(pl.UInt32).alias("_unit"))
-    starts = samples.select(_new_unit().arg_true()).to_series()
+    starts = samples.select(new_unit().arg_true()).to_series()
     units = pl.DataFrame(
         {
             "_unit": pl.int_range(starts.len(), dtype=pl.UInt32, eager=True),
@@ -393,11 +231,11 @@ def _split_pieces(
 ) -> tuple[list[pl.DataFrame], pl.DataFrame, list[str]]:
     """Pieces per metric and scrape counts of any partition in unit-then-time order: the
     rows are split by metric (each part keeps the order a counter step needs)."""
-    new_ts = ((pl.col("ts") != pl.col("ts").shift(1)) | _new_unit()).fill_null(True)
-    work = samples.select(_packed_key(every).set_sorted(), "ts", "_metric", "value", new_ts.alias("_new_ts"))
+    new_ts = ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit()).fill_null(True)
+    work = samples.select(packed_key(every).set_sorted(), "ts", "_metric", "value", new_ts.alias("_new_ts"))
     scrapes = (
         work.lazy()
-        .group_by(_SERIES)
+        .group_by(SERIES)
         .agg(pl.col("_new_ts").sum().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
     )
     queries, present = [], []
@@ -433,7 +271,7 @@ def _in_unit_order(samples: pl.DataFrame, names: list[str]) -> tuple[pl.DataFram
     samples, units, starts = _unit_runs(samples)
     if not units.get_column("unit_id").is_sorted():
         samples, units, starts = _unit_runs(samples.sort("unit_id", "ts", "metric"))
-    if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~_new_unit()).any()).item():
+    if samples.select(((pl.col("ts") < pl.col("ts").shift(1)) & ~new_unit()).any()).item():
         samples = samples.sort("_unit", "ts", "metric")
     return samples, units, starts
 
@@ -484,18 +322,18 @@ def rollup_samples(
     # any other partition is split by metric.  Either way the packed key is sorted (units
     # in order, then time, and life and bucket grow with time): group-bys over it run as
     # one linear pass over contiguous runs, no hashing.
-    scraped = _scrape_times(samples, names)
+    scraped = scrape_times(samples, names)
     if scraped is None:
         samples, units, starts = _in_unit_order(samples, names)
         if samples.height == 0:
             return pl.DataFrame(schema=PIECE_SCHEMA), pl.DataFrame(schema=SCRAPE_SCHEMA)
-        scraped = _scrape_times(samples, names)
+        scraped = scrape_times(samples, names)
     if scraped is not None:
         present, times, units = scraped
-        starts = times.select(_new_unit().arg_true()).to_series()
+        starts = times.select(new_unit().arg_true()).to_series()
         times = _with_sample_lives(times, units, starts, failures)
         counter = [name in counters for name in present]
-        parts, scrapes_frame = _regular_pieces(times, samples.get_column("value"), counter, every, max_gap)
+        parts, scrapes_frame = regular_pieces(times, samples.get_column("value"), counter, every, max_gap)
     else:
         samples = _with_sample_lives(samples, units, starts, failures)
         parts, scrapes_frame, present = _split_pieces(samples, names, counters, every, max_gap)
@@ -503,11 +341,11 @@ def rollup_samples(
         [p.with_columns(pl.lit(name).alias("metric")) for name, p in zip(present, parts, strict=True)],
         how="diagonal_relaxed",
     )
-    pieces = _unpacked(pieces, every).join(units, on="_unit")
+    pieces = unpacked(pieces, every).join(units, on="_unit")
     pieces = pieces.select(
         [pl.col(c).cast(t) if c in pieces.columns else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]
     )
-    return pieces, _unpacked(scrapes_frame, every).join(units, on="_unit").select(list(SCRAPE_SCHEMA))
+    return pieces, unpacked(scrapes_frame, every).join(units, on="_unit").select(list(SCRAPE_SCHEMA))
 
 
 def rollup_events(events: pl.DataFrame, failures: pl.DataFrame, every: timedelta) -> pl.DataFrame:

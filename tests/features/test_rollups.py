@@ -72,8 +72,8 @@ def test_a_partition_of_whole_scrapes_rolls_up_like_each_metric_alone(monkeypatc
     args = (failures, catalog, timedelta(hours=1), timedelta(days=1))
     keys = ["unit_id", "life", "metric", "bucket"]
     paths = []
-    real = rollups._regular_pieces
-    monkeypatch.setattr(rollups, "_regular_pieces", lambda *a, **k: paths.append("one row per time") or real(*a, **k))
+    real = rollups.regular_pieces
+    monkeypatch.setattr(rollups, "regular_pieces", lambda *a, **k: paths.append("one row per time") or real(*a, **k))
     whole, whole_scrapes = rollup_samples(samples, *args)
     assert paths == ["one row per time"]
     alone = [rollup_samples(samples.filter(pl.col("metric") == m), *args) for m in samples["metric"].unique()]
