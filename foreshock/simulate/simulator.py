@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from foreshock.simulate import dcgm_formats, formats
-from foreshock.simulate.fleet import MODES, build_fleet, schedule_lives, unit_days_in_service
+from foreshock.simulate.fleet import MODES, Fleet, Life, build_fleet, schedule_lives, unit_days_in_service
 from foreshock.simulate.params import DEFAULT_START, SimulationParams
 from foreshock.simulate.telemetry import simulate_node
 
@@ -107,6 +107,8 @@ def simulate_fleet(
         The content of ``simulation.json`` (parameters, failures by mode and ticket
         category, files, rows and bytes written) plus ``seconds`` taken.
     """
+    # Over 80 lines for its docstring (the failure modes and every parameter); the body
+    # builds the parameters, writes the telemetry and the tables, and records the summary.
     started = time.perf_counter()
     params = SimulationParams.build(
         sample_every=sample_every,
@@ -133,6 +135,38 @@ def simulate_fleet(
 
     fleet = build_fleet(params)
     lives = schedule_lives(fleet, params)
+    files, size, rows = _write_telemetry(out, fleet, lives, params)
+
+    failed = formats.failures_in_window(lives, params)
+    size["inventory"] += formats.write_inventory(out, fleet, lives, params)
+    size["tickets"] += formats.write_tickets(out, fleet, failed)
+    truth = formats.ground_truth_frame(fleet, failed)
+    truth.write_parquet(out / "ground_truth.parquet", compression="zstd")
+    size["ground_truth"] += (out / "ground_truth.parquet").stat().st_size
+    files.update({"inventory": 1, "tickets": 1, "ground_truth": 1})
+    rows.update({"tickets": len(failed), "inventory": fleet.units})
+
+    summary = _summary(params, fleet, lives, failed, files, rows, size)
+    unit_days = unit_days_in_service(lives, params)
+    rate = {
+        "requested_per_1000_unit_days": params.failure_rate,
+        "observed_per_1000_unit_days": round(1000.0 * len(failed) / unit_days, 4),
+        "unit_days_in_service": round(unit_days, 2),
+    }
+    if params.failure_rate is not None:  # a run without the option writes the same bytes as before it
+        summary["failure_rate"] = rate
+    # Written without the timing so that the same seed gives byte-identical output.
+    (out / "simulation.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary["failure_rate"] = rate
+    summary["seconds"] = round(time.perf_counter() - started, 2)
+    return summary
+
+
+def _write_telemetry(
+    out: Path, fleet: Fleet, lives: list[Life], params: SimulationParams
+) -> tuple[Counter[str], Counter[str], Counter[str]]:
+    """Every node's telemetry in every raw format, node by node: files, bytes and rows
+    written per format."""
     lives_by_slot: dict[int, list[int]] = {s: [] for s in range(fleet.units)}
     for index, life in enumerate(lives):
         lives_by_slot[life.slot].append(index)
@@ -159,17 +193,20 @@ def simulate_fleet(
     n_files, n_bytes = dcgm.close()
     files["dcgm"] += n_files
     size["dcgm"] += n_bytes
+    return files, size, rows
 
-    failed = formats.failures_in_window(lives, params)
-    size["inventory"] += formats.write_inventory(out, fleet, lives, params)
-    size["tickets"] += formats.write_tickets(out, fleet, failed)
-    truth = formats.ground_truth_frame(fleet, failed)
-    truth.write_parquet(out / "ground_truth.parquet", compression="zstd")
-    size["ground_truth"] += (out / "ground_truth.parquet").stat().st_size
-    files.update({"inventory": 1, "tickets": 1, "ground_truth": 1})
-    rows.update({"tickets": len(failed), "inventory": fleet.units})
 
-    summary: dict[str, Any] = {
+def _summary(
+    params: SimulationParams,
+    fleet: Fleet,
+    lives: list[Life],
+    failed: list[Life],
+    files: Counter[str],
+    rows: Counter[str],
+    size: Counter[str],
+) -> dict[str, Any]:
+    """What ``simulation.json`` says of the run: parameters, fleet, failures, files, rows, bytes."""
+    return {
         "parameters": params.to_json(),
         "fleet": {
             "units": fleet.units,
@@ -197,16 +234,3 @@ def simulate_fleet(
         "bytes": dict(sorted(size.items())),
         "total_bytes": sum(size.values()),
     }
-    unit_days = unit_days_in_service(lives, params)
-    rate = {
-        "requested_per_1000_unit_days": params.failure_rate,
-        "observed_per_1000_unit_days": round(1000.0 * len(failed) / unit_days, 4),
-        "unit_days_in_service": round(unit_days, 2),
-    }
-    if params.failure_rate is not None:  # a run without the option writes the same bytes as before it
-        summary["failure_rate"] = rate
-    # Written without the timing so that the same seed gives byte-identical output.
-    (out / "simulation.json").write_text(json.dumps(summary, indent=2) + "\n")
-    summary["failure_rate"] = rate
-    summary["seconds"] = round(time.perf_counter() - started, 2)
-    return summary

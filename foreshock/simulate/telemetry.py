@@ -190,6 +190,9 @@ def simulate_node(
     params: SimulationParams,
 ) -> NodeTelemetry:
     """Generate the telemetry of one node over the whole simulated span."""
+    # Over 80 lines on purpose: one random stream drawn in a fixed order (the same seed gives
+    # the same bytes), each signal built from the ones before it (workload -> power ->
+    # temperature -> clocks; ECC -> remaps); split up, a dozen arrays would pass between pieces.
     rng = np.random.default_rng([params.seed, 3, node_index])
     step = params.sample_every_s
     step_h = step / HOUR_S
