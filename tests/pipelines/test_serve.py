@@ -109,9 +109,11 @@ def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
     with running([*base, "serve"], tmp_path / "serve.log", env=env) as serve:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            # the session's server also holds other tests' flow runs: only foreshock's deployments count
+            # the session's server also holds other tests' flow runs: only foreshock's deployments
+            # count, and only once serve has written its own (``prefect deploy`` in another test
+            # may have made the same three, for the production data directory)
             found = _api(api, "/deployments/filter", {"deployments": {"name": {"any_": list(DEPLOYMENT_NAMES)}}})
-            if len(found) == 3:
+            if len(found) == 3 and all(d["parameters"].get("data_dir") == str(data) for d in found):
                 break
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(2)
