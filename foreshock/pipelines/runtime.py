@@ -82,10 +82,12 @@ def retry_on_io_error(task_, task_run, state) -> bool:
     """A Prefect ``retry_condition_fn``: retry only a failure caused by I/O (a full disk, a
     flaky NFS mount, a network error); a bad input fails at once, and so does a missing or
     forbidden path (a retry finds the same)."""
+    from foreshock.errors import is_user_error
+
     try:
         state.result(raise_on_failure=True)
     except Exception as exc:  # noqa: BLE001 - judged below: only I/O is worth a retry
-        return is_io_error(exc)
+        return not is_user_error(exc) and is_io_error(exc)
     return False
 
 
@@ -109,7 +111,9 @@ def is_io_error(exc: BaseException) -> bool:
         found = IO_ERROR_TEXT.search(str(exc))
         if found:
             return not (found.group(1) and int(found.group(1)) in NOT_RETRIED_ERRNOS)
-        exc = exc.__cause__ or exc.__context__
+        # ``raise ... from None`` hides the context: a bad query answered by HTTP 400 is a
+        # user error even though urllib's HTTPError (an OSError) was being handled.
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     return False
 
 

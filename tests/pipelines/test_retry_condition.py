@@ -5,7 +5,7 @@ import errno
 import pytest
 from prefect.states import Completed, Failed
 
-from foreshock.pipelines.runtime import retry_on_io_error
+from foreshock.pipelines.runtime import is_io_error, retry_on_io_error
 
 
 def _failed(exc: BaseException):
@@ -63,3 +63,20 @@ def test_a_missing_path_behind_a_library_error_is_not_retried():
         raise RuntimeError("merge failed") from OSError(errno.EIO, "Input/output error")
     except RuntimeError as chained:
         assert retry_on_io_error(None, None, _failed(chained)) is True
+
+
+def test_a_user_error_raised_from_none_while_handling_an_http_error_is_not_io():
+    """A bad query (HTTP 400) becomes a UserError ``from None`` inside urllib's HTTPError
+    handler, an OSError: the hidden context must not make it look like I/O (retried)."""
+    import urllib.error
+
+    from foreshock.errors import UserError
+
+    try:
+        try:
+            raise urllib.error.HTTPError("http://x", 400, "bad", {}, None)
+        except urllib.error.HTTPError:
+            raise UserError("Prometheus refused the query") from None
+    except UserError as exc:
+        error = exc
+    assert not is_io_error(error)
