@@ -221,16 +221,43 @@ def measure_bundle(
     if horizon not in bundle.horizons:
         raise ValueError(f"version {version} has no {horizon} horizon (has {bundle.horizons})")
     scores = bundle.score(window_frame, [bundle.primary]).filter(pl.col("horizon") == horizon)
-    measured, lead_times = measure_at_budget(scores, failures, horizon, config)
     trained = getattr(bundle, "trained_range", None)
-    return Evaluation(
+    return _evaluation(
+        scores,
+        window_frame,
+        failures,
+        horizon,
+        config,
         version=version,
         run_id=run_id,
         primary=bundle.primary,
+        trained_range=tuple(trained) if trained else None,
+    )
+
+
+def _evaluation(
+    scores: pl.DataFrame,
+    window_frame: pl.DataFrame,
+    failures: pl.DataFrame,
+    horizon: str,
+    config: Any,
+    *,
+    version: str,
+    run_id: str,
+    primary: str,
+    trained_range: tuple | None = None,
+) -> Evaluation:
+    """The window's ``scores`` (``unit_id, ts, risk``, one horizon) measured at the drain
+    budget and per unit (for the bootstrap)."""
+    measured, lead_times = measure_at_budget(scores, failures, horizon, config)
+    return Evaluation(
+        version=version,
+        run_id=run_id,
+        primary=primary,
         metrics=measured,
         scored=plots.scores_with_labels(scores, window_frame, horizon),
         lead_times=lead_times,
-        trained_range=tuple(trained) if trained else None,
+        trained_range=trained_range,
         units=comparison.unit_table(scores.select("unit_id", "ts", "risk"), failures, horizon, config),
     )
 
@@ -306,15 +333,8 @@ def measure_rules(
         pl.lit(RANKED_RULES).alias("model"),
         pl.lit(horizon).alias("horizon"),
     )
-    measured, lead_times = measure_at_budget(scores, failures, horizon, config)
-    return Evaluation(
-        version=RULES_VERSION,
-        run_id="",
-        primary=RANKED_RULES,
-        metrics=measured,
-        scored=plots.scores_with_labels(scores, window_frame, horizon),
-        lead_times=lead_times,
-        units=comparison.unit_table(scores.select("unit_id", "ts", "risk"), failures, horizon, config),
+    return _evaluation(
+        scores, window_frame, failures, horizon, config, version=RULES_VERSION, run_id="", primary=RANKED_RULES
     )
 
 
