@@ -33,28 +33,22 @@ CATALOG = """metrics:
 """
 
 
+# The feature settings of daily telemetry, shared with the other daily-disk tools.
+DAILY_SNAPSHOTS = Path(__file__).resolve().parents[1] / "features" / "daily-snapshots.toml"
+
+
 def config_toml(catalog: Path) -> str:
     """The configuration of docs/byot.md for this fleet (daily snapshots, 14-day horizon)."""
-    return f"""[paths]
+    daily = DAILY_SNAPSHOTS.read_text()
+    return f'''[paths]
 catalog = "{catalog}"
 
-[features]
-snapshot_every = "1d"
-windows = ["1d", "3d", "7d", "30d"]
-baseline_window = "30d"
-expected_sample_every = "1d"
-
-[labels]
-horizons = ["14d"]
-
-[models]
-horizon = "14d"
-
+{daily}
 [backtest]
 alert_window = "30d"
 min_lead_time = "1d"
 drain_budget_per_day = 1
-"""
+'''
 
 
 def generate(

@@ -83,29 +83,23 @@ def catalog_yaml() -> str:
     return "metrics:\n" + "\n".join(lines) + "\n"
 
 
+# The feature settings of daily telemetry, shared with the other daily-disk tools.
+DAILY_SNAPSHOTS = Path(__file__).resolve().parents[1] / "features" / "daily-snapshots.toml"
+
+
 def config_toml(catalog: Path) -> str:
     """The configuration for the converted fleet: daily snapshots, 14-day horizon, a lead of
     at least a day (time to copy a disk's data off), alerts counted up to one horizon ahead."""
-    return f"""[paths]
+    daily = DAILY_SNAPSHOTS.read_text()
+    return f'''[paths]
 catalog = "{catalog}"
 
-[features]
-snapshot_every = "1d"
-windows = ["1d", "3d", "7d", "30d"]
-baseline_window = "30d"
-expected_sample_every = "1d"
-
-[labels]
-horizons = ["14d"]
-
-[models]
-horizon = "14d"
-
+{daily}
 [backtest]
 alert_window = "14d"
 min_lead_time = "1d"
 daily_budget_share = 0.001  # the budget point: 0.1 % of the drives reporting each day
-"""
+'''
 
 
 def _window(frame: pl.DataFrame, start: date | None, end: date | None) -> pl.DataFrame:
