@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from conftest import make_fleet
+from fleet_helpers import make_fleet
 from polars.testing import assert_frame_equal
 
 from foreshock.config import load_config

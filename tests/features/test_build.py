@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 import pytest
-from conftest import T0, Fleet, make_fleet
+from fleet_helpers import T0, Fleet, make_fleet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-from conftest import T0
+from fleet_helpers import T0
 
 from foreshock.contract import UTC_TS
 from foreshock.features.context import cohort_hazard_increments, life_table

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from fleet_helpers import make_fleet
 
 from foreshock.catalog import load_catalog
 from foreshock.config import load_config
@@ -23,7 +24,6 @@ from foreshock.features.dictionary import (
 from foreshock.features.spec import feature_spec
 from foreshock.features.store import partition_path, scan_features
 from foreshock.pipelines.cli import main
-from tests.features.conftest import make_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "features" / "dictionary.md"

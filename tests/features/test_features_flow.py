@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import polars as pl
-from conftest import T0, make_fleet
+from fleet_helpers import T0, make_fleet
 from polars.testing import assert_frame_equal
 
 from foreshock.config import load_config

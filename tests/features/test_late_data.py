@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import polars as pl
-from conftest import T0, Fleet, make_fleet
+from fleet_helpers import T0, Fleet, make_fleet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal

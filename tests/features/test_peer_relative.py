@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
+from fleet_helpers import make_fleet
 
 from foreshock.features.build import build_features, output_schema
 from foreshock.features.peers import PEER_WEIGHT, add_peer_relative, peer_relative_columns
 from foreshock.features.spec import feature_spec
-from tests.features.conftest import make_fleet
 
 T = datetime(2026, 11, 2, tzinfo=UTC)
 SBE = "ecc_sbe_volatile_total_increase_1h"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import polars as pl
 import pytest
-from conftest import make_fleet
+from fleet_helpers import make_fleet
 from polars.testing import assert_frame_equal
 
 from foreshock.catalog import load_catalog

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import make_fleet
+from fleet_helpers import make_fleet
 from polars.testing import assert_frame_equal
 
 from foreshock.config import load_config
