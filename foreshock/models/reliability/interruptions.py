@@ -205,6 +205,7 @@ def domain_dispersion(
         .filter(pl.col("_days") > 0)
         .group_by(domain, "_w")
         .agg(pl.col("_days").sum(), pl.col("_o").sum())
+        .sort(domain, "_w")  # group_by's order is arbitrary; the seeded draws below need a fixed one
     )
     cells = cells.with_columns(
         (pl.col("_o").sum().over("_w") / pl.col("_days").sum().over("_w") * pl.col("_days")).alias("_e")
@@ -231,7 +232,7 @@ def _simulated_p_value(cells: pl.DataFrame, chi2: float, simulations: int, seed:
     proportion to their expected counts ``_e``) whose ``X^2`` reaches ``chi2``."""
     rng = np.random.default_rng(seed)
     simulated = np.zeros(simulations)
-    for (_,), part in cells.group_by(["_w"]):
+    for (_,), part in cells.group_by(["_w"], maintain_order=True):
         expected = part["_e"].to_numpy()
         total = int(part["_o"].sum())
         if total == 0:
