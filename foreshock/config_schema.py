@@ -64,6 +64,9 @@ REFINED: dict[tuple[str, str], Any] = {
     ("backtest", "drain_budget_per_day"): Annotated[float, Field(gt=0)],
     ("backtest", "target_precision"): Share,
     ("baseline", "sbe_increase_per_day"): float,
+    ("health", "peer_share"): Share,
+    ("health", "watch_accel"): Annotated[float, Field(ge=1.0)],
+    ("health", "watch_min_increase"): Annotated[float, Field(ge=0.0)],
     # Empty lists by default: their items' type cannot be read from the default.
     ("notify", "urls"): list[str],
     ("reliability", "strata"): list[str],

@@ -1,6 +1,6 @@
 """The package reads like the pipeline: one import root, stages in data order.
 
-core (``foreshock/*.py``, ``foreshock/simulate``) -> ingest -> features -> models -> drain
+core (``foreshock/*.py``, ``foreshock/simulate``) -> ingest -> features -> health -> models -> drain
 -> reporting -> pipelines. A stage imports only itself and the stages before it, and no two modules
 import each other, directly or through others.
 """
@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "foreshock"
-STAGES = ["core", "ingest", "features", "models", "drain", "reporting", "pipelines"]
+STAGES = ["core", "ingest", "features", "health", "models", "drain", "reporting", "pipelines"]
 
 
 def _module_name(path: Path) -> str:
