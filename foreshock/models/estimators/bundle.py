@@ -179,6 +179,8 @@ def model_factories(config: Config) -> dict[str, callable]:
     rules = rule_settings(config)
     gbm_args = {**load_recipe("gbm", recipes), "error_counters": counters, **dict(section.get("gbm", {}))}
     gbm_args["rules"] = rules if gbm_args["rules"] is True else gbm_args["rules"] or None
+    if gbm_args.get("fleet_weighted"):  # the inventory's fleet_weight of a subsampled fleet
+        gbm_args.setdefault("unit_weights", inventory_weights(config))
     runner = config.section("runner")
     if runner["kind"] == "dask":  # full fits of large samples on the cluster (gbm_dask)
         gbm_args.setdefault("dask_client", dask_target(runner))
@@ -189,6 +191,18 @@ def model_factories(config: Config) -> dict[str, callable]:
         "cox": lambda: CoxTimeVaryingRisk(horizons=horizons, **cox_args),
         "baseline": lambda: ThresholdBaseline.from_config(config),
     }
+
+
+def inventory_weights(config: Config) -> pl.DataFrame | None:
+    """``unit_id, fleet_weight`` of the lake's inventory, or None (no inventory, or no weights)."""
+    from foreshock.budget import fleet_weights
+    from foreshock.lake.read import read_table
+
+    try:
+        inventory = read_table(config.lake_dir, "inventory")
+    except (FileNotFoundError, pl.exceptions.ComputeError):
+        return None
+    return fleet_weights(inventory) if inventory.height else None
 
 
 def fit_models(

@@ -89,6 +89,7 @@ from foreshock.models.estimators.calibration import PlattCalibrator, uncalibrate
 from foreshock.models.estimators.dataset import FeatureSource, StoredSample
 from foreshock.models.estimators.gbm_dask import dask_client, feature_matrix_of, train_on_dask
 from foreshock.models.estimators.gbm_store import fit_from_store
+from foreshock.models.estimators.ranking import query_groups, unit_weight_of
 from foreshock.models.estimators.recipes import builtin_recipe, recipe_default
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
 
@@ -149,6 +150,17 @@ class GradientBoostedRisk:
         ``[baseline]`` settings: add the threshold rules as features (None: do not).
     error_counters
         Error-family counters of the catalog, for the rules' generic growth rule.
+    fleet_weighted
+        Weight each training row by its unit's ``fleet_weight`` (``unit_weights``): a
+        subsampled fleet is trained on as the fleet it stands for, a kept healthy unit
+        counting as the units it stands for (:mod:`foreshock.models.estimators.ranking`).
+    rank_by_snapshot
+        One LightGBM query group per snapshot time, for a ranking objective
+        (``[lightgbm] objective = "lambdarank"``): the trees learn each snapshot's order of
+        units, what the top of a day's list is judged on.  Fitted here only, never on Dask.
+    unit_weights
+        ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
+        for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
     dask_client
         A Dask cluster (:mod:`foreshock.models.estimators.gbm_dask`): a ``distributed.Client``, a
         scheduler address or ``LocalCluster`` keyword arguments; None: every fit is local.
@@ -176,6 +188,9 @@ class GradientBoostedRisk:
     exclude: list[str] = recipe_default("gbm", "exclude")
     rules: dict | None = None
     error_counters: list[str] = field(default_factory=list)
+    fleet_weighted: bool = recipe_default("gbm", "fleet_weighted")
+    rank_by_snapshot: bool = recipe_default("gbm", "rank_by_snapshot")
+    unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
     kind: str = "gbm"
@@ -225,6 +240,8 @@ class GradientBoostedRisk:
         if until is None:
             until = frame.get_column("ts").max()
         labelled = labelled_until(frame, failures, self.horizons, until, weighted=True)
+        if self.rank_by_snapshot:  # a query group is a run of rows of one snapshot time
+            labelled = labelled.sort("ts", maintain_order=True)
         self._resolve_features(frame, frame)
         x_all = self._matrix(labelled)
         ts_all = labelled.get_column("ts").to_numpy()
@@ -234,7 +251,7 @@ class GradientBoostedRisk:
         self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
         # the full fits of horizons with at least dask_min_rows rows run on the Dask cluster
         largest = max(rows.size for rows, _, _ in targets.values())
-        use_dask = self.dask_client is not None and largest >= self.dask_min_rows
+        use_dask = self.dask_client is not None and largest >= self.dask_min_rows and not self.rank_by_snapshot
         with dask_client(self.dask_client) if use_dask else nullcontext() as client:
             for h in self.horizons:
                 rows, y, w = targets.pop(h)
@@ -243,12 +260,23 @@ class GradientBoostedRisk:
                 # The raw matrix is never copied whole: a horizon's rows are a view when every
                 # row is labelled (no drain), the splits are subsets of binned data.
                 x = x_all if rows.size == x_all.shape[0] else x_all[rows]
-                full = lgb.Dataset(x, y, weight=w * class_w, feature_name=self.feature_names_, free_raw_data=True)
+                ts = ts_all[rows] if self.rank_by_snapshot else None
+                full = lgb.Dataset(
+                    x,
+                    y,
+                    weight=w * class_w,
+                    group=query_groups(ts),
+                    feature_name=self.feature_names_,
+                    free_raw_data=True,
+                )
                 if split is not None:
                     fit, hold = split.fit, split.holdout
                     dtrain, dvalid = split_datasets(
                         x, y, fit, hold, (w * class_w)[fit], w[hold], params, self.feature_names_, self.seed
                     )
+                    if ts is not None:
+                        dtrain.set_group(query_groups(ts[fit]))
+                        dvalid.set_group(query_groups(ts[hold]))
                     booster = lgb.train(
                         {**params, "metric": self.early_stopping_metric},
                         dtrain,
@@ -327,6 +355,8 @@ class GradientBoostedRisk:
     def _targets(self, labelled: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per horizon: the labelled rows it trains on, their labels and weights."""
         sample = sample_weights(labelled)
+        if self.fleet_weighted:
+            sample = sample * unit_weight_of(labelled, self.unit_weights)
         targets = {}
         for h in self.horizons:
             y_col = labelled.get_column(label_column(h))
@@ -446,6 +476,8 @@ class GradientBoostedRisk:
             "exclude": self.exclude,
             "rules": self.rules,
             "error_counters": self.error_counters,
+            "fleet_weighted": self.fleet_weighted,
+            "rank_by_snapshot": self.rank_by_snapshot,
             "rules_": self.rules_.state() if self.rules_ is not None else None,
             "feature_names_": self.feature_names_,
             "boosters_": files,
@@ -481,6 +513,8 @@ class GradientBoostedRisk:
                 "error_counters",
             )
         }
+        for key in ("fleet_weighted", "rank_by_snapshot"):  # saved before these settings: off
+            settings[key] = bool(state.get(key, False))
         if "lightgbm" in state:  # saved before the recipes: the built-in recipe's (unchanged since)
             settings["lightgbm"] = state["lightgbm"]
         model = cls(**settings)

@@ -1,0 +1,212 @@
+"""Model candidates side by side: one walk-forward backtest, every candidate on the same folds.
+
+Each candidate is the gradient-boosted model's recipe (``models/lightgbm.toml``) with a few
+keys changed (:data:`CANDIDATES`); all of them are trained on the same training sample of
+each fold (read once) and score the same test days, so their differences are the
+candidates' alone.  Everything judged is out of sample: walk-forward, each fold trained on
+its past only; nothing a candidate fixes (rounds, calibration) sees its test period.
+
+Two kinds of data set:
+
+* a prepared real-disk work directory of ``benchmarks/bench_real_disks.py`` (``--disks
+  WORK``): the candidates' rankings, the two SMART rules and each candidate's rank
+  average with the growth rule (a blend with fixed, equal weights: nothing fitted) judged
+  at the top 0.1 % and 0.5 % of the drives reporting each day, reweighted by the
+  inventory's ``fleet_weight``;
+* any prepared foreshock data directory (``--config FILE --data-dir DIR [--ground-truth
+  FILE]``, e.g. a data set of ``benchmarks/evaluate_models.py`` or the demo's): the
+  backtest's own operating points per candidate (the drain budget, the target precision
+  with its threshold from earlier folds) and the snapshot metrics.
+
+Usage::
+
+    uv run python benchmarks/bench_candidates.py --disks /tmp/bb-2015 --out /tmp/cand-2015 \\
+        [--candidates gbm fleet rank ...]
+    uv run python benchmarks/bench_candidates.py --config data/evaluate.toml --data-dir DIR \\
+        --ground-truth DIR/raw/sim/ground_truth.parquet --out /tmp/cand-demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_real_disks import GROWTH_DAYS, HORIZON, daily_levels, judge_shares, rule_scores  # noqa: E402
+
+# name -> keys of models/lightgbm.toml changed (a table key by key); "gbm" is today's recipe.
+CANDIDATES: dict[str, dict] = {
+    "gbm": {},
+    "fleet": {"fleet_weighted": True},
+    "rank": {"rank_by_snapshot": True, "lightgbm": {"objective": "lambdarank"}},
+    "rank_fleet": {"fleet_weighted": True, "rank_by_snapshot": True, "lightgbm": {"objective": "lambdarank"}},
+    "no_monotone": {"monotone_increasing": []},
+    "no_rules": {"rules": False},
+    "leaves31": {"lightgbm": {"num_leaves": 31, "min_data_in_leaf": 50}},
+}
+
+
+def factories(config, names: list[str]) -> dict:
+    """Constructors of the candidates ``names``: today's gbm factory with their keys over it."""
+    from foreshock.models.estimators.base import config_horizons
+    from foreshock.models.estimators.baseline import rule_settings
+    from foreshock.models.estimators.bundle import inventory_weights
+    from foreshock.models.estimators.gbm import GradientBoostedRisk
+    from foreshock.models.estimators.recipes import config_recipes_dir, load_recipe
+
+    base = {
+        **load_recipe("gbm", config_recipes_dir(config)),
+        "error_counters": [m.name for m in config.catalog.by(kind="counter", family="error")],
+    }
+    weights = inventory_weights(config)
+    horizons = config_horizons(config)
+    out = {}
+    for name in names:
+        args = {k: ({**v, **CANDIDATES[name].get(k, {})} if isinstance(v, dict) else v) for k, v in base.items()}
+        args.update({k: v for k, v in CANDIDATES[name].items() if not isinstance(v, dict)})
+        args["rules"] = rule_settings(config) if args["rules"] is True else None
+        if args.get("fleet_weighted"):
+            args["unit_weights"] = weights
+        out[name] = lambda args=args: GradientBoostedRisk(horizons=horizons, **args)
+    return out
+
+
+def rank_average(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    """``unit_id, ts, score``: the mean of each drive's percentile rank in ``a`` and in ``b``
+    among the drives of its day (a drive a ranking leaves out: 0 in it; null in both: null)."""
+    joined = a.select("unit_id", "ts", pl.col("score").alias("a")).join(
+        b.select("unit_id", "ts", pl.col("score").alias("b")), on=["unit_id", "ts"], how="full", coalesce=True
+    )
+    day = pl.col("ts").dt.truncate("1d")
+
+    def pct(col: str) -> pl.Expr:
+        return (pl.col(col).rank("average").over(day) / pl.col(col).count().over(day)).fill_null(0.0)
+
+    both_null = pl.col("a").is_null() & pl.col("b").is_null()
+    return joined.select(
+        "unit_id", "ts", pl.when(both_null).then(None).otherwise((pct("a") + pct("b")) / 2).alias("score")
+    )
+
+
+def judge_disks(work: Path, scores: pl.DataFrame, config, shares: list[float]) -> dict:
+    """The candidates, the two SMART rules and each candidate blended with the growth rule,
+    at each share of the drives reporting (as ``bench_real_disks.py``'s judge)."""
+    from foreshock.lake.read import read_table
+
+    scores = scores.filter(pl.col("horizon") == HORIZON)
+    first, last = scores.get_column("ts").min().date(), scores.get_column("ts").max().date()
+    levels = daily_levels(config.lake_dir, first - timedelta(days=GROWTH_DAYS), last)
+    reporting = levels.filter(pl.col("ts").dt.date() >= first).select("unit_id", "ts")
+    series = {
+        model: reporting.join(
+            part.select("unit_id", "ts", pl.col("risk").alias("score")), on=["unit_id", "ts"], how="left"
+        )
+        for (model,), part in scores.group_by(["model"], maintain_order=True)
+    }
+    rules = rule_scores(levels, reporting)
+    for model in list(series):
+        series[f"{model}+growth"] = rank_average(series[model], rules["smart_growth"])
+    series.update(rules)
+    inventory = read_table(config.lake_dir, "inventory")
+    return judge_shares(series, read_table(config.lake_dir, "failures"), inventory, config, shares)
+
+
+def disk_table(judged: dict) -> str:
+    lines = [
+        "| ranking | " + " | ".join(f"P / R / lead at {s * 100:g} %" for s in judged["shares"]) + " |",
+        "|---|" + "---|" * len(judged["shares"]),
+    ]
+    rows = [r for r in judged["results"] if r["maker"] == "all"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        cells = []
+        for share in judged["shares"]:
+            r = next(x for x in rows if x["model"] == model and x["share"] == share)
+            lead = "–" if r["lead_time_p50_h"] is None else f"{r['lead_time_p50_h'] / 24:.1f} d"
+            p = "–" if r["precision"] is None else f"{r['precision']:.3f}"
+            cells.append(f"{p} / {r['caught']}/{r['failures']} / {lead}")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def backtest_table(report: dict) -> str:
+    """Per candidate and horizon: the budget and target-precision operating points and PR-AUC."""
+    lines = [
+        "| candidate | horizon | budget: caught / failures, precision | target precision: caught, precision "
+        "| precursor recall at target | PR-AUC |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, per_h in report["models"].items():
+        for h, m in per_h.items():
+            ops = m["operating_points"]
+            b, t = ops.get("budget") or {}, ops.get("target_precision") or {}
+            lines.append(
+                f"| {model} | {h} | {b.get('caught')} / {b.get('failures')}, {_f(b.get('precision'))} "
+                f"| {t.get('caught')}, {_f(t.get('precision'))} | {_f(t.get('recall_with_precursor'))} "
+                f"| {_f(m['snapshot'].get('pr_auc'), 3)} |"
+            )
+    return "\n".join(lines)
+
+
+def _f(value, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--disks", type=Path, help="a bench_real_disks.py work directory (prepared)")
+    parser.add_argument("--config", type=Path)
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--ground-truth", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    parser.add_argument("--shares", type=float, nargs="+", default=[0.001, 0.005])
+    args = parser.parse_args()
+
+    from foreshock.config import load_config
+    from foreshock.lake.read import read_table
+    from foreshock.models.evaluation.backtest import read_ground_truth, walk_forward
+    from foreshock.models.evaluation.backtest_report import write_result
+    from foreshock.pipelines import inputs
+
+    if args.disks:
+        config = load_config(args.disks / "data/foreshock.toml", data_dir=args.disks / "lake")
+    else:
+        config = load_config(args.config, data_dir=args.data_dir)
+    try:
+        inventory = read_table(config.lake_dir, "inventory")
+    except Exception:  # a lake without an inventory: unweighted
+        inventory = None
+    started, cpu = time.perf_counter(), time.process_time()
+    result = walk_forward(
+        inputs.features(config),
+        inputs.failures(config),
+        config,
+        factories=factories(config, args.candidates),
+        ground_truth=read_ground_truth(args.ground_truth),
+        inventory=inventory,
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_result(result, args.out)
+    print(
+        f"backtest of {len(args.candidates)} candidates: wall {time.perf_counter() - started:.0f} s, "
+        f"CPU {time.process_time() - cpu:.0f} s",
+        flush=True,
+    )
+    print(backtest_table(result.report), flush=True)
+    if args.disks:
+        judged = judge_disks(args.disks, result.scores, config, args.shares)
+        (args.out / "judged.json").write_text(json.dumps(judged, indent=2, default=str) + "\n")
+        print(disk_table(judged))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
