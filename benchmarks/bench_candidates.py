@@ -48,6 +48,8 @@ CANDIDATES: dict[str, dict] = {
     "fleet": {"fleet_weighted": True},
     "rank": {"rank_by_snapshot": True, "lightgbm": {"objective": "lambdarank"}},
     "rank_fleet": {"fleet_weighted": True, "rank_by_snapshot": True, "lightgbm": {"objective": "lambdarank"}},
+    "drop_constant": {"drop_constant": True},
+    "fleet_drop": {"fleet_weighted": True, "drop_constant": True},
     "no_monotone": {"monotone_increasing": []},
     "no_rules": {"rules": False},
     "leaves31": {"lightgbm": {"num_leaves": 31, "min_data_in_leaf": 50}},

@@ -66,3 +66,10 @@ def test_fleet_weights_train_on_the_fleet_a_sample_stands_for(fleet):
     healthy = fleet.features.filter(~pl.col("unit_id").is_in(list(failed)))
     mean = {m: float(m_.predict_risk(healthy).get_column("risk").mean()) for m, m_ in (("p", plain), ("w", weighted))}
     assert mean["w"] < mean["p"] / 3
+
+
+def test_empty_and_constant_features_are_left_out_when_asked(fleet):
+    frame = fleet.features.with_columns(pl.lit(3.0).alias("flat_last"), pl.lit(None, pl.Float64).alias("empty_last"))
+    kept = GradientBoostedRisk(horizons=["24h"], drop_constant=True).fit(frame, fleet.failures).feature_names_
+    assert "flat_last" not in kept and "empty_last" not in kept and any(n.startswith("ecc_") for n in kept)
+    assert "flat_last" in GradientBoostedRisk(horizons=["24h"]).fit(frame, fleet.failures).feature_names_

@@ -89,7 +89,7 @@ from foreshock.models.estimators.calibration import PlattCalibrator, uncalibrate
 from foreshock.models.estimators.dataset import FeatureSource, StoredSample
 from foreshock.models.estimators.gbm_dask import dask_client, feature_matrix_of, train_on_dask
 from foreshock.models.estimators.gbm_store import fit_from_store
-from foreshock.models.estimators.ranking import query_groups, unit_weight_of
+from foreshock.models.estimators.ranking import query_groups, unit_weight_of, varying_columns
 from foreshock.models.estimators.recipes import builtin_recipe, recipe_default
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
 
@@ -158,6 +158,9 @@ class GradientBoostedRisk:
         One LightGBM query group per snapshot time, for a ranking objective
         (``[lightgbm] objective = "lambdarank"``): the trees learn each snapshot's order of
         units, what the top of a day's list is judged on.  Fitted here only, never on Dask.
+    drop_constant
+        Leave out the features that are empty or constant on the training rows (the
+        trees cannot split on them, but they dilute ``feature_fraction``'s draws).
     unit_weights
         ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
         for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
@@ -190,6 +193,7 @@ class GradientBoostedRisk:
     error_counters: list[str] = field(default_factory=list)
     fleet_weighted: bool = recipe_default("gbm", "fleet_weighted")
     rank_by_snapshot: bool = recipe_default("gbm", "rank_by_snapshot")
+    drop_constant: bool = recipe_default("gbm", "drop_constant")
     unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
@@ -339,6 +343,8 @@ class GradientBoostedRisk:
         """``feature_names_`` and ``rules_`` from the columns of ``names``; the rules whose
         limit is learnt from the data (the generic growth rules) read ``data``."""
         self.feature_names_ = [n for n in frame_feature_columns(names) if not _matches(n, self.exclude)]
+        if self.drop_constant and data is names:  # the training rows are here (not on Dask)
+            self.feature_names_ = varying_columns(data, self.feature_names_)
         if not self.feature_names_:
             raise ValueError("no numeric feature columns to train on")
         self.rules_ = None
@@ -478,6 +484,7 @@ class GradientBoostedRisk:
             "error_counters": self.error_counters,
             "fleet_weighted": self.fleet_weighted,
             "rank_by_snapshot": self.rank_by_snapshot,
+            "drop_constant": self.drop_constant,
             "rules_": self.rules_.state() if self.rules_ is not None else None,
             "feature_names_": self.feature_names_,
             "boosters_": files,
@@ -513,7 +520,7 @@ class GradientBoostedRisk:
                 "error_counters",
             )
         }
-        for key in ("fleet_weighted", "rank_by_snapshot"):  # saved before these settings: off
+        for key in ("fleet_weighted", "rank_by_snapshot", "drop_constant"):  # saved before these settings: off
             settings[key] = bool(state.get(key, False))
         if "lightgbm" in state:  # saved before the recipes: the built-in recipe's (unchanged since)
             settings["lightgbm"] = state["lightgbm"]

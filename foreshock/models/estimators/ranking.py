@@ -11,7 +11,9 @@ model (``models/lightgbm.toml``) aim its training there:
   subsampled fleet's inventory: a kept healthy drive standing for 20).  The trees are then
   trained on the fleet the top of the list is judged on, where the healthy units with bad
   counters, the negatives hardest to rank below the failing ones, are 20 times as many as
-  in the kept sample.
+  in the kept sample;
+* ``drop_constant``: the features empty or constant on the training rows are left out,
+  so ``feature_fraction``'s draws pick among the features that can split.
 """
 
 from __future__ import annotations
@@ -48,3 +50,11 @@ def unit_weight_of(frame: pl.DataFrame, unit_weights: pl.DataFrame | None) -> np
         .fill_null(1.0)
         .to_numpy()
     )
+
+
+def varying_columns(frame: pl.DataFrame, columns: list[str]) -> list[str]:
+    """The ``columns`` of ``frame`` holding at least two distinct non-null values."""
+    if not columns:
+        return []
+    spread = frame.select([(pl.col(c).max() != pl.col(c).min()).fill_null(False).alias(c) for c in columns]).row(0)
+    return [c for c, varies in zip(columns, spread) if varies]
