@@ -44,6 +44,7 @@ import polars as pl
 from foreshock.contract import is_valid_id
 from foreshock.drain.actions import ACTIONS, format_hours
 from foreshock.drain.diff import diff_risk_lists, summarize_diff
+from foreshock.drain.health_files import health_gauges, publish_health, write_health_files
 from foreshock.drain.kubernetes import (
     CORDON_SCRIPT,
     NPD_CONFIG,
@@ -54,6 +55,8 @@ from foreshock.drain.kubernetes import (
     npd_plugin_config,
     uncordon_script,
 )
+from foreshock.drain.learned_history import learned_chooser
+from foreshock.drain.lemons import lemons_at, node_map
 from foreshock.drain.notify import Message, NotifySettings, drain_message, send
 from foreshock.drain.outbox_files import (
     MANIFEST_FILE,
@@ -69,7 +72,7 @@ from foreshock.drain.outbox_files import (
 from foreshock.drain.policy import Decision, DrainPolicy
 from foreshock.drain.release import nodes_to_release
 from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list, list_paths, write_risk_list
-from foreshock.drain.risk_table import unit_risk_table
+from foreshock.drain.risk_table import fleet_table, unit_risk_table
 from foreshock.drain.settings import PolicySettings
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import RESUME_SCRIPT, SCRIPT_NAME, resume_script, slurm_script
@@ -223,6 +226,7 @@ class Draft:
     rejected: pl.DataFrame
     decision_time: datetime | None
     release: list[tuple[str, str]]
+    health: Any = None  # drain.health_files: telemetry health and trends ([health])
 
 
 def build_list(
@@ -239,14 +243,20 @@ def build_list(
     scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
     risks = unit_risk_table(scores, settings.horizon)
     decision_time = risks.get_column("ts").max() if risks.height else None
-    decision = DrainPolicy(settings).decide(
+    now = decision_time or generated_at
+    inventory, failures = _lake_table(config.lake_dir, "inventory"), _lake_table(config.lake_dir, "failures")
+    drains = _lake_table(config.lake_dir, "drains")
+    chooser, chooser_notes = learned_chooser(config, settings, now, failures, drains)
+    decision = DrainPolicy(settings, chooser).decide(
         risks,
-        decision_time or generated_at,
+        now,
         state,
-        inventory=_lake_table(config.lake_dir, "inventory"),
-        failures=_lake_table(config.lake_dir, "failures"),
+        inventory=inventory,
+        failures=failures,
         node_states=node_states,
+        lemons=lemons_at(now, failures, drains, node_map(fleet_table(risks, inventory)), settings.lemons),
     )
+    decision.notes += chooser_notes
     risk_list = build_risk_list(decision.recommendations, generated_at)
     release = nodes_to_release(risk_list, decision.released, settings.exit_risk, node_states)
     return Draft(generated_at, scores_path, settings, decision, risk_list, rejected, decision_time, release)
@@ -268,6 +278,8 @@ def write_exports(draft: Draft, diff: pl.DataFrame, directory: Path, npd_max_age
     files[NPD_SCRIPT] = _write_script(directory / NPD_SCRIPT, npd)
     files[NPD_CONFIG] = directory / NPD_CONFIG
     atomic_write_text(files[NPD_CONFIG], npd_plugin_config(f"/etc/node-problem-detector/plugin/{NPD_SCRIPT}"))
+    if draft.health is not None:
+        files.update(write_health_files(draft.health, risk_list, directory))
     if draft.rejected.height:
         files["rejected.csv"] = directory / "rejected.csv"
         atomic_write_text(files["rejected.csv"], draft.rejected.write_csv())
@@ -364,6 +376,7 @@ def publish(
         )
         if not allow_stale:
             check_fresh(draft.decision_time, generated_at, config.duration("policy", "max_score_age"))
+        draft.health, draft.risk_list = publish_health(config, draft.risk_list)
         previous = read_published_list(previous_dir) if previous_dir else None
         diff = diff_risk_lists(previous, draft.risk_list)
         name = new_name(outbox_dir, generated_at)
@@ -379,7 +392,8 @@ def publish(
                 generated_at=generated_at,
                 scores_at=draft.decision_time,
                 new_drains=len(draft.decision.new_drains),
-            ),
+            )
+            + health_gauges(draft.health),
         )
         if read_notified(outbox_dir) is None:  # the first publish to announce: from the list before it
             point_notified(outbox_dir, previous_dir.name if previous_dir else "")

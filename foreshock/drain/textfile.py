@@ -19,6 +19,14 @@ metric                                   meaning
 ``foreshock_score_age_seconds``          its age when the list was published
 ``foreshock_publish_timestamp_seconds``  when the list was published
 ``foreshock_model_info``                 1, labels ``model_name, model_version, run_id``
+``foreshock_telemetry_findings``         telemetry health findings per kind (label ``kind``)
+``foreshock_telemetry_finding_since``    per finding: since when (Unix time; 0 unknown); labels
+                                         ``unit_id, node, kind, metric``
+``foreshock_watch_units``                units per degradation trend (label ``trend``)
+``foreshock_unit_degradation_rate``      per watched unit and metric: rate per day over
+                                         ``[health] trend_window``; labels ``unit_id, node,
+                                         metric, trend``
+``foreshock_unit_degradation_accel``     its change per day (acceleration, per day²)
 =======================================  ==========================================================
 
 Freshness at query time is ``time() - foreshock_scores_timestamp_seconds``
@@ -100,3 +108,43 @@ def write_textfile(path: Path, text: str) -> Path:
     """Replace the textfile atomically (node-exporter never reads half a file)."""
     atomic_write_text(Path(path), text)
     return Path(path)
+
+
+def render_health(findings: pl.DataFrame, counts: dict[str, int], watch: pl.DataFrame) -> str:
+    """The telemetry health and watch list gauges (appended to :func:`render`'s text)."""
+    registry = CollectorRegistry()
+    per_kind = Gauge("foreshock_telemetry_findings", "Telemetry health findings per kind", ["kind"], registry=registry)
+    for kind, n in counts.items():
+        per_kind.labels(kind).set(n)
+    since = Gauge(
+        "foreshock_telemetry_finding_since",
+        "Since when a telemetry health finding holds (Unix time; 0 unknown)",
+        ["unit_id", "node", "kind", "metric"],
+        registry=registry,
+    )
+    for row in findings.iter_rows(named=True):
+        at = row["since"]
+        since.labels(row["unit_id"] or "", row["node"] or "", row["kind"], row["metric"] or "").set(
+            at.timestamp() if at is not None else 0
+        )
+    trends = Gauge(
+        "foreshock_watch_units", "Units on the watch list per degradation trend", ["trend"], registry=registry
+    )
+    labels = ["unit_id", "node", "metric", "trend"]
+    rate = Gauge(
+        "foreshock_unit_degradation_rate", "Rate per day over [health] trend_window", labels, registry=registry
+    )
+    accel = Gauge(
+        "foreshock_unit_degradation_accel", "Change of that rate per day (per day squared)", labels, registry=registry
+    )
+    for name in ("accelerating", "rising"):
+        trends.labels(name).set(
+            watch.filter(pl.col("trend") == name).get_column("unit_id").n_unique() if watch.height else 0
+        )
+    for row in watch.iter_rows(named=True):
+        where = [row["unit_id"], row.get("node") or "", row["metric"], row["trend"]]
+        if row.get("rate_per_day") is not None:
+            rate.labels(*where).set(row["rate_per_day"])
+        if row.get("accel_per_day2") is not None:
+            accel.labels(*where).set(row["accel_per_day2"])
+    return generate_latest(registry).decode()

@@ -13,7 +13,7 @@ from foreshock.config import Config
 from foreshock.features.store import scan_features
 from foreshock.health.settings import HealthSettings
 from foreshock.health.telemetry import empty_findings, finding_counts, telemetry_findings
-from foreshock.health.trends import needed_columns, trend_summary, unit_trends, watch_list
+from foreshock.health.trends import empty_trends, needed_columns, trend_summary, unit_trends, watch_list
 from foreshock.lake.layout import partition_files
 from foreshock.lake.read import read_table, scan_table
 
@@ -69,9 +69,9 @@ def store_trends(config: Config, settings: HealthSettings) -> pl.DataFrame:
     stored = scan_features(config)
     names = set(stored.collect_schema().names())
     columns = [c for c in needed_columns(config.catalog, settings, windows) if c in names]
-    if not columns:
-        return unit_trends(pl.DataFrame({"unit_id": [], "ts": []}), config.catalog, settings, windows)
-    newest = stored.select(pl.col("ts").max()).collect().item()
+    newest = stored.select(pl.col("ts").max()).collect().item() if columns else None
+    if newest is None:
+        return empty_trends()
     start = newest - settings.sparkline_span - settings.trend_window
     frame = stored.select("unit_id", "ts", *columns).filter(pl.col("ts") >= start).collect()
     return unit_trends(frame, config.catalog, settings, windows)

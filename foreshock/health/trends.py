@@ -118,8 +118,24 @@ def unit_trends(
         one = now.join(prev, on="unit_id", how="left").join(spark, on="unit_id", how="left")
         parts.append(_label(one, metric, counter, scale, settings, w / longest))
     if not parts:
-        return pl.DataFrame(schema={"unit_id": pl.String, "metric": pl.String, "ts": UTC_TS, "trend": pl.String})
+        return empty_trends()
     return pl.concat(parts, how="diagonal_relaxed").sort("unit_id", "metric")
+
+
+def empty_trends() -> pl.DataFrame:
+    """No unit's trend (no feature snapshot holds a trend metric)."""
+    return pl.DataFrame(
+        schema={
+            "unit_id": pl.String,
+            "ts": UTC_TS,
+            "metric": pl.String,
+            "rate_per_day": pl.Float64,
+            "prev_rate_per_day": pl.Float64,
+            "accel_per_day2": pl.Float64,
+            "trend": pl.String,
+            "sparkline": pl.List(pl.Float64),
+        }
+    )
 
 
 def _label(
