@@ -72,6 +72,16 @@ REFINED: dict[tuple[str, str], Any] = {
     ("reliability", "strata"): list[str],
     ("reliability", "numeric"): list[str],
     ("reliability", "ages"): list[Duration],
+    ("policy", "chooser"): Literal["fixed", "learned"],
+    ("policy", "learned_bands"): Annotated[list[Share], Field(min_length=1)],
+    ("policy", "learned_min_drains"): Annotated[int, Field(ge=1)],
+    ("policy", "explore_rate"): Share,
+    ("policy", "explore_per_day"): Annotated[int, Field(ge=0)],
+    ("policy", "max_weight"): Annotated[float, Field(ge=1.0)],
+    ("policy", "bootstrap"): Annotated[int, Field(ge=10)],
+    ("policy", "confidence"): Annotated[float, Field(gt=0.0, lt=1.0)],
+    ("lemon", "count"): Annotated[int, Field(ge=1)],
+    ("lemon", "node_count"): Annotated[int, Field(ge=1)],
 }
 
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-ACTIONS = ("none", "watch", "run_diagnostics", "drain_at_checkpoint", "drain_now")
+# ``replace`` (hardware replacement / RMA of a repeat offender, foreshock.drain.lemons) takes
+# the unit out like ``drain_now`` and for good: the most severe.
+ACTIONS = ("none", "watch", "run_diagnostics", "drain_at_checkpoint", "drain_now", "replace")
 SEVERITY = {action: rank for rank, action in enumerate(ACTIONS)}
-DRAIN_ACTIONS = ("drain_now", "drain_at_checkpoint")
+DRAIN_ACTIONS = ("replace", "drain_now", "drain_at_checkpoint")  # most urgent first
 DIAGNOSTICS_COMMAND = "dcgmi diag -r 3"
+NOW_ACTIONS = ("replace", "drain_now")  # out at once: the scripts drain these without --at-checkpoint
 
 # Slurm/Kubernetes node states that mean "not taking work" (sinfo %T spelling, lower case).
 OUT_STATES = ("drain", "drained", "draining", "down", "fail", "failing", "maint", "reboot", "cordoned")

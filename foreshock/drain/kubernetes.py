@@ -31,7 +31,7 @@ import polars as pl
 
 from foreshock.drain.actions import DRAIN_ACTIONS
 from foreshock.drain.shell import APPLY_FLAGS, fill_script, id_word, one_line, text_word
-from foreshock.drain.slurm import node_reasons
+from foreshock.drain.slurm import node_reasons, now_node_reasons
 
 CORDON_SCRIPT = "k8s_cordon.sh"
 UNCORDON_SCRIPT = "k8s_uncordon.sh"
@@ -103,11 +103,11 @@ def cordon_script(risk_list: pl.DataFrame, generated_at: datetime) -> str:
         taint=TAINT_KEY,
         annotation=REASON_ANNOTATION,
     )
-    now_nodes = node_reasons(risk_list, "drain_now")
-    taken = {node for node, _ in now_nodes}
+    now_nodes = now_node_reasons(risk_list)
+    taken = {node for node, _, _ in now_nodes}
     later = [(n, r) for n, r in node_reasons(risk_list, "drain_at_checkpoint") if n not in taken]
     lines = [header, f"# drain_now: {len(now_nodes)} node(s)"]
-    lines += [f"cordon_node {id_word(n, 'node')} drain_now {text_word(r)}" for n, r in now_nodes]
+    lines += [f"cordon_node {id_word(n, 'node')} {a} {text_word(r)}" for n, r, a in now_nodes]
     lines.append(f"# drain_at_checkpoint: {len(later)} node(s)")
     if later:
         lines.append('if [ "$at_checkpoint" = 1 ]; then')
@@ -205,7 +205,7 @@ def npd_check_script(risk_list: pl.DataFrame, generated_at: datetime, scores_at:
     )
     lines = [header.rstrip("\n")]
     seen: set[str] = set()
-    for action in DRAIN_ACTIONS:  # drain_now first: it wins for a node
+    for action in DRAIN_ACTIONS:  # replace, then drain_now: the most urgent wins for a node
         for node, reason in node_reasons(risk_list, action):
             if node in seen:
                 continue

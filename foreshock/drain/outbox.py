@@ -55,6 +55,8 @@ from foreshock.drain.kubernetes import (
     npd_plugin_config,
     uncordon_script,
 )
+from foreshock.drain.learned_history import learned_chooser
+from foreshock.drain.lemons import lemons_at, node_map
 from foreshock.drain.notify import Message, NotifySettings, drain_message, send
 from foreshock.drain.outbox_files import (
     MANIFEST_FILE,
@@ -70,7 +72,7 @@ from foreshock.drain.outbox_files import (
 from foreshock.drain.policy import Decision, DrainPolicy
 from foreshock.drain.release import nodes_to_release
 from foreshock.drain.risk_list import SCHEMA_VERSION, build_risk_list, list_paths, write_risk_list
-from foreshock.drain.risk_table import unit_risk_table
+from foreshock.drain.risk_table import fleet_table, unit_risk_table
 from foreshock.drain.settings import PolicySettings
 from foreshock.drain.shell import one_line
 from foreshock.drain.slurm import RESUME_SCRIPT, SCRIPT_NAME, resume_script, slurm_script
@@ -241,14 +243,20 @@ def build_list(
     scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
     risks = unit_risk_table(scores, settings.horizon)
     decision_time = risks.get_column("ts").max() if risks.height else None
-    decision = DrainPolicy(settings).decide(
+    now = decision_time or generated_at
+    inventory, failures = _lake_table(config.lake_dir, "inventory"), _lake_table(config.lake_dir, "failures")
+    drains = _lake_table(config.lake_dir, "drains")
+    chooser, chooser_notes = learned_chooser(config, settings, now, failures, drains)
+    decision = DrainPolicy(settings, chooser).decide(
         risks,
-        decision_time or generated_at,
+        now,
         state,
-        inventory=_lake_table(config.lake_dir, "inventory"),
-        failures=_lake_table(config.lake_dir, "failures"),
+        inventory=inventory,
+        failures=failures,
         node_states=node_states,
+        lemons=lemons_at(now, failures, drains, node_map(fleet_table(risks, inventory)), settings.lemons),
     )
+    decision.notes += chooser_notes
     risk_list = build_risk_list(decision.recommendations, generated_at)
     release = nodes_to_release(risk_list, decision.released, settings.exit_risk, node_states)
     return Draft(generated_at, scores_path, settings, decision, risk_list, rejected, decision_time, release)

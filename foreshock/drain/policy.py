@@ -36,6 +36,15 @@ How a unit's action is chosen (``DrainPolicy.decide``):
    units reporting that day, :mod:`foreshock.budget`), (d) the day's new drains stay within
    it: its whole units per day by the day-index rule of :func:`foreshock.budget.allowed_on_day`,
    less the drains granted earlier that day (units whose remembered drain started that day).
+7. **Repeat offenders.** A unit the policy would newly drain that is a repeat offender
+   (:mod:`foreshock.drain.lemons`: ``[lemon] count`` incidents of the unit, or
+   ``node_count`` of its node, within ``window``) gets ``replace`` (hardware replacement /
+   RMA) instead, through the same guards.
+8. **Learned chooser.** With a :class:`~foreshock.drain.learned.LearnedChoice` (``[policy]
+   chooser = "learned"`` once it beat the fixed policy by its interval), step 4's cost
+   rule gives way to the band's learned arm, and a bounded number of units a day in bands
+   short of drain records are drained to explore (``explore_rate``, ``explore_per_day``),
+   through the same guards; each row carries the ``propensity`` of its action.
 """
 
 from __future__ import annotations
@@ -58,6 +67,8 @@ from foreshock.drain.actions import (
     signals_text,
 )
 from foreshock.drain.capacity import Capacity
+from foreshock.drain.learned import LearnedChoice
+from foreshock.drain.lemons import LEMON_SCHEMA, REPLACE, lemon_reason
 from foreshock.drain.risk_table import fleet_table
 from foreshock.drain.settings import LEVEL_DIAGNOSTICS, LEVEL_DRAIN, LEVEL_NONE, LEVEL_WATCH, PolicySettings
 from foreshock.drain.state import PolicyState, UnitState
@@ -125,6 +136,8 @@ class _Run:
     candidates: list[dict] = field(default_factory=list)  # rows asking for a new drain
     released: list[str] = field(default_factory=list)  # drains ended: risk below exit_risk
     state: PolicyState = field(default_factory=PolicyState)
+    lemon: dict[str, dict] = field(default_factory=dict)  # unit -> its repeat-offender row
+    explored: set[str] = field(default_factory=set)  # units asking for an exploratory drain
 
     def mark_held_units(self) -> None:
         """Units on nodes another tool holds, or out for another reason, count as out even
@@ -167,10 +180,13 @@ class DrainPolicy:
     ----------
     settings
         Thresholds, budgets and costs (:meth:`PolicySettings.from_config`).
+    chooser
+        The learned chooser to decide with instead of the cost rule (None: the fixed policy).
     """
 
-    def __init__(self, settings: PolicySettings | None = None) -> None:
+    def __init__(self, settings: PolicySettings | None = None, chooser: LearnedChoice | None = None) -> None:
         self.settings = settings or PolicySettings()
+        self.chooser = chooser
 
     def decide(
         self,
@@ -183,6 +199,7 @@ class DrainPolicy:
         node_states: pl.DataFrame | None = None,
         out_of_service: dict[str, str] | None = None,
         reporting: float | None = None,
+        lemons: pl.DataFrame | None = None,
     ) -> Decision:
         """Decide one run.
 
@@ -209,6 +226,9 @@ class DrainPolicy:
         reporting
             Units reporting on ``now``'s UTC day, for a ``daily_budget_share`` (default:
             the rows of ``risks`` with a risk scored that day).
+        lemons
+            :func:`foreshock.drain.lemons.lemon_table` of the incidents before ``now``: its
+            counts go on every row, and a repeat offender newly drained gets ``replace``.
         """
         now = _to_utc(now)
         capacity = Capacity.of_fleet(fleet_table(risks, inventory), self.settings)
@@ -219,6 +239,7 @@ class DrainPolicy:
             other_tool=_other_tool_nodes(node_states),
             out_of_service=dict(out_of_service or {}),
             last_failure=self._last_failures(failures, now),
+            lemon={r["unit_id"]: r for r in lemons.to_dicts()} if lemons is not None else {},
         )
         run.mark_held_units()
         for row in risks.to_dicts():
@@ -228,7 +249,7 @@ class DrainPolicy:
             notes.append(self._open_daily_budget(run, risks, reporting))
         self._grant(run)
         return Decision(
-            recommendations=self._frame(run.decided, risks),
+            recommendations=self._frame(run.decided, risks, lemons),
             state=run.state,
             new_drains=capacity.granted,
             notes=notes,
@@ -258,9 +279,7 @@ class DrainPolicy:
         if not _has_risk(row):
             run.record(self._row(row, "none", f"no risk score for horizon {self.settings.horizon}", None))
             return
-        unit.level = self._level(row["risk"], prev.level)
-        if unit.level == LEVEL_DRAIN and not self._drain_pays(row["risk"]):
-            unit.level = LEVEL_DIAGNOSTICS
+        unit.level = self._chosen_level(row, self._level(row["risk"], prev.level), prev.level, run)
         if unit.level == LEVEL_DRAIN and prev.level == LEVEL_DRAIN:
             run.capacity.mark_out(unit_id)
             unit.drain_since = prev.drain_since or run.now
@@ -362,13 +381,26 @@ class DrainPolicy:
             kept -= 1
         return max(entered, kept)
 
+    def _chosen_level(self, row: dict, level: int, previous: int, run: _Run) -> int:
+        """Step 4 (or 8): whether a drain is worth it, by the cost rule or the learned arm."""
+        if level == LEVEL_DRAIN and previous == LEVEL_DRAIN:
+            return level  # a drain under way lasts until its risk falls below exit_risk
+        if self.chooser is None:
+            return LEVEL_DIAGNOSTICS if level == LEVEL_DRAIN and not self._drain_pays(row["risk"]) else level
+        if self.chooser.arm(row["risk"]) == "drain":
+            return LEVEL_DRAIN
+        if level >= LEVEL_WATCH and self.chooser.explores(row["unit_id"], row["risk"], run.now):
+            run.explored.add(row["unit_id"])
+            return LEVEL_DRAIN
+        return min(level, LEVEL_DIAGNOSTICS)
+
     def _drain_pays(self, risk: float) -> bool:
         costs = self.settings.costs
         return costs.expected_loss(risk) > costs.expected_drain_cost(risk)
 
     def _drain_action(self, row: dict, previous: str | None) -> str:
-        if previous == "drain_now":
-            return "drain_now"
+        if previous in ("drain_now", REPLACE):
+            return previous
         lead = row.get("lead_time_h")
         interval_h = self.settings.costs.checkpoint_interval.total_seconds() / 3600
         return "drain_now" if lead is not None and lead <= interval_h else "drain_at_checkpoint"
@@ -427,18 +459,52 @@ class DrainPolicy:
 
     def _grant(self, run: _Run) -> None:
         """Step 6: grant new drains, largest expected saving first, while the guards allow."""
+        explore_room = self._explore_room(run)
         for row in sorted(run.candidates, key=lambda r: (-self._saving(r), r["unit_id"])):
             unit = run.state.units[row["unit_id"]]
+            exploring = unit.unit_id in run.explored
             guard = run.capacity.refusal(unit.unit_id)
+            if guard is None and exploring and explore_room <= 0:
+                guard = f"exploration budget: {self.settings.learned.explore_per_day} exploratory drains a day"
             if guard is None:
                 run.capacity.grant(unit.unit_id)
                 unit.drain_since = run.now
-                unit.drain_action = self._drain_action(row, run.previous.get(unit.unit_id).drain_action)
-                run.record(self._row(row, unit.drain_action, self._drain_reason(row, unit, False), None), unit)
+                unit.explored = exploring or None
+                explore_room -= int(exploring)
+                lemon = run.lemon.get(unit.unit_id, {})
+                replace = self.settings.lemons.replace and lemon.get("lemon") is not None
+                unit.drain_action = (
+                    REPLACE if replace else self._drain_action(row, run.previous.get(unit.unit_id).drain_action)
+                )
+                reason = self._drain_reason(row, unit, False)
+                if replace:
+                    reason = f"{lemon_reason(lemon, self.settings.lemons)}; {reason}"
+                if self.chooser is not None:
+                    reason += f" ({self._chooser_note(row, exploring)})"
+                decided = self._row(row, unit.drain_action, reason, None)
+                decided["propensity"] = self.settings.learned.explore_rate if exploring else 1.0
+                run.record(decided, unit)
             else:
                 unit.level = LEVEL_DIAGNOSTICS  # held back one level lower, so the next run asks again
                 text = self._with_signals(f"drain deferred by {guard}; {self._risk_phrase(row)}", row)
                 run.record(self._row(row, "watch", text, guard.split(":", 1)[0]), unit)
+
+    def _explore_room(self, run: _Run) -> int:
+        """Exploratory drains still allowed today (``explore_per_day`` less earlier ones)."""
+        if self.chooser is None:
+            return 0
+        day = run.now.date()
+        earlier = sum(
+            1
+            for u in run.previous.units.values()
+            if u.explored and u.drain_since is not None and _to_utc(u.drain_since).date() == day
+        )
+        return max(0, self.settings.learned.explore_per_day - earlier)
+
+    def _chooser_note(self, row: dict, exploring: bool) -> str:
+        if exploring:
+            return f"exploration: drained with probability {self.settings.learned.explore_rate:g} to learn this band"
+        return self.chooser.describe(row["risk"]) if self.chooser is not None else ""
 
     # --- output -----------------------------------------------------------------------
 
@@ -454,19 +520,25 @@ class DrainPolicy:
             "drain_cost_gpu_h": costs.expected_drain_cost(risk) if risk is not None else None,
         }
 
-    def _frame(self, decided: dict[str, dict], risks: pl.DataFrame) -> pl.DataFrame:
-        actions = pl.DataFrame(
-            list(decided.values()),
-            schema={
-                "unit_id": pl.String,
-                "action": pl.String,
-                "reason": pl.String,
-                "guard": pl.String,
-                "expected_loss_gpu_h": pl.Float64,
-                "drain_cost_gpu_h": pl.Float64,
-            },
+    def _frame(self, decided: dict[str, dict], risks: pl.DataFrame, lemons: pl.DataFrame | None) -> pl.DataFrame:
+        schema = {
+            "unit_id": pl.String,
+            "action": pl.String,
+            "reason": pl.String,
+            "guard": pl.String,
+            "expected_loss_gpu_h": pl.Float64,
+            "drain_cost_gpu_h": pl.Float64,
+            "propensity": pl.Float64,
+        }
+        actions = pl.DataFrame([{"propensity": 1.0, **d} for d in decided.values()], schema=schema)
+        counts = lemons if lemons is not None else pl.DataFrame(schema=LEMON_SCHEMA)
+        counts = counts.select("unit_id", "repeat_offender", "node_repeat_offender")
+        out = (
+            risks.join(actions, on="unit_id", how="left")
+            .join(counts, on="unit_id", how="left")
+            .with_columns(pl.col("repeat_offender", "node_repeat_offender").fill_null(0))
         )
-        out = risks.join(actions, on="unit_id", how="left").with_columns(
+        out = out.with_columns(
             pl.lit(self.settings.horizon).alias("horizon"),
             pl.col("action").replace_strict(SEVERITY, return_dtype=pl.Int32).alias("severity"),
         )

@@ -39,6 +39,7 @@ lost and restarts after unplanned interruptions, planned drains).  Prediction lo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -46,12 +47,13 @@ from typing import Any
 
 import polars as pl
 
-from foreshock.budget import epoch_day
 from foreshock.costs import DrainCosts
-from foreshock.drain.policy import DrainPolicy
+from foreshock.drain.learned import compare, decision_records, fixed_band
+from foreshock.drain.lemons import REPLACE
+from foreshock.drain.replay_sim import Simulation, simulate_policy, units_reporting
 from foreshock.drain.risk_table import fleet_table, unit_risk_table
 from foreshock.drain.settings import PolicySettings
-from foreshock.drain.state import PolicyState
+from foreshock.durations import parse_duration
 from foreshock.models.evaluation.alerts import AlertWindow  # the lead-time metrics' own definition
 from foreshock.models.evaluation.caught import match_failures, split_drained, with_precursor_flags
 from foreshock.models.evaluation.metrics import gpu_hours_saved
@@ -76,6 +78,8 @@ class ReplayOutcome:
     precursor_drained_ahead: int | None = None
     median_lead_time_h: float | None = None
     drained_then_failed: int = 0
+    replacements: int = 0  # drains that were replacements of repeat offenders
+    avoided_by_replacement: int = 0  # later failures of replaced units, not replayed (replay_sim)
 
     @property
     def recall(self) -> float | None:
@@ -140,6 +144,8 @@ class ReplayReport:
     drains: pl.DataFrame
     settings: dict[str, Any] = field(default_factory=dict)
     checkpoint: list[CheckpointPlan] = field(default_factory=list)
+    lemons: list[dict[str, Any]] = field(default_factory=list)  # per model: what replacing saved
+    learned: list[dict[str, Any]] = field(default_factory=list)  # per model: learned vs fixed chooser
 
     @property
     def days(self) -> float:
@@ -166,93 +172,6 @@ def _drain_log_schema() -> dict[str, pl.DataType]:
         "lead_time_h": pl.Float64(),
         "outcome": pl.String(),
     }
-
-
-def simulate_policy(
-    risks: pl.DataFrame,
-    failures: pl.DataFrame,
-    settings: PolicySettings,
-    *,
-    fleet: pl.DataFrame,
-) -> pl.DataFrame:
-    """Run the policy snapshot by snapshot; returns the drains it granted.
-
-    Parameters
-    ----------
-    risks
-        :func:`~foreshock.drain.risk_table.unit_risk_table` with ``latest_only=False``.
-    failures
-        ``unit_id, failed_at`` of every recorded failure.
-    fleet
-        Every unit with its fault-domain columns (sizes the guards).
-    """
-    policy = DrainPolicy(settings)
-    costs = settings.costs
-    state = PolicyState()
-    out_until: dict[str, datetime] = {}
-    drains: list[dict] = []
-    failures = failures.sort("failed_at")
-    fail_rows = list(failures.select("unit_id", "failed_at").iter_rows())
-    next_failure = 0
-    # Units below the lowest exit threshold, with no state and not out, can only be
-    # "none": skipping them keeps a replay over months of hourly snapshots fast.
-    floor = settings.watch_risk * settings.hysteresis_ratio
-    reporting = units_reporting(risks) if settings.daily_budget is not None else {}
-    for (ts,), snapshot in risks.sort("ts").group_by(["ts"], maintain_order=True):
-        while next_failure < len(fail_rows) and fail_rows[next_failure][1] <= ts:
-            unit_id, failed_at = fail_rows[next_failure]
-            if out_until.get(unit_id, failed_at) <= failed_at:  # failed in service: in repair
-                out_until[unit_id] = failed_at + costs.repair_turnaround
-            next_failure += 1
-        for unit_id in [u for u, until in out_until.items() if until <= ts]:
-            del out_until[unit_id]
-            unit = state.get(unit_id)
-            unit.level, unit.drain_action, unit.drain_since = 0, None, None
-            unit.returned_at = ts  # back from repair: hardware admission
-            state.units[unit_id] = unit
-        keep = pl.col("risk") >= floor
-        interesting = set(state.units) | set(out_until)
-        if interesting:
-            keep = keep | pl.col("unit_id").is_in(list(interesting))
-        active = snapshot.filter(keep)
-        decision = policy.decide(
-            active,
-            ts,
-            state,
-            inventory=fleet,
-            failures=failures,
-            out_of_service={u: f"in repair until {t:%Y-%m-%d %H:%M}" for u, t in out_until.items()},
-            reporting=reporting.get(epoch_day(ts)),
-        )
-        state = decision.state
-        if decision.new_drains:
-            granted = decision.recommendations.filter(pl.col("unit_id").is_in(decision.new_drains))
-            for row in granted.select("unit_id", "action", "risk").iter_rows(named=True):
-                delay = costs.checkpoint_interval / 2 if row["action"] == "drain_at_checkpoint" else timedelta(0)
-                effective = ts + delay
-                drains.append(
-                    {
-                        "unit_id": row["unit_id"],
-                        "decided_at": ts,
-                        "action": row["action"],
-                        "effective_at": effective,
-                        "risk": row["risk"],
-                    }
-                )
-                out_until[row["unit_id"]] = effective + costs.repair_turnaround
-    schema = {
-        k: v for k, v in _drain_log_schema().items() if k in ("unit_id", "decided_at", "action", "effective_at", "risk")
-    }
-    return pl.DataFrame(drains, schema=schema)
-
-
-def units_reporting(risks: pl.DataFrame) -> dict[int, int]:
-    """Units with a score on each UTC day (days since the epoch): what a
-    ``daily_budget_share`` is a share of."""
-    per_day = risks.group_by((pl.col("ts").cast(pl.Datetime("us", "UTC")).dt.epoch("s") // 86400).alias("day")).agg(
-        pl.col("unit_id").n_unique().alias("units")
-    )
-    return dict(zip(per_day.get_column("day").to_list(), per_day.get_column("units").to_list()))
 
 
 def daily_budget_setting(settings: PolicySettings, risks: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
@@ -322,7 +241,12 @@ def outcome_of(
     ahead = int(failures.get_column("drained_ahead").sum()) if n_fail else 0
     n_drains = drains.height
     healthy = int((drains.get_column("outcome") == "healthy").sum()) if n_drains else 0
-    saved = gpu_hours_saved(ahead, n_drains, healthy, costs)
+    replaced = drains.filter(pl.col("action") == REPLACE) if n_drains else drains
+    # A replacement keeps its unit out for [lemon] replace_turnaround whatever followed,
+    # where a healthy drain's unit is out for the repair turnaround.
+    healthy_replaced = int((replaced.get_column("outcome") == "healthy").sum()) if replaced.height else 0
+    saved = gpu_hours_saved(ahead, n_drains, healthy - healthy_replaced, costs)
+    saved -= replaced.height * settings.lemons.replace_turnaround.total_seconds() / 3600
     lost = n_fail * costs.failure_loss_gpu_hours - saved
     capacity = fleet_units * hours
     precursor = precursor_ahead = None
@@ -344,6 +268,7 @@ def outcome_of(
         precursor_failures=precursor,
         precursor_drained_ahead=precursor_ahead,
         median_lead_time_h=float(leads.median()) if leads.len() else None,
+        replacements=replaced.height,
     )
 
 
@@ -411,17 +336,20 @@ def replay(
     )
     empty_drains = pl.DataFrame(schema=_drain_log_schema())
     outcomes = [outcome_of(NO_PREDICTION, empty_drains, none_failures, settings, units, hours)]
-    logs = []
+    logs, lemons, learned = [], [], []
+    window = (alert_window, min_lead_time)
     for model in variants:
-        granted = simulate_policy(all_risks[model], failures, settings, fleet=fleet)
-        matched, failures_out = match_drains(granted, failures, alert_window, min_lead_time)
-        failures_out = in_period.join(
-            failures_out.select("unit_id", "failed_at", "drained_ahead", "lead_time_h"),
-            on=["unit_id", "failed_at"],
-            how="left",
-        )
-        outcomes.append(outcome_of(model, matched, failures_out, settings, units, hours))
+        run = {"fleet": fleet, "min_lead_time": min_lead_time, "recorded_drains": drains}
+        sim = simulate_policy(all_risks[model], failures, settings, **run)
+        outcome, matched = _variant(model, sim, failures, in_period, settings, units, hours, window)
+        outcomes.append(outcome)
         logs.append(matched.with_columns(pl.lit(model).alias("variant")))
+        if outcome.replacements:  # what replacing saved: the same run with drain and return instead
+            plain = dataclasses.replace(settings, lemons=dataclasses.replace(settings.lemons, replace=False))
+            sim_plain = simulate_policy(all_risks[model], failures, plain, **run)
+            without, _ = _variant(model, sim_plain, failures, in_period, plain, units, hours, window)
+            lemons.append(_lemon_summary(outcome, without))
+        learned.append(_learned_summary(model, sim, failures, settings, min_lead_time, end))
     for outcome in outcomes:
         outcome.drained_then_failed = drained_then_failed.height
     drain_log = pl.concat(logs, how="diagonal_relaxed").select(list(_drain_log_schema())) if logs else empty_drains
@@ -433,6 +361,8 @@ def replay(
         outcomes=outcomes,
         drains=drain_log,
         checkpoint=[checkpoint_plan(o, costs, units, hours) for o in outcomes],
+        lemons=lemons,
+        learned=[entry for entry in learned if entry is not None],
         settings={
             "horizon": settings.horizon,
             "enter_risk": settings.enter_risk,
@@ -448,5 +378,75 @@ def replay(
             "alert_window_h": alert_window.total_seconds() / 3600,
             "min_lead_time_h": min_lead_time.total_seconds() / 3600,
             "daily_budget": daily_budget_setting(settings, all_risks),
+            "lemon": {
+                "count": settings.lemons.count,
+                "node_count": settings.lemons.node_count,
+                "window_h": settings.lemons.window.total_seconds() / 3600,
+                "replace": settings.lemons.replace,
+                "replace_turnaround_h": settings.lemons.replace_turnaround.total_seconds() / 3600,
+            },
+            "chooser": settings.learned.chooser,
         },
     )
+
+
+def _variant(
+    model: str,
+    sim: Simulation,
+    failures: pl.DataFrame,
+    in_period: pl.DataFrame,
+    settings: PolicySettings,
+    units: int,
+    hours: float,
+    window: tuple[timedelta, timedelta],
+) -> tuple[ReplayOutcome, pl.DataFrame]:
+    """One model's outcome from its simulation: drains matched to failures, and the
+    failures its replacements avoided taken out of those it is judged on."""
+    matched, failures_out = match_drains(sim.drains, failures, *window)
+    caught = failures_out.filter(pl.col("drained_ahead")).select("unit_id", "failed_at")
+    avoided = sim.avoided.join(caught, on=["unit_id", "failed_at"], how="anti")
+    judged = in_period.join(avoided, on=["unit_id", "failed_at"], how="anti").join(
+        failures_out.select("unit_id", "failed_at", "drained_ahead", "lead_time_h"),
+        on=["unit_id", "failed_at"],
+        how="left",
+    )
+    outcome = outcome_of(model, matched, judged, settings, units, hours)
+    outcome.avoided_by_replacement = in_period.join(avoided, on=["unit_id", "failed_at"], how="semi").height
+    return outcome, matched
+
+
+def _lemon_summary(with_replace: ReplayOutcome, without: ReplayOutcome) -> dict[str, Any]:
+    """What replacing repeat offenders saved against draining and returning them."""
+    return {
+        "variant": with_replace.variant,
+        "replacements": with_replace.replacements,
+        "avoided_failures": with_replace.avoided_by_replacement,
+        "gpu_hours_saved_with_replace": with_replace.gpu_hours_saved,
+        "gpu_hours_saved_drain_and_return": without.gpu_hours_saved,
+        "replacing_saved_gpu_h": with_replace.gpu_hours_saved - without.gpu_hours_saved,
+    }
+
+
+def _learned_summary(
+    model: str,
+    sim: Simulation,
+    failures: pl.DataFrame,
+    settings: PolicySettings,
+    min_lead_time: timedelta,
+    end: datetime,
+) -> dict[str, Any] | None:
+    """The learned chooser against the fixed policy on this model's recorded decisions."""
+    drains = sim.drains.select("unit_id", pl.col("decided_at").alias("ts"), "returned_at")
+    decisions = sim.decisions.join(drains, on=["unit_id", "ts"], how="left")
+    records = decision_records(
+        decisions,
+        failures.select("unit_id", "failed_at"),
+        settings.costs,
+        settings.learned,
+        horizon=parse_duration(settings.horizon),
+        min_lead_time=min_lead_time,
+        until=end,
+        replace_turnaround=settings.lemons.replace_turnaround,
+    )
+    result = compare(records, settings.costs, settings.learned, fixed=fixed_band(settings.learned, settings.enter_risk))
+    return None if result is None else {"variant": model, **result.to_dict()}

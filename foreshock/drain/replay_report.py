@@ -76,6 +76,75 @@ def checkpoint_markdown(report: ReplayReport) -> list[str]:
     return [*lines, ""]
 
 
+def lemon_markdown(report: ReplayReport) -> list[str]:
+    """What replacing repeat offenders saved, against draining and returning them."""
+    lemon = report.settings.get("lemon")
+    if not lemon:
+        return []
+    lines = [
+        "## Repeat offenders: replace instead of drain and return",
+        "",
+        (
+            f"A unit with {lemon['count']} incidents (failures, drains, replacements), or a node with "
+            f"{lemon['node_count']}, within {lemon['window_h'] / 24:g} days is a repeat offender; the policy "
+            f"recommends `replace` for one it would drain (same guards and budgets). A replacement costs the "
+            f"job's drain plus the unit out for {lemon['replace_turnaround_h'] / 24:g} days; hardware cost is "
+            "not counted. Assumption: a replaced unit's later recorded failures (from the minimum lead time "
+            "after the replacement on) were the old hardware's and are avoided; the new hardware keeps the old "
+            "one's recorded risks and gets no failures of its own, so the saving is an upper bound where a "
+            "node, not the GPU, is at fault."
+        ),
+        "",
+    ]
+    if not lemon["replace"]:
+        return [*lines, "`[lemon] replace = false`: not replayed.", ""]
+    if not report.lemons:
+        return [*lines, "No repeat offender reached a drain in this replay: nothing to compare.", ""]
+    lines += [
+        "| policy | replacements | failures avoided | GPU-h saved with replace | drain and return | replacing saved |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in report.lemons:
+        lines.append(
+            f"| {row['variant']} | {row['replacements']} | {row['avoided_failures']} | "
+            f"{row['gpu_hours_saved_with_replace']:,.0f} | {row['gpu_hours_saved_drain_and_return']:,.0f} | "
+            f"{row['replacing_saved_gpu_h']:+,.0f} |"
+        )
+    return [*lines, ""]
+
+
+def learned_markdown(report: ReplayReport) -> list[str]:
+    """The learned chooser against the fixed cost model on the same recorded decisions."""
+    if not report.learned:
+        return []
+    first = report.learned[0]
+    lines = [
+        "## Learned chooser against the fixed cost model",
+        "",
+        (
+            "Each model's replayed decisions (one per unit and day at risk above the lowest band) with their "
+            "realised GPU-hours; the learned chooser is fitted on the decisions before the split and valued on "
+            "those after it (doubly robust estimate), against what the fixed policy's decisions realised there. "
+            f"Interval: {first['confidence']:.0%} bootstrap over units. Negative = the learned chooser costs less. "
+            'It replaces the fixed model (`[policy] chooser = "learned"`) only when the whole interval is below 0.'
+        ),
+        "",
+        "| policy | split | records fit / valued | fixed GPU-h | learned GPU-h | learned - fixed (interval) "
+        "| learned drains from | better by its interval |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in report.learned:
+        low, high = row["interval"]
+        threshold = "-" if row["learned_threshold"] is None else f"{row['learned_threshold']:g}"
+        lines.append(
+            f"| {row['variant']} | {str(row['split_at'])[:16]} | {row['train_records']} / {row['test_records']} | "
+            f"{row['fixed_gpu_h']:,.0f} | {row['learned_gpu_h']:,.0f} | "
+            f"{row['difference_gpu_h']:+,.0f} ({low:+,.0f} to {high:+,.0f}) | {threshold} | "
+            f"{'yes' if row['better'] else 'no'} |"
+        )
+    return [*lines, ""]
+
+
 REPLAY_DIR = "replay"  # under the reports directory
 MARKDOWN_FILE = "replay.md"
 SUMMARY_FILE = "replay.json"
@@ -138,6 +207,8 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
             "",
         ]
     md += checkpoint_markdown(report)
+    md += lemon_markdown(report)
+    md += learned_markdown(report)
     if any(o.precursor_failures is not None for o in report.outcomes):
         md += ["Failures with a precursor (simulator ground truth) drained ahead:", ""]
         for o in report.outcomes:
@@ -155,6 +226,8 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
         "settings": report.settings,
         "outcomes": report.table().to_dicts(),
         "checkpoint": [asdict(plan) for plan in report.checkpoint],
+        "lemons": report.lemons,
+        "learned": report.learned,
     }
     files["replay.json"] = directory / SUMMARY_FILE
     atomic_write_text(files["replay.json"], json.dumps(payload, indent=2, default=str) + "\n")

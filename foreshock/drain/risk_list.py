@@ -27,6 +27,11 @@ model_name             String              registered model name
 model_version          String              registered model version
 run_id                 String              MLflow run id
 model_uri              String              ``models:/<name>/<version>``
+repeat_offender        Int32               the unit's incidents (failures, drains, replacements)
+                                           within ``[lemon] window`` (drain/lemons.py)
+node_repeat_offender   Int32               its node's incidents within that window
+propensity             Float64             probability the policy gave the action (1 but for an
+                                           exploratory drain of the learned chooser)
 degradation_trend      String              the unit's most pressing ECC / row-remap trend in
                                            words (``accelerating: M 48/d (12/d the window
                                            before)``, ``rising: ...``, ``easing``, ``flat``,
@@ -72,6 +77,9 @@ TRAILING: dict[str, pl.DataType] = {
     "model_version": pl.String(),
     "run_id": pl.String(),
     "model_uri": pl.String(),
+    "repeat_offender": pl.Int32(),  # foreshock.drain.lemons
+    "node_repeat_offender": pl.Int32(),
+    "propensity": pl.Float64(),  # foreshock.drain.learned
     "degradation_trend": pl.String(),  # filled by drain.health_files.publish_health
 }
 

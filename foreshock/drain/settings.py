@@ -9,6 +9,8 @@ from typing import Any
 from foreshock.budget import DailyBudget
 from foreshock.config import builtin_default
 from foreshock.costs import DrainCosts, policy_default
+from foreshock.drain.learned import LearnedSettings
+from foreshock.drain.lemons import LemonSettings
 from foreshock.durations import parse_duration
 
 LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
@@ -41,6 +43,10 @@ class PolicySettings:
     daily_budget
         New drains allowed per UTC day (``[policy] drain_budget_per_day`` or
         ``daily_budget_share``); None: no daily budget, only ``max_new_drains_per_run``.
+    lemons
+        Repeat offenders and the ``replace`` action (``[lemon]``).
+    learned
+        The learned chooser's settings (``[policy] chooser`` and the keys after it).
     """
 
     enter_risk: float = policy_default("enter_risk", float)
@@ -55,6 +61,8 @@ class PolicySettings:
     fault_domains: tuple[str, ...] = field(default_factory=lambda: tuple(builtin_default("fleet", "fault_domains")))
     costs: DrainCosts = field(default_factory=DrainCosts)
     daily_budget: DailyBudget | None = None
+    lemons: LemonSettings = field(default_factory=LemonSettings)
+    learned: LearnedSettings = field(default_factory=LearnedSettings)
 
     def __post_init__(self) -> None:
         for name in ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk"):
@@ -88,6 +96,8 @@ class PolicySettings:
             fault_domains=tuple(config.section("fleet")["fault_domains"]),
             costs=DrainCosts.from_policy(policy),
             daily_budget=DailyBudget.from_section(policy),
+            lemons=LemonSettings.from_config(config),
+            learned=LearnedSettings.from_policy(policy),
         )
 
     @property

@@ -17,7 +17,7 @@ from datetime import datetime
 
 import polars as pl
 
-from foreshock.drain.actions import FORESHOCK_REASON_PREFIX
+from foreshock.drain.actions import FORESHOCK_REASON_PREFIX, NOW_ACTIONS
 from foreshock.drain.shell import APPLY_FLAGS, fill_script, id_word, one_line, text_word
 
 SCRIPT_NAME = "slurm_drain.sh"
@@ -138,9 +138,19 @@ echo "summary: drained=$drained left_alone=$left_alone errors=$errors apply=$app
 """
 
 
+def now_node_reasons(risk_list: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """``(node, reason, action)`` of the nodes to take out at once: a unit at ``replace``
+    (a repeat offender, the reason says so) or else at ``drain_now``, sorted by node."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for action in NOW_ACTIONS:
+        for node, reason in node_reasons(risk_list, action):
+            out.setdefault(node, (node, reason, action))
+    return [out[node] for node in sorted(out)]
+
+
 def slurm_script(risk_list: pl.DataFrame, generated_at: datetime, schema_version: int = 1) -> str:
     """The Slurm drain script for a risk list (schema v1 frame)."""
-    now_nodes = node_reasons(risk_list, "drain_now")
+    now_nodes = [(node, reason) for node, reason, _ in now_node_reasons(risk_list)]
     later = [(n, r) for n, r in node_reasons(risk_list, "drain_at_checkpoint") if n not in {x for x, _ in now_nodes}]
     header = fill_script(
         _HEADER,

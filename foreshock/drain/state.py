@@ -28,7 +28,10 @@ STATE_SCHEMA: dict[str, pl.DataType] = {
     "returned_at": UTC_TS,
     "last_risk": pl.Float64(),
     "last_seen": UTC_TS,
+    "explored": pl.Boolean(),
 }
+# Columns added after the first release: a state file without them reads them as null.
+ADDED_COLUMNS = ("explored",)
 
 
 @dataclass
@@ -49,6 +52,9 @@ class UnitState:
     returned_after, returned_at
         The failure a repaired unit came back from, and when it was first seen back
         (its burn-in runs from then).
+    explored
+        The current drain is an exploratory one of the learned chooser (counts against
+        ``[policy] explore_per_day``).
     """
 
     unit_id: str
@@ -59,6 +65,7 @@ class UnitState:
     returned_at: datetime | None = None
     last_risk: float | None = None
     last_seen: datetime | None = None
+    explored: bool | None = None
 
 
 @dataclass
@@ -77,9 +84,12 @@ class PolicyState:
 
     @classmethod
     def from_frame(cls, frame: pl.DataFrame) -> PolicyState:
-        missing = [c for c in STATE_SCHEMA if c not in frame.columns]
+        missing = [c for c in STATE_SCHEMA if c not in frame.columns and c not in ADDED_COLUMNS]
         if missing:
             raise ValueError(f"policy state: missing column(s) {missing}")
+        frame = frame.with_columns(
+            pl.lit(None, dtype=STATE_SCHEMA[c]).alias(c) for c in ADDED_COLUMNS if c not in frame.columns
+        )
         units = {row["unit_id"]: UnitState(**row) for row in frame.select(list(STATE_SCHEMA)).to_dicts()}
         return cls(units=units)
 

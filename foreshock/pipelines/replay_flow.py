@@ -35,6 +35,7 @@ def run_replay(
     if failures.height == 0 and truth is not None:
         failures = truth.select("unit_id", "failed_at")
     inventory = read_table(config.lake_dir, "inventory")
+    drains = read_table(config.lake_dir, "drains")  # recorded drains: incidents of repeat offenders
     report = replay(
         scores,
         failures,
@@ -44,6 +45,7 @@ def run_replay(
         inventory=inventory if inventory.height else None,
         ground_truth=truth,
         models=models,
+        drains=drains if drains.height else None,
     )
     out = replay_dir(config.reports_dir)
     write_report(report, out, plots=plots)
