@@ -59,7 +59,18 @@ def watch_rows(report: HealthReport, risk_list: pl.DataFrame) -> pl.DataFrame:
         return watch
     context = [c for c in ("unit_id", "node", "action", "risk") if c in risk_list.columns]
     joined = watch.join(risk_list.select(context), on="unit_id", how="left") if len(context) > 1 else watch
-    first = [c for c in ("unit_id", "node", "metric", "trend", "action", "risk") if c in joined.columns]
+    lead = (
+        "unit_id",
+        "node",
+        "metric",
+        "trend",
+        "action",
+        "risk",
+        "rate_per_day",
+        "prev_rate_per_day",
+        "accel_per_day2",
+    )
+    first = [c for c in lead if c in joined.columns]
     return joined.select(*first, *[c for c in joined.columns if c not in first])
 
 

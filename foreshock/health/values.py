@@ -173,6 +173,7 @@ def unreset_counters(
         right_on="_bts",
         by=PAIR,
         strategy="backward",
+        check_sortedness=False,  # sorted within each unit and metric, which Polars cannot check
     )
     # The first sample a scrape gap after the repair: a failed GPU may still report once
     # after its failure time (the sample with the double-bit error), the new one later.

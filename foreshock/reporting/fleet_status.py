@@ -25,6 +25,7 @@ from foreshock.models.evaluation.backtest_report import read_report, scores_path
 from foreshock.models.registry.review_report import latest_review
 from foreshock.models.registry.score_files import latest_path, run_files
 from foreshock.reporting.freshness import PartStatus, pipeline_status
+from foreshock.reporting.health_section import health_view
 
 
 @dataclass
@@ -44,6 +45,7 @@ class FleetStatus:
     replay: dict | None
     champion: dict | None
     freshness: list[PartStatus] = field(default_factory=list)  # foreshock status's parts
+    health: dict | None = None  # telemetry health and watch list of the newest publish (health_section)
 
 
 def _signals_text(signals: list[dict] | None, top: int = 3) -> str:
@@ -190,4 +192,5 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         replay=read_summary(replay_dir(config.reports_dir)),
         champion=champion,
         freshness=pipeline_status(config, now),
+        health=health_view(outbox),
     )

@@ -23,6 +23,7 @@ from foreshock.lake.atomic import atomic_write_text
 from foreshock.models.evaluation.plots import calibration_curve
 from foreshock.reporting.fleet_status import FleetStatus
 from foreshock.reporting.freshness import OK
+from foreshock.reporting.health_section import health_section
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
@@ -317,6 +318,7 @@ def render_fleet_page(status: FleetStatus) -> str:
         ("Top units", _top_units(status)),
         ("Latest backtest", _backtest(status)),
         ("Drain replay", _replay(status)),
+        ("Telemetry health and trends", health_section(status.health)),
         ("Champion model", _champion(status)),
         ("Pipeline freshness", _freshness(status)),
     ]
