@@ -234,8 +234,10 @@ def outcome_of(
     settings: PolicySettings,
     fleet_units: int,
     hours: float,
+    avoided: int = 0,
 ) -> ReplayOutcome:
-    """The replay figures of one variant from its matched drains and failures."""
+    """The replay figures of one variant from its matched drains and failures (``avoided``:
+    failures its replacements avoided, not among ``failures``: each saves ``F``)."""
     costs = settings.costs
     n_fail = failures.height
     ahead = int(failures.get_column("drained_ahead").sum()) if n_fail else 0
@@ -248,6 +250,7 @@ def outcome_of(
     saved = gpu_hours_saved(ahead, n_drains, healthy - healthy_replaced, costs)
     saved -= replaced.height * settings.lemons.replace_turnaround.total_seconds() / 3600
     lost = n_fail * costs.failure_loss_gpu_hours - saved
+    saved += avoided * costs.failure_loss_gpu_hours  # "no prediction" suffers them all
     capacity = fleet_units * hours
     precursor = precursor_ahead = None
     if "has_precursor" in failures.columns:
@@ -269,6 +272,7 @@ def outcome_of(
         precursor_drained_ahead=precursor_ahead,
         median_lead_time_h=float(leads.median()) if leads.len() else None,
         replacements=replaced.height,
+        avoided_by_replacement=avoided,
     )
 
 
@@ -410,9 +414,8 @@ def _variant(
         on=["unit_id", "failed_at"],
         how="left",
     )
-    outcome = outcome_of(model, matched, judged, settings, units, hours)
-    outcome.avoided_by_replacement = in_period.join(avoided, on=["unit_id", "failed_at"], how="semi").height
-    return outcome, matched
+    n_avoided = in_period.join(avoided, on=["unit_id", "failed_at"], how="semi").height
+    return outcome_of(model, matched, judged, settings, units, hours, n_avoided), matched
 
 
 def _lemon_summary(with_replace: ReplayOutcome, without: ReplayOutcome) -> dict[str, Any]:
