@@ -248,3 +248,26 @@ def node_map(fleet: pl.DataFrame) -> dict[str, str | None]:
     if "node" not in fleet.columns:
         return dict.fromkeys(fleet.get_column("unit_id").to_list())
     return dict(zip(fleet.get_column("unit_id").to_list(), fleet.get_column("node").to_list()))
+
+
+def lake_lemons(config: Any, now: datetime) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Repeat offenders from the lake (``failures``, ``drains``, ``inventory``) in the
+    ``[lemon] window`` before ``now``: the lemon table and the incidents behind each
+    (:func:`lemon_history`), for ``foreshock status`` and the fleet page."""
+    from foreshock.lake.read import read_table  # the lake is read only here
+
+    settings = LemonSettings.from_config(config)
+    inventory = read_table(config.lake_dir, "inventory")
+    failures, drains = read_table(config.lake_dir, "failures"), read_table(config.lake_dir, "drains")
+    nodes = node_map(inventory) if inventory.height else {}
+    events = incidents(failures, drains, now, settings.window)
+    table = lemon_table(events, nodes, settings)
+    return table, lemon_history(events, table)
+
+
+def lemon_summary(table: pl.DataFrame, settings: LemonSettings) -> str:
+    """One line: how many units and nodes are repeat offenders, by what rule."""
+    flagged = table.filter(pl.col("lemon").is_not_null())
+    units = flagged.filter(pl.col("lemon") == "unit").height
+    nodes = flagged.filter(pl.col("lemon") == "node").get_column("node").n_unique()
+    return f"repeat offenders ({settings.describe()}): {units} unit(s), {nodes} node(s)"

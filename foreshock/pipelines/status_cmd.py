@@ -4,7 +4,9 @@ For each part — lake, features, scores, outbox, the registered champion — th
 timestamp, its age, row counts and whether the age is within ``[status] <part>_max_age``
 (the check: :mod:`foreshock.reporting.freshness`, which the fleet page shows too).
 Exit 0 when every part is fresh, 1 when one is stale, 2 when one is broken (missing or
-unreadable): a cron job or a monitoring probe can alert on the code alone.
+unreadable): a cron job or a monitoring probe can alert on the code alone.  Below the
+table, the repeat offenders (:mod:`foreshock.drain.lemons`) of the ``[lemon] window``
+before the lake's newest sample (or now, if earlier); they do not change the exit code.
 """
 
 from __future__ import annotations
@@ -30,19 +32,49 @@ def run_status(args: argparse.Namespace, config: Config) -> int:
         configure_mlflow(config.mlflow_dir)
     parts = pipeline_status(config, now)
     state = overall(parts)
+    lemons = _repeat_offenders(config, now, parts)
     if args.textfile is not None:
         from foreshock.drain.textfile import write_textfile
 
         target = args.textfile or status_textfile_path(config)
         log.info("status gauges written to %s", write_textfile(target, render_textfile(parts, now)))
     if args.json:
-        print_json({"state": state, "checked_at": now.isoformat(), "parts": [p.to_dict() for p in parts]})
+        print_json(
+            {
+                "state": state,
+                "checked_at": now.isoformat(),
+                "parts": [p.to_dict() for p in parts],
+                "repeat_offenders": lemons[1],
+            }
+        )
     else:
         print(format_status(parts, now))
+        print(lemons[0])
     for p in parts:
         if p.state != OK:
             log.warning("%s is %s: %s", p.part, p.state, p.detail)
     return EXIT_CODES[state]
+
+
+def _repeat_offenders(config: Config, now: datetime, parts: list) -> tuple[str, list[dict]]:
+    """The repeat offenders as text lines and as JSON rows (empty when the lake is unreadable)."""
+    from foreshock.drain.lemons import LemonSettings, lake_lemons, lemon_summary
+
+    lake = next((p for p in parts if p.part == "lake"), None)
+    end = min(now, lake.newest) if lake is not None and lake.newest is not None else now
+    try:
+        table, _ = lake_lemons(config, end)
+    except (OSError, ValueError) as exc:  # the lake's own state is in the table above
+        return f"repeat offenders: not read ({exc})", []
+    flagged = table.filter(table["lemon"].is_not_null())
+    lines = [lemon_summary(table, LemonSettings.from_config(config))]
+    for r in flagged.filter(flagged["lemon"] == "unit").to_dicts():
+        lines.append(
+            f"  unit {r['unit_id']}: {r['repeat_offender']} incidents (node {r['node']}: {r['node_repeat_offender']})"
+        )
+    nodes = flagged.filter(flagged["lemon"] == "node").unique("node").sort("node")
+    lines += [f"  node {r['node']}: {r['node_repeat_offender']} incidents over its units" for r in nodes.to_dicts()]
+    return "\n".join(lines), flagged.to_dicts()
 
 
 def _iso_time(text: str) -> str:
