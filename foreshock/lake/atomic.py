@@ -77,13 +77,17 @@ def _replace_durably(tmp: Path, path: Path) -> None:
     fsync_directory(path.parent)
 
 
-def atomic_write_parquet(df: pl.DataFrame, path: Path) -> None:
-    """Write ``df`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
+def atomic_write_parquet(df: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
+    """Write ``df`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir);
+    a lazy frame is streamed to the file (never held whole in memory)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_path(path)
     try:
-        df.write_parquet(tmp, compression="zstd", statistics=True)
+        if isinstance(df, pl.LazyFrame):
+            df.sink_parquet(tmp, compression="zstd", statistics=True)
+        else:
+            df.write_parquet(tmp, compression="zstd", statistics=True)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -28,10 +28,7 @@ them today (model ``rules``).  Computation only: the result is rendered and writ
 from __future__ import annotations
 
 import logging
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -41,55 +38,70 @@ from foreshock.budget import fleet_weights
 from foreshock.config import Config, builtin_default
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
-from foreshock.features.labels import CENSORED_AT
-from foreshock.models.estimators.base import (
-    SAMPLE_WEIGHT,
-    SCORE_SCHEMA,
-    RiskModel,
-    config_horizons,
-    monotone_risk,
-    require_columns,
-)
-from foreshock.models.estimators.baseline import ThresholdBaseline
-from foreshock.models.estimators.bundle import fit_models, model_factories
-from foreshock.models.estimators.dataset import FeatureSource, FrameSource, TrainingSample, as_source, training_frame
-from foreshock.models.estimators.training import known_failures, labelled_until, unresolved_rows
+from foreshock.models.estimators.base import config_horizons, require_columns
+from foreshock.models.estimators.dataset import FeatureSource, FrameSource, TrainingSample, as_source
+from foreshock.models.estimators.training import known_failures
 from foreshock.models.evaluation.alert_replay import Period
+from foreshock.models.evaluation.backtest_folds import (  # noqa: F401  (Fold, FoldJob: importers of this module)
+    Fold,
+    FoldJob,
+    ModelFactories,
+    fold_workers,
+    run_in_workers,
+)
 from foreshock.models.evaluation.judging import judge_scores
-from foreshock.models.evaluation.operating_points import RULES_MODEL
+from foreshock.models.evaluation.spilled_scores import SpilledScores, sort_scores
 
 log = logging.getLogger("foreshock.backtest")
 
 
-@dataclass(frozen=True)
-class Fold:
-    """One walk-forward step: train before ``cutoff``, score ``[cutoff, test_end)``."""
-
-    index: int
-    cutoff: datetime
-    test_end: datetime
-
-    def to_dict(self) -> dict:
-        return {"index": self.index, "cutoff": self.cutoff.isoformat(), "test_end": self.test_end.isoformat()}
-
-
-@dataclass
 class BacktestResult:
     """Out-of-sample scores and their judged report (written and read back by
     :mod:`foreshock.models.evaluation.backtest_report`).
 
     Attributes
     ----------
-    scores
-        ``unit_id, ts, model, horizon, risk``: one row per unit, snapshot, model, horizon.
     report
         JSON-ready dict: settings, folds, and per model and horizon the snapshot metrics
         and the metrics at each operating point.
+    folds
+        The walk-forward folds.
+
+    The scores stay in files (:class:`~foreshock.models.evaluation.spilled_scores.SpilledScores`)
+    until :meth:`close` (or the result is garbage collected): :meth:`scan_scores` reads
+    them lazily, :attr:`scores` loads them whole.
     """
 
-    scores: pl.DataFrame
-    report: dict
-    folds: list[Fold] = field(default_factory=list)
+    def __init__(self, scores: pl.DataFrame | SpilledScores, report: dict, folds: list[Fold] | None = None) -> None:
+        self._scores = scores
+        self.report = report
+        self.folds = list(folds or [])
+
+    @property
+    def scores(self) -> pl.DataFrame:
+        """``unit_id, ts, model, horizon, risk``: one row per unit, snapshot, model and
+        horizon, sorted by model, horizon, unit and time; read whole (see :meth:`scan_scores`)."""
+        return self._scores if isinstance(self._scores, pl.DataFrame) else self._scores.collect()
+
+    def scan_scores(self) -> pl.LazyFrame:
+        """The scores, lazily (nothing is read until collected or sunk)."""
+        return self._scores.lazy() if isinstance(self._scores, pl.DataFrame) else self._scores.scan()
+
+    @property
+    def score_rows(self) -> int:
+        """How many scores, without reading them."""
+        return self._scores.height if isinstance(self._scores, pl.DataFrame) else self._scores.rows()
+
+    def close(self) -> None:
+        """Remove the score files (the scores can no longer be read)."""
+        if isinstance(self._scores, SpilledScores):
+            self._scores.cleanup()
+
+    def __enter__(self) -> BacktestResult:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def read_ground_truth(path: str | Path | None) -> pl.DataFrame | None:
@@ -153,7 +165,68 @@ def plan_folds(
     return [Fold(i, cutoffs[i], cutoffs[i + 1]) for i in range(folds) if cutoffs[i] < cutoffs[i + 1]]
 
 
-ModelFactories = dict[str, Callable[[], RiskModel]]
+@dataclass
+class BacktestPlan:
+    """The folds of a backtest and what each needs: planned once, run here, in worker
+    processes or as tasks (:func:`plan_backtest`).
+
+    Attributes
+    ----------
+    jobs
+        One :class:`FoldJob` per fold, in time order.
+    step
+        The snapshot interval.
+    folds, test_fraction
+        The settings the folds were planned with (for the report).
+    sample
+        The training sample's settings (for the report).
+    """
+
+    jobs: list[FoldJob]
+    step: timedelta
+    folds: int
+    test_fraction: float
+    sample: TrainingSample
+
+    @property
+    def plan(self) -> list[Fold]:
+        return [job.fold for job in self.jobs]
+
+
+def plan_backtest(
+    source: FeatureSource | FrameSource,
+    failures: pl.DataFrame,
+    config: Config,
+    *,
+    folds: int | None = None,
+    test_fraction: float | None = None,
+    drains: pl.DataFrame | None = None,
+) -> BacktestPlan:
+    """The folds over ``source``'s span (``[backtest] folds``, ``test_fraction`` unless
+    given), each with the failures known at its cutoff.
+
+    Raises
+    ------
+    ValueError
+        When there is no snapshot, or the span is too short (:func:`plan_folds`).
+    """
+    require_columns(failures, ("unit_id", "failed_at"), "failures")
+    if source.empty:
+        raise ValueError("no feature snapshots to backtest")
+    section = config.section("backtest")
+    folds = int(folds or section["folds"])
+    test_fraction = float(test_fraction or section["test_fraction"])
+    sample = TrainingSample.from_config(config, config_horizons(config))
+    failures = failures.with_columns(pl.col("failed_at").cast(UTC_TS))
+    step = source.step()
+    first, last = source.span()
+    plan = plan_folds(first, last, step, folds, test_fraction)
+    batch_rows = int(section["score_batch_rows"])
+    jobs = [
+        FoldJob(fold, len(plan), source, known_failures(failures, fold.cutoff), config, sample, drains, batch_rows)
+        for fold in plan
+    ]
+    return BacktestPlan(jobs, step, folds, test_fraction, sample)
 
 
 def walk_forward(
@@ -167,6 +240,7 @@ def walk_forward(
     test_fraction: float | None = None,
     drains: pl.DataFrame | None = None,
     inventory: pl.DataFrame | None = None,
+    work_dir: Path | None = None,
 ) -> BacktestResult:
     """Run the walk-forward backtest and judge its out-of-sample scores.
 
@@ -197,206 +271,68 @@ def walk_forward(
     inventory
         The inventory: when it carries ``fleet_weight`` (a subsampled fleet), the budget
         and the fleet-level figures count each unit by its weight (``docs/metrics.md``).
+    work_dir
+        Where the scores wait on disk (a temporary directory under it; default the
+        system's temporary directory).  They stay until the result is closed.
 
     Memory: per fold only the training sample (keys first, then the sampled rows'
-    features as Float32) and one batch of test rows are held; each fold's scores go to a
-    file and are read back once at the end.
+    features as Float32) and one batch of test rows are held; each batch's scores go to
+    a file, and the judging reads one model and horizon at a time
+    (:mod:`foreshock.models.evaluation.spilled_scores`).
     """
     # Over 80 lines for its docstring; the body plans the folds, runs them (here or in
     # worker processes) and judges their scores once, together.
     source = as_source(features)
-    require_columns(failures, ("unit_id", "failed_at"), "failures")
-    if source.empty:
-        raise ValueError("no feature snapshots to backtest")
-    section = config.section("backtest")
-    folds = int(folds or section["folds"])
-    test_fraction = float(test_fraction or section["test_fraction"])
-    batch_rows = int(section["score_batch_rows"])
-    custom_factories = factories is not None
-    horizons = config_horizons(config)
-    sample = TrainingSample.from_config(config, horizons)
-    failures = failures.with_columns(pl.col("failed_at").cast(UTC_TS))
-    step = source.step()
-    first, last = source.span()
-    plan = plan_folds(first, last, step, folds, test_fraction)
-
-    jobs = [
-        FoldJob(fold, len(plan), source, known_failures(failures, fold.cutoff), config, sample, drains, batch_rows)
-        for fold in plan
-    ]
-    workers = fold_workers(config, source, factories_given=custom_factories, folds=len(plan))
-    with tempfile.TemporaryDirectory(prefix="foreshock-backtest-") as tmp:
-        fold_files = [Path(tmp) / f"fold-{fold.index}.parquet" for fold in plan]
+    backtest = plan_backtest(source, failures, config, folds=folds, test_fraction=test_fraction, drains=drains)
+    workers = fold_workers(config, source, factories_given=factories is not None, folds=len(backtest.jobs))
+    spilled = SpilledScores.temporary(work_dir)
+    try:
+        batches = spilled.directory / "batches"
         if workers > 1:
-            fold_notes = _run_in_workers(jobs, fold_files, workers)
+            notes = run_in_workers(backtest.jobs, batches, workers)
         else:
-            fold_notes = [job.run(path, factories) for job, path in zip(jobs, fold_files)]
-        scores = pl.read_parquet(fold_files) if fold_files else pl.DataFrame(schema=SCORE_SCHEMA)
-    scores = scores.sort("model", "horizon", "unit_id", "ts")
-    periods = [Period(f.cutoff, f.test_end) for f in plan]
+            notes = [job.run(batches, factories) for job in backtest.jobs]
+        return judge_backtest(
+            backtest, notes, spilled, failures, config, ground_truth=ground_truth, drains=drains, inventory=inventory
+        )
+    except BaseException:
+        spilled.cleanup()
+        raise
+
+
+def judge_backtest(
+    backtest: BacktestPlan,
+    fold_notes: list[dict],
+    spilled: SpilledScores,
+    failures: pl.DataFrame,
+    config: Config,
+    *,
+    ground_truth: pl.DataFrame | None = None,
+    drains: pl.DataFrame | None = None,
+    inventory: pl.DataFrame | None = None,
+) -> BacktestResult:
+    """Judge the scores the folds wrote under ``spilled``'s ``batches/`` folder, all
+    folds together (one model and horizon at a time); the result keeps ``spilled``."""
+    batch_files = sorted((spilled.directory / "batches").glob("fold-*/batch-*.parquet"))
+    sort_scores(batch_files, spilled)
+    plan = backtest.plan
     report = judge_scores(
-        scores,
-        failures,
+        spilled.scan(),
+        failures.with_columns(pl.col("failed_at").cast(UTC_TS)),
         config,
         ground_truth=ground_truth,
-        step=step,
-        periods=periods,
+        step=backtest.step,
+        periods=[Period(f.cutoff, f.test_end) for f in plan],
         drains=drains,
         weights=fleet_weights(inventory),
     )
     report["folds"] = fold_notes
     report["settings"].update(
         {
-            "folds": folds,
-            "test_fraction": test_fraction,
-            "snapshot_every": format_duration(step),
-            "max_healthy_rows": sample.max_healthy_rows,
+            "folds": backtest.folds,
+            "test_fraction": backtest.test_fraction,
+            "snapshot_every": format_duration(backtest.step),
+            "max_healthy_rows": backtest.sample.max_healthy_rows,
         }
     )
-    return BacktestResult(scores=scores, report=report, folds=plan)
-
-
-@dataclass
-class FoldJob:
-    """One fold's work: train on the sample before its cutoff, score its test period.
-
-    Picklable (paths, frames of failures and drains, the configuration), so a fold runs
-    the same in this process or in a worker process (:func:`fold_workers`)."""
-
-    fold: Fold
-    folds: int
-    source: FeatureSource | FrameSource
-    known: pl.DataFrame
-    config: Config
-    sample: TrainingSample
-    drains: pl.DataFrame | None
-    batch_rows: int
-
-    def run(self, path: Path, factories: ModelFactories | None = None) -> dict:
-        """Fit the models (``factories``, default the configured ones), write the fold's
-        out-of-sample scores to ``path``; returns the fold's notes for the report."""
-        fold, known, horizons = self.fold, self.known, config_horizons(self.config)
-        factories = factories or model_factories(self.config)
-        started = time.monotonic()
-        train = training_frame(self.source, known, fold.cutoff, self.sample, drains=self.drains)
-        log.info(
-            "backtest: fold %d/%d: training on %s rows before %s (%d known failures)",
-            fold.index + 1,
-            self.folds,
-            f"{train.height:,}",
-            f"{fold.cutoff:%Y-%m-%d %H:%M}",
-            known.height,
-        )
-        unresolved = unresolved_rows(
-            labelled_until(train.select(_label_keys(train)), known, horizons, fold.cutoff, weighted=True), horizons
-        )
-        train_rows, healthy_weight = train.height, float(train.get_column(SAMPLE_WEIGHT).max() or 1.0)
-        models, notes = fit_models(train, known, factories, until=fold.cutoff)
-        del train
-        notes = notes + [
-            f"fold {fold.index}: {n} of {train_rows} training rows have an open {h} outcome at the cutoff "
-            "(negatives weighted by the observed share of the horizon)"
-            for h, n in unresolved.items()
-        ]
-        notes += [
-            f"fold {fold.index}: {name}: {note}"
-            for name, model in models.items()
-            for note in getattr(model, "notes_", [])
-        ]
-        test_rows = 0
-        parts = []
-        for batch in self.source.batches(fold.cutoff, fold.test_end, self.batch_rows):
-            test_rows += batch.height
-            for name, model in models.items():
-                risk = monotone_risk(model.predict_risk(batch))
-                parts.append(risk.with_columns(pl.lit(name).alias("model")).select(list(SCORE_SCHEMA)))
-                if isinstance(model, ThresholdBaseline):  # the binary rules as run today, beside the ranked ones
-                    parts.append(
-                        model.predict_fires(batch)
-                        .with_columns(pl.lit(RULES_MODEL).alias("model"))
-                        .select(list(SCORE_SCHEMA))
-                    )
-        fold_scores = pl.concat(parts) if parts else pl.DataFrame(schema=SCORE_SCHEMA)
-        log.info(
-            "backtest: fold %d/%d done in %.0f s: %s test snapshots scored",
-            fold.index + 1,
-            self.folds,
-            time.monotonic() - started,
-            f"{test_rows:,}",
-        )
-        fold_scores.write_parquet(path)
-        return {
-            **fold.to_dict(),
-            "train_snapshots": train_rows,
-            "train_healthy_weight": healthy_weight,
-            "train_unresolved": unresolved,
-            "train_failures": known.height,
-            "test_snapshots": test_rows,
-            "models": sorted(models),
-            "notes": notes,
-        }
-
-
-def fold_workers(config: Config, source: FeatureSource | FrameSource, *, factories_given: bool, folds: int) -> int:
-    """How many folds run at once, each in its own process (``[backtest] workers``).
-
-    The folds are independent (each trains on its own past), so on a machine with idle
-    cores they can be fitted side by side; each fold computes exactly what it would in
-    this process.  One process (in turn, here) when: one worker is asked for; the models
-    are given as constructors (which need not pickle); the features are a frame in
-    memory (each worker would get its own copy); the runner is Dask (the gbm full fits
-    already go to the cluster).
-    """
-    workers = int(config.section("backtest")["workers"])
-    if factories_given or not isinstance(source, FeatureSource) or config.section("runner")["kind"] != "local":
-        return 1
-    return max(1, min(workers, folds))
-
-
-def _start_worker(level: int, records) -> None:
-    """A fold worker sends its log records to the calling process (which shows them as its
-    own lines) and bins LightGBM Datasets on one thread (the workers already keep the
-    cores busy)."""
-    from logging.handlers import QueueHandler
-
-    from foreshock.models.estimators.boosting import set_dataset_threads
-
-    root = logging.getLogger()
-    root.handlers[:] = [QueueHandler(records)]
-    root.setLevel(level)
-    set_dataset_threads(1)
-
-
-class _Relay(logging.Handler):
-    """A worker's log record, handled by this process's logger of the same name."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        logging.getLogger(record.name).handle(record)
-
-
-def _run_in_workers(jobs: list[FoldJob], paths: list[Path], workers: int) -> list[dict]:
-    """The folds on ``workers`` spawned processes (polars and LightGBM hold threads that
-    a fork would copy in an unknown state); notes in fold order."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from logging.handlers import QueueListener
-
-    context = multiprocessing.get_context("spawn")
-    records = context.Queue()
-    listener = QueueListener(records, _Relay())
-    listener.start()
-    try:
-        with ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=context,
-            initializer=_start_worker,
-            initargs=(log.getEffectiveLevel(), records),
-        ) as pool:
-            futures = [pool.submit(job.run, path) for job, path in zip(jobs, paths)]
-            return [future.result() for future in futures]
-    finally:
-        listener.stop()
-
-
-def _label_keys(frame: pl.DataFrame) -> list[str]:
-    return [c for c in ("unit_id", "ts", "life_start", CENSORED_AT) if c in frame.columns]
+    return BacktestResult(spilled, report, plan)

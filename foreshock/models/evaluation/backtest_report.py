@@ -38,7 +38,7 @@ class SavedBacktest:
 def write_result(result: BacktestResult, out_dir: Path) -> Path:
     """Write ``scores.parquet``, ``report.json`` and ``report.md`` (atomically) to ``out_dir``."""
     out_dir = Path(out_dir)
-    atomic_write_parquet(result.scores, out_dir / SCORES_FILE)
+    atomic_write_parquet(result.scan_scores(), out_dir / SCORES_FILE)  # streamed from the result's files
     atomic_write_text(out_dir / REPORT_JSON, json.dumps(result.report, indent=2, default=str) + "\n")
     atomic_write_text(out_dir / REPORT_MD, render_markdown(result.report))
     return out_dir

@@ -83,7 +83,7 @@ def _judge_point(
 
 
 def judge_scores(
-    scores: pl.DataFrame,
+    scores: pl.DataFrame | pl.LazyFrame,
     failures: pl.DataFrame,
     config: Config,
     *,
@@ -99,6 +99,11 @@ def judge_scores(
 
     Parameters
     ----------
+    scores
+        ``unit_id, ts, model, horizon, risk`` (+ optional ``margin``), each model and
+        horizon's rows in the order they are judged in.  A lazy frame (the backtest's
+        scores on disk) is read one model and horizon at a time, so memory holds one
+        series, not the table.
     periods
         The test periods in time order (the walk-forward folds): each period's thresholds
         are chosen from the scores before it (:mod:`foreshock.models.evaluation.operating_points`).  Default:
@@ -116,10 +121,19 @@ def judge_scores(
     window = AlertWindow.from_config(config)
     costs = DrainCosts.from_policy(config.section("policy"))
     settings = OperatingPoints.from_config(config)
-    step = step or snapshot_step(scores.filter(pl.col("model") == scores.get_column("model").first()))
+    lazy = scores.lazy()
+    pairs = lazy.select("model", "horizon").unique(maintain_order=True).collect().rows()
+    if step is None:
+        step = snapshot_step(lazy.filter(pl.col("model") == (pairs[0][0] if pairs else None)).collect())
+    scored = lazy.select(
+        pl.len().alias("rows"),
+        pl.col("unit_id").n_unique().alias("units"),
+        pl.col("ts").min().alias("start"),
+        pl.col("ts").max().alias("end"),
+    ).collect(engine="streaming")
+    rows, units, start, end = scored.row(0)
     if not periods:
-        ts = scores.get_column("ts")
-        periods = [Period(ts.min(), ts.max() + step)] if scores.height else []
+        periods = [Period(start, end + step)] if rows else []
     report: dict = {
         "settings": {
             "alert_window": format_duration(window.alert_window),
@@ -130,18 +144,19 @@ def judge_scores(
             "exit_risk": settings.exit_risk,
         },
         "scored": {
-            "snapshots": scores.select("unit_id", "ts").unique().height,
-            "units": scores.get_column("unit_id").n_unique(),
-            "start": scores.get_column("ts").min().isoformat() if scores.height else None,
-            "end": scores.get_column("ts").max().isoformat() if scores.height else None,
+            "snapshots": lazy.select("unit_id", "ts").unique().select(pl.len()).collect(engine="streaming").item(),
+            "units": units,
+            "start": start.isoformat() if rows else None,
+            "end": end.isoformat() if rows else None,
             "periods": [{"start": p.start.isoformat(), "end": p.end.isoformat()} for p in periods],
         },
         "models": {},
     }
     context = {"window": window, "ground_truth": ground_truth, "costs": costs, "step": step, "drains": drains}
     context["weights"] = weights
-    for (model, horizon), series in scores.group_by(["model", "horizon"], maintain_order=True):
-        series = series.select("unit_id", "ts", "risk", *(["margin"] if "margin" in series.columns else []))
+    columns = ["unit_id", "ts", "risk", *(["margin"] if "margin" in lazy.collect_schema().names() else [])]
+    for model, horizon in pairs:
+        series = lazy.filter((pl.col("model") == model) & (pl.col("horizon") == horizon)).select(columns).collect()
         context["replay"] = RiskReplay.of(series, weights)  # prepared once: thresholds and judging replay it
         if settings.daily_share is not None or weights is not None:  # say which budget, and on what fleet
             report["settings"].setdefault(
