@@ -26,6 +26,7 @@ from foreshock.models.registry.review_report import latest_review
 from foreshock.models.registry.score_files import latest_path, run_files
 from foreshock.reporting.freshness import PartStatus, pipeline_status
 from foreshock.reporting.health_section import health_view
+from foreshock.reporting.lemon_section import lemon_view
 
 
 @dataclass
@@ -46,6 +47,7 @@ class FleetStatus:
     champion: dict | None
     freshness: list[PartStatus] = field(default_factory=list)  # foreshock status's parts
     health: dict | None = None  # telemetry health and watch list of the newest publish (health_section)
+    lemons: dict | None = None  # repeat offenders in the [lemon] window (lemon_section)
 
 
 def _signals_text(signals: list[dict] | None, top: int = 3) -> str:
@@ -193,4 +195,5 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         champion=champion,
         freshness=pipeline_status(config, now),
         health=health_view(outbox),
+        lemons=lemon_view(config, telemetry_until),
     )

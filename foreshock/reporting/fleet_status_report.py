@@ -24,6 +24,7 @@ from foreshock.models.evaluation.plots import calibration_curve
 from foreshock.reporting.fleet_status import FleetStatus
 from foreshock.reporting.freshness import OK
 from foreshock.reporting.health_section import health_section
+from foreshock.reporting.lemon_section import lemon_section
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
@@ -319,6 +320,7 @@ def render_fleet_page(status: FleetStatus) -> str:
         ("Latest backtest", _backtest(status)),
         ("Drain replay", _replay(status)),
         ("Telemetry health and trends", health_section(status.health)),
+        ("Repeat offenders and learned actions", lemon_section(status.lemons, status.replay)),
         ("Champion model", _champion(status)),
         ("Pipeline freshness", _freshness(status)),
     ]

@@ -18,6 +18,7 @@ from foreshock.drain.replay_report import write_report
 from foreshock.drain.risk_table import unit_risk_table
 from foreshock.drain.settings import PolicySettings
 from foreshock.lake.merge import merge_into_lake
+from foreshock.reporting.lemon_section import lemon_section, lemon_view
 
 LEMON = "gpu-node001-gpu0"
 NODE2 = [f"gpu-node002-gpu{g}" for g in range(4)]
@@ -111,6 +112,10 @@ def test_publish_lists_repeat_offender_counts_and_scripts_drain_the_replacement(
     failures, drains = history
     merge_into_lake(drain_config.lake_dir, "failures", failures, shards=1)
     merge_into_lake(drain_config.lake_dir, "drains", drains, shards=1)
+    inventory = fleet(racks=1, nodes_per_rack=3, gpus=4).with_columns(
+        pl.lit("H100").alias("model"), pl.lit(T0 - timedelta(days=400)).cast(TS).alias("installed_at")
+    )
+    merge_into_lake(drain_config.lake_dir, "inventory", inventory, shards=1)
     now = T0 + timedelta(hours=1)
     write_scores(drain_config.data_dir, score_rows({LEMON: 0.9, "gpu-node003-gpu0": 0.05}, now))
     result = publish(drain_config, generated_at=now + timedelta(minutes=5))
@@ -120,6 +125,10 @@ def test_publish_lists_repeat_offender_counts_and_scripts_drain_the_replacement(
     assert "repeat_offender" in result.files["risk_list.csv"].read_text().splitlines()[0]
     script = result.files["slurm_drain.sh"].read_text()
     assert "foreshock: replace" in script and "# drain_now: 1 node(s)" in script
+    # the fleet page lists the repeat offenders with their history
+    page = lemon_section(lemon_view(drain_config, now), None)
+    assert "1 unit(s), 1 node(s)" in page
+    assert page.count(f'<td class="l">{LEMON}</td>') == 3  # two failures and the drain
 
 
 def test_replay_reports_what_replacing_saved(tmp_path):
