@@ -41,6 +41,7 @@ from foreshock.features.context import (
     snapshot_grid,
 )
 from foreshock.features.day_rollups import days_between, shard_rollup
+from foreshock.features.health_features import add_health_features, health_feature_columns
 from foreshock.features.peers import add_peer_features, add_peer_weight, peer_relative_columns
 from foreshock.features.spec import FeatureSpec, feature_spec
 from foreshock.features.windows import SEGMENT, error_activity_columns, metric_feature_names, window_features
@@ -68,6 +69,7 @@ def spec_feature_columns(spec: FeatureSpec) -> list[str]:
     names += [f"temp_residual_c_{spec.name(w)}" for w in spec.windows]
     names.append("cohort_cum_hazard")
     names += peer_relative_columns(spec)
+    names += health_feature_columns(spec)  # none unless [health] features
     return names
 
 
@@ -190,7 +192,7 @@ def shard_block_features(
     if not grids:
         return pl.DataFrame()
     grid = grids[0] if len(grids) == 1 else pl.concat(grids)
-    frame = window_features(grid, rollup.pieces, rollup.scrapes, rollup.events, spec)
+    frame = add_health_features(window_features(grid, rollup.pieces, rollup.scrapes, rollup.events, spec), spec)
     starts = pl.DataFrame({SEGMENT: list(range(len(firsts))), "_first": firsts}).with_columns(
         pl.col(SEGMENT).cast(pl.Int32), pl.col("_first").cast(UTC_TS)
     )

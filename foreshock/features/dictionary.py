@@ -186,6 +186,19 @@ PATTERNS: tuple[Pattern, ...] = (
         "fraction of units",
         "up to {L}",
     ),
+    Pattern(
+        "health_vanished_metrics",
+        "Only with [health] features = true: catalog metrics with a sample in the longest window but none in "
+        "the shortest while the unit still reports in it (null when it does not).",
+        "metrics",
+        "shortest and longest window",
+    ),
+    Pattern(
+        "health_frozen_gauges_{w}",
+        "Only with [health] features = true: gauges (not 0/1 flags) that held one value over the window.",
+        "metrics",
+        "{w}",
+    ),
 )
 
 # Columns that are not model features: the key and the unit's context.

@@ -29,6 +29,9 @@ class FeatureSpec:
     peer_relative : bool
         Add each error metric's level and increases as a percentile among the units of
         the same model at the same snapshot (``[features] peer_relative``).
+    health_window : timedelta or None
+        With ``[health] features``: the window of the ``health_*`` columns
+        (:mod:`foreshock.features.health_features`); None without them.
     """
 
     every: timedelta
@@ -37,6 +40,7 @@ class FeatureSpec:
     expected_every: timedelta
     catalog: Catalog
     peer_relative: bool = False
+    health_window: timedelta | None = None
 
     @property
     def longest(self) -> timedelta:
@@ -106,4 +110,15 @@ def feature_spec(config: Config) -> FeatureSpec:
         expected_every=expected,
         catalog=config.catalog,
         peer_relative=bool(section["peer_relative"]),
+        health_window=_health_window(config, windows),
     )
+
+
+def _health_window(config: Config, windows: tuple[timedelta, ...]) -> timedelta | None:
+    """The longest window not longer than ``[health] stuck_after`` when ``[health]
+    features`` is on (the shortest when all are longer), else None."""
+    health = config.section("health")
+    if not health["features"]:
+        return None
+    stuck = parse_duration(health["stuck_after"])
+    return max([w for w in windows if w <= stuck], default=windows[0])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -37,8 +37,9 @@ def test_committed_dictionary_is_what_the_code_generates():
 
 
 def test_every_pattern_describes_some_column_of_the_builtin_features():
-    # the optional peer-relative columns too ([features] peer_relative, off by default)
-    spec = replace(feature_spec(builtin_config()), peer_relative=True)
+    # the optional peer-relative and health columns too ([features] peer_relative and
+    # [health] features, off by default)
+    spec = replace(feature_spec(builtin_config()), peer_relative=True, health_window=timedelta(days=1))
     columns = describe_columns(spec)
     assert [c.name for c in columns] == spec_feature_columns(spec)
     unused = [p.shown for p in PATTERNS if not any(c.pattern is p for c in columns)]
