@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -53,6 +54,33 @@ START = "2026-11-01"  # the simulated fleet's first day
 # The benchmark's site configuration: the DCGM series are hourly (pulled at their own step,
 # a day per request); the simulated fleet ended weeks ago, so its scores are old.
 SITE = '[pull]\nstep = "1h"\nchunk = "1d"\n[policy]\nmax_score_age = "3650d"\n'
+
+
+def run_cli(
+    argv: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    kill_after: float | None = None,
+    kill_when: Callable[[], bool] | None = None,
+) -> tuple[int, bool]:
+    """Run a command in its own session; SIGKILL the session ``kill_after`` seconds in, or as
+    soon as ``kill_when()`` says so (polled every 20 ms).  Returns (exit code, killed)."""
+    log = open(log_path, "ab")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
+    try:
+        deadline = time.monotonic() + (3600 if kill_after is None else kill_after)
+        while process.poll() is None:
+            if (kill_when is not None and kill_when()) or (kill_after is not None and time.monotonic() > deadline):
+                # The whole session: the CLI and its own children (backtest's fold processes).
+                os.killpg(process.pid, signal.SIGKILL)
+                return process.wait(timeout=60), True
+            time.sleep(0.02)
+        return process.returncode, False
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
 
 
 @dataclass
@@ -93,24 +121,7 @@ class Harness:
 
     def run(self, stage: str, kill_after: float | None = None) -> tuple[int, bool]:
         """Run a stage's CLI; with ``kill_after`` (s) SIGKILL it then.  Returns (code, killed)."""
-        log = open(self.work / f"{stage}.log", "ab")  # noqa: SIM115 - closed below
-        process = subprocess.Popen(
-            self.argv(stage), env=self.env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True
-        )
-        try:
-            if kill_after is None:
-                return process.wait(timeout=3600), False
-            try:
-                return process.wait(timeout=kill_after), False
-            except subprocess.TimeoutExpired:
-                # The whole session: the CLI and its own children (backtest's fold processes).
-                os.killpg(process.pid, signal.SIGKILL)
-                return process.wait(timeout=60), True
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            log.close()
+        return run_cli(self.argv(stage), self.env, self.work / f"{stage}.log", kill_after=kill_after)
 
     def restore(self, snapshot: Path) -> None:
         shutil.rmtree(self.data, ignore_errors=True)

@@ -1,12 +1,20 @@
-"""SIGKILL the lake's writers (ingest, features) at a random point, rerun, compare with a
-clean run.  benchmarks/fault_injection.py kills every stage (backtest, train, score and
-publish too) many times; a round of all six takes tens of minutes on 2 shared cores."""
+"""SIGKILL a stage mid-run, rerun it, compare with an unkilled run.
+
+The lake's writers (ingest, features) are killed at a random point of their run on a tiny
+fleet; ``pull``, ``replay`` and ``report`` are killed at the point where they have begun to
+write (a fetched chunk, a figure, the first of the page's two files), on copies of the
+session's demo data.  benchmarks/fault_injection.py kills every stage that writes, a
+hundred times and more; a round of all ten takes tens of minutes on 2 shared cores."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
+import shutil
 import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_harness():
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # its sibling modules (fault_checks, fault_prometheus)
     spec = importlib.util.spec_from_file_location("fault_injection", ROOT / "benchmarks" / "fault_injection.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
@@ -23,18 +32,84 @@ def load_harness():
 
 
 @pytest.mark.slow
-def test_a_killed_stage_reruns_to_the_clean_result(tmp_path, prefect_server, seed):
+def test_a_killed_lake_writer_reruns_to_the_clean_result(tmp_path, prefect_server, seed):
     from prefect.settings import PREFECT_API_URL
 
     faults = load_harness()
-    harness = faults.prepare(tmp_path / "work", units=16, days=7, seed=11, api_url=PREFECT_API_URL.value())
+    harness = faults.prepare(tmp_path / "work", 16, 7, 11, PREFECT_API_URL.value(), sample_every="10m")
     stages = ("ingest", "features")
     harness.clean_run(until=stages[-1])
     rng = random.Random(seed)
     # killed in the first half of the clean run time, so the kill lands before the stage ends
-    trials = [faults.inject(harness, stage, rng, number, within=(0.1, 0.5)) for number, stage in enumerate(stages)]
+    trials = [faults.inject(harness, stage, rng, within=(0.1, 0.5)) for stage in stages]
     print(faults.summarise(trials, harness.clean_seconds))
     assert all(t.killed for t in trials), "a stage finished before its kill: nothing was tested"
-    assert not [t for t in trials if t.stale_lock], "a killed stage left the lake locked"
+    assert not [t for t in trials if t.stale_locks], "a killed stage left a lock held"
     assert not [p for t in trials for p in t.partial], "a killed stage left a partial file visible"
+    assert not [p for t in trials for p in t.leftovers], "the rerun left temp or staging files"
     assert not [m for t in trials for m in t.mismatches]
+
+
+def _written_since(directory: Path, since: float):
+    """Whether a file (a temp file included) under ``directory`` was written after ``since``."""
+
+    def check() -> bool:
+        return directory.is_dir() and any(p.stat().st_mtime > since for p in directory.rglob("*") if p.is_file())
+
+    return check
+
+
+@pytest.mark.slow
+def test_pull_replay_and_report_killed_while_writing_rerun_to_the_unkilled_result(
+    demo_data_dir, tmp_path, prefect_server, mlflow_uri
+):
+    from demo_fleet import DEMO_CONFIG, DEMO_DAYS
+    from prefect.settings import PREFECT_API_URL
+
+    faults = load_harness()
+    checks = sys.modules["fault_checks"]
+    from fault_prometheus import query_range_server
+
+    site = tmp_path / "site.toml"
+    site.write_text(DEMO_CONFIG + '[pull]\nstep = "1h"\nchunk = "1d"\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env["MLFLOW_TRACKING_URI"] = mlflow_uri  # the demo's champion (read by the fleet page)
+
+    def cli(data: Path, *argv: str, kill_when=None) -> tuple[int, bool]:
+        command = [sys.executable, "-m", "foreshock.pipelines.cli", "--config", str(site), "--data-dir", str(data)]
+        return faults.run_cli([*command, *argv], env, tmp_path / "cli.log", kill_when=kill_when)
+
+    found: dict[str, list[str]] = {}
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    with query_range_server(demo_data_dir / "raw" / "sim" / "dcgm") as url:
+        pull = ["pull", "--url", url, "--start", start.isoformat(), "--end", (start + timedelta(DEMO_DAYS)).isoformat()]
+        assert cli(tmp_path / "pulled", *pull) == (0, False), (tmp_path / "cli.log").read_text()[-3000:]
+        trial = tmp_path / "pull-trial"
+        code, killed = cli(trial, *pull, kill_when=_written_since(trial / "pull", 0))
+        assert killed, "pull finished before its first chunk was seen"
+        found["pull"] = _after_kill(checks, trial) + _rerun(cli, checks, trial, pull)
+        found["pull"] += checks.compare("pull", tmp_path / "pulled", trial)
+
+    for stage, written in (("replay", Path("reports/replay")), ("report", Path("reports"))):
+        trial = tmp_path / f"{stage}-trial"
+        shutil.copytree(demo_data_dir, trial)
+        reference = demo_data_dir
+        if stage == "report":  # the demo does not write the page: an unkilled run on a copy
+            reference = tmp_path / "report-reference"
+            shutil.copytree(demo_data_dir, reference)
+            assert cli(reference, "report") == (0, False), (tmp_path / "cli.log").read_text()[-3000:]
+        truth = ["--ground-truth", str(trial / "raw" / "sim" / "ground_truth.parquet")] if stage == "replay" else []
+        code, killed = cli(trial, stage, *truth, kill_when=_written_since(trial / written, time.time()))
+        assert killed, f"{stage} finished before it was seen writing"
+        found[stage] = _after_kill(checks, trial) + _rerun(cli, checks, trial, [stage, *truth])
+        found[stage] += checks.compare(stage, reference, trial)
+    assert found == {"pull": [], "replay": [], "report": []}
+
+
+def _after_kill(checks, data: Path) -> list[str]:
+    return [f"stale lock {x}" for x in checks.stale_locks(data)] + checks.partial_files(data)
+
+
+def _rerun(cli, checks, data: Path, argv: list[str]) -> list[str]:
+    code, _ = cli(data, *argv)
+    return [f"rerun exit {code}"] if code else [f"left over {x}" for x in checks.leftovers(data)]

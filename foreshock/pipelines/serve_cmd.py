@@ -8,6 +8,11 @@ Three deployments, each a parent flow whose stages run as subflows:
 - ``foreshock-cycle`` (hourly): features -> score -> publish;
 - ``foreshock-retrain`` (weekly): backtest -> train -> review.
 
+A ``[schedule]`` entry is a cron expression or an interval written as a duration (``"30s"``,
+``"5m"``): runs that often from when serve starts.  Intervals compress the day for a demo or
+a soak (``benchmarks/soak.py`` runs 24 simulated hours of 5-minute ingests and hourly cycles
+in minutes).
+
 Every deployment has a concurrency limit of 1 (a second run waits in the queue: two cycles
 never race on the outbox), its parameters are plain values (the data directory and the
 configuration file), and each stage is retried with exponential backoff when it failed on
@@ -119,7 +124,7 @@ FLOWS = {"ingest": scheduled_ingest, "cycle": cycle, "retrain": retrain}
 
 
 def deployments(config: Config, config_path: str | None, only: list[str] | None = None) -> list:
-    """The RunnerDeployments to serve: cron from ``[schedule]``, limit 1, plain parameters."""
+    """The RunnerDeployments to serve: cron or interval from ``[schedule]``, limit 1, plain parameters."""
     from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
     from prefect.deployments.runner import EntrypointType
 
@@ -129,11 +134,11 @@ def deployments(config: Config, config_path: str | None, only: list[str] | None 
     for key, name in DEPLOYMENTS.items():
         if only and key not in only:
             continue
-        cron = str(schedule[key])
+        when = str(schedule[key])
         out.append(
             FLOWS[key].to_deployment(
                 name=name,
-                schedules=[_cron(cron, str(schedule["timezone"]))] if cron else None,
+                schedules=[_schedule(when, str(schedule["timezone"]))] if when else None,
                 concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
                 parameters=parameters,
                 description=(FLOWS[key].description or "").strip().splitlines()[0],
@@ -144,10 +149,24 @@ def deployments(config: Config, config_path: str | None, only: list[str] | None 
     return out
 
 
-def _cron(expression: str, timezone: str):
-    from prefect.schedules import Cron
+def _schedule(when: str, timezone: str):
+    """A cron expression, or an interval when ``when`` reads as a duration (``"30s"``)."""
+    from prefect.schedules import Cron, Interval
 
-    return Cron(expression, timezone=timezone)
+    try:
+        every = parse_duration(when)
+    except ValueError:
+        return Cron(when, timezone=timezone)
+    return Interval(every, timezone=timezone)
+
+
+def describe_schedules(deployment) -> str:
+    """How a served deployment is scheduled, for serve's log: cron expressions or intervals."""
+    shown = []
+    for item in deployment.schedules or []:
+        cron, interval = getattr(item.schedule, "cron", None), getattr(item.schedule, "interval", None)
+        shown.append(cron if cron else f"every {interval.total_seconds():g} s")
+    return ", ".join(shown) or "none (run by hand)"
 
 
 def run_serve(args: argparse.Namespace, config: Config) -> int:
@@ -158,8 +177,7 @@ def run_serve(args: argparse.Namespace, config: Config) -> int:
     config_path = os.path.abspath(args.config) if args.config else None
     served = deployments(config, config_path, args.only)
     for deployment in served:
-        cron = [getattr(s.schedule, "cron", None) for s in deployment.schedules or []]
-        log.info("serving %s/%s schedule %s", deployment.flow_name, deployment.name, cron or "none (run by hand)")
+        log.info("serving %s/%s schedule %s", deployment.flow_name, deployment.name, describe_schedules(deployment))
     serve(*served, print_starting_message=False)
     return 0
 

@@ -1,0 +1,204 @@
+"""The soak's parts that do not run it: the time-compressed site configuration, the feed of
+landed rows, the Prefect API calls, and what is read of a process (RSS, children).
+
+See :mod:`soak`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+FIVE_MINUTES = 300  # simulated seconds between two ingests
+CYCLE_EVERY = 12  # ingests per cycle (hourly)
+FORESHOCK = [sys.executable, "-m", "foreshock.pipelines.cli"]
+DEPLOYMENTS = ("foreshock-ingest", "foreshock-cycle", "foreshock-retrain")
+# Not landed: the scrape is a snapshot at the simulation's end, the ground truth is the
+# benchmark's own, and the DCGM exports of the days fed are left out (nvidia-smi rows only).
+NOT_LANDED = ("scrape", "ground_truth.parquet", "simulation.json")
+
+
+def site_config(ingest_every: float, extra: str = "") -> str:
+    """``[schedule]`` intervals: an ingest per 5 simulated minutes, a cycle per hour, the
+    retrain by hand.  The simulated fleet lies in the past: its scores are old."""
+    return (
+        f'[schedule]\ningest = "{ingest_every:g}s"\ncycle = "{ingest_every * CYCLE_EVERY:g}s"\nretrain = ""\n'
+        '[ingest]\ntimezone = "UTC"\n[policy]\nmax_score_age = "3650d"\n' + extra
+    )
+
+
+# ----------------------------------------------------------------------------- the feed
+
+
+@dataclass
+class Feed:
+    """The rows to land, per 5-minute chunk from ``start``: (relative path, CSV text, rows)."""
+
+    start: datetime
+    chunks: list[list[tuple[str, str, int]]] = field(default_factory=list)
+
+    def rows(self, upto: int) -> int:
+        return sum(n for chunk in self.chunks[:upto] for _, _, n in chunk)
+
+
+def split_days(sim: Path, landing: Path, first_fed: datetime, hours: int) -> Feed:
+    """Move the simulation's history (days before ``first_fed``) into ``landing`` and cut the
+    nvidia-smi files of the next ``hours`` into 5-minute chunks to land later."""
+    landing.mkdir(parents=True, exist_ok=True)
+    fed_days = {(first_fed + timedelta(days=d)).date().isoformat() for d in range((hours + 23) // 24)}
+    for path in sorted(sim.rglob("*")):
+        relative = path.relative_to(sim)
+        if path.is_dir() or relative.parts[0] in NOT_LANDED:
+            continue
+        day = next((d for d in fed_days if d in str(relative)), None)
+        later = any(part[:10] > max(fed_days) for part in relative.parts if part[:4].isdigit())
+        if day is None and not later:
+            (landing / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, landing / relative)
+    feed = Feed(first_fed, [[] for _ in range(hours * 3600 // FIVE_MINUTES)])
+    for path in sorted(sim.glob("nvidia-smi/*/*.csv")):
+        if path.stem not in fed_days:
+            continue
+        header, *lines = path.read_text().splitlines()
+        by_chunk: dict[int, list[str]] = {}
+        for line in lines:
+            stamp = datetime.strptime(line[:19], "%Y/%m/%d %H:%M:%S").replace(tzinfo=UTC)
+            k = int((stamp - first_fed).total_seconds() // FIVE_MINUTES)
+            if 0 <= k < len(feed.chunks):
+                by_chunk.setdefault(k, []).append(line)
+        for k, rows in by_chunk.items():
+            when = first_fed + timedelta(seconds=k * FIVE_MINUTES)
+            name = f"nvidia-smi/{path.parent.name}/{when:%Y-%m-%dT%H%M}.csv"
+            feed.chunks[k].append((name, "\n".join([header, *rows]) + "\n", len(rows)))
+    return feed
+
+
+class Feeder(threading.Thread):
+    """Lands chunk ``k`` at ``t0 + (k + 1) * every`` (when its 5 simulated minutes are over)."""
+
+    def __init__(self, feed: Feed, landing: Path, every: float, t0: float, first: int = 0, last: int | None = None):
+        super().__init__(daemon=True)
+        self.feed, self.landing, self.every, self.t0 = feed, landing, every, t0
+        self.next, self.last = first, len(feed.chunks) if last is None else last
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while self.next < self.last and not self.stopped.is_set():
+            due = self.t0 + (self.next + 1) * self.every
+            if self.stopped.wait(max(0.0, due - time.monotonic())):
+                return
+            for name, text, _ in self.feed.chunks[self.next]:
+                target = self.landing / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                hidden = target.with_name(f".{target.name}.part")
+                hidden.write_text(text)
+                os.replace(hidden, target)
+            self.next += 1
+
+
+# ----------------------------------------------------------------------------- the API
+
+
+def api(base: str, path: str, body: dict | None = None, attempts: int = 8) -> object:
+    """A call to the Prefect REST API, retried on the answers a busy server gives."""
+    for attempt in range(attempts):
+        request = urllib.request.Request(
+            f"{base}{path}",
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="GET" if body is None else "POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (429, 502, 503) or attempt == attempts - 1:
+                raise
+        except OSError:
+            if attempt == attempts - 1:
+                raise
+        time.sleep(min(2**attempt, 10))
+    raise AssertionError("unreachable")
+
+
+def wait_deployments(base: str, data: Path, serve: subprocess.Popen, log: Path, timeout: float = 300) -> dict:
+    """serve's three deployments (for this data directory), by name."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if serve.poll() is not None:
+            raise SystemExit(f"serve exited {serve.returncode}: {log.read_text()[-3000:]}")
+        found = api(base, "/deployments/filter", {"deployments": {"name": {"any_": list(DEPLOYMENTS)}}})
+        mine = {d["name"]: d for d in found if d["parameters"].get("data_dir") == str(data)}
+        if len(mine) == len(DEPLOYMENTS):
+            return mine
+        time.sleep(2)
+    raise SystemExit("serve's deployments did not appear")
+
+
+def flow_runs(base: str, deployments: dict) -> list[dict]:
+    ids = [d["id"] for d in deployments.values()]
+    names = {d["id"]: d["name"] for d in deployments.values()}
+    runs = api(base, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": ids}}, "limit": 200})
+    offset = 200
+    while len(runs) == offset:  # the API pages at 200
+        runs += api(base, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": ids}}, "offset": offset})
+        offset += 200
+    for run in runs:
+        run["deployment"] = names[run["deployment_id"]]
+    return runs
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of ``pid`` (kB), 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid``."""
+    out: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return out
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group ``pgid`` is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def slope(values: list[float]) -> float:
+    """Least-squares slope of ``values`` over their index (units per sample)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    num = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values))
+    return num / sum((i - mean_x) ** 2 for i in range(n))

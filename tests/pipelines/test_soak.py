@@ -1,0 +1,99 @@
+"""The soak's checks on a short run: ``foreshock serve`` with interval schedules (an hour of
+5-minute ingests in half a minute) against the session's Prefect server, a landing directory
+fed as the rows fall due, and at the end every row landed in the lake once, an outbox per
+cycle, ``status`` healthy after every cycle, serve's memory sampled, nothing left behind.
+benchmarks/soak.py runs 24 simulated hours, then kills and restarts the server and serve."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from foreshock.config import load_config
+from foreshock.pipelines.serve_cmd import deployments, describe_schedules
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_duration_in_the_schedule_is_an_interval(tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text('[schedule]\ningest = "30s"\ncycle = "5m"\n')
+    served = {d.name: d for d in deployments(load_config(site, data_dir=tmp_path / "data"), str(site))}
+    assert [s.schedule.interval for s in served["foreshock-ingest"].schedules] == [timedelta(seconds=30)]
+    assert [s.schedule.interval for s in served["foreshock-cycle"].schedules] == [timedelta(minutes=5)]
+    assert [s.schedule.cron for s in served["foreshock-retrain"].schedules] == ["0 3 * * 0"]  # a cron stays one
+    assert describe_schedules(served["foreshock-ingest"]) == "every 30 s"
+    with pytest.raises(ValueError):  # neither a duration nor a cron expression
+        site.write_text('[schedule]\ncycle = "hourly"\n')
+        deployments(load_config(site, data_dir=tmp_path / "data"), str(site))
+
+
+def _soak_module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    return importlib.import_module("soak")
+
+
+def _next_day(demo: Path, landing: Path, day: str) -> Path:
+    """The demo's last day of nvidia-smi rows again, one day later: new rows for its units."""
+    source = sorted((demo / "raw" / "sim" / "nvidia-smi").glob("*/*.csv"))
+    last = max(p.stem for p in source)
+    sim = landing.parent / "next-day"
+    for path in (p for p in source if p.stem == last):
+        target = sim / "nvidia-smi" / path.parent.name / f"{day}.csv"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        old, new = last.replace("-", "/"), day.replace("-", "/")
+        target.write_text(path.read_text().replace(old, new))
+    return sim
+
+
+@pytest.mark.slow
+def test_a_short_soak_lands_every_row_once_and_publishes_every_cycle(
+    demo_data_dir, tmp_path, prefect_server, mlflow_uri
+):
+    from demo_fleet import DEMO_CONFIG
+    from prefect.settings import PREFECT_API_URL
+
+    soak = _soak_module()
+    every = 2.5  # wall seconds per 5 simulated minutes: an hour in 30 s
+    data = tmp_path / "data"
+    shutil.copytree(demo_data_dir, data, ignore=shutil.ignore_patterns("outbox"))
+    first_fed = datetime(2026, 11, 15, tzinfo=UTC)  # the day after the demo's
+    feed = soak.split_days(_next_day(demo_data_dir, tmp_path / "landing", "2026-11-15"), data / "raw", first_fed, 1)
+    site = tmp_path / "site.toml"
+    # the compressed clock turns a run's seconds into simulated minutes: ages judged an hour wider
+    site.write_text(soak.site_config(every, DEMO_CONFIG + '[status]\nlake_max_age = "90m"\nfeatures_max_age = "3h"\n'))
+    api = PREFECT_API_URL.value()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PYTHONPATH=str(ROOT), PREFECT_API_URL=api, PREFECT_RUNNER_POLL_FREQUENCY="1")
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-client"), MLFLOW_TRACKING_URI=mlflow_uri)
+    run = soak.Soak(tmp_path, data, site, env, api)
+    try:
+        found = run.start_serve()
+        t0 = time.monotonic()
+        feeder = soak.Feeder(feed, data / "raw", every, t0)
+        feeder.start()
+
+        def clock() -> datetime:
+            return first_fed + timedelta(seconds=(time.monotonic() - t0) * soak.FIVE_MINUTES / every)
+
+        runs = soak.follow(run, found, feeder, clock, len(feed.chunks), None, timeout=600, min_cycles=2)
+        figures = soak.report(run, runs, feed, len(feed.chunks))
+        print(figures)
+        problems = soak._phase_problems(figures, run, feed, len(feed.chunks))
+        assert figures["cycles completed"] >= 2 and not problems, (
+            problems,
+            (tmp_path / "serve.log").read_text()[-3000:],
+        )
+        assert all(s.rss_kb > 0 for s in run.samples)
+    finally:
+        run.stop()
+    assert not soak.group_alive(run.serve.pid), "a process of serve's outlived it"
+    assert soak.leftovers(data) == []
+    assert soak.lake_equals_one_ingest(run) == []
