@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from datetime import timedelta
@@ -50,6 +51,7 @@ CANDIDATES: dict[str, dict] = {
     "rank_fleet": {"fleet_weighted": True, "rank_by_snapshot": True, "lightgbm": {"objective": "lambdarank"}},
     "drop_constant": {"drop_constant": True},
     "fleet_drop": {"fleet_weighted": True, "drop_constant": True},
+    "tuned": {"tune_num_leaves": [7, 15, 31]},
     "no_monotone": {"monotone_increasing": []},
     "no_rules": {"rules": False},
     "leaves31": {"lightgbm": {"num_leaves": 31, "min_data_in_leaf": 50}},
@@ -171,6 +173,7 @@ def main() -> int:
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     parser.add_argument("--shares", type=float, nargs="+", default=[0.001, 0.005])
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     from foreshock.config import load_config
     from foreshock.lake.read import read_table

@@ -73,3 +73,9 @@ def test_empty_and_constant_features_are_left_out_when_asked(fleet):
     kept = GradientBoostedRisk(horizons=["24h"], drop_constant=True).fit(frame, fleet.failures).feature_names_
     assert "flat_last" not in kept and "empty_last" not in kept and any(n.startswith("ecc_") for n in kept)
     assert "flat_last" in GradientBoostedRisk(horizons=["24h"]).fit(frame, fleet.failures).feature_names_
+
+
+def test_num_leaves_chosen_on_the_purged_holdout(fleet):
+    model = GradientBoostedRisk(horizons=["24h"], tune_num_leaves=[2, 15]).fit(fleet.features, fleet.failures)
+    assert model.holdouts_["24h"]["num_leaves"] in (2, 15)
+    assert model.boosters_["24h"].dump_model()["tree_info"][0]["num_leaves"] <= model.holdouts_["24h"]["num_leaves"]

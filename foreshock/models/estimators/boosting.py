@@ -81,6 +81,34 @@ def split_datasets(
     return subset(binned, fit_rows, y[fit], fit_weight), subset(binned, np.flatnonzero(hold), y[hold], hold_weight)
 
 
+def early_stopped(
+    params: dict,
+    dtrain: lgb.Dataset,
+    dvalid: lgb.Dataset,
+    metric: str,
+    rounds: int,
+    patience: int,
+    num_leaves: list[int] | None = None,
+) -> tuple[lgb.Booster, dict]:
+    """The booster early-stopped on ``dvalid`` and its parameters; with ``num_leaves``, one
+    fit per value and the one whose best held-out ``metric`` is highest (ties: the first).
+    The holdout ends before the cutoff, so the choice sees no later time."""
+    best: tuple[float, lgb.Booster, dict] | None = None
+    for leaves in num_leaves or [params.get("num_leaves")]:
+        trial = params if leaves is None else {**params, "num_leaves": int(leaves)}
+        booster = lgb.train(
+            {**trial, "metric": metric},
+            dtrain,
+            num_boost_round=rounds,
+            valid_sets=[dvalid],
+            callbacks=[lgb.early_stopping(patience, verbose=False)],
+        )
+        score = float(booster.best_score.get("valid_0", {}).get(metric, float("-inf")))
+        if best is None or score > best[0]:
+            best = (score, booster, trial)
+    return best[1], best[2]
+
+
 def subset(binned: lgb.Dataset, rows: np.ndarray, label: np.ndarray, weight: np.ndarray) -> lgb.Dataset:
     """Rows of the fold's binned Dataset with their own labels and weights."""
     part = binned.subset(rows.tolist()).construct()

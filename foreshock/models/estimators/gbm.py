@@ -78,6 +78,7 @@ from foreshock.models.estimators.base import (
 from foreshock.models.estimators.baseline import ThresholdBaseline
 from foreshock.models.estimators.boosting import (
     binning,
+    early_stopped,
     failure_ids,
     holdout_record,
     predict_rows,
@@ -161,6 +162,9 @@ class GradientBoostedRisk:
     drop_constant
         Leave out the features that are empty or constant on the training rows (the
         trees cannot split on them, but they dilute ``feature_fraction``'s draws).
+    tune_num_leaves
+        ``num_leaves`` values tried on the purged holdout (the one kept scores best on it,
+        on time before the cutoff only); empty: the recipe's ``num_leaves``.
     unit_weights
         ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
         for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
@@ -194,6 +198,7 @@ class GradientBoostedRisk:
     fleet_weighted: bool = recipe_default("gbm", "fleet_weighted")
     rank_by_snapshot: bool = recipe_default("gbm", "rank_by_snapshot")
     drop_constant: bool = recipe_default("gbm", "drop_constant")
+    tune_num_leaves: list[int] = recipe_default("gbm", "tune_num_leaves")
     unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
@@ -281,18 +286,17 @@ class GradientBoostedRisk:
                     if ts is not None:
                         dtrain.set_group(query_groups(ts[fit]))
                         dvalid.set_group(query_groups(ts[hold]))
-                    booster = lgb.train(
-                        {**params, "metric": self.early_stopping_metric},
-                        dtrain,
-                        num_boost_round=self.num_boost_round,
-                        valid_sets=[dvalid],
-                        callbacks=[lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
-                    )
+                    booster, params = early_stopped(
+                        params, dtrain, dvalid, self.early_stopping_metric, self.num_boost_round,
+                        self.early_stopping_rounds, self.tune_num_leaves,
+                    )  # fmt: skip
                     rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
                     hold_rows = np.flatnonzero(hold)
                     margin = predict_rows(booster, x, hold_rows, num_iteration=rounds)
                     calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
                     self.holdouts_[h] = holdout_record(split)
+                    if self.tune_num_leaves:  # the value chosen on the holdout
+                        self.holdouts_[h]["num_leaves"] = int(params["num_leaves"])
                     del dtrain, dvalid
                     if self.refit_full:
                         booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
@@ -485,6 +489,7 @@ class GradientBoostedRisk:
             "fleet_weighted": self.fleet_weighted,
             "rank_by_snapshot": self.rank_by_snapshot,
             "drop_constant": self.drop_constant,
+            "tune_num_leaves": self.tune_num_leaves,
             "rules_": self.rules_.state() if self.rules_ is not None else None,
             "feature_names_": self.feature_names_,
             "boosters_": files,
@@ -522,6 +527,7 @@ class GradientBoostedRisk:
         }
         for key in ("fleet_weighted", "rank_by_snapshot", "drop_constant"):  # saved before these settings: off
             settings[key] = bool(state.get(key, False))
+        settings["tune_num_leaves"] = list(state.get("tune_num_leaves", []))
         if "lightgbm" in state:  # saved before the recipes: the built-in recipe's (unchanged since)
             settings["lightgbm"] = state["lightgbm"]
         model = cls(**settings)
