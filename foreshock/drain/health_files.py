@@ -119,3 +119,17 @@ def read_findings(directory: Path) -> pl.DataFrame | None:
 def read_watch(directory: Path) -> pl.DataFrame | None:
     """A publish directory's watch list (None: published without one)."""
     return _read_jsonl(health_paths(directory)[f"{WATCH_STEM}.jsonl"])
+
+
+def summary_line(directory: Path) -> str | None:
+    """One line on a publish directory's findings and watch list (None: published without)."""
+    findings, watch = read_findings(directory), read_watch(directory)
+    if findings is None:
+        return None
+    kinds = dict(findings.group_by("kind").len().sort("len", descending=True).iter_rows()) if findings.height else {}
+    trends = dict(watch.group_by("trend").len().iter_rows()) if watch is not None and watch.height else {}
+    found = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "none"
+    return (
+        f"telemetry health: {findings.height} finding(s) ({found}) in {HEALTH_STEM}.csv; watch list: "
+        f"{trends.get('accelerating', 0)} accelerating, {trends.get('rising', 0)} rising (units x metrics) in {WATCH_STEM}.csv"
+    )

@@ -47,6 +47,7 @@ def _node_states(args: argparse.Namespace) -> pl.DataFrame | None:
 
 
 def run_publish(args: argparse.Namespace, config: Config) -> int:
+    from foreshock.drain.health_files import summary_line
     from foreshock.drain.outbox import format_top
     from foreshock.drain.outbox_files import node_states_path as sinfo_path
     from foreshock.drain.outbox_files import read_manifest, read_published_list
@@ -90,6 +91,8 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
     print(f"\noutbox: {directory}")
     for name in sorted(p.name for p in directory.iterdir()):
         print(f"  {name}")
+    if health := summary_line(directory):
+        print(health)
     print(f"dry run the Slurm drains with: bash {directory / SCRIPT_NAME}  (add --apply to drain)")
     released = read_manifest(directory).get("released_nodes", [])
     if released:

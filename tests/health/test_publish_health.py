@@ -9,7 +9,7 @@ from datetime import timedelta
 import polars as pl
 from health_fleet import ACCEL, EXPECTED, FLAT, STUCK, UNITS, drains, inventory, raw_samples, trend_features
 
-from foreshock.drain.health_files import health_paths, read_findings, read_watch
+from foreshock.drain.health_files import health_paths, read_findings, read_watch, summary_line
 from foreshock.drain.outbox import publish
 from foreshock.drain.outbox_files import read_manifest, read_published_list
 from foreshock.features.store import partition_path
@@ -70,6 +70,7 @@ def test_publish_writes_findings_watch_list_gauges_and_trend(health_config):
     )
     assert 'foreshock_watch_units{trend="accelerating"} 1.0' in text
 
+    assert "2 sentinel" in summary_line(directory) and "1 accelerating, 1 rising" in summary_line(directory)
     section = health_section(health_view(directory))
     assert STUCK in section and section.count('<svg class="spark"') == watch.height
 
