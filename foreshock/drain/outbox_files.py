@@ -12,7 +12,8 @@ here, so the layout is spelled once::
     data/outbox/sinfo-latest.txt            node states ``publish --sinfo`` read
 
 What a publish directory holds is listed in :mod:`foreshock.drain.outbox`; the risk list's
-own files are :mod:`foreshock.drain.risk_list`'s.
+own files are :mod:`foreshock.drain.risk_list`'s, the telemetry health and watch list files
+(``telemetry_health.*``, ``watch.*``) :mod:`foreshock.drain.health_files`'s.
 """
 
 from __future__ import annotations
