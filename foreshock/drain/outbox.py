@@ -17,6 +17,8 @@ staging directory is removed by the next publish (under the outbox lock)::
         npd_foreshock_check.sh              node-problem-detector custom plugin check
         npd_foreshock.json                  its plugin configuration
         rejected.csv                        score rows refused (bad id, bad risk), if any
+        telemetry_health.csv | .jsonl       telemetry health findings ([health]; health_files.py)
+        watch.csv | .jsonl                  units whose ECC errors or row remaps are rising
         policy_state.parquet                hysteresis / burn-in state for the next run
         manifest.json                       counts, model, files, notes (written last)
     data/outbox/LATEST                      name of the newest directory
