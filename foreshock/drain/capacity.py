@@ -1,14 +1,19 @@
 """The policy's guards: who is out of service and how many more units may go (cluster and
-fault-domain quotas, the rate limit per run, the daily budget)."""
+fault-domain quotas, the rate limit per run, the daily budget and its allowance today)."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
+
+from foreshock.budget import allowed_on_day, epoch_day
+from foreshock.contract import UTC_TS
 
 if TYPE_CHECKING:
     from foreshock.drain.settings import PolicySettings
@@ -95,3 +100,35 @@ class Capacity:
                     f"units out (max {s.max_drained_share_per_domain:.0%} = {quota})"
                 )
         return None
+
+    def open_daily_budget(
+        self, risks: pl.DataFrame, now: datetime, previous: Iterable[Any], reporting: float | None
+    ) -> str:
+        """Set the day's room for new drains (``[policy]`` daily budget); the sentence saying so.
+
+        ``previous`` are the unit states the policy remembers: drains that started earlier
+        on ``now``'s UTC day count against the day.  ``reporting`` is the units reporting
+        that day (default: the rows of ``risks`` with a risk scored that day).
+        """
+        budget, day = self.settings.daily_budget, epoch_day(now)
+        if reporting is None:
+            scored = risks.filter(pl.col("risk").is_not_null() & pl.col("risk").is_finite())
+            if "ts" in scored.columns:
+                start = datetime.fromtimestamp(day * 86400, UTC)
+                scored = scored.filter(pl.col("ts").cast(UTC_TS) >= start)
+            reporting = scored.get_column("unit_id").n_unique()
+        allowance = float(budget.allowance(float(reporting)))
+        allowed = allowed_on_day(day, allowance)
+        day_start = datetime.fromtimestamp(day * 86400, UTC)
+
+        def started(u: Any) -> datetime | None:
+            since = u.drain_since
+            return None if since is None else (since if since.tzinfo else since.replace(tzinfo=UTC))
+
+        earlier = sum(1 for u in previous if started(u) is not None and started(u) >= day_start)
+        self.daily_room = max(0, allowed - earlier)
+        self.daily_text = (
+            f"{budget.describe()}: {allowance:.2f} today ({reporting:g} units reporting), "
+            f"{allowed} whole on {day_start:%Y-%m-%d}, {earlier} granted earlier that day"
+        )
+        return f"daily drain budget {self.daily_text}"

@@ -41,6 +41,7 @@ decides.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -323,6 +324,20 @@ class LearnedChoice:
         if self.settings.explore_rate <= 0 or band_of(risk, self.settings.bands) not in self.explore_bands:
             return False
         return explore_draw(unit_id, now) < self.settings.explore_rate
+
+    def explore_room(self, previous: Iterable[Any], now: datetime) -> int:
+        """Exploratory drains still allowed on ``now``'s UTC day: ``explore_per_day`` less
+        the drains of ``previous`` unit states (the policy's memory) explored that day."""
+        earlier = sum(
+            1 for u in previous if u.explored and u.drain_since is not None and u.drain_since.date() == now.date()
+        )
+        return max(0, self.settings.explore_per_day - earlier)
+
+    def note(self, risk: float, exploring: bool) -> str:
+        """What a drain's reason adds: exploration, or the band's realised GPU-hours."""
+        if exploring:
+            return f"exploration: drained with probability {self.settings.explore_rate:g} to learn this band"
+        return self.describe(risk)
 
     def describe(self, risk: float) -> str:
         band = band_of(risk, self.settings.bands)

@@ -36,15 +36,10 @@ How a unit's action is chosen (``DrainPolicy.decide``):
    units reporting that day, :mod:`foreshock.budget`), (d) the day's new drains stay within
    it: its whole units per day by the day-index rule of :func:`foreshock.budget.allowed_on_day`,
    less the drains granted earlier that day (units whose remembered drain started that day).
-7. **Repeat offenders.** A unit the policy would newly drain that is a repeat offender
-   (:mod:`foreshock.drain.lemons`: ``[lemon] count`` incidents of the unit, or
-   ``node_count`` of its node, within ``window``) gets ``replace`` (hardware replacement /
-   RMA) instead, through the same guards.
-8. **Learned chooser.** With a :class:`~foreshock.drain.learned.LearnedChoice` (``[policy]
-   chooser = "learned"`` once it beat the fixed policy by its interval), step 4's cost
-   rule gives way to the band's learned arm, and a bounded number of units a day in bands
-   short of drain records are drained to explore (``explore_rate``, ``explore_per_day``),
-   through the same guards; each row carries the ``propensity`` of its action.
+7. **Repeat offenders** (:mod:`foreshock.drain.lemons`) it would newly drain get ``replace``
+   (hardware replacement / RMA) instead, through the same guards.
+8. **Learned chooser** (:mod:`foreshock.drain.learned`): step 4 gives way to the band's
+   learned arm, plus at most ``explore_per_day`` exploratory drains, through the same guards.
 """
 
 from __future__ import annotations
@@ -55,8 +50,6 @@ from datetime import UTC, datetime
 
 import polars as pl
 
-from foreshock.budget import allowed_on_day, epoch_day
-from foreshock.contract import UTC_TS
 from foreshock.drain.actions import (
     ACTIONS,
     DIAGNOSTICS_COMMAND,
@@ -246,7 +239,7 @@ class DrainPolicy:
             self._decide_unit(run, row)
         notes = [f"fault domain {d!r} is not an inventory column: not guarded" for d in capacity.missing_domains]
         if self.settings.daily_budget is not None:
-            notes.append(self._open_daily_budget(run, risks, reporting))
+            notes.append(capacity.open_daily_budget(risks, run.now, run.previous.units.values(), reporting))
         self._grant(run)
         return Decision(
             recommendations=self._frame(run.decided, risks, lemons),
@@ -294,28 +287,6 @@ class DrainPolicy:
                 run.released.append(unit_id)
         if unit.level > LEVEL_NONE or self._remember_return(unit, run.now):
             run.state.units[unit_id] = unit
-
-    def _open_daily_budget(self, run: _Run, risks: pl.DataFrame, reporting: float | None) -> str:
-        """Set the day's room for new drains on the run's capacity; the sentence saying so."""
-        budget, day = self.settings.daily_budget, epoch_day(run.now)
-        if reporting is None:
-            scored = risks.filter(pl.col("risk").is_not_null() & pl.col("risk").is_finite())
-            if "ts" in scored.columns:
-                start = datetime.fromtimestamp(day * 86400, UTC)
-                scored = scored.filter(pl.col("ts").cast(UTC_TS) >= start)
-            reporting = scored.get_column("unit_id").n_unique()
-        allowance = float(budget.allowance(float(reporting)))
-        allowed = allowed_on_day(day, allowance)
-        day_start = datetime.fromtimestamp(day * 86400, UTC)
-        earlier = sum(
-            1 for u in run.previous.units.values() if u.drain_since is not None and _to_utc(u.drain_since) >= day_start
-        )
-        run.capacity.daily_room = max(0, allowed - earlier)
-        run.capacity.daily_text = (
-            f"{budget.describe()}: {allowance:.2f} today ({reporting:g} units reporting), "
-            f"{allowed} whole on {day_start:%Y-%m-%d}, {earlier} granted earlier that day"
-        )
-        return f"daily drain budget {run.capacity.daily_text}"
 
     # --- inputs -----------------------------------------------------------------------
 
@@ -459,7 +430,7 @@ class DrainPolicy:
 
     def _grant(self, run: _Run) -> None:
         """Step 6: grant new drains, largest expected saving first, while the guards allow."""
-        explore_room = self._explore_room(run)
+        explore_room = self.chooser.explore_room(run.previous.units.values(), run.now) if self.chooser else 0
         for row in sorted(run.candidates, key=lambda r: (-self._saving(r), r["unit_id"])):
             unit = run.state.units[row["unit_id"]]
             exploring = unit.unit_id in run.explored
@@ -480,7 +451,7 @@ class DrainPolicy:
                 if replace:
                     reason = f"{lemon_reason(lemon, self.settings.lemons)}; {reason}"
                 if self.chooser is not None:
-                    reason += f" ({self._chooser_note(row, exploring)})"
+                    reason += f" ({self.chooser.note(row['risk'], exploring)})"
                 decided = self._row(row, unit.drain_action, reason, None)
                 decided["propensity"] = self.settings.learned.explore_rate if exploring else 1.0
                 run.record(decided, unit)
@@ -488,23 +459,6 @@ class DrainPolicy:
                 unit.level = LEVEL_DIAGNOSTICS  # held back one level lower, so the next run asks again
                 text = self._with_signals(f"drain deferred by {guard}; {self._risk_phrase(row)}", row)
                 run.record(self._row(row, "watch", text, guard.split(":", 1)[0]), unit)
-
-    def _explore_room(self, run: _Run) -> int:
-        """Exploratory drains still allowed today (``explore_per_day`` less earlier ones)."""
-        if self.chooser is None:
-            return 0
-        day = run.now.date()
-        earlier = sum(
-            1
-            for u in run.previous.units.values()
-            if u.explored and u.drain_since is not None and _to_utc(u.drain_since).date() == day
-        )
-        return max(0, self.settings.learned.explore_per_day - earlier)
-
-    def _chooser_note(self, row: dict, exploring: bool) -> str:
-        if exploring:
-            return f"exploration: drained with probability {self.settings.learned.explore_rate:g} to learn this band"
-        return self.chooser.describe(row["risk"]) if self.chooser is not None else ""
 
     # --- output -----------------------------------------------------------------------
 
