@@ -29,6 +29,7 @@ import polars as pl
 from foreshock.catalog import Catalog
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
+from foreshock.errors import UserError
 from foreshock.health.settings import HealthSettings
 
 TRENDS = ("accelerating", "rising", "easing", "flat", "unknown")
@@ -73,7 +74,7 @@ def unit_trends(
     """
     w = settings.trend_window
     if w not in windows:
-        raise ValueError(
+        raise UserError(
             f"[health] trend_window = {format_duration(w)} is not one of [features] windows "
             f"({', '.join(format_duration(x) for x in windows)})"
         )

@@ -3,8 +3,13 @@ list first, a steady one is "rising", a flat one is not listed."""
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
+
+import pytest
 from health_fleet import ACCEL, FLAT, STEADY, WINDOWS, trend_features
 
+from foreshock.errors import UserError
 from foreshock.health.trends import trend_summary, unit_trends, watch_list
 
 
@@ -29,6 +34,16 @@ def test_accelerating_steady_and_flat_trends(health_config, settings):
 
 def test_a_small_rise_is_not_accelerating(health_config, settings):
     """Below ``watch_min_increase`` in the window a jump from nothing is only "rising"."""
-    strict = settings.__class__(**{**settings.__dict__, "watch_min_increase": 100.0})
+    strict = dataclasses.replace(settings, watch_min_increase=100.0)
     trends = unit_trends(trend_features(), health_config.catalog, strict, WINDOWS)
     assert "accelerating" not in trends["trend"].to_list()
+
+
+def test_a_trend_window_that_is_not_a_feature_window_is_a_usage_error(health_config, settings):
+    with pytest.raises(UserError, match=r"trend_window = 2d is not one of \[features\] windows"):
+        unit_trends(
+            trend_features(),
+            health_config.catalog,
+            dataclasses.replace(settings, trend_window=timedelta(days=2)),
+            WINDOWS,
+        )
