@@ -88,6 +88,10 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
         )
         return 0
     print(format_top(risk_list, args.top))
+    print(repeat_offender_line(risk_list, config))
+    for note in read_manifest(directory).get("notes", []):
+        if note.startswith("learned chooser"):
+            print(note)
     print(f"\noutbox: {directory}")
     for name in sorted(p.name for p in directory.iterdir()):
         print(f"  {name}")
@@ -98,6 +102,22 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
     if released:
         print(f"{len(released)} node(s) to undrain: bash {directory / RESUME_SCRIPT}  (add --apply to resume)")
     return 0
+
+
+def repeat_offender_line(risk_list: pl.DataFrame, config: Config) -> str:
+    """How many listed units are repeat offenders ([lemon]), and how many to replace."""
+    from foreshock.drain.lemons import LemonSettings
+
+    settings = LemonSettings.from_config(config)
+    if "repeat_offender" not in risk_list.columns:
+        return "repeat offenders: not in this list (published before [lemon])"
+    units = risk_list.filter(pl.col("repeat_offender") >= settings.count).height
+    on_nodes = risk_list.filter(pl.col("node_repeat_offender") >= settings.node_count)
+    replace = risk_list.filter(pl.col("action") == "replace").height
+    return (
+        f"repeat offenders ({settings.describe()}): {units} unit(s), "
+        f"{on_nodes.get_column('node').n_unique()} node(s); replace: {replace}"
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -75,8 +75,9 @@ def run_replay_cmd(args: argparse.Namespace, config: Config) -> int:
     settings = config.to_settings(args.config)
     out = Path(replay_flow(settings, str(scores_path), args.ground_truth, args.models or None, not args.no_plots))
     text = (out / MARKDOWN_FILE).read_text()
-    table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
-    print(table)
+    # the tables, each after its section heading (the repeat offenders, the learned chooser)
+    table = "\n".join(line for line in text.splitlines() if line.startswith(("|", "## ")))
+    print(table.replace("\n## ", "\n\n## "))
     print(f"\nreport: {out / MARKDOWN_FILE}")
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import polars as pl
@@ -18,6 +19,7 @@ from foreshock.drain.replay_report import write_report
 from foreshock.drain.risk_table import unit_risk_table
 from foreshock.drain.settings import PolicySettings
 from foreshock.lake.merge import merge_into_lake
+from foreshock.pipelines.cli import main
 from foreshock.reporting.lemon_section import lemon_section, lemon_view
 
 LEMON = "gpu-node001-gpu0"
@@ -108,7 +110,7 @@ def test_the_policy_replaces_a_repeat_offender_it_would_drain_within_the_guards(
     assert off.recommendations.row(0, named=True)["action"] in ("drain_now", "drain_at_checkpoint")
 
 
-def test_publish_lists_repeat_offender_counts_and_scripts_drain_the_replacement(drain_config, history):
+def test_publish_lists_repeat_offender_counts_and_scripts_drain_the_replacement(drain_config, history, capsys):
     failures, drains = history
     merge_into_lake(drain_config.lake_dir, "failures", failures, shards=1)
     merge_into_lake(drain_config.lake_dir, "drains", drains, shards=1)
@@ -129,6 +131,14 @@ def test_publish_lists_repeat_offender_counts_and_scripts_drain_the_replacement(
     page = lemon_section(lemon_view(drain_config, now), None)
     assert "1 unit(s), 1 node(s)" in page
     assert page.count(f'<td class="l">{LEMON}</td>') == 3  # two failures and the drain
+    # foreshock status names them too (its exit code is about freshness, not about them)
+    main(["--data-dir", str(drain_config.data_dir), "status", "--now", now.isoformat()])
+    text = capsys.readouterr().out
+    assert f"unit {LEMON}: 3 incidents (node gpu-node001: 3)" in text
+    assert "node gpu-node002: 4 incidents over its units" in text
+    main(["--data-dir", str(drain_config.data_dir), "status", "--json", "--now", now.isoformat()])
+    rows = {r["unit_id"]: r["lemon"] for r in json.loads(capsys.readouterr().out)["repeat_offenders"]}
+    assert rows[LEMON] == "unit" and {rows[u] for u in NODE2} == {"node"}
 
 
 def test_replay_reports_what_replacing_saved(tmp_path):
