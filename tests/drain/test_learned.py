@@ -116,3 +116,30 @@ def test_the_learned_chooser_decides_and_explores_within_the_guards():
     assert second.new_drains == []
     guards = second.recommendations.filter(pl.col("guard").is_not_null()).get_column("guard").unique().to_list()
     assert guards == ["exploration budget"]
+
+
+def test_publish_learns_from_earlier_risk_lists_and_decides_only_when_better(drain_config):
+    """Earlier publishes' risk lists are the recorded decisions; with too few the fixed policy decides."""
+    from foreshock.drain.learned_history import learned_chooser
+    from foreshock.drain.outbox_files import DIR_FORMAT, MANIFEST_FILE
+    from foreshock.drain.risk_list import build_risk_list, write_risk_list
+
+    config = drain_config.with_overrides(
+        {"policy": {"chooser": "learned", "learned_min_drains": 2, "repair_turnaround": "1d", "job_gpus": 100}}
+    )
+    settings = PolicySettings.from_config(config)
+    decisions, failures = recorded()
+    now = decisions.get_column("ts").max() + timedelta(days=4)
+    choice, notes = learned_chooser(config, settings, now, failures, None)
+    assert choice is None and "too few recorded decisions (0)" in notes[0]
+    for (ts,), rows in decisions.group_by(["ts"]):
+        directory = config.outbox_dir / f"{ts:{DIR_FORMAT}}"
+        directory.mkdir(parents=True)
+        listed = rows.rename({"ts": "score_ts"}).with_columns(
+            pl.lit("drain: ...").alias("reason"), pl.lit(1.0).alias("propensity")
+        )
+        write_risk_list(build_risk_list(listed, ts), directory)
+        (directory / MANIFEST_FILE).write_text("{}")
+    choice, notes = learned_chooser(config, settings, now, failures, None)
+    assert choice is not None and choice.threshold() == 0.75, notes
+    assert notes[0].startswith("learned chooser decides (drains from risk 0.75)")
