@@ -185,7 +185,7 @@ class FeatureSource:
     def latest(self, lookback: timedelta = timedelta(days=7)) -> pl.DataFrame:
         """The most recent snapshot of every unit (units silent for longer than ``lookback``
         before the newest snapshot are left out); reads only the last days' partitions."""
-        _, last = self.span()
+        last = _newest_snapshot(self)
         recent = self.scan(last - lookback, None).select(self.columns())
         return (
             recent.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
@@ -193,6 +193,17 @@ class FeatureSource:
             .unique(["unit_id"], keep="last")
             .sort("unit_id")
         )
+
+
+def _newest_snapshot(source: FeatureSource | FrameSource) -> datetime:
+    """The newest snapshot time; for the store, read from the newest date's partitions only
+    (scanning every partition's times grows with the history kept)."""
+    files = getattr(source, "files", None)
+    if not files:
+        return source.span()[1]
+    newest = max(_day_of(p) for p in files)
+    last = pl.scan_parquet([p for p in files if _day_of(p) == newest]).select(pl.col("ts").max()).collect().item()
+    return last if last is not None else source.span()[1]
 
 
 def _sorted_by_keys(parts: list[pl.DataFrame]) -> pl.DataFrame:
