@@ -1,41 +1,25 @@
 """Drain actions learned from outcomes: per risk band, what drains and no drains realised.
 
-The fixed policy prices a drain with configured costs (:class:`~foreshock.costs.DrainCosts`)
-and the model's risk.  This module measures instead, from *recorded decisions* (the risk
-lists a publish wrote, or a replay's decisions) and what followed them:
+Full description: ``docs/drain.md``, *Actions learned from outcomes*.  In short:
 
-- a **record** is one unit-day: the unit's most severe decision that day taken on its risk
-  (not left alone, not in burn-in, not a continuing drain), its risk band (``[policy]
-  learned_bands``), the arm taken (``drain``, ``replace`` or ``none``) and its propensity
-  (the probability the deciding policy gave that arm: 1 for the fixed policy, the
-  exploration rate for an exploratory drain);
-- its **realised GPU-hours**: for ``none``, ``F`` when the unit failed within the decision
-  horizon after it, else 0; for a drain, the job's drain cost ``D``, plus the unit's time
-  out (to its recorded return) when it did not fail, plus ``F`` when it failed too soon to
-  be drained (within ``min_lead_time``), plus ``F`` when it failed again within the horizon
-  after its return (the drain and return did not fix it);
-- the cost of ``none`` is known for every record, drained or not (a drain takes a unit out
-  of the job, it does not cause or prevent its failure: the cost model's own assumption),
-  so only the drain arm needs an off-policy estimate.
-
-**Estimator: doubly robust** (Dudík, Langford & Li 2011).  The direct model ``q(b, drain) =
-D + (1 - y_b) R + F late_b`` is the cost model with the band's *observed* failure share
-``y_b`` and share of failures too soon to drain; each record whose logged arm is the one
-evaluated adds its inverse-propensity-weighted residual ``w (c - q)``, ``w = min(1/p,
-max_weight)``.  Why not plain inverse propensity (or its self-normalised form): the fixed
-policy is deterministic, so below its threshold the drain arm has propensity 0 and no
-record at all; IPS is undefined there, the direct model is not.  Why not the direct model
-alone: where drains were recorded, their realised costs (real times out, failures after a
-return) should win over the configured ones, which the residual term does; it is
-unbiased when either the propensities or the direct model are right.  Exploration (a
-bounded number of drains a day in bands short of drain records, through every guard)
-gives the residual term records where the fixed policy never drains.
-
-**Comparison.**  The chooser is fitted on the earlier records and both it and the fixed
-policy are valued on the later ones (never seen by the fit); the difference in GPU-hours
-is bootstrapped over units.  The learned chooser applies (``[policy] chooser = "learned"``)
-only when the whole interval lies below zero (it costs less); otherwise the fixed policy
-decides.
+- a **record** is one unit-day's most severe decision taken on risk (from earlier risk
+  lists, or a replay), with its band (``[policy] learned_bands``), arm (``drain``,
+  ``replace``, ``none``) and propensity (1 for the fixed policy; ``explore_rate`` for an
+  exploratory drain);
+- its **realised GPU-hours**: ``none`` costs ``F`` when the unit failed within the horizon
+  after; a drain costs ``D``, plus the time out when the unit did not fail, plus ``F`` when
+  it failed too soon to drain or again after its return.  The cost of ``none`` is known for
+  every record (a drain moves a failure out of the job, it does not cause or prevent it),
+  so only the drain arm needs an off-policy estimate;
+- **estimator: doubly robust** (Dudik, Langford & Li 2011): the direct model ``q(b) = D +
+  (1 - y_b) R + F late_b`` (the cost model with the band's observed outcomes) plus the
+  clipped inverse-propensity-weighted residuals of the recorded drains.  Plain IPS/SNIPS is
+  undefined where the deterministic fixed policy never drains (propensity 0); the direct
+  model alone would ignore what recorded drains really cost.  Bounded exploration gives the
+  residual records below the fixed threshold;
+- **comparison**: fitted on the earlier half of the records, valued on the later half
+  against what the fixed policy's decisions realised there, bootstrap over units; the
+  learned chooser decides only when the whole interval lies below zero.
 """
 
 from __future__ import annotations
@@ -54,7 +38,6 @@ from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
 from foreshock.durations import parse_duration
 
-ARMS = ("none", "drain", "replace")
 _ARM_OF_ACTION = {"drain_now": "drain", "drain_at_checkpoint": "drain", "replace": "replace"}
 SEVERITY_OF_ARM = {"none": 0, "drain": 1, "replace": 2}
 
@@ -74,7 +57,7 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
 
 def _default(key: str, kind: Any) -> Any:
     """A field whose default is ``[policy] key`` of the built-in configuration."""
-    return field(default_factory=lambda: kind(builtin_default("policy", key)))
+    return field(default_factory=lambda: kind(builtin_default("policy", key)))  # one place for defaults
 
 
 @dataclass(frozen=True)
@@ -230,7 +213,9 @@ def _next_failure(frame: pl.DataFrame, fails: pl.DataFrame, at: str, name: str) 
 class Estimates:
     """Per band: records, failures, and the doubly robust GPU-hours of each arm."""
 
-    table: pl.DataFrame  # band, label, records, failure_share, drains, none_gpu_h, drain_gpu_h, drain_model_gpu_h
+    # band, label, records, failure_share, drains, none_gpu_h, drain_gpu_h, drain_model_gpu_h,
+    # replacements, replace_gpu_h (null without a recorded replacement)
+    table: pl.DataFrame
     bands: tuple[float, ...]
 
     def cost(self, band: int, arm: str) -> float | None:
@@ -258,6 +243,10 @@ def fit(records: pl.DataFrame, costs: DrainCosts, settings: LearnedSettings) -> 
         pl.col("late").sum().alias("_late"),
         (pl.col("arm") == "drain").sum().alias("drains"),
         pl.col("cost_none").mean().alias("none_gpu_h"),
+        # replacements are the repeat-offender rule's, not the chooser's: their realised
+        # GPU-hours are shown (self-normalised: the mean of those recorded), not chosen from
+        (pl.col("arm") == "replace").sum().alias("replacements"),
+        pl.col("cost").filter(pl.col("arm") == "replace").mean().alias("replace_gpu_h"),
     )
     per_band = per_band.with_columns(
         _direct_drain(costs, pl.col("failure_share"), pl.col("_late") / pl.col("records")).alias("drain_model_gpu_h")
@@ -282,7 +271,18 @@ def fit(records: pl.DataFrame, costs: DrainCosts, settings: LearnedSettings) -> 
         .with_columns(
             pl.col("band").map_elements(lambda b: band_label(b, settings.bands), return_dtype=pl.String).alias("label")
         )
-        .select("band", "label", "records", "failure_share", "drains", "none_gpu_h", "drain_gpu_h", "drain_model_gpu_h")
+        .select(
+            "band",
+            "label",
+            "records",
+            "failure_share",
+            "drains",
+            "none_gpu_h",
+            "drain_gpu_h",
+            "drain_model_gpu_h",
+            "replacements",
+            "replace_gpu_h",
+        )
         .sort("band")
     )
     return Estimates(table=table, bands=settings.bands)
