@@ -1,29 +1,34 @@
-"""Benchmark: feature snapshots for 1,024 / 2,048 / 4,096 GPUs x 7 days.
+"""Benchmark: the whole ``foreshock features`` command on the simulator's own fleet, against
+the floor.
 
-Canonical samples at 1-minute spacing are generated straight into a temporary lake (through
-``foreshock.lake.merge.merge_into_lake``, one date x shard at a time) and hourly snapshots are
-built with the same code path the Prefect flow runs (``features.build.update_features``:
-per-shard first pass, per-date peer pass, Parquet writes), default windows
-1h/6h/1d/7d, 7-day baseline.
+For each size (default 1,024 and 4,096 GPUs x 14 days) ``foreshock simulate`` writes its
+landing (nvidia-smi CSV every 10 minutes, DCGM Prometheus exports and scrapes, kernel Xid
+logs, tickets: every metric the simulator emits, about 20 of the catalog's) and ``foreshock
+ingest`` stores it; neither is timed here (``benchmarks/bench_ingest.py --formats
+simulator`` times the ingest).  Then, in rounds whose order turns each round:
 
-Metric subset (6 of the 23 catalog metrics, the ones every DCGM deployment exports):
-``ecc_sbe_volatile_total``, ``ecc_dbe_volatile_total``, ``pcie_replay_total`` (counters,
-with resets), ``gpu_temp_c``, ``memory_temp_c``, ``power_w`` (gauges); plus ~0.5 XID
-events per GPU-day.  The other catalog metrics still get (null) columns.
+- **features**: ``foreshock --data-dir D features --full`` as a subprocess, exactly as an
+  operator runs it (imports, the Prefect flow, every snapshot rebuilt from the raw
+  partitions, the rollup cache emptied first, every partition written);
+- **floor**: one lazy Polars scan of every sample partition grouped per unit, metric and
+  hour (the snapshot grain) with mean, max and count, plus one write (zstd Parquet) of a
+  frame the size of the command's output (the output itself, read before the clock starts):
+  what any feature build must at least do, read the lake once and write its result once.
 
-Printed per size: wall time, peak RSS of the feature process, the floor (one Polars
-scan-and-aggregate pass over the same sample partitions: mean, max and count per unit and
-metric) and the ratio to it, and seconds per 1,000 GPUs (linearity).  On the smallest size,
-a straightforward pandas implementation of five of the same window features (gpu_temp_c
-mean/max over 1h and 1d, power_w std over 1d, SBE increase over 1d with reset handling) is
-timed too.
+Printed per size: wall and CPU seconds (the child's and its children's), peak RSS, the
+paired ratio features / floor (each round's two runs shared the machine's load; medians over
+rounds), and over the sizes the size exponent (log time ratio / log size ratio).
+
+Without ``PREFECT_API_URL`` each command starts Prefect's temporary server and stops it
+(several CPU-seconds whatever the fleet); ``--prefect server`` starts one Prefect server for
+the whole benchmark and points the commands at it, as a deployment with a running server
+does (``pipelines/systemd``); ``--prefect both`` measures both ways in the same rounds.
 
 Usage::
 
-    uv run python benchmarks/bench_features.py                 # 1024 2048 4096
-    uv run python benchmarks/bench_features.py --sizes 256     # a quick look
-
-Each measurement runs in its own process so that peak RSS belongs to it alone.
+    uv run python benchmarks/bench_features.py                         # 1024 4096, both Prefect ways
+    uv run python benchmarks/bench_features.py --sizes 256 --repeat 1  # a quick look
+    uv run python benchmarks/bench_features.py --before main~3         # also an older revision
 """
 
 from __future__ import annotations
@@ -34,321 +39,241 @@ import math
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 from rounds import extract_revision, in_rounds, paired, typical
 
 ROOT = Path(__file__).resolve().parents[1]
-# Last: a worker given an older revision on PYTHONPATH (--before) must import that one.
-sys.path.append(str(ROOT))
-
-from foreshock.config import load_config  # noqa: E402
-from foreshock.contract import UTC_TS  # noqa: E402
-from foreshock.lake.atomic import atomic_write_parquet  # noqa: E402
-from foreshock.lake.layout import partition_files, partition_path, shard_of  # noqa: E402
-from foreshock.lake.merge import merge_into_lake  # noqa: E402
-
-T0 = datetime(2026, 11, 1, tzinfo=UTC)
-DAYS = 7
-SHARDS = 8
-# The targets: features within 4x the floor's wall time at 4,096 GPUs (2x the goal), peak
-# RSS within 4 GB, time linear in the fleet (size exponent at most 1.05).
-TARGET_X_FLOOR, GOAL_X_FLOOR, TARGET_RSS_MB = 4.0, 2.0, 4096
-COUNTERS = ("ecc_sbe_volatile_total", "ecc_dbe_volatile_total", "pcie_replay_total")
-GAUGES = ("gpu_temp_c", "memory_temp_c", "power_w")
+# The targets (issue 28): the whole command within 4x the floor's wall time (2x the goal),
+# peak RSS within 4 GB, time linear in the fleet (size exponent at most 1.05).
+TARGET_X_FLOOR, GOAL_X_FLOOR, TARGET_RSS_MB, TARGET_EXPONENT = 4.0, 2.0, 4096, 1.05
+CLI = [sys.executable, "-c", "import sys; from foreshock.pipelines.cli import main; sys.exit(main())"]
 
 
-def _config(data_dir: Path):
-    return load_config(None, data_dir=data_dir).with_overrides(
-        {"lake": {"shards": SHARDS}, "features": {"expected_sample_every": "1m"}}
-    )
-
-
-def generate(data_dir: Path, units: int, seed: int = 7) -> None:
-    """Write ``units`` GPUs x 7 days of 1-minute samples into ``data_dir/lake``."""
-    rng = np.random.default_rng(seed)
-    lake = _config(data_dir).lake_dir
-    ids = [f"gpu-node{i // 8:04d}-gpu{i % 8}" for i in range(units)]
-    inventory = pl.DataFrame(
-        {
-            "unit_id": ids,
-            "node": [u.rsplit("-", 1)[0] for u in ids],
-            "rack": [f"rack{i // 64:03d}" for i in range(units)],
-            "model": ["H100" if i % 4 else "A100" for i in range(units)],
-            "lot": [f"lot{i % 16:02d}" for i in range(units)],
-            "installed_at": [T0 - timedelta(days=90)] * units,
-        }
-    )
-    merge_into_lake(lake, "inventory", inventory, SHARDS)
-    by_shard: dict[int, list[str]] = {}
-    for unit in ids:
-        by_shard.setdefault(shard_of(unit, SHARDS), []).append(unit)
-    minutes = 24 * 60
-    carried: dict[tuple[int, str], np.ndarray] = {}  # counters continue across days
-    for day in range(DAYS):
-        start = T0 + timedelta(days=day)
-        stamps = np.array(
-            [(start + timedelta(minutes=m + 1)).replace(tzinfo=None) for m in range(minutes)], dtype="datetime64[us]"
-        )
-        for shard, members in sorted(by_shard.items()):
-            n = len(members)
-            columns: dict[str, np.ndarray] = {}
-            for metric in COUNTERS:
-                rate = rng.gamma(0.3, 0.05, size=(n, 1))
-                values = np.cumsum(rng.poisson(rate, size=(n, minutes)), axis=1).astype(float)
-                values += carried.get((shard, metric), np.zeros(n))[:, None]
-                reloaded = rng.random(n) < 0.05  # driver reloads reset the counter mid-day
-                values[reloaded, minutes // 2 :] -= values[reloaded, minutes // 2 : minutes // 2 + 1]
-                carried[(shard, metric)] = values[:, -1].copy()
-                columns[metric] = values
-            power = 250 + 300 * rng.random((n, minutes))
-            columns["power_w"] = power
-            columns["gpu_temp_c"] = 35 + 0.08 * power + rng.normal(0, 1, (n, minutes))
-            columns["memory_temp_c"] = 40 + 0.07 * power + rng.normal(0, 1, (n, minutes))
-            names = sorted(columns)
-            members_sorted = sorted(members)
-            order = [members.index(u) for u in members_sorted]
-            cube = np.stack([columns[m][order] for m in names], axis=2)  # unit x minute x metric
-            k = len(names)
-            frame = pl.DataFrame(
-                {
-                    "unit_id": np.repeat(np.array(members_sorted, dtype=object), minutes * k),
-                    "ts": np.tile(np.repeat(stamps, k), n),
-                    "metric": np.tile(np.array(names, dtype=object), n * minutes),
-                    "value": cube.ravel(),
-                }
-            ).with_columns(
-                pl.col("ts").dt.replace_time_zone("UTC").cast(UTC_TS),
-                pl.col("unit_id").cast(pl.String),
-                pl.col("metric").cast(pl.String),
-            )
-            # Rows are generated in the lake's order and unique: write the partition as is.
-            atomic_write_parquet(frame, partition_path(lake, "samples", start.date(), shard))
-        n_events = max(1, units // 2)
-        events = pl.DataFrame(
-            {
-                "unit_id": rng.choice(ids, n_events).tolist(),
-                "ts": [start + timedelta(seconds=int(s)) for s in rng.integers(1, 86400, n_events)],
-                "source": "xid",
-                "code": rng.choice([13, 31, 48, 63, 79, 94], n_events).tolist(),
-                "count": 1,
-            }
-        ).with_columns(pl.col("ts").cast(UTC_TS))
-        merge_into_lake(lake, "events", events, SHARDS)
-    failed = rng.choice(ids, max(1, units // 200), replace=False).tolist()
-    failures = pl.DataFrame(
-        {
-            "unit_id": failed,
-            "failed_at": [T0 + timedelta(hours=float(h)) for h in rng.uniform(24, DAYS * 24 - 2, len(failed))],
-            "mode": "hbm",
-        }
-    ).with_columns(pl.col("failed_at").cast(UTC_TS))
-    merge_into_lake(lake, "failures", failures, SHARDS)
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _cpu_seconds() -> float:
-    """User + system CPU time of this process, all threads (steadier than wall time on a
-    shared machine)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _measured(started: float, cpu_started: float, rows: int) -> dict:
+def _child_usage(command: list[str], env: dict[str, str]) -> dict:
+    """``command`` in a child process: wall, CPU (user + system, its descendants included),
+    peak RSS of the largest process, stdout."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        child = subprocess.Popen(command, env=env, stdout=out, stderr=err, text=True)
+        # wait4 reaps the child with its own resource usage (the children it waited for
+        # included), not that of every child so far as RUSAGE_CHILDREN would
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if child.returncode:
+        sys.exit(f"{' '.join(command[-4:])} failed:\n{stderr[-3000:]}")
     return {
-        "seconds": time.perf_counter() - started,
-        "cpu": _cpu_seconds() - cpu_started,
-        "rows": rows,
-        "peak_rss_mb": _peak_rss_mb(),
+        "seconds": seconds,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "stdout": stdout,
     }
 
 
-def worker_features(data_dir: Path) -> dict:
-    from foreshock.features.build import update_features
+def worker_floor(data_dir: Path) -> dict:
+    """The floor, in this (child) process: one scan + group_by + one write of the output."""
+    from foreshock.lake.layout import partition_files
 
-    config = _config(data_dir)
-    # A full build from the raw partitions each time: no stored snapshot, no cached rollup.
-    shutil.rmtree(config.features_dir, ignore_errors=True)
-    started, cpu_started = time.perf_counter(), _cpu_seconds()
-    rows = update_features(config, full=True)
-    return _measured(started, cpu_started, rows)
-
-
-def worker_floor(data_dir: Path, hourly: bool = False) -> dict:
-    """One lazy scan of every sample partition, grouped per unit and metric (and per hour
-    with ``hourly``: the snapshot grain any hourly feature must reach), mean/max/count."""
-    files = partition_files(_config(data_dir).lake_dir, "samples")
-    keys = [pl.col("unit_id"), pl.col("metric")] + ([pl.col("ts").dt.truncate("1h")] if hourly else [])
-    started, cpu_started = time.perf_counter(), _cpu_seconds()
-    out = (
+    files = partition_files(data_dir / "lake", "samples")
+    output = pl.read_parquet(sorted((data_dir / "features").glob("date=*/shard=*/part.parquet")))
+    target = data_dir / "floor-output.parquet"
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_started, started = usage.ru_utime + usage.ru_stime, time.perf_counter()
+    aggregated = (
         pl.scan_parquet(files)
-        .group_by(keys)
+        .group_by("unit_id", "metric", pl.col("ts").dt.truncate("1h"))
         .agg(pl.col("value").mean().alias("mean"), pl.col("value").max().alias("max"), pl.len())
         .collect()
     )
-    return _measured(started, cpu_started, out.height)
+    output.write_parquet(target, compression="zstd", statistics=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    measured = {
+        "seconds": time.perf_counter() - started,
+        "cpu": usage.ru_utime + usage.ru_stime - cpu_started,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "groups": aggregated.height,
+        "output": list(output.shape),
+    }
+    target.unlink()
+    return measured
 
 
-def worker_floor_hourly(data_dir: Path) -> dict:
-    return worker_floor(data_dir, hourly=True)
+def run_features(data_dir: Path, env: dict[str, str]) -> dict:
+    """The whole command, the rollup cache removed first (a full build from the raw data)."""
+    shutil.rmtree(data_dir / "features" / "_rollups", ignore_errors=True)
+    result = _child_usage([*CLI, "--data-dir", str(data_dir), "features", "--full"], env)
+    rows = int(result["stdout"].split("features: ", 1)[1].split()[0])
+    return {**result, "rows": rows}
 
 
-def worker_pandas(data_dir: Path) -> dict:
-    """Five window features the way a notebook would write them: pandas time-based rolling
-    per unit on the raw samples, read at each hourly snapshot."""
-    import pandas as pd
-
-    files = partition_files(_config(data_dir).lake_dir, "samples")
-    started, cpu_started = time.perf_counter(), _cpu_seconds()
-    raw = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    raw = raw.sort_values(["unit_id", "metric", "ts"])
-    snapshots = []
-    for metric, spec in (
-        ("gpu_temp_c", [("1h", "mean"), ("1h", "max"), ("1D", "mean"), ("1D", "max")]),
-        ("power_w", [("1D", "std")]),
-        ("ecc_sbe_volatile_total", [("1D", "increase")]),
-    ):
-        series = raw[raw["metric"] == metric].set_index("ts")
-        if metric == "ecc_sbe_volatile_total":
-            step = series.groupby("unit_id")["value"].diff()
-            step = step.where(step >= 0, series["value"])  # a drop is a reset
-            series = series.assign(value=step.fillna(0.0))
-        grouped = series.groupby("unit_id")["value"]
-        for window, how in spec:
-            rolled = grouped.rolling(window, closed="right")
-            values = rolled.sum() if how == "increase" else getattr(rolled, how)()
-            frame = values.reset_index()
-            # The snapshot at T takes the last rolling value at or before T.
-            frame["snapshot"] = frame["ts"].dt.ceil("1h")
-            snapshots.append(frame.groupby(["unit_id", "snapshot"])["value"].last().rename(f"{metric}_{how}_{window}"))
-    result = pd.concat(snapshots, axis=1)
-    return _measured(started, cpu_started, len(result))
-
-
-WORKERS = {
-    "features": worker_features,
-    "floor": worker_floor,
-    "floor-hourly": worker_floor_hourly,
-    "pandas": worker_pandas,
-}
-
-
-def _run_worker(kind: str, data_dir: Path, code: Path | None = None) -> dict:
-    """A worker in a child process (its own peak RSS); ``code``: an older package tree."""
+def run_floor(data_dir: Path, env: dict[str, str]) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--worker", kind, "--data-dir", str(data_dir)],
-        check=True,
+        [sys.executable, __file__, "--worker", "floor", "--data-dir", str(data_dir)],
+        env=env,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(code or ROOT)},
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def prepare(data_dir: Path, units: int, days: int, env: dict[str, str]) -> str:
+    """The simulator's landing for ``units`` GPUs x ``days``, ingested; a line saying what."""
+    raw = data_dir / "raw" / "sim"
+    sim = _child_usage([*CLI, "--data-dir", str(data_dir), "simulate", "--units", str(units), "--days", str(days)], env)
+    ingest = _child_usage([*CLI, "--data-dir", str(data_dir), "ingest", "--path", str(raw), "--timezone", "UTC"], env)
+    shutil.rmtree(raw)
+    read = next(line for line in ingest["stdout"].splitlines() if line.strip().startswith("total: read"))
+    samples = pl.scan_parquet(data_dir / "lake" / "samples" / "**" / "*.parquet").select(pl.len()).collect().item()
+    metrics = (
+        (pl.scan_parquet(data_dir / "lake" / "samples" / "**" / "*.parquet").select(pl.col("metric").n_unique()))
+        .collect()
+        .item()
+    )
+    return (
+        f"{units:,} GPUs x {days} d: simulate {sim['seconds']:.0f} s, ingest {ingest['seconds']:.0f} s "
+        f"({read.strip()}); lake {samples:,} samples of {metrics} metrics"
+    )
+
+
+def _prefect_server(home: Path) -> tuple[subprocess.Popen, str]:
+    """A Prefect server for the benchmark's commands (its own home and database)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    api = f"http://127.0.0.1:{port}/api"
+    import urllib.request
+
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"{api}/health", timeout=2)
+            return server, api
+        except OSError:
+            time.sleep(0.5)
+    server.terminate()
+    sys.exit("the Prefect server did not start")
+
+
+def _line(label: str, result: dict) -> str:
+    return f"wall {result['seconds']:.2f} s, CPU {result['cpu']:.2f} s, peak RSS {result['peak_rss_mb']:,.0f} MB"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
-    parser.add_argument("--no-pandas", action="store_true")
-    parser.add_argument("--before", metavar="REV", help="also build the features with the code of this git revision")
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=3,
-        metavar="N",
-        help="rounds of runs (features, floor, hourly floor, --before; in turn): medians and paired ratios (default 3)",
-    )
-    parser.add_argument("--worker", choices=sorted(WORKERS))
-    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096])
+    parser.add_argument("--days", type=int, default=14)
+    parser.add_argument("--prefect", choices=["ephemeral", "server", "both"], default="both")
+    parser.add_argument("--before", metavar="REV", help="also run the features command with this git revision's code")
+    parser.add_argument("--repeat", type=int, default=3, metavar="N", help="rounds of runs (default 3)")
+    parser.add_argument("--work", type=Path, help="where the data sets go (default: a temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the data sets (reused by a later run with --work)")
+    parser.add_argument("--worker", choices=["floor"], help=argparse.SUPPRESS)
+    parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(WORKERS[args.worker](args.data_dir)))
+        print(json.dumps(worker_floor(args.data_dir)))
         return
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-features-"))
+    scratch = Path(tempfile.mkdtemp(prefix="bench-features-code-"))
+    base_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    base_env.pop("PREFECT_API_URL", None)
+    server = None
+    envs: dict[str, dict[str, str]] = {}
+    if args.prefect in ("ephemeral", "both"):
+        envs["features"] = base_env
+    if args.prefect in ("server", "both"):
+        server, api = _prefect_server(scratch / "prefect-home")
+        envs["features/server"] = {**base_env, "PREFECT_API_URL": api}
+    if args.before:
+        code = extract_revision(args.before, scratch)
+        first = next(iter(envs.values()))
+        envs["before"] = {**first, "PYTHONPATH": str(code)}
     print(
-        f"features benchmark: {DAYS} days, 1-minute samples, hourly snapshots, {len(COUNTERS) + len(GAUGES)} metrics, "
-        f"{SHARDS} shards, {os.cpu_count()} cores; medians of {max(args.repeat, 1)} rounds, ratios paired per round"
+        f"features benchmark: the simulator's fleet, {args.days} days, hourly snapshots, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}; medians of {args.repeat} rounds, ratios paired per round"
     )
     print(
-        "floor = one Polars scan + group_by(unit, metric) mean/max/count; floor-h = the same grouped "
-        "per hour too (the snapshot grain)"
+        "floor = one Polars scan + group_by(unit, metric, hour) mean/max/count + one zstd write of the command's output"
     )
-    print(
-        f"{'GPUs':>6} {'samples':>12} {'gen s':>7} {'floor s':>8} {'floor cpu':>9} {'floor-h s':>10} "
-        f"{'features s':>11} {'feat cpu':>9} {'x floor':>8} {'x fl cpu':>9} {'x floor-h':>10} {'s/1k GPU':>9} "
-        f"{'peak RSS MB':>12} {'rows':>9} {'load':>5}"
-    )
-    measured: dict[int, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        before = extract_revision(args.before, Path(tmp)) if args.before else None
+    measured: dict[int, dict[str, dict]] = {}
+    try:
         for units in args.sizes:
-            data_dir = Path(tempfile.mkdtemp(prefix=f"bench-features-{units}-"))
-            try:
-                started = time.perf_counter()
-                generate(data_dir, units)
-                generated = time.perf_counter() - started
-                samples = units * DAYS * 24 * 60 * (len(COUNTERS) + len(GAUGES))
-                kinds = ["features", "floor", "floor-hourly"] + (["before"] if before else [])
-                runs = in_rounds(
-                    kinds,
-                    lambda kind, data_dir=data_dir: _run_worker(
-                        "features" if kind == "before" else kind, data_dir, before if kind == "before" else None
-                    ),
-                    args.repeat,
-                )
-                floor, floor_h, feats = (typical(runs[k], "peak_rss_mb") for k in ("floor", "floor-hourly", "features"))
-                measured[units] = feats
+            data_dir = work / f"gpus-{units}"
+            if not (data_dir / "lake" / "samples").is_dir():
+                shutil.rmtree(data_dir, ignore_errors=True)
+                print(prepare(data_dir, units, args.days, base_env), flush=True)
+            # a first build, so the floor has the output to write
+            if not any((data_dir / "features").glob("date=*")):
+                run_features(data_dir, next(iter(envs.values())))
+
+            def run(kind: str, data_dir: Path = data_dir) -> dict:
+                return run_floor(data_dir, base_env) if kind == "floor" else run_features(data_dir, envs[kind])
+
+            runs = in_rounds([*envs, "floor"], run, args.repeat)
+            floor = typical(runs["floor"], "peak_rss_mb")
+            rows, columns = floor["output"]
+            print(
+                f"{units:,} GPUs: output {rows:,} snapshots x {columns} columns; load {os.getloadavg()[0]:.1f}\n"
+                f"  floor: {_line('floor', floor)}",
+                flush=True,
+            )
+            measured[units] = {}
+            for kind in envs:
+                result = typical(runs[kind], "peak_rss_mb")
+                measured[units][kind] = result
+                wall_x = paired(runs[kind], runs["floor"], "seconds")
+                cpu_x = paired(runs[kind], runs["floor"], "cpu")
+                count, fastest, slowest = result["runs"]
                 print(
-                    f"{units:>6} {samples:>12,} {generated:>7.1f} {floor['seconds']:>8.2f} {floor['cpu']:>9.2f} "
-                    f"{floor_h['seconds']:>10.2f} {feats['seconds']:>11.2f} {feats['cpu']:>9.2f} "
-                    f"{paired(runs['features'], runs['floor'], 'seconds'):>8.2f} "
-                    f"{paired(runs['features'], runs['floor'], 'cpu'):>9.2f} "
-                    f"{paired(runs['features'], runs['floor-hourly'], 'seconds'):>10.2f} "
-                    f"{feats['seconds'] / units * 1000:>9.2f} "
-                    f"{feats['peak_rss_mb']:>12.0f} {feats['rows']:>9,} {os.getloadavg()[0]:>5.1f}",
+                    f"  {kind}: {_line(kind, result)} (wall {fastest:.1f}-{slowest:.1f} s over {count}); "
+                    f"{result['rows']:,} rows\n"
+                    f"    x floor: {wall_x:.2f} wall, {cpu_x:.2f} CPU | at most {TARGET_X_FLOOR:g}x: "
+                    f"{'met' if wall_x <= TARGET_X_FLOOR else 'not met'}; {GOAL_X_FLOOR:g}x (goal): "
+                    f"{'met' if wall_x <= GOAL_X_FLOOR else 'not met'}; peak RSS at most {TARGET_RSS_MB:,} MB: "
+                    f"{'met' if result['peak_rss_mb'] <= TARGET_RSS_MB else 'not met'}",
                     flush=True,
                 )
-                count, fastest, slowest = feats["runs"]
-                if count > 1:
-                    print(f"       features wall from {fastest:.2f} s to {slowest:.2f} s over {count} runs")
-                ratio = paired(runs["features"], runs["floor"], "seconds")
-                print(
-                    f"       at most {TARGET_X_FLOOR:g}x the floor (the target at 4,096 GPUs): "
-                    f"{'met' if ratio <= TARGET_X_FLOOR else 'not met'}; {GOAL_X_FLOOR:g}x (the goal): "
-                    f"{'met' if ratio <= GOAL_X_FLOOR else 'not met'}; peak RSS at most {TARGET_RSS_MB:,} MB: "
-                    f"{'met' if feats['peak_rss_mb'] <= TARGET_RSS_MB else 'not met'}"
-                )
-                if before:
+                if kind == "before":
                     print(
-                        f"       at {args.before}: {typical(runs['before'], 'peak_rss_mb')['seconds']:.2f} s; this tree "
-                        f"is {paired(runs['before'], runs['features'], 'seconds'):.2f}x faster (wall), "
-                        f"{paired(runs['before'], runs['features'], 'cpu'):.2f}x less CPU (paired)",
-                        flush=True,
+                        f"    this tree against {args.before}: {paired(runs['before'], runs['features'], 'seconds'):.2f}x "
+                        f"faster (wall), {paired(runs['before'], runs['features'], 'cpu'):.2f}x less CPU (paired)"
                     )
-                if units == min(args.sizes) and not args.no_pandas:
-                    pandas = _run_worker("pandas", data_dir)
-                    print(
-                        f"       pandas, 5 window features: {pandas['seconds']:.1f} s, peak RSS "
-                        f"{pandas['peak_rss_mb']:.0f} MB; foreshock (all features) is "
-                        f"{pandas['seconds'] / feats['seconds']:.1f}x faster",
-                        flush=True,
-                    )
-            finally:
+            if not args.keep:
                 shutil.rmtree(data_dir, ignore_errors=True)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=60)
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not args.keep and args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
     if len(measured) >= 2:
         small, large = min(measured), max(measured)
-        for what in ("seconds", "cpu"):
-            exponent = math.log(measured[large][what] / measured[small][what]) / math.log(large / small)
-            label = "wall" if what == "seconds" else "CPU"
-            print(f"size exponent {small}->{large} GPUs ({label} time): {exponent:.3f}  (linear = 1.0, target <= 1.05)")
+        for kind in measured[small]:
+            for what, label in (("seconds", "wall"), ("cpu", "CPU")):
+                exponent = math.log(measured[large][kind][what] / measured[small][kind][what]) / math.log(large / small)
+                print(
+                    f"size exponent {small}->{large} GPUs, {kind} ({label}): {exponent:.3f} "
+                    f"(linear = 1.0, target <= {TARGET_EXPONENT})"
+                )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""Ingest throughput and peak memory for a large fleet: nvidia-smi CSV and canonical Parquet.
+"""Ingest throughput and peak memory for a large fleet: nvidia-smi CSV, canonical Parquet and
+the simulator's mixed landing.
 
     uv run python benchmarks/bench_ingest.py                       # 4,096 GPUs x 7 days, 1-minute samples
     uv run python benchmarks/bench_ingest.py --gpus 512 --days 2   # a quick look
+    uv run python benchmarks/bench_ingest.py --formats simulator --gpus 1024 --days 14  # the issue-28 landing
     uv run python benchmarks/bench_ingest.py --before main~5       # also the code of an older revision
 
 Writes ``nvidia-smi --query-gpu=... --format=csv`` files (one per node and day, 8 GPUs per
@@ -12,6 +14,11 @@ of CPU time (the machine is shared: CPU time is the steadier figure) and the chi
 RSS against the targets (Parquet >= 5M rows/s, CSV >= 1M rows/s).  ``--metrics`` picks
 how many metric columns each line has (default 2: GPU temperature and the corrected-ECC
 counter); samples scale with it (one sample per metric per line).
+
+``--formats simulator`` ingests what ``foreshock simulate --units GPUS --days DAYS`` writes
+(2,122 files at 1,024 GPUs x 14 days: nvidia-smi CSV every 10 minutes, DCGM Prometheus JSON
+exports and text scrapes, kernel Xid logs, tickets, the inventory; ``--every`` and
+``--metrics`` do not apply) against its target of 2 M rows/s.
 
 For Parquet it also runs the floor of any ingest in the same way (each day file read, one
 sort into lake order, each partition written as the lake writes it; no check, duplicate
@@ -65,7 +72,8 @@ START = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 PARQUET_METRICS = ["gpu_temp_c", "ecc_sbe_volatile_total", "power_w", "gpu_util_pct", "memory_temp_c", "sm_clock_mhz"]
-TARGETS = {"nvidia-smi": 1_000_000, "parquet": 5_000_000}  # rows/s on the 2-core machine (issue 11)
+# rows/s on the 2-core machine (issue 11; the simulator's mixed landing: issue 28)
+TARGETS = {"nvidia-smi": 1_000_000, "parquet": 5_000_000, "simulator": 2_000_000}
 
 
 def inventory_frame(gpus: int) -> pl.DataFrame:
@@ -109,6 +117,21 @@ def generate_parquet(raw: Path, gpus: int, days: int, every_s: int, metrics: int
         frame.write_parquet(raw / f"samples-{base:%Y-%m-%d}.parquet")
         rows += frame.height
     return rows
+
+
+def generate_simulator(raw: Path, gpus: int, days: int, seed: int) -> str:
+    """``foreshock simulate``'s landing for ``gpus`` x ``days`` (its own formats and mix:
+    nvidia-smi CSV every 10 minutes, DCGM Prometheus JSON exports and text scrapes, kernel
+    Xid logs, tickets, the inventory); a line saying what it wrote."""
+    command = [sys.executable, "-c", "import sys; from foreshock.pipelines.cli import main; sys.exit(main())"]
+    command += ["simulate", "--units", str(gpus), "--days", str(days), "--seed", str(seed), "--out", str(raw)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    wrote = next(line for line in done.stdout.splitlines() if line.startswith("wrote"))
+    formats = {}
+    for path in raw.rglob("*"):
+        if path.is_file():
+            formats[path.suffix or path.name] = formats.get(path.suffix or path.name, 0) + 1
+    return f"the simulator's landing, {wrote.removeprefix('wrote ')} ({', '.join(f'{n} {k}' for k, n in sorted(formats.items()))})"
 
 
 def generate(raw: Path, gpus: int, days: int, every_s: int, metrics: int, seed: int) -> int:
@@ -361,7 +384,9 @@ def main() -> None:
         for fmt in args.formats:
             raw = args.work / f"raw-{fmt}"
             started = time.perf_counter()
-            if fmt == "nvidia-smi":
+            if fmt == "simulator":
+                what = generate_simulator(raw, args.gpus, args.days, args.seed)
+            elif fmt == "nvidia-smi":
                 lines = generate(raw, args.gpus, args.days, args.every, args.metrics, args.seed)
                 what = f"{lines:,} nvidia-smi lines, {args.metrics} metric column(s)"
             else:
@@ -369,7 +394,8 @@ def main() -> None:
                 what = f"{lines:,} canonical samples in {args.days} Parquet file(s)"
             size = sum(p.stat().st_size for p in raw.rglob("*") if p.is_file())
             print(
-                f"{fmt}: {args.gpus:,} GPUs x {args.days} d at {args.every}s: {what}, {size / 1e9:.2f} GB "
+                f"{fmt}: {args.gpus:,} GPUs x {args.days} d"
+                f"{'' if fmt == 'simulator' else f' at {args.every}s'}: {what}, {size / 1e9:.2f} GB "
                 f"(generated in {time.perf_counter() - started:.0f}s, seed {args.seed})"
             )
             # Rounds of runs next to each other, their order turned each round: the machine is
