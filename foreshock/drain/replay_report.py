@@ -142,6 +142,20 @@ def learned_markdown(report: ReplayReport) -> list[str]:
             f"{row['difference_gpu_h']:+,.0f} ({low:+,.0f} to {high:+,.0f}) | {threshold} | "
             f"{'yes' if row['better'] else 'no'} |"
         )
+    lines += [
+        "",
+        "Realised GPU-hours per decision and risk band, fitted on the earlier half (drained: doubly robust; "
+        "drains = recorded drains in the band, the rest from the cost model with the band's failure share):",
+        "",
+        "| policy | band | records | failed within the horizon | drains | not drained GPU-h | drained GPU-h |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in report.learned:
+        for band in row["estimates"]:
+            lines.append(
+                f"| {row['variant']} | {band['label']} | {band['records']} | {band['failure_share']:.0%} | "
+                f"{band['drains']} | {band['none_gpu_h']:,.0f} | {band['drain_gpu_h']:,.0f} |"
+            )
     return [*lines, ""]
 
 

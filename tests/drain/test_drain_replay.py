@@ -82,6 +82,11 @@ def test_gpu_hours_match_a_hand_computation(small_case, tmp_path):
     payload = json.loads(files["replay.json"].read_text())
     assert {o["variant"] for o in payload["outcomes"]} == {NO_PREDICTION, "gbm", "baseline"}
     assert "| gbm | 2 | 0 | 1 | 1 | 2 |" in files["replay.md"].read_text()
+    # the learned chooser against the fixed cost model, on the same replayed decisions
+    (learned,) = [row for row in payload["learned"] if row["variant"] == "gbm"]
+    # one record each for A and B: their drains (a continuing drain is no new decision)
+    assert (learned["train_records"], learned["test_records"]) == (1, 1)
+    assert "## Learned chooser against the fixed cost model" in files["replay.md"].read_text()
     for name in ("outcomes", "gpu_hours", "cumulative"):
         assert files[name].stat().st_size > 1000
 
