@@ -76,8 +76,14 @@ def run_replay_cmd(args: argparse.Namespace, config: Config) -> int:
     out = Path(replay_flow(settings, str(scores_path), args.ground_truth, args.models or None, not args.no_plots))
     text = (out / MARKDOWN_FILE).read_text()
     # the tables, each after its section heading (the repeat offenders, the learned chooser)
-    table = "\n".join(line for line in text.splitlines() if line.startswith(("|", "## ")))
-    print(table.replace("\n## ", "\n\n## "))
+    shown, previous = [], ""
+    for line in text.splitlines():
+        if line.startswith("## ") or (line.startswith("|") and not previous.startswith("|")):
+            shown.append("")  # a new section or table: a blank line before it
+        if line.startswith(("|", "## ")):
+            shown.append(line)
+        previous = line
+    print("\n".join(shown).strip("\n"))
     print(f"\nreport: {out / MARKDOWN_FILE}")
     return 0
 
