@@ -105,6 +105,12 @@ class Feeder(threading.Thread):
                 os.replace(hidden, target)
             self.next += 1
 
+    def sim_now(self) -> datetime:
+        """The simulated time: the feed's start plus the 5-minute chunks due so far (it stops
+        with the feed, so an idle wait at the end does not age the data)."""
+        due = min((time.monotonic() - self.t0) / self.every, self.last)
+        return self.feed.start + timedelta(seconds=due * FIVE_MINUTES)
+
 
 # ----------------------------------------------------------------------------- the API
 

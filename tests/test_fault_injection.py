@@ -113,3 +113,27 @@ def _after_kill(checks, data: Path) -> list[str]:
 def _rerun(cli, checks, data: Path, argv: list[str]) -> list[str]:
     code, _ = cli(data, *argv)
     return [f"rerun exit {code}"] if code else [f"left over {x}" for x in checks.leftovers(data)]
+
+
+@pytest.mark.slow
+def test_a_process_killed_while_mlflow_creates_its_store_leaves_no_half_store(tmp_path):
+    """MLflow builds a new SQLite store by running its migrations one by one (seconds to
+    tens of seconds): a train killed meanwhile once left a half-migrated store that every
+    later train refused.  The store now appears whole or not at all."""
+    faults = load_harness()
+    store = tmp_path / "mlflow"
+    code = (
+        "import sys; from pathlib import Path; from foreshock.models.registry.tracking import experiment_id; "
+        "print(experiment_id('soak', store=Path(sys.argv[1])))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(PYTHONPATH=str(ROOT), MLFLOW_DISABLE_TELEMETRY="true")
+
+    def migrating() -> bool:  # the temp store has tables: the migrations are under way
+        return any(p.stat().st_size > 0 for p in store.glob(".mlflow.db.tmp-*"))
+
+    log = tmp_path / "store.log"
+    assert faults.run_cli([sys.executable, "-c", code, str(store)], env, log, kill_when=migrating) == (-9, True)
+    assert not (store / "mlflow.db").exists(), "a killed creation left a store in place"
+    assert faults.run_cli([sys.executable, "-c", code, str(store)], env, log) == (0, False), log.read_text()[-2000:]
+    assert (store / "mlflow.db").is_file() and not list(store.glob(".mlflow.db.tmp-*"))

@@ -169,6 +169,46 @@ def describe_schedules(deployment) -> str:
     return ", ".join(shown) or "none (run by hand)"
 
 
+# States of a run that only a live serve process could be in: at start, serve's own runs in
+# them were left by a serve that was killed (their process died with it).
+ORPHAN_STATES = ("PENDING", "RUNNING", "CANCELLING")
+
+
+def crash_orphaned_runs(names: list[str]) -> list[str]:
+    """Mark the runs of the deployments ``names`` that a killed serve left pending or running
+    as Crashed; returns their names.
+
+    A serve killed mid-run (OOM, reboot, SIGKILL) leaves its run Running on the server, and
+    that run keeps the deployment's concurrency slot: the schedule never resumes.  Leaving
+    Running releases the slot, so serve, which runs each of its deployments' runs as its own
+    child process, ends them when it starts (one serve per deployment).
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    ended = []
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=names)),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType(s) for s in ORPHAN_STATES]))
+            ),
+        )
+        for run in runs:
+            message = "its foreshock serve process was gone when serve started again"
+            client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+            ended.append(run.name)
+    return ended
+
+
 def run_serve(args: argparse.Namespace, config: Config) -> int:
     from prefect import serve
 
@@ -176,6 +216,9 @@ def run_serve(args: argparse.Namespace, config: Config) -> int:
         log.warning("PREFECT_API_URL is not set: serving against a temporary local server (no UI, no history)")
     config_path = os.path.abspath(args.config) if args.config else None
     served = deployments(config, config_path, args.only)
+    orphans = crash_orphaned_runs([d.name for d in served])
+    if orphans:
+        log.warning("marked %d run(s) left by a killed serve as crashed: %s", len(orphans), ", ".join(orphans))
     for deployment in served:
         log.info("serving %s/%s schedule %s", deployment.flow_name, deployment.name, describe_schedules(deployment))
     serve(*served, print_starting_message=False)

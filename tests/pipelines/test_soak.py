@@ -79,11 +79,7 @@ def test_a_short_soak_lands_every_row_once_and_publishes_every_cycle(
         t0 = time.monotonic()
         feeder = soak.Feeder(feed, data / "raw", every, t0)
         feeder.start()
-
-        def clock() -> datetime:
-            return first_fed + timedelta(seconds=(time.monotonic() - t0) * soak.FIVE_MINUTES / every)
-
-        runs = soak.follow(run, found, feeder, clock, len(feed.chunks), None, timeout=600, min_cycles=2)
+        runs = soak.follow(run, found, feeder, len(feed.chunks), None, timeout=600, min_cycles=2)
         figures = soak.report(run, runs, feed, len(feed.chunks))
         print(figures)
         problems = soak._phase_problems(figures, run, feed, len(feed.chunks))
@@ -97,3 +93,36 @@ def test_a_short_soak_lands_every_row_once_and_publishes_every_cycle(
     assert not soak.group_alive(run.serve.pid), "a process of serve's outlived it"
     assert soak.leftovers(data) == []
     assert soak.lake_equals_one_ingest(run) == []
+
+
+@pytest.mark.slow
+def test_serve_ends_the_runs_a_killed_serve_left_and_frees_their_slot(prefect_server, tmp_path):
+    """A serve killed mid-run leaves the run Running, holding the deployment's only slot;
+    the next serve marks it Crashed, which gives the slot back (the schedule resumes)."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Pending, Running
+
+    from foreshock.pipelines.serve_cmd import crash_orphaned_runs
+
+    site = tmp_path / "site.toml"
+    site.write_text('[schedule]\ncycle = ""\n')
+    [cycle] = deployments(load_config(site, data_dir=tmp_path / "data"), str(site), only=["cycle"])
+    deployment_id = cycle.apply()
+    with get_client(sync_client=True) as client:
+
+        def active_slots() -> int:
+            return client.read_deployment(deployment_id).global_concurrency_limit.active_slots
+
+        run = client.create_flow_run_from_deployment(deployment_id)
+        assert client.set_flow_run_state(run.id, Pending()).state.is_pending()  # takes the slot
+        client.set_flow_run_state(run.id, Running())
+        assert active_slots() == 1
+        waiting = client.create_flow_run_from_deployment(deployment_id)
+        assert not client.set_flow_run_state(waiting.id, Pending()).state.is_pending()  # no slot left
+
+        assert run.name in crash_orphaned_runs(["foreshock-cycle"])
+        assert client.read_flow_run(run.id).state.is_crashed()
+        assert active_slots() == 0
+        assert client.set_flow_run_state(waiting.id, Pending()).state.is_pending()  # the next one runs
+        client.set_flow_run_state(waiting.id, Running())
+        assert crash_orphaned_runs(["foreshock-cycle"]) == [waiting.name]  # leaves nothing held

@@ -43,6 +43,7 @@ from foreshock.models.registry.model_env import (
     pinned_requirements,
 )
 from foreshock.models.registry.registry import register_version
+from foreshock.models.registry.sqlite_store import create_sqlite_store
 from foreshock.models.registry.training_report import training_figures
 from foreshock.models.registry.trusted_bundle import SOURCE_TAG, TRUSTED_SOURCE, version_tags
 from foreshock.redaction import redact_settings
@@ -70,6 +71,7 @@ def tracking_uri(store: Path) -> str:
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = mlflow_tracking_uri(store)
+    create_sqlite_store(uri)
     mlflow.set_tracking_uri(uri)
     return uri
 
@@ -96,6 +98,7 @@ def experiment_id(name: str = DEFAULT_EXPERIMENT, store: Path | None = None) -> 
     import mlflow
 
     uri = tracking_uri(store) if store is not None else mlflow.get_tracking_uri()
+    create_sqlite_store(uri)
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
