@@ -49,7 +49,8 @@ def lake_findings(config: Config, settings: HealthSettings) -> tuple[pl.DataFram
     if newest is None:
         return empty_findings(), None
     start = newest - settings.lookback
-    samples = scan_table(config.lake_dir, "samples", start=start.date()).filter(pl.col("ts") > start).collect()
+    # A lazy scan: each check reads what it needs, the raw rows are never held whole.
+    samples = scan_table(config.lake_dir, "samples", start=start.date()).filter(pl.col("ts") > start)
     inventory = read_table(config.lake_dir, "inventory")
     findings = telemetry_findings(
         samples,

@@ -100,7 +100,7 @@ def _peers(inventory: pl.DataFrame) -> pl.DataFrame:
 
 
 def scrape_gaps(
-    samples: pl.DataFrame,
+    samples: pl.DataFrame | pl.LazyFrame,
     now: datetime,
     settings: HealthSettings,
     failures: pl.DataFrame | None = None,
@@ -113,7 +113,8 @@ def scrape_gaps(
     since, until`` (null: still silent), ``hours``, ``gaps``.
     """
     gap = settings.scrape_gap
-    times = samples.select("unit_id", "ts").unique().sort("unit_id", "ts")
+    # Lazy up to the gaps: only they are held, never a copy of the raw rows.
+    times = samples.lazy().select("unit_id", "ts").unique().sort("unit_id", "ts")
     past = (
         times.with_columns(pl.col("ts").shift(1).over("unit_id").alias("since"))
         .filter((pl.col("ts") - pl.col("since")) >= gap)
@@ -125,7 +126,9 @@ def scrape_gaps(
         .filter((pl.lit(now, UTC_TS) - pl.col("since")) >= gap)
         .with_columns(pl.lit(None, UTC_TS).alias("until"))
     )
-    gaps = pl.concat([past, silent]).with_columns(pl.col("until").fill_null(pl.lit(now, UTC_TS)).alias("_end"))
+    gaps = (
+        pl.concat([past, silent]).collect().with_columns(pl.col("until").fill_null(pl.lit(now, UTC_TS)).alias("_end"))
+    )
     explained = []
     if failures is not None and failures.height:
         hit = gaps.join(failures.select("unit_id", "failed_at"), on="unit_id")
@@ -173,7 +176,9 @@ def _gap_findings(gaps: pl.DataFrame, settings: HealthSettings) -> pl.DataFrame:
     )
 
 
-def metric_presence(samples: pl.DataFrame, inventory: pl.DataFrame, now: datetime, settings: HealthSettings):
+def metric_presence(
+    samples: pl.DataFrame | pl.LazyFrame, inventory: pl.DataFrame, now: datetime, settings: HealthSettings
+):
     """Metrics a unit stopped reporting, or never reported, that its peers report.
 
     A metric's own cadence (the lookback over its median samples per unit) sets how old
@@ -182,10 +187,12 @@ def metric_presence(samples: pl.DataFrame, inventory: pl.DataFrame, now: datetim
     report something now are judged (a silent unit is a scrape gap).
     """
     now_lit = pl.lit(now, UTC_TS)
-    per = samples.group_by("unit_id", "metric").agg(pl.col("ts").max().alias("last"), pl.len().alias("n"))
+    rows = samples.lazy()
+    per = rows.group_by("unit_id", "metric").agg(pl.col("ts").max().alias("last"), pl.len().alias("n")).collect()
     units = (
-        samples.group_by("unit_id")
-        .agg(pl.col("ts").max().alias("unit_last"), pl.col("ts").min().alias("unit_first"))
+        per.group_by("unit_id")
+        .agg(pl.col("last").max().alias("unit_last"))
+        .join(rows.group_by("unit_id").agg(pl.col("ts").min().alias("unit_first")).collect(), on="unit_id")
         .join(_peers(inventory), on="unit_id", how="left")
     )
     gap_s = settings.scrape_gap.total_seconds()
@@ -272,7 +279,7 @@ def duplicate_uuids(inventory: pl.DataFrame) -> pl.DataFrame:
 
 
 def telemetry_findings(
-    samples: pl.DataFrame,
+    samples: pl.DataFrame | pl.LazyFrame,
     inventory: pl.DataFrame,
     catalog: Catalog,
     now: datetime,
@@ -286,8 +293,9 @@ def telemetry_findings(
 
     Parameters
     ----------
-    samples : pl.DataFrame
-        ``unit_id, ts, metric, value`` of the lookback.
+    samples : pl.DataFrame or pl.LazyFrame
+        ``unit_id, ts, metric, value`` of the lookback.  A lazy scan is read by each
+        check for what it needs, so the raw rows are never held whole.
     inventory : pl.DataFrame
         ``unit_id, node, model`` (peers), ``uuid`` and ``installed_at`` when known.
     catalog : Catalog

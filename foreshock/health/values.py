@@ -33,10 +33,10 @@ def catalog_frame(catalog: Catalog) -> pl.DataFrame:
     )
 
 
-def since_last_change(samples: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+def since_last_change(samples: pl.DataFrame | pl.LazyFrame, pairs: pl.DataFrame) -> pl.DataFrame:
     """For each ``unit_id, metric`` of ``pairs``: the first sample at the value it still
     holds (``since``), and ``at_least`` when it held it through the whole of ``samples``."""
-    chosen = samples.join(pairs.select(PAIR), on=PAIR).sort("unit_id", "metric", "ts")
+    chosen = samples.lazy().join(pairs.select(PAIR).lazy(), on=PAIR).sort("unit_id", "metric", "ts").collect()
     chosen = chosen.with_columns(pl.col("value").last().over(PAIR).alias("_final"))
     last_other = chosen.filter(pl.col("value") != pl.col("_final")).group_by(PAIR).agg(pl.col("ts").max().alias("_ld"))
     return (
@@ -48,7 +48,11 @@ def since_last_change(samples: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFram
 
 
 def pinned_values(
-    samples: pl.DataFrame, peers: pl.DataFrame, catalog: Catalog, now: datetime, settings: HealthSettings
+    samples: pl.DataFrame | pl.LazyFrame,
+    peers: pl.DataFrame,
+    catalog: Catalog,
+    now: datetime,
+    settings: HealthSettings,
 ) -> pl.DataFrame:
     """``stuck_counter``, ``frozen_gauge`` and ``sentinel`` findings over the last ``stuck_after``.
 
@@ -59,7 +63,7 @@ def pinned_values(
     also as frozen.
     """
     start = now - settings.stuck_after
-    recent = samples.filter(pl.col("ts") > start)
+    recent = samples.lazy().filter(pl.col("ts") > start)
     stats = (
         recent.group_by(PAIR)
         .agg(
@@ -69,6 +73,7 @@ def pinned_values(
             pl.col("ts").min().alias("first"),
             pl.col("ts").max().alias("last"),
         )
+        .collect()
         .filter((pl.col("n") >= 2) & ((pl.col("last") - pl.col("first")) >= settings.stuck_after / 2))
         .join(catalog_frame(catalog), on="metric", how="inner")
         .join(peers.select("unit_id", "model"), on="unit_id", how="left")
@@ -124,7 +129,7 @@ def pinned_values(
 
 
 def unreset_counters(
-    samples: pl.DataFrame,
+    samples: pl.DataFrame | pl.LazyFrame,
     catalog: Catalog,
     settings: HealthSettings,
     *,
@@ -160,13 +165,16 @@ def unreset_counters(
     empty = pl.DataFrame(
         schema={"kind": pl.String, "unit_id": pl.String, "metric": pl.String, "since": UTC_TS, "detail": pl.String}
     )
-    if not events or samples.height == 0:
+    if not events:
         return empty
-    first, last = samples.get_column("ts").min(), samples.get_column("ts").max()
+    rows = samples.lazy()
+    first, last = rows.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).collect().row(0)
+    if first is None:
+        return empty
     repairs = pl.concat(events).filter((pl.col("before_at") >= first) & (pl.col("after_at") < last))
     if repairs.height == 0:
         return empty
-    series = samples.join(repairs.select(PAIR).unique(), on=PAIR).select(*PAIR, "ts", "value").sort("ts")
+    series = rows.join(repairs.select(PAIR).unique().lazy(), on=PAIR).select(*PAIR, "ts", "value").sort("ts").collect()
     before = repairs.sort("before_at").join_asof(
         series.rename({"ts": "_bts", "value": "before"}),
         left_on="before_at",
