@@ -135,7 +135,14 @@ def test_textfile_has_risk_action_and_freshness(drain_config):
     assert sample.labels == {"unit_id": "gpu-node001-gpu0", "node": "gpu-node001", "rack": "r1", "action": "drain_now"}
     assert sample.value == 4
     units = {s.labels["action"]: s.value for s in families["foreshock_units"]}
-    assert units == {"none": 1, "watch": 1, "run_diagnostics": 0, "drain_at_checkpoint": 1, "drain_now": 1, "replace": 0}
+    assert units == {
+        "none": 1,
+        "watch": 1,
+        "run_diagnostics": 0,
+        "drain_at_checkpoint": 1,
+        "drain_now": 1,
+        "replace": 0,
+    }
     scores_at = families["foreshock_scores_timestamp_seconds"][0].value
     published_at = families["foreshock_publish_timestamp_seconds"][0].value
     assert scores_at == recent().timestamp()
