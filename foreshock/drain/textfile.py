@@ -12,7 +12,8 @@ metric                                   meaning
                                          labels ``unit_id, node, rack, horizon``
 ``foreshock_unit_action``                the unit's recommended action as its severity (0 none,
                                          1 watch, 2 run_diagnostics, 3 drain_at_checkpoint,
-                                         4 drain_now); labels ``unit_id, node, rack, action``
+                                         4 drain_now, 5 replace); labels ``unit_id, node,
+                                         rack, action``
 ``foreshock_units``                      units per action (label ``action``)
 ``foreshock_new_drains``                 drains granted by the last publish
 ``foreshock_scores_timestamp_seconds``   newest score snapshot behind the list (Unix time)
@@ -65,7 +66,8 @@ def render(risk_list: pl.DataFrame, *, generated_at: datetime, scores_at: dateti
     )
     action = Gauge(
         "foreshock_unit_action",
-        "Recommended action as its severity: 0 none, 1 watch, 2 run_diagnostics, 3 drain_at_checkpoint, 4 drain_now",
+        "Recommended action as its severity: 0 none, 1 watch, 2 run_diagnostics, 3 drain_at_checkpoint, "
+        "4 drain_now, 5 replace",
         [*UNIT_LABELS, "action"],
         registry=registry,
     )
