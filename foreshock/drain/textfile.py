@@ -150,3 +150,29 @@ def render_health(findings: pl.DataFrame, counts: dict[str, int], watch: pl.Data
         if row.get("accel_per_day2") is not None:
             accel.labels(*where).set(row["accel_per_day2"])
     return generate_latest(registry).decode()
+
+
+def render_repeat_offenders(lemons: pl.DataFrame) -> str:
+    """Repeat-offender gauges (``foreshock status --textfile``): how many units and nodes,
+    and each flagged unit's incident counts (:func:`foreshock.drain.lemons.lemon_table`)."""
+    registry = CollectorRegistry()
+    flagged = lemons.filter(pl.col("lemon").is_not_null())
+    count = Gauge(
+        "foreshock_repeat_offenders",
+        "Repeat offenders in the [lemon] window: units (level=unit) and nodes (level=node)",
+        ["level"],
+        registry=registry,
+    )
+    count.labels("unit").set(flagged.filter(pl.col("lemon") == "unit").height)
+    count.labels("node").set(flagged.filter(pl.col("lemon") == "node").get_column("node").n_unique())
+    per_unit = Gauge(
+        "foreshock_unit_repeat_offender",
+        "A repeat offender's incidents in the [lemon] window (scope=unit: its own, scope=node: its node's)",
+        ["unit_id", "node", "lemon", "scope"],
+        registry=registry,
+    )
+    for row in flagged.to_dicts():
+        labels = (row["unit_id"], row["node"] or "", row["lemon"])
+        per_unit.labels(*labels, "unit").set(row["repeat_offender"])
+        per_unit.labels(*labels, "node").set(row["node_repeat_offender"])
+    return generate_latest(registry).decode()

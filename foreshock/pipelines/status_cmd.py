@@ -14,12 +14,16 @@ from __future__ import annotations
 import argparse
 import logging
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from foreshock.config import Config
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from foreshock.pipelines.runtime import add_json_flag, configure_mlflow, print_json
 from foreshock.reporting.freshness import BROKEN, OK, STALE, as_utc, mlflow_store_found, overall, pipeline_status
 from foreshock.reporting.freshness_report import STATUS_TEXTFILE, format_status, render_textfile, status_textfile_path
+
+if TYPE_CHECKING:
+    import polars as pl
 
 log = logging.getLogger("foreshock.status")
 
@@ -34,10 +38,11 @@ def run_status(args: argparse.Namespace, config: Config) -> int:
     state = overall(parts)
     lemons = _repeat_offenders(config, now, parts)
     if args.textfile is not None:
-        from foreshock.drain.textfile import write_textfile
+        from foreshock.drain.textfile import render_repeat_offenders, write_textfile
 
         target = args.textfile or status_textfile_path(config)
-        log.info("status gauges written to %s", write_textfile(target, render_textfile(parts, now)))
+        text = render_textfile(parts, now) + (render_repeat_offenders(lemons[2]) if lemons[2] is not None else "")
+        log.info("status gauges written to %s", write_textfile(target, text))
     if args.json:
         print_json(
             {
@@ -56,8 +61,9 @@ def run_status(args: argparse.Namespace, config: Config) -> int:
     return EXIT_CODES[state]
 
 
-def _repeat_offenders(config: Config, now: datetime, parts: list) -> tuple[str, list[dict]]:
-    """The repeat offenders as text lines and as JSON rows (empty when the lake is unreadable)."""
+def _repeat_offenders(config: Config, now: datetime, parts: list) -> tuple[str, list[dict], pl.DataFrame | None]:
+    """The repeat offenders as text lines, as JSON rows and as their table (for the gauges);
+    no rows and no table when the lake is unreadable."""
     from foreshock.drain.lemons import LemonSettings, lake_lemons, lemon_summary
 
     lake = next((p for p in parts if p.part == "lake"), None)
@@ -65,7 +71,7 @@ def _repeat_offenders(config: Config, now: datetime, parts: list) -> tuple[str, 
     try:
         table, _ = lake_lemons(config, end)
     except (OSError, ValueError) as exc:  # the lake's own state is in the table above
-        return f"repeat offenders: not read ({exc})", []
+        return f"repeat offenders: not read ({exc})", [], None
     flagged = table.filter(table["lemon"].is_not_null())
     lines = [lemon_summary(table, LemonSettings.from_config(config))]
     for r in flagged.filter(flagged["lemon"] == "unit").to_dicts():
@@ -74,7 +80,7 @@ def _repeat_offenders(config: Config, now: datetime, parts: list) -> tuple[str, 
         )
     nodes = flagged.filter(flagged["lemon"] == "node").unique("node").sort("node")
     lines += [f"  node {r['node']}: {r['node_repeat_offender']} incidents over its units" for r in nodes.to_dicts()]
-    return "\n".join(lines), flagged.to_dicts()
+    return "\n".join(lines), flagged.to_dicts(), table
 
 
 def _iso_time(text: str) -> str:

@@ -8,6 +8,7 @@ from datetime import timedelta
 import polars as pl
 import pytest
 from drain_helpers import T0, score_rows, write_scores
+from prometheus_client.parser import text_string_to_metric_families
 from test_drain_policy import fleet
 
 from foreshock.costs import DrainCosts
@@ -136,9 +137,27 @@ def test_publish_lists_repeat_offender_counts_and_scripts_drain_the_replacement(
     text = capsys.readouterr().out
     assert f"unit {LEMON}: 3 incidents (node gpu-node001: 3)" in text
     assert "node gpu-node002: 4 incidents over its units" in text
-    main(["--data-dir", str(drain_config.data_dir), "status", "--json", "--now", now.isoformat()])
+    gauges = drain_config.data_dir / "status.prom"
+    main(
+        [
+            "--data-dir",
+            str(drain_config.data_dir),
+            "status",
+            "--json",
+            "--now",
+            now.isoformat(),
+            "--textfile",
+            str(gauges),
+        ]
+    )
     rows = {r["unit_id"]: r["lemon"] for r in json.loads(capsys.readouterr().out)["repeat_offenders"]}
     assert rows[LEMON] == "unit" and {rows[u] for u in NODE2} == {"node"}
+    families = {f.name: f.samples for f in text_string_to_metric_families(gauges.read_text())}
+    assert {s.labels["level"]: s.value for s in families["foreshock_repeat_offenders"]} == {"unit": 1, "node": 1}
+    mine = {
+        s.labels["scope"]: s.value for s in families["foreshock_unit_repeat_offender"] if s.labels["unit_id"] == LEMON
+    }
+    assert mine == {"unit": 3, "node": 3}
 
 
 def test_replay_reports_what_replacing_saved(tmp_path):
