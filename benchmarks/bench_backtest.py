@@ -18,12 +18,23 @@ ratios are printed.  With ``--before SRC`` every size is also run with the same
 (fold-by-fold) backtest of another source tree, e.g. the commit before a change, and the
 before/after ratios per size are printed from the one run.
 
+Peak memory is given twice: ``ru_maxrss`` (the largest single process: the child or
+one of the fold processes it waited for) and the peak of the summed RSS of the child and
+every process under it (fold workers, a Dask cluster's workers), sampled every 0.2 s:
+the memory the machine needs.  ``--modes`` chooses how the folds run: ``workers`` (the
+default ``[backtest] workers`` processes), ``serial`` (one after another in the child,
+``FORESHOCK_BACKTEST_WORKERS=1``) and ``dask`` (``foreshock --runner dask backtest``: each
+fold a task on a local Dask cluster of ``[runner] local_workers`` processes; the flow
+needs a Prefect API, so this mode's wall time includes starting a temporary Prefect
+server when none is configured, and its summed RSS includes that server).
+
 Usage::
 
     uv run python benchmarks/bench_backtest.py --data /tmp/bench --prepare 256
     uv run python benchmarks/bench_backtest.py --data /tmp/bench --sizes 256 1024 4096 --tile-from 256 --old /tmp/old
     git archive HEAD~1 foreshock | tar -x -C /tmp/before
     uv run python benchmarks/bench_backtest.py --data /tmp/bench --sizes 1024 256 --before /tmp/before
+    uv run python benchmarks/bench_backtest.py --data /tmp/bench --sizes 4096 --tile-from 256 --modes serial dask
 """
 
 from __future__ import annotations
@@ -84,6 +95,17 @@ def tile(base: Path, copies: int, out: Path) -> Path:
     return out
 
 
+def failures_in_lake(data: Path) -> None:
+    """A tiled fleet's failures also in a lake under ``data`` (``foreshock backtest``,
+    which the ``dask`` mode runs, reads them there)."""
+    import polars as pl
+
+    from foreshock.lake.merge import merge_into_lake
+
+    if (data / "failures.parquet").exists() and not (data / "lake" / "failures").exists():
+        merge_into_lake(data / "lake", "failures", pl.read_parquet(data / "failures.parquet"), shards=1)
+
+
 def run_backtest(data: Path, old: bool) -> dict:
     """One backtest on ``data`` (in this process); returns what it scored."""
     import polars as pl
@@ -109,29 +131,84 @@ def run_backtest(data: Path, old: bool) -> dict:
         from foreshock.models.estimators.dataset import FeatureSource
 
         result = walk_forward(FeatureSource.from_dir(features_dir), failures, config)
-    return {"scores": result.scores.height, "folds": len(result.folds)}
+    with result:
+        return {"scores": result.score_rows, "folds": len(result.folds)}
 
 
-def measure(data: Path, src: Path, old: bool) -> dict:
-    """Run one backtest in a child process; wall, CPU (user + sys) and peak RSS of that child."""
+def measure(data: Path, src: Path, old: bool, mode: str = "workers") -> dict:
+    """Run one backtest in a child process; wall, CPU (user + sys, the child and the
+    processes it waited for), ``ru_maxrss`` and the peak summed RSS of its process tree."""
     env = {**os.environ, "PYTHONPATH": str(src), "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")}
-    argv = [sys.executable, str(Path(__file__).resolve()), "--run", str(data)] + (["--run-old"] if old else [])
+    if mode == "serial":
+        env["FORESHOCK_BACKTEST_WORKERS"] = "1"
+    if mode == "dask":
+        failures_in_lake(data)
+        out_dir = data / "backtest-dask"
+        argv = [sys.executable, "-m", "foreshock.pipelines.cli", "--data-dir", str(data), "--runner", "dask"]
+        argv += ["backtest", "--out", str(out_dir)]
+    else:
+        argv = [sys.executable, str(Path(__file__).resolve()), "--run", str(data)] + (["--run-old"] if old else [])
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True, cwd=ROOT)
+        peak = TreePeak(proc.pid)
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage
         wall = time.perf_counter() - start
+        peak.stop()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0), err.seek(0)
         if proc.returncode != 0:
             raise RuntimeError(f"backtest on {data} failed:\n{err.read()[-3000:]}")
-        result = json.loads(out.read().strip().splitlines()[-1])
+        if mode == "dask":
+            import polars as pl
+
+            scores = pl.scan_parquet(out_dir / "scores.parquet").select(pl.len()).collect().item()
+            folds = len(json.loads((out_dir / "report.json").read_text())["folds"])
+            result = {"scores": scores, "folds": folds}
+        else:
+            result = json.loads(out.read().strip().splitlines()[-1])
     return {
         **result,
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "peak_rss_gb": usage.ru_maxrss / 1024**2,  # KiB on Linux
+        "tree_rss_gb": peak.peak / 1024**3,
     }
+
+
+class TreePeak:
+    """The peak of the summed RSS of a process and all its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, every: float = 0.2) -> None:
+        import threading
+
+        self.peak, self._done = 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(pid, every), daemon=True)
+        self._thread.start()
+
+    def _sample(self, pid: int, every: float) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(pid)
+        except psutil.Error:
+            return
+        while not self._done.is_set():
+            total = 0
+            try:
+                for proc in [root, *root.children(recursive=True)]:
+                    try:
+                        total += proc.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                return
+            self.peak = max(self.peak, total)
+            self._done.wait(every)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def main() -> int:
@@ -143,6 +220,9 @@ def main() -> int:
     parser.add_argument("--old", help="source tree of the old backtest, compared on the smallest size")
     parser.add_argument("--before", help="source tree of the same backtest before a change, run on every size")
     parser.add_argument("--new", default=str(ROOT), help="source tree of the backtest measured (default: this one)")
+    parser.add_argument(
+        "--modes", nargs="*", default=["workers"], choices=["workers", "serial", "dask"], help="how the folds run"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--run", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--run-old", action="store_true", help=argparse.SUPPRESS)
@@ -163,32 +243,43 @@ def main() -> int:
             data = tile(args.data / f"gpus{args.tile_from}", units // args.tile_from, args.data / f"tiled{units}")
         runs = [("old", Path(args.old), True)] if args.old and units == min(args.sizes) else []
         runs += [("before", Path(args.before), False)] if args.before else []
-        for code, src, old in [*runs, ("new", Path(args.new), False)]:
-            rows.append((code, units, measure(data, src, old=old)))
-            r = rows[-1][2]
-            print(
-                f"{code} {units:>5} GPUs: wall {r['wall_s']:7.1f} s  CPU {r['cpu_s']:7.1f} s  "
-                f"peak RSS {r['peak_rss_gb']:5.2f} GB  {r['scores']:,} scores, {r['folds']} folds",
-                flush=True,
-            )
-    print("\n| code | GPUs | wall (s) | CPU (s) | peak RSS (GB) | out-of-sample scores |")
-    print("|---|---|---|---|---|---|")
-    for code, n, r in rows:
-        print(f"| {code} | {n:,} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_rss_gb']:.2f} | {r['scores']:,} |")
-    old = [r for c, _, r in rows if c == "old"]
-    new = [r for c, n, r in rows if c == "new" and n == min(args.sizes)]
+        for mode in args.modes:
+            for code, src, old in [*runs, ("new", Path(args.new), False)]:
+                if old and mode == "dask":
+                    continue
+                rows.append((code, units, mode, measure(data, src, old=old, mode=mode)))
+                r = rows[-1][3]
+                print(
+                    f"{code} {units:>5} GPUs ({mode}): wall {r['wall_s']:7.1f} s  CPU {r['cpu_s']:7.1f} s  "
+                    f"peak RSS {r['peak_rss_gb']:5.2f} GB (process tree {r['tree_rss_gb']:5.2f} GB)  "
+                    f"{r['scores']:,} scores, {r['folds']} folds",
+                    flush=True,
+                )
+            runs = [r for r in runs if r[0] != "old"]  # the old backtest once
+    print(
+        "\n| code | GPUs | folds run | wall (s) | CPU (s) | peak RSS, one process (GB) | peak RSS, tree (GB) | scores |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for code, n, mode, r in rows:
+        print(
+            f"| {code} | {n:,} | {mode} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_rss_gb']:.2f} "
+            f"| {r['tree_rss_gb']:.2f} | {r['scores']:,} |"
+        )
+    old = [r for c, _, _, r in rows if c == "old"]
+    new = [r for c, n, _, r in rows if c == "new" and n == min(args.sizes)]
     if old and new:
         print(
             f"\nold/new on {min(args.sizes)} GPUs: wall x{old[0]['wall_s'] / new[0]['wall_s']:.2f}, "
             f"CPU x{old[0]['cpu_s'] / new[0]['cpu_s']:.2f}, peak RSS x{old[0]['peak_rss_gb'] / new[0]['peak_rss_gb']:.2f}"
         )
-    for units in args.sizes:
-        pair = {c: r for c, n, r in rows if n == units and c in ("before", "new")}
+    for units, mode in [(u, m) for u in args.sizes for m in args.modes]:
+        pair = {c: r for c, n, m, r in rows if n == units and m == mode and c in ("before", "new")}
         if len(pair) == 2:
             b, a = pair["before"], pair["new"]
             print(
-                f"before/after on {units} GPUs: wall x{b['wall_s'] / a['wall_s']:.2f}, "
-                f"CPU x{b['cpu_s'] / a['cpu_s']:.2f}, peak RSS x{b['peak_rss_gb'] / a['peak_rss_gb']:.2f}"
+                f"before/after on {units} GPUs ({mode}): wall x{b['wall_s'] / a['wall_s']:.2f}, "
+                f"CPU x{b['cpu_s'] / a['cpu_s']:.2f}, peak RSS x{b['peak_rss_gb'] / a['peak_rss_gb']:.2f} "
+                f"(tree x{b['tree_rss_gb'] / a['tree_rss_gb']:.2f})"
             )
     return 0
 

@@ -112,6 +112,8 @@ def test_latest_snapshots_read_only_the_newest_partitions(rng, tmp_path, monkeyp
 
     newest = day(feature_files(tmp_path / "features")[-1])
     assert scanned and min(day(p) for p in scanned) >= newest - timedelta(days=2)
+    # The span from the first and last dates' partitions is the whole store's.
+    assert source.span() == FrameSource(fleet.features).span()
     expected = FrameSource(fleet.features).latest(lookback=timedelta(days=2))
     assert latest.height > 0
     assert latest.select("unit_id", "ts").equals(expected.select("unit_id", "ts"))

@@ -113,8 +113,13 @@ class FeatureSource:
         return self.scan(start, end).select(wanted).collect(engine="streaming").sort(list(KEYS))
 
     def span(self) -> tuple[datetime, datetime]:
-        """First and last snapshot time (reads only ``ts``)."""
-        first, last = self.scan().select(pl.col("ts").min().alias("a"), pl.col("ts").max().alias("b")).collect().row(0)
+        """First and last snapshot time (reads only ``ts``; of the store, only the first and
+        the last date's partitions: a scan of every partition grows with the history)."""
+        files = getattr(self, "files", None)  # None: a frame in memory (FrameSource)
+        if files:
+            first, last = _edge_time(files, min), _edge_time(files, max)
+        else:
+            first, last = self.scan().select(pl.col("ts").min(), pl.col("ts").max().alias("b")).collect().row(0)
         if first is None:
             raise ValueError("no feature snapshots")
         return first, last
@@ -185,7 +190,8 @@ class FeatureSource:
     def latest(self, lookback: timedelta = timedelta(days=7)) -> pl.DataFrame:
         """The most recent snapshot of every unit (units silent for longer than ``lookback``
         before the newest snapshot are left out); reads only the last days' partitions."""
-        last = _newest_snapshot(self)
+        files = getattr(self, "files", None)
+        last = _edge_time(files, max) if files else self.span()[1]  # the newest date's partitions only
         recent = self.scan(last - lookback, None).select(self.columns())
         return (
             recent.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
@@ -195,15 +201,13 @@ class FeatureSource:
         )
 
 
-def _newest_snapshot(source: FeatureSource | FrameSource) -> datetime:
-    """The newest snapshot time; for the store, read from the newest date's partitions only
-    (scanning every partition's times grows with the history kept)."""
-    files = getattr(source, "files", None)
-    if not files:
-        return source.span()[1]
-    newest = max(_day_of(p) for p in files)
-    last = pl.scan_parquet([p for p in files if _day_of(p) == newest]).select(pl.col("ts").max()).collect().item()
-    return last if last is not None else source.span()[1]
+def _edge_time(files: list[Path], pick) -> datetime | None:
+    """The first (``pick=min``) or last (``max``) snapshot time of the store: read from the
+    partitions of its first or last date only (a partition holds its date's snapshots)."""
+    day = pick(_day_of(p) for p in files)
+    edge = [p for p in files if _day_of(p) == day]
+    bound = pl.col("ts").min() if pick is min else pl.col("ts").max()
+    return pl.scan_parquet(edge, hive_partitioning=False).select(bound).collect().item()
 
 
 def _sorted_by_keys(parts: list[pl.DataFrame]) -> pl.DataFrame:
