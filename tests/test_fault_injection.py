@@ -12,6 +12,7 @@ import importlib.util
 import os
 import random
 import shutil
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -137,3 +138,19 @@ def test_a_process_killed_while_mlflow_creates_its_store_leaves_no_half_store(tm
     assert not (store / "mlflow.db").exists(), "a killed creation left a store in place"
     assert faults.run_cli([sys.executable, "-c", code, str(store)], env, log) == (0, False), log.read_text()[-2000:]
     assert (store / "mlflow.db").is_file() and not list(store.glob(".mlflow.db.tmp-*"))
+
+
+def test_a_pull_removes_only_the_fetched_directories_of_killed_pulls(tmp_path):
+    from foreshock.pipelines.pull_cmd import remove_killed_pulls
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    gone = ended.pid  # a process that has ended
+    killed = tmp_path / f"pull-20261205T000000Z-{gone}"
+    running = tmp_path / f"pull-20261205T000500Z-{os.getpid()}"  # a pull under way
+    older = tmp_path / "pull-20261101T000000Z"  # kept by [pull] keep_files before pids were named
+    for directory in (killed, running, older):
+        directory.mkdir()
+        (directory / "chunk-0001.json").write_text("{}")
+    assert remove_killed_pulls(tmp_path) == [killed]
+    assert not killed.exists() and running.is_dir() and older.is_dir()

@@ -32,7 +32,7 @@ def remove_temp_files(root: Path, *, only_dead_writers: bool = False) -> list[Pa
     for directory, _, files in os.walk(root):
         for name in files:
             match = TEMP_NAME.match(name)
-            if not match or (only_dead_writers and _process_alive(int(match.group(1)))):
+            if not match or (only_dead_writers and process_alive(int(match.group(1)))):
                 continue
             path = Path(directory) / name
             try:
@@ -43,7 +43,8 @@ def remove_temp_files(root: Path, *, only_dead_writers: bool = False) -> list[Pa
     return removed
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether the process ``pid`` (a writer named in a temp file's name) still runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

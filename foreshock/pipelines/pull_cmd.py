@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 from datetime import UTC, datetime
+from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -74,7 +76,10 @@ def pull_flow(
     from foreshock.pipelines.runtime import stamp
 
     config = Config.from_settings(settings)
-    fetched = fetch_task(settings, f"pull-{stamp()}", {"query": query, "step": step}, start, end)
+    if not config.section("pull")["keep_files"]:
+        remove_killed_pulls(config.pull_dir)
+    # the run's directory names its process: a killed pull's is removed by the next pull
+    fetched = fetch_task(settings, f"pull-{stamp()}-{os.getpid()}", {"query": query, "step": step}, start, end)
     report = None
     if fetched["files"]:
         report = ingest(settings, path=fetched["directory"], source="prometheus-json", force=True)
@@ -82,6 +87,20 @@ def pull_flow(
     if not config.section("pull")["keep_files"]:
         shutil.rmtree(fetched["directory"], ignore_errors=True)
     return {**{k: v for k, v in fetched.items() if k != "state"}, "ingest": report}
+
+
+def remove_killed_pulls(pull_dir: Path) -> list[Path]:
+    """Remove the fetched directories (``pull-<time>-<pid>``) of pulls killed before they
+    ingested and removed them: their chunks are fetched again, since the state was not saved."""
+    from foreshock.lake.atomic import process_alive
+
+    removed = []
+    for directory in Path(pull_dir).glob("pull-*-*"):
+        pid = directory.name.rsplit("-", 1)[1]
+        if directory.is_dir() and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
 
 
 def run_pull(args: argparse.Namespace, config: Config) -> int:

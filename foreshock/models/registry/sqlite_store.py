@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from urllib.parse import unquote
 
+from foreshock.lake.atomic import process_alive
+
 
 def create_sqlite_store(uri: str) -> None:
     """Create the SQLite store ``uri`` names, if it is missing, whole or not at all.
@@ -44,15 +46,5 @@ def _remove_dead_creations(db: Path) -> None:
     """Remove the temp stores (and their SQLite journals) of creators that were killed."""
     for path in db.parent.glob(f".{db.name}.tmp-*"):
         pid = path.name.removeprefix(f".{db.name}.tmp-").split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
