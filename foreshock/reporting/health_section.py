@@ -66,6 +66,25 @@ def _rows(frame: pl.DataFrame, columns: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def grouped_gaps(findings: pl.DataFrame) -> pl.DataFrame:
+    """The findings with a node's scrape gaps that read alike (the whole node went silent)
+    as one row, ``unit_id`` saying how many GPUs; other findings as they are."""
+    gaps = findings.filter(pl.col("kind") == "scrape_gap")
+    if gaps.height == 0:
+        return findings
+    rows = (
+        gaps.group_by("kind", "node", "metric", "detail", "check", maintain_order=True)
+        .agg(pl.col("since").min(), pl.col("unit_id").sort())
+        .with_columns(
+            pl.when(pl.col("unit_id").list.len() > 1)
+            .then(pl.format("{} GPUs: {}", pl.col("unit_id").list.len(), pl.col("unit_id").list.join(", ")))
+            .otherwise(pl.col("unit_id").list.first())
+            .alias("unit_id")
+        )
+    )
+    return pl.concat([rows.select(findings.columns), findings.filter(pl.col("kind") != "scrape_gap")])
+
+
 def _findings(findings: pl.DataFrame | None) -> str:
     if findings is None:
         return '<p class="missing">No telemetry health in the newest publish ([health] enabled = false).</p>'
@@ -73,8 +92,9 @@ def _findings(findings: pl.DataFrame | None) -> str:
         return "<p>No telemetry health finding: every unit reports every metric its peers report, nothing stuck.</p>"
     counts = findings.group_by("kind").len().sort("len", descending=True)
     summary = ", ".join(f"{_esc(k)}: {n}" for k, n in counts.iter_rows())
-    shown = findings.head(MAX_FINDINGS)
-    more = f" (the first {MAX_FINDINGS}; all in telemetry_health.csv)" if findings.height > MAX_FINDINGS else ""
+    rows = grouped_gaps(findings)
+    shown = rows.head(MAX_FINDINGS)
+    more = f" (the first {MAX_FINDINGS} rows; all in telemetry_health.csv)" if rows.height > MAX_FINDINGS else ""
     table = _rows(shown, ["kind", "unit_id", "node", "metric", "since", "detail", "check"])
     return f"<p>{findings.height} finding(s){more}: {summary}.</p>{table}"
 

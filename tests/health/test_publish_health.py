@@ -4,7 +4,7 @@ enabled = false`` writes none of it."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 from health_fleet import ACCEL, EXPECTED, FLAT, STUCK, UNITS, drains, inventory, raw_samples, trend_features
@@ -13,9 +13,10 @@ from foreshock.drain.health_files import health_paths, read_findings, read_watch
 from foreshock.drain.outbox import publish
 from foreshock.drain.outbox_files import read_manifest, read_published_list
 from foreshock.features.store import partition_path
+from foreshock.health.telemetry import FINDING_SCHEMA
 from foreshock.lake.merge import merge_into_lake
 from foreshock.models.registry.score_files import latest_path
-from foreshock.reporting.health_section import health_section, health_view
+from foreshock.reporting.health_section import grouped_gaps, health_section, health_view
 
 
 def _fill(config) -> None:
@@ -83,3 +84,19 @@ def test_health_off_publishes_none_of_it(health_config):
     assert read_published_list(result.directory)["degradation_trend"].null_count() == result.risk_list.height
     assert "foreshock_telemetry_findings" not in result.textfile.read_text()
     assert "run foreshock publish" in health_section(health_view(result.directory))
+
+
+def test_the_page_shows_a_node_wide_gap_once():
+    at = datetime(2026, 11, 1, tzinfo=UTC)
+    rows = [
+        ("scrape_gap", "n1-gpu0", "n1", None, at, "no sample for 3.0 h", "check n1"),
+        ("scrape_gap", "n1-gpu1", "n1", None, at, "no sample for 3.0 h", "check n1"),
+        ("scrape_gap", "n2-gpu0", "n2", None, at, "no sample for 1.5 h", "check n2"),
+        ("sentinel", "n1-gpu1", "n1", "gpu_temp_c", at, "pinned", "check n1"),
+    ]
+    shown = grouped_gaps(pl.DataFrame(rows, schema=FINDING_SCHEMA, orient="row"))
+    assert shown.select("kind", "unit_id").rows() == [
+        ("scrape_gap", "2 GPUs: n1-gpu0, n1-gpu1"),
+        ("scrape_gap", "n2-gpu0"),
+        ("sentinel", "n1-gpu1"),
+    ]
