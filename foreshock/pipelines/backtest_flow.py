@@ -68,8 +68,11 @@ def plan_task(settings: dict) -> int:
 
 @task(name="backtest-fold", cache_policy=NO_CACHE)
 def fold_task(settings: dict, index: int, scores_dir: str) -> dict:
-    """Fit and score fold ``index``; its scores go under ``scores_dir``."""
-    return _plan(Config.from_settings(settings)).jobs[index].run(Path(scores_dir))
+    """Fit and score fold ``index``; its scores go under ``scores_dir``.  The fold's fits
+    stay in this task (a fit sent on to the cluster from inside a task could wait for
+    workers that are all busy with folds)."""
+    config = Config.from_settings(settings).with_overrides({"runner": {"kind": "local"}})
+    return _plan(config).jobs[index].run(Path(scores_dir))
 
 
 @task(name="backtest-judge", cache_policy=NO_CACHE)
