@@ -106,7 +106,7 @@ def is_io_error(exc: BaseException) -> bool:
         seen.add(id(exc))
         if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):
             return False
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) or _server_busy(exc):
             return True
         found = IO_ERROR_TEXT.search(str(exc))
         if found:
@@ -115,6 +115,22 @@ def is_io_error(exc: BaseException) -> bool:
         # user error even though urllib's HTTPError (an OSError) was being handled.
         exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     return False
+
+
+# What a busy HTTP server (the Prefect API on SQLite under load: "503 Service Unavailable")
+# answers for "try again later".
+BUSY_STATUS = {429, 502, 503, 504}
+
+
+def _server_busy(exc: BaseException) -> bool:
+    """An HTTP call (httpx: Prefect's client) that could not connect, timed out, or was told
+    to come back later: the soak saw cycles fail on the Prefect server's 503s."""
+    httpx = sys.modules.get("httpx")  # only a process that made such a call has it loaded
+    if httpx is None:
+        return False
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in BUSY_STATUS
 
 
 def print_json(value: object) -> None:

@@ -126,3 +126,21 @@ def test_serve_ends_the_runs_a_killed_serve_left_and_frees_their_slot(prefect_se
         assert client.set_flow_run_state(waiting.id, Pending()).state.is_pending()  # the next one runs
         client.set_flow_run_state(waiting.id, Running())
         assert crash_orphaned_runs(["foreshock-cycle"]) == [waiting.name]  # leaves nothing held
+
+
+def test_a_busy_or_unreachable_prefect_server_is_retried_a_bad_request_is_not():
+    """A stage whose Prefect API call met a busy server (the soak's cycles failed on SQLite's
+    503s under load) is retried like other I/O; a 4xx answer is not."""
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    from foreshock.pipelines.runtime import is_io_error
+
+    request = httpx.Request("POST", "http://127.0.0.1:4200/api/task_runs/")
+
+    def answered(status: int) -> Exception:
+        return PrefectHTTPStatusError(f"{status}", request=request, response=httpx.Response(status, request=request))
+
+    assert is_io_error(answered(503)) and is_io_error(answered(429))
+    assert is_io_error(httpx.ConnectError("connection refused", request=request))
+    assert not is_io_error(answered(400)) and not is_io_error(answered(404))
