@@ -8,8 +8,8 @@ ingest`` stores it; neither is timed here (``benchmarks/bench_ingest.py --format
 simulator`` times the ingest).  Then, in rounds whose order turns each round:
 
 - **features**: ``foreshock --data-dir D features --full`` as a subprocess, exactly as an
-  operator runs it (imports, the Prefect flow, every snapshot rebuilt from the raw
-  partitions, the rollup cache emptied first, every partition written);
+  operator runs it (imports, the Prefect flow, every snapshot built from the raw
+  partitions into an emptied feature store, every partition written);
 - **floor**: one lazy Polars scan of every sample partition grouped per unit, metric and
   hour (the snapshot grain) with mean, max and count, plus one write (zstd Parquet) of a
   frame the size of the command's output (the output itself, read before the clock starts):
@@ -109,8 +109,9 @@ def worker_floor(data_dir: Path) -> dict:
 
 
 def run_features(data_dir: Path, env: dict[str, str]) -> dict:
-    """The whole command, the rollup cache removed first (a full build from the raw data)."""
-    shutil.rmtree(data_dir / "features" / "_rollups", ignore_errors=True)
+    """The whole command on an empty feature store (no stored snapshot to merge with, no
+    cached rollup: a full build from the raw data)."""
+    shutil.rmtree(data_dir / "features", ignore_errors=True)
     result = _child_usage([*CLI, "--data-dir", str(data_dir), "features", "--full"], env)
     rows = int(result["stdout"].split("features: ", 1)[1].split()[0])
     return {**result, "rows": rows}
@@ -220,13 +221,11 @@ def main() -> None:
             if not (data_dir / "lake" / "samples").is_dir():
                 shutil.rmtree(data_dir, ignore_errors=True)
                 print(prepare(data_dir, units, args.days, base_env), flush=True)
-            # a first build, so the floor has the output to write
-            if not any((data_dir / "features").glob("date=*")):
-                run_features(data_dir, next(iter(envs.values())))
 
             def run(kind: str, data_dir: Path = data_dir) -> dict:
                 return run_floor(data_dir, base_env) if kind == "floor" else run_features(data_dir, envs[kind])
 
+            # The floor last in the first round: it writes the output the command stored.
             runs = in_rounds([*envs, "floor"], run, args.repeat)
             floor = typical(runs["floor"], "peak_rss_mb")
             rows, columns = floor["output"]
