@@ -273,6 +273,21 @@ def test_bad_input_is_quarantined_or_rejected_and_good_rows_stored(case, tmp_pat
     assert case.field is None or row["field"] == case.field
 
 
+def test_a_quarantined_prometheus_json_sample_shows_its_series_labels_and_the_sample(tmp_path, config):
+    t = START.timestamp() + 1200
+    landing = write_landing(tmp_path / "raw", nodes=1, gpus=2, days=1)
+    ingest_path(landing.root / "inventory.csv", config)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "replay.json").write_bytes(prom_json("NaN", t))
+
+    report = ingest_path(inbox, config)
+
+    quarantine = pl.concat([pl.read_parquet(q) for q in report.quarantine_files])
+    labels = '{"Hostname": "gpu-node001", "__name__": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "gpu": "0"}'
+    assert quarantine.select("line", "raw").rows() == [(1, f'{labels} [{t}, "NaN"]')]
+
+
 def test_exact_duplicates_are_dropped_and_counted_not_quarantined(tmp_path, config):
     path = tmp_path / "samples.csv"
     path.write_bytes(canonical(GOOD[0], GOOD[1]))
