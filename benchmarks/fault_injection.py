@@ -249,7 +249,11 @@ def inject(harness: Harness, stage: str, rng: random.Random, within: tuple[float
         left, mismatches = leftovers(harness.data), compare(stage, clean, harness.data, published)
     else:
         left, mismatches = [], [f"rerun exit {code}"]
-    return Trial(stage, delay, killed, stale, partial, code, left, mismatches)
+    trial = Trial(stage, delay, killed, stale, partial, code, left, mismatches)
+    if trial.failed:  # kept for a look (under --work; a temp work directory goes at the end)
+        kept = harness.work / f"failed-{stage}-{delay:.1f}s"
+        shutil.copytree(harness.data, kept, symlinks=True, dirs_exist_ok=True)
+    return trial
 
 
 def summarise(trials: list[Trial], clean_seconds: dict[str, float]) -> str:
