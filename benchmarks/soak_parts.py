@@ -28,11 +28,13 @@ DEPLOYMENTS = ("foreshock-ingest", "foreshock-cycle", "foreshock-retrain")
 NOT_LANDED = ("scrape", "ground_truth.parquet", "simulation.json")
 
 
-def site_config(ingest_every: float, extra: str = "") -> str:
+def site_config(ingest_every: float, extra: str = "", scheduled: bool = True) -> str:
     """``[schedule]`` intervals: an ingest per 5 simulated minutes, a cycle per hour, the
-    retrain by hand.  The simulated fleet lies in the past: its scores are old."""
+    retrain by hand (``scheduled=False``: every run by hand, see :class:`Trigger`).  The
+    simulated fleet lies in the past: its scores are old."""
+    ingest, cycle = (f"{ingest_every:g}s", f"{ingest_every * CYCLE_EVERY:g}s") if scheduled else ("", "")
     return (
-        f'[schedule]\ningest = "{ingest_every:g}s"\ncycle = "{ingest_every * CYCLE_EVERY:g}s"\nretrain = ""\n'
+        f'[schedule]\ningest = "{ingest}"\ncycle = "{cycle}"\nretrain = ""\n'
         '[ingest]\ntimezone = "UTC"\n[policy]\nmax_score_age = "3650d"\n' + extra
     )
 
@@ -208,3 +210,22 @@ def slope(values: list[float]) -> float:
     mean_x, mean_y = (n - 1) / 2, sum(values) / n
     num = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values))
     return num / sum((i - mean_x) ** 2 for i in range(n))
+
+
+class Trigger(threading.Thread):
+    """Creates the runs a schedule would: an ingest run every ``every`` seconds and a cycle
+    run every ``CYCLE_EVERY`` of those, through the API (for a Prefect server without its
+    scheduler service, such as the test harness's ephemeral one)."""
+
+    def __init__(self, base: str, deployments: dict, every: float):
+        super().__init__(daemon=True)
+        self.base, self.deployments, self.every = base, deployments, every
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        tick = 0
+        while not self.stopped.wait(self.every):
+            tick += 1
+            due = ["foreshock-ingest"] + (["foreshock-cycle"] if tick % CYCLE_EVERY == 0 else [])
+            for name in due:
+                api(self.base, f"/deployments/{self.deployments[name]['id']}/create_flow_run", {})
