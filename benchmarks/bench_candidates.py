@@ -43,15 +43,19 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_real_disks import GROWTH_DAYS, HORIZON, daily_levels, judge_shares, rule_scores  # noqa: E402
 
-# name -> keys of models/lightgbm.toml changed (a table key by key); "gbm" is today's recipe.
+# name -> keys of models/lightgbm.toml changed (a table key by key); "gbm" is today's recipe
+# (fleet_weighted since it won; "unweighted" is the recipe before).
 CANDIDATES: dict[str, dict] = {
     "gbm": {},
+    "unweighted": {"fleet_weighted": False},
     "fleet": {"fleet_weighted": True},
     "rank": {"rank_by_snapshot": True, "lightgbm": {"objective": "lambdarank"}},
     "rank_fleet": {"fleet_weighted": True, "rank_by_snapshot": True, "lightgbm": {"objective": "lambdarank"}},
     "drop_constant": {"drop_constant": True},
     "fleet_drop": {"fleet_weighted": True, "drop_constant": True},
     "tuned": {"tune_num_leaves": [7, 15, 31]},
+    "fleet_tuned": {"fleet_weighted": True, "tune_num_leaves": [7, 15, 31]},
+    "fleet_no_monotone": {"fleet_weighted": True, "monotone_increasing": []},
     "no_monotone": {"monotone_increasing": []},
     "no_rules": {"rules": False},
     "leaves31": {"lightgbm": {"num_leaves": 31, "min_data_in_leaf": 50}},
