@@ -17,7 +17,8 @@ Data sets (each prepared once under ``--work``, then reused):
     failing as often as Llama 3's (0.5 per 1,000 GPU-days in service, about 120 failures,
     the demo's modes and precursors), hourly snapshots, 72-hour horizon, a budget of 0.1 %
     of the GPUs reporting each day (about 4 a day).  Heavy: the simulation alone writes
-    ~7 GB of raw telemetry; run it on its own (``--only gpu-real-rate``).
+    ~7 GB of raw telemetry; run it on its own (``--only gpu-real-rate``; ``--gpu-units
+    2048`` for half the fleet).
 
 Each step runs as its own ``foreshock`` process (what a user runs), timed: wall time, CPU
 time and peak RSS of that process.  After each backtest the report's tables are printed,
@@ -67,7 +68,7 @@ class DataSet:
     before: object = None  # a callable run before the commands (a generator)
 
 
-def datasets(work: Path, days_1024: int) -> dict[str, DataSet]:
+def datasets(work: Path, days_1024: int, gpu_units: int = 4096) -> dict[str, DataSet]:
     demo, big, smart, real = work / "demo", work / "fleet1024", work / "smart", work / "gpu-real-rate"
     return {
         "demo-7d": DataSet(
@@ -103,7 +104,7 @@ def datasets(work: Path, days_1024: int) -> dict[str, DataSet]:
             [
                 [
                     "simulate",
-                    *("--units", "4096", "--days", "60", "--failure-rate", "0.5"),
+                    *("--units", str(gpu_units), "--days", "60", "--failure-rate", "0.5"),
                     *("--out", str(real / "raw/sim")),
                 ],
                 ["ingest", "--path", str(real / "raw/sim"), "--timezone", "UTC"],
@@ -214,8 +215,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/foreshock-evaluate"))
     parser.add_argument("--only", nargs="*", help="data set names (default: all)")
     parser.add_argument("--days-1024", type=int, default=14)
+    parser.add_argument("--gpu-units", type=int, default=4096, help="GPUs of gpu-real-rate (2048: half the work)")
     args = parser.parse_args()
-    sets = datasets(args.work, args.days_1024)
+    sets = datasets(args.work, args.days_1024, args.gpu_units)
     chosen = args.only or list(sets)
     summary = []
     for name in chosen:
