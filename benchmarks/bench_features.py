@@ -80,32 +80,55 @@ def _child_usage(command: list[str], env: dict[str, str]) -> dict:
     }
 
 
-def worker_floor(data_dir: Path) -> dict:
-    """The floor, in this (child) process: one scan + group_by + one write of the output."""
+def _usage() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), usage.ru_utime + usage.ru_stime
+
+
+def worker_floor(data_dir: Path, stream: bool = False) -> dict:
+    """The floor, in this (child) process: one scan + group_by + one write of the output.
+
+    The output is read whole before the clock starts, then written; with ``stream`` (a
+    lake and output too large to hold at once) the lake is aggregated one partition at a
+    time and the output is read and written in one streaming pass, and the time of
+    reading it alone (measured after) is taken off."""
     from foreshock.lake.layout import partition_files
 
     files = partition_files(data_dir / "lake", "samples")
-    output = pl.read_parquet(sorted((data_dir / "features").glob("date=*/shard=*/part.parquet")))
+    outputs = sorted((data_dir / "features").glob("date=*/shard=*/part.parquet"))
+    output = None if stream else pl.read_parquet(outputs)
     target = data_dir / "floor-output.parquet"
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu_started, started = usage.ru_utime + usage.ru_stime, time.perf_counter()
-    aggregated = (
-        pl.scan_parquet(files)
-        .group_by("unit_id", "metric", pl.col("ts").dt.truncate("1h"))
-        .agg(pl.col("value").mean().alias("mean"), pl.col("value").max().alias("max"), pl.len())
-        .collect()
-    )
-    output.write_parquet(target, compression="zstd", statistics=True)
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    measured = {
-        "seconds": time.perf_counter() - started,
-        "cpu": usage.ru_utime + usage.ru_stime - cpu_started,
-        "peak_rss_mb": usage.ru_maxrss / 1024,
-        "groups": aggregated.height,
-        "output": list(output.shape),
-    }
+    started, cpu_started = _usage()
+
+    def aggregate(paths: list[Path]) -> int:
+        return (
+            pl.scan_parquet(paths)
+            .group_by("unit_id", "metric", pl.col("ts").dt.truncate("1h"))
+            .agg(pl.col("value").mean().alias("mean"), pl.col("value").max().alias("max"), pl.len())
+            .collect()
+            .height
+        )
+
+    # Streaming: partition by partition (a group, one unit, metric and hour, lies in one
+    # date x shard partition: the same groups, one partition's rows held at a time).
+    groups = sum(aggregate([path]) for path in files) if stream else aggregate(files)
+    if output is None:
+        pl.scan_parquet(outputs).sink_parquet(target, compression="zstd", statistics=True)
+    else:
+        output.write_parquet(target, compression="zstd", statistics=True)
+    ended, cpu_ended = _usage()
+    shape = pl.scan_parquet(target).select(pl.len()).collect().item(), len(pl.read_parquet_schema(target))
     target.unlink()
-    return measured
+    measured = {"seconds": ended - started, "cpu": cpu_ended - cpu_started, "groups": groups}
+    if stream:
+        read_started, read_cpu = _usage()
+        for path in outputs:
+            pl.read_parquet(path)
+        read_ended, read_cpu_ended = _usage()
+        measured["seconds"] -= read_ended - read_started
+        measured["cpu"] -= read_cpu_ended - read_cpu
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {**measured, "peak_rss_mb": usage.ru_maxrss / 1024, "output": list(shape), "stream": stream}
 
 
 def run_features(data_dir: Path, env: dict[str, str]) -> dict:
@@ -117,9 +140,9 @@ def run_features(data_dir: Path, env: dict[str, str]) -> dict:
     return {**result, "rows": rows}
 
 
-def run_floor(data_dir: Path, env: dict[str, str]) -> dict:
+def run_floor(data_dir: Path, env: dict[str, str], stream: bool) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--worker", "floor", "--data-dir", str(data_dir)],
+        [sys.executable, __file__, "--worker", "floor-stream" if stream else "floor", "--data-dir", str(data_dir)],
         env=env,
         capture_output=True,
         text=True,
@@ -186,11 +209,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, metavar="N", help="rounds of runs (default 3)")
     parser.add_argument("--work", type=Path, help="where the data sets go (default: a temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the data sets (reused by a later run with --work)")
-    parser.add_argument("--worker", choices=["floor"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--stream-floor-from",
+        type=int,
+        default=2048,
+        metavar="GPUS",
+        help="from this size on, the floor aggregates one lake partition at a time and streams the output from "
+        "the store to its file instead of holding it (the read is measured apart and taken off); default 2048",
+    )
+    parser.add_argument("--worker", choices=["floor", "floor-stream"], help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker_floor(args.data_dir)))
+        print(json.dumps(worker_floor(args.data_dir, stream=args.worker == "floor-stream")))
         return
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-features-"))
     scratch = Path(tempfile.mkdtemp(prefix="bench-features-code-"))
@@ -222,8 +253,10 @@ def main() -> None:
                 shutil.rmtree(data_dir, ignore_errors=True)
                 print(prepare(data_dir, units, args.days, base_env), flush=True)
 
-            def run(kind: str, data_dir: Path = data_dir) -> dict:
-                return run_floor(data_dir, base_env) if kind == "floor" else run_features(data_dir, envs[kind])
+            def run(kind: str, data_dir: Path = data_dir, stream: bool = units >= args.stream_floor_from) -> dict:
+                if kind == "floor":
+                    return run_floor(data_dir, base_env, stream)
+                return run_features(data_dir, envs[kind])
 
             # The floor last in the first round: it writes the output the command stored.
             runs = in_rounds([*envs, "floor"], run, args.repeat)
@@ -231,7 +264,7 @@ def main() -> None:
             rows, columns = floor["output"]
             print(
                 f"{units:,} GPUs: output {rows:,} snapshots x {columns} columns; load {os.getloadavg()[0]:.1f}\n"
-                f"  floor: {_line('floor', floor)}",
+                f"  floor{' (output streamed; its read taken off)' if floor['stream'] else ''}: {_line('floor', floor)}",
                 flush=True,
             )
             measured[units] = {}
