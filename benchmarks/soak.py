@@ -381,7 +381,6 @@ def run_soak(args: argparse.Namespace, work: Path) -> int:
             problems += _phase_problems(after, soak, feed, len(feed.chunks), after_kill=True)
         feeder.stopped.set()
         stop_server(soak.serve)
-        time.sleep(1)
         if group_alive(soak.serve.pid):
             problems.append("processes of serve's group outlived it")
         left = leftovers(data)

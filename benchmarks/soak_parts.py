@@ -191,15 +191,20 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process of the process group ``pgid`` is left."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def group_alive(pgid: int, wait: float = 15.0) -> bool:
+    """Whether any process of the process group ``pgid`` is still there after ``wait``
+    seconds (a child that just died is a zombie until init reaps it)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.5)
 
 
 def slope(values: list[float]) -> float:
