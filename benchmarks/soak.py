@@ -51,12 +51,14 @@ from soak_parts import (  # noqa: E402
     Feeder,
     api,
     children,
+    descendants,
     flow_runs,
     group_alive,
     rss_kb,
     site_config,
     slope,
     split_days,
+    still_running,
     wait_deployments,
 )
 
@@ -380,9 +382,10 @@ def run_soak(args: argparse.Namespace, work: Path) -> int:
                 problems.append("no cycle completed after the restart")
             problems += _phase_problems(after, soak, feed, len(feed.chunks), after_kill=True)
         feeder.stopped.set()
+        below = descendants(soak.serve.pid)  # the runs under way: serve's to end when it stops
         stop_server(soak.serve)
-        if group_alive(soak.serve.pid):
-            problems.append("processes of serve's group outlived it")
+        if group_alive(soak.serve.pid) or still_running(below):
+            problems.append(f"processes of serve's outlived it: {still_running(below, 0)}")
         left = leftovers(data)
         if left:
             problems.append(f"left over: {left[:5]}")

@@ -191,6 +191,33 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...)."""
+    out, todo = [], children(pid)
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo += children(child)
+    return out
+
+
+def still_running(pids: list[int], wait: float = 15.0) -> list[int]:
+    """Those of ``pids`` that still run (not zombies) after ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        running = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                running.append(pid)
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.5)
+
+
 def group_alive(pgid: int, wait: float = 15.0) -> bool:
     """Whether any process of the process group ``pgid`` is still there after ``wait``
     seconds (a child that just died is a zombie until init reaps it)."""

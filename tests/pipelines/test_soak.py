@@ -95,9 +95,10 @@ def test_a_short_soak_lands_every_row_once_and_publishes_every_cycle(
             (tmp_path / "serve.log").read_text()[-3000:],
         )
         assert all(s.rss_kb > 0 for s in run.samples)
+        below = soak.descendants(run.serve.pid)
     finally:
         run.stop()
-    assert not soak.group_alive(run.serve.pid), "a process of serve's outlived it"
+    assert not soak.group_alive(run.serve.pid) and not soak.still_running(below), "a process of serve's outlived it"
     assert soak.leftovers(data) == []
     assert soak.lake_equals_one_ingest(run) == []
 
