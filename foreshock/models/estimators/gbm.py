@@ -99,6 +99,13 @@ logger = logging.getLogger(__name__)
 # Every default of the model is in its recipe, models/lightgbm.toml (recipes.py); the
 # built-in exclusions by name, for tests that add to them:
 EXCLUDED_FEATURES = tuple(builtin_recipe("gbm")["exclude"])
+# The settings a saved model keeps (gbm.json) and is built from again.
+SETTINGS = (
+    *("horizons", "params", "lightgbm", "num_boost_round", "early_stopping_rounds", "early_stopping_metric"),
+    *("max_holdout_fraction", "max_pos_weight", "refit_full", "min_holdout_failures", "fallback_rounds"),
+    *("min_rounds", "seed", "monotone_increasing", "exclude", "rules", "error_counters", "fleet_weighted"),
+    *("rank_by_snapshot", "drop_constant", "tune_num_leaves"),
+)
 
 
 def _matches(name: str, patterns: tuple[str, ...] | list[str]) -> bool:
@@ -469,27 +476,7 @@ class GradientBoostedRisk:
             files[h] = name
         state = {
             "kind": self.kind,
-            "horizons": self.horizons,
-            "params": self.params,
-            "lightgbm": self.lightgbm,
-            "num_boost_round": self.num_boost_round,
-            "early_stopping_rounds": self.early_stopping_rounds,
-            "early_stopping_metric": self.early_stopping_metric,
-            "max_holdout_fraction": self.max_holdout_fraction,
-            "max_pos_weight": self.max_pos_weight,
-            "refit_full": self.refit_full,
-            "min_holdout_failures": self.min_holdout_failures,
-            "fallback_rounds": self.fallback_rounds,
-            "min_rounds": self.min_rounds,
-            "seed": self.seed,
-            "monotone_increasing": self.monotone_increasing,
-            "exclude": self.exclude,
-            "rules": self.rules,
-            "error_counters": self.error_counters,
-            "fleet_weighted": self.fleet_weighted,
-            "rank_by_snapshot": self.rank_by_snapshot,
-            "drop_constant": self.drop_constant,
-            "tune_num_leaves": self.tune_num_leaves,
+            **{key: getattr(self, key) for key in SETTINGS},
             "rules_": self.rules_.state() if self.rules_ is not None else None,
             "feature_names_": self.feature_names_,
             "boosters_": files,
@@ -504,32 +491,9 @@ class GradientBoostedRisk:
     def load(cls, path: Path) -> GradientBoostedRisk:
         path = Path(path)
         state = json.loads((path / "gbm.json").read_text())
-        settings = {
-            k: state[k]
-            for k in (
-                "horizons",
-                "params",
-                "num_boost_round",
-                "early_stopping_rounds",
-                "early_stopping_metric",
-                "max_holdout_fraction",
-                "max_pos_weight",
-                "refit_full",
-                "min_holdout_failures",
-                "fallback_rounds",
-                "min_rounds",
-                "seed",
-                "monotone_increasing",
-                "exclude",
-                "rules",
-                "error_counters",
-            )
-        }
-        for key in ("fleet_weighted", "rank_by_snapshot", "drop_constant"):  # saved before these settings: off
-            settings[key] = bool(state.get(key, False))
-        settings["tune_num_leaves"] = list(state.get("tune_num_leaves", []))
-        if "lightgbm" in state:  # saved before the recipes: the built-in recipe's (unchanged since)
-            settings["lightgbm"] = state["lightgbm"]
+        # a setting saved before it existed keeps the recipe's value (e.g. "lightgbm",
+        # saved since the recipes: the built-in one's, unchanged since)
+        settings = {key: state[key] for key in SETTINGS if key in state}
         model = cls(**settings)
         model.feature_names_ = state["feature_names_"]
         model.rules_ = ThresholdBaseline.from_state(state["rules_"]) if state["rules_"] else None
