@@ -37,9 +37,13 @@ def test_a_killed_lake_writer_reruns_to_the_clean_result(tmp_path, prefect_serve
     from prefect.settings import PREFECT_API_URL
 
     faults = load_harness()
+    from fault_prometheus import query_range_server
+
     harness = faults.prepare(tmp_path / "work", 16, 7, 11, PREFECT_API_URL.value(), sample_every="10m")
     stages = ("ingest", "features")
-    harness.clean_run(until=stages[-1])
+    with query_range_server(harness.work / "dcgm") as url:  # the DCGM series come by pull
+        harness.pull_url = url
+        harness.clean_run(until=stages[-1])
     rng = random.Random(seed)
     # killed in the first half of the clean run time, so the kill lands before the stage ends
     trials = [faults.inject(harness, stage, rng, within=(0.1, 0.5)) for stage in stages]
