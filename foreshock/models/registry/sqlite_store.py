@@ -9,8 +9,9 @@ from urllib.parse import unquote
 from foreshock.lake.atomic import process_alive
 
 
-def create_sqlite_store(uri: str) -> None:
-    """Create the SQLite store ``uri`` names, if it is missing, whole or not at all.
+def create_sqlite_store(uri: str, artifact_root: str | None) -> None:
+    """Create the SQLite store ``uri`` names, if it is missing, whole or not at all, with
+    ``artifact_root`` as its default artifact location (the caller's choice).
 
     MLflow creates a new store by running its schema migrations one by one, which takes tens
     of seconds on a busy machine; a process killed meanwhile left a half-migrated store that
@@ -25,13 +26,11 @@ def create_sqlite_store(uri: str) -> None:
         return
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    from foreshock.models.registry.tracking import artifact_location  # where foreshock's experiments keep theirs
-
     db.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_creations(db)
     temp = db.with_name(f".{db.name}.tmp-{os.getpid()}")
     temp.unlink(missing_ok=True)
-    SqlAlchemyStore(f"sqlite:///{temp}", artifact_location(uri)).engine.dispose()
+    SqlAlchemyStore(f"sqlite:///{temp}", artifact_root).engine.dispose()
     with open(temp, "rb+") as handle:
         os.fsync(handle.fileno())
     try:

@@ -71,7 +71,7 @@ def tracking_uri(store: Path) -> str:
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = mlflow_tracking_uri(store)
-    create_sqlite_store(uri)
+    create_sqlite_store(uri, artifact_location(uri))
     mlflow.set_tracking_uri(uri)
     return uri
 
@@ -98,7 +98,7 @@ def experiment_id(name: str = DEFAULT_EXPERIMENT, store: Path | None = None) -> 
     import mlflow
 
     uri = tracking_uri(store) if store is not None else mlflow.get_tracking_uri()
-    create_sqlite_store(uri)
+    create_sqlite_store(uri, artifact_location(uri))
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
