@@ -13,8 +13,10 @@ A ``[schedule]`` entry is a cron expression or an interval written as a duration
 a soak (``benchmarks/soak.py`` runs 24 simulated hours of 5-minute ingests and hourly cycles
 in minutes).
 
-Every deployment has a concurrency limit of 1 (a second run waits in the queue: two cycles
-never race on the outbox), its parameters are plain values (the data directory and the
+Every deployment has a concurrency limit of 1 (a second cycle or retrain waits in the queue:
+two cycles never race on the outbox; an ingest due while one still runs is cancelled, since
+each ingest takes every file landed so far, and queued ingests only pile up behind a slow
+one), its parameters are plain values (the data directory and the
 configuration file), and each stage is retried with exponential backoff when it failed on
 I/O (``[schedule] retries``, ``retry_backoff``); a bad input fails at once.  Needs a Prefect
 server (``PREFECT_API_URL``); see "Run it in production" in the README.
@@ -123,6 +125,16 @@ def retrain(data_dir: str, config_path: str | None = None) -> dict:
 FLOWS = {"ingest": scheduled_ingest, "cycle": cycle, "retrain": retrain}
 
 
+# What a run due while the last one still runs does: an ingest is dropped (the running one or
+# the next takes every file landed meanwhile; queued ingests behind a slow one hammer the API),
+# a cycle or retrain waits its turn.
+COLLISION = {
+    "ingest": "CANCEL_NEW",
+    "cycle": "ENQUEUE",
+    "retrain": "ENQUEUE",
+}
+
+
 def deployments(config: Config, config_path: str | None, only: list[str] | None = None) -> list:
     """The RunnerDeployments to serve: cron or interval from ``[schedule]``, limit 1, plain parameters."""
     from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
@@ -139,7 +151,9 @@ def deployments(config: Config, config_path: str | None, only: list[str] | None 
             FLOWS[key].to_deployment(
                 name=name,
                 schedules=[_schedule(when, str(schedule["timezone"]))] if when else None,
-                concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
+                concurrency_limit=ConcurrencyLimitConfig(
+                    limit=1, collision_strategy=ConcurrencyLimitStrategy(COLLISION[key])
+                ),
                 parameters=parameters,
                 description=(FLOWS[key].description or "").strip().splitlines()[0],
                 tags=["foreshock"],

@@ -182,6 +182,6 @@ def test_prefect_deploy_accepts_prefect_yaml(prefect_server, site_config, tmp_pa
         got = found[name]
         assert got["entrypoint"] == want["entrypoint"] and got["parameters"] == want["parameters"]
         assert [(s["schedule"]["cron"], s["schedule"]["timezone"]) for s in got["schedules"]] == want["schedules"]
-        assert got["concurrency_options"]["collision_strategy"] == "ENQUEUE"
+        assert got["concurrency_options"]["collision_strategy"] == want["concurrency"][1]
         limit = got.get("global_concurrency_limit") or {}
         assert limit.get("limit") == 1 or got.get("concurrency_limit") == 1, got
