@@ -57,7 +57,8 @@ def test_fleet_report_page_renders_in_chromium(demo_data_dir, tmp_path, capsys):
             response = view.goto(page.as_uri(), wait_until="load")
             assert response is None or response.ok
             assert view.title() == "foreshock fleet risk"
-            assert view.locator("section").count() == 6
+            # the six above, telemetry health and trends, repeat offenders and learned actions
+            assert view.locator("section").count() == 8
             assert view.locator("svg").count() >= 2
             view.screenshot(path=str(shot), full_page=True)
         finally:
