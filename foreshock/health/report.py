@@ -10,6 +10,7 @@ from datetime import datetime
 import polars as pl
 
 from foreshock.config import Config
+from foreshock.features.build import lake_extent
 from foreshock.features.store import scan_features
 from foreshock.health.settings import HealthSettings
 from foreshock.health.telemetry import empty_findings, finding_counts, telemetry_findings
@@ -45,9 +46,10 @@ def _table(config: Config, name: str) -> pl.DataFrame | None:
 
 def lake_findings(config: Config, settings: HealthSettings) -> tuple[pl.DataFrame, datetime | None]:
     """Findings over the lake's last ``lookback`` and the newest sample they are judged at."""
-    newest = scan_table(config.lake_dir, "samples").select(pl.col("ts").max()).collect().item()
-    if newest is None:
+    extent = lake_extent(config.lake_dir)  # reads the newest date only, not the whole lake
+    if extent is None:
         return empty_findings(), None
+    newest = extent[1]
     start = newest - settings.lookback
     # A lazy scan: each check reads what it needs, the raw rows are never held whole.
     samples = scan_table(config.lake_dir, "samples", start=start.date()).filter(pl.col("ts") > start)
