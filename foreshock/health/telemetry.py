@@ -188,11 +188,15 @@ def metric_presence(
     """
     now_lit = pl.lit(now, UTC_TS)
     rows = samples.lazy()
-    per = rows.group_by("unit_id", "metric").agg(pl.col("ts").max().alias("last"), pl.len().alias("n")).collect()
+    # One pass over the rows: a unit's first and last sample follow from its metrics'.
+    per = (
+        rows.group_by("unit_id", "metric")
+        .agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"), pl.len().alias("n"))
+        .collect()
+    )
     units = (
         per.group_by("unit_id")
-        .agg(pl.col("last").max().alias("unit_last"))
-        .join(rows.group_by("unit_id").agg(pl.col("ts").min().alias("unit_first")).collect(), on="unit_id")
+        .agg(pl.col("last").max().alias("unit_last"), pl.col("first").min().alias("unit_first"))
         .join(_peers(inventory), on="unit_id", how="left")
     )
     gap_s = settings.scrape_gap.total_seconds()
