@@ -39,7 +39,6 @@ import math
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+from fault_injection import start_prefect_server, stop_server
 from rounds import extract_revision, in_rounds, paired, typical
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,32 +170,6 @@ def prepare(data_dir: Path, units: int, days: int, env: dict[str, str]) -> str:
     )
 
 
-def _prefect_server(home: Path) -> tuple[subprocess.Popen, str]:
-    """A Prefect server for the benchmark's commands (its own home and database)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    api = f"http://127.0.0.1:{port}/api"
-    import urllib.request
-
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"{api}/health", timeout=2)
-            return server, api
-        except OSError:
-            time.sleep(0.5)
-    server.terminate()
-    sys.exit("the Prefect server did not start")
-
-
 def _line(label: str, result: dict) -> str:
     return f"wall {result['seconds']:.2f} s, CPU {result['cpu']:.2f} s, peak RSS {result['peak_rss_mb']:,.0f} MB"
 
@@ -232,7 +206,7 @@ def main() -> None:
     if args.prefect in ("ephemeral", "both"):
         envs["features"] = base_env
     if args.prefect in ("server", "both"):
-        server, api = _prefect_server(scratch / "prefect-home")
+        server, api = start_prefect_server(scratch)  # its home: scratch/prefect
         envs["features/server"] = {**base_env, "PREFECT_API_URL": api}
     if args.before:
         code = extract_revision(args.before, scratch)
@@ -292,8 +266,7 @@ def main() -> None:
                 shutil.rmtree(data_dir, ignore_errors=True)
     finally:
         if server is not None:
-            server.terminate()
-            server.wait(timeout=60)
+            stop_server(server)
         shutil.rmtree(scratch, ignore_errors=True)
         if not args.keep and args.work is None:
             shutil.rmtree(work, ignore_errors=True)

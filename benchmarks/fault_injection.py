@@ -144,12 +144,14 @@ class Harness:
         return self.snapshot("empty" if index == 0 else f"after-{STAGES[index - 1]}")
 
 
-def start_prefect_server(work: Path) -> tuple[subprocess.Popen, str]:
-    """A Prefect server on 127.0.0.1 (free port, ``work/prefect`` as its home) in its own
-    session; returns the process and its API URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def start_prefect_server(work: Path, port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """A Prefect server on 127.0.0.1 (``port``, else a free one; ``work/prefect`` as its home,
+    so a restart on the same port finds the same database) in its own session; returns the
+    process and its API URL."""
+    if port is None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     log = open(work / "prefect-server.log", "ab")  # noqa: SIM115 - lives as long as the server

@@ -236,25 +236,8 @@ def kill_mid_cycle(soak: Soak, deployments: dict, timeout: float = 900) -> str:
 
 def restart_server(soak: Soak) -> None:
     """The Prefect server again, on the same port and database."""
-    port = soak.api_url.rsplit(":", 1)[1].split("/")[0]
-    env = {**os.environ, "PREFECT_HOME": str(soak.work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    with open(soak.work / "prefect-server.log", "ab") as log:
-        soak.server = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", port],
-            env=env,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            api(soak.api_url, "/health", attempts=1)
-            return
-        except OSError:
-            time.sleep(1)
-    raise SystemExit("the Prefect server did not restart")
+    port = int(soak.api_url.rsplit(":", 1)[1].split("/")[0])
+    soak.server, _ = start_prefect_server(soak.work, port)
 
 
 def lake_equals_one_ingest(soak: Soak) -> list[str]:
