@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from functools import cache
 from importlib import resources
@@ -56,6 +57,28 @@ def builtin_default(section: str, key: str) -> Any:
     """One key of the built-in ``foreshock.toml``: the default a dataclass built in code
     (a test, a notebook) takes, so no default is written twice."""
     return _builtin()[section][key]
+
+
+def builtin_field(section: str, key: str, kind: Callable[[Any], Any] = str) -> Any:
+    """A dataclass field whose default is ``[section] key`` of the built-in file, converted
+    by ``kind`` (``timedelta``: parsed as a duration).  The field remembers its section, key
+    and conversion, so :func:`section_values` reads a user's section the same way."""
+    convert = parse_duration if kind is timedelta else kind
+    return field(
+        default_factory=lambda: convert(builtin_default(section, key)),
+        metadata={"section": section, "key": key, "convert": convert},
+    )
+
+
+def section_values(cls: type, section: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of ``cls`` for its :func:`builtin_field` fields of ``[section]``,
+    read from ``values`` (a whole section: the built-in file supplies every key a user left
+    out) with each field's own conversion."""
+    return {
+        f.name: f.metadata["convert"](values[f.metadata["key"]])
+        for f in fields(cls)
+        if f.metadata.get("section") == section
+    }
 
 
 def mlflow_tracking_uri(store: Path) -> str:

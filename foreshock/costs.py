@@ -12,19 +12,16 @@ replay's "GPU-hours saved" is the quantity the policy optimises.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from foreshock.config import builtin_default
-from foreshock.durations import parse_duration
+from foreshock.config import builtin_field, section_values
 
 
-def policy_default(key: str, kind: type = str) -> Any:
+def policy_default(key: str, kind: Any = str) -> Any:
     """A dataclass field whose default is ``[policy] key`` of the built-in configuration."""
-    if kind is timedelta:
-        return field(default_factory=lambda: parse_duration(builtin_default("policy", key)))
-    return field(default_factory=lambda: kind(builtin_default("policy", key)))
+    return builtin_field("policy", key, kind)
 
 
 def _hours(delta: timedelta) -> float:
@@ -65,19 +62,7 @@ class DrainCosts:
         job_gpus = int(policy["job_gpus"])
         if job_gpus < 1:
             raise ValueError(f"[policy] job_gpus must be at least 1, got {job_gpus}")
-        return cls(
-            job_gpus=job_gpus,
-            **{
-                name: parse_duration(policy[name])
-                for name in (
-                    "checkpoint_interval",
-                    "checkpoint_write",
-                    "restart_time",
-                    "drain_overhead",
-                    "repair_turnaround",
-                )
-            },
-        )
+        return cls(**section_values(cls, "policy", policy))
 
     @property
     def failure_loss_gpu_hours(self) -> float:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from foreshock.config import builtin_default
+from foreshock.config import builtin_field, section_values
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
 from foreshock.durations import parse_duration
@@ -57,7 +57,7 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
 
 def _default(key: str, kind: Any) -> Any:
     """A field whose default is ``[policy] key`` of the built-in configuration."""
-    return field(default_factory=lambda: kind(builtin_default("policy", key)))  # one place for defaults
+    return builtin_field("policy", key, kind)
 
 
 @dataclass(frozen=True)
@@ -77,18 +77,7 @@ class LearnedSettings:
     @classmethod
     def from_policy(cls, policy: dict[str, Any]) -> LearnedSettings:
         """From a whole ``[policy]`` section (the built-in file supplies every key)."""
-        bands = tuple(sorted(float(b) for b in policy["learned_bands"]))
-        return cls(
-            chooser=str(policy["chooser"]),
-            bands=bands,
-            history=parse_duration(policy["learned_history"]),
-            min_drains=int(policy["learned_min_drains"]),
-            explore_rate=float(policy["explore_rate"]),
-            explore_per_day=int(policy["explore_per_day"]),
-            max_weight=float(policy["max_weight"]),
-            bootstrap=int(policy["bootstrap"]),
-            confidence=float(policy["confidence"]),
-        )
+        return cls(**section_values(cls, "policy", policy))
 
 
 def band_expr(risk: pl.Expr, bands: tuple[float, ...]) -> pl.Expr:

@@ -19,15 +19,15 @@ list carries ``repeat_offender`` and ``node_repeat_offender`` for every unit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
 
-from foreshock.config import builtin_default
+from foreshock.config import builtin_field, section_values
 from foreshock.contract import UTC_TS
-from foreshock.durations import format_duration, parse_duration
+from foreshock.durations import format_duration
 from foreshock.models.evaluation.caught import split_drained
 
 REPLACE = "replace"
@@ -48,10 +48,8 @@ LEMON_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def _lemon_default(key: str, kind: type) -> Any:
-    if kind is timedelta:
-        return field(default_factory=lambda: parse_duration(builtin_default("lemon", key)))
-    return field(default_factory=lambda: kind(builtin_default("lemon", key)))
+def _lemon_default(key: str, kind: Any) -> Any:
+    return builtin_field("lemon", key, kind)
 
 
 @dataclass(frozen=True)
@@ -79,14 +77,7 @@ class LemonSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> LemonSettings:
-        section = config.section("lemon")
-        return cls(
-            count=int(section["count"]),
-            node_count=int(section["node_count"]),
-            window=parse_duration(section["window"]),
-            replace=bool(section["replace"]),
-            replace_turnaround=parse_duration(section["replace_turnaround"]),
-        )
+        return cls(**section_values(cls, "lemon", config.section("lemon")))
 
     def describe(self) -> str:
         return (

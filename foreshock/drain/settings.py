@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from foreshock.budget import DailyBudget
-from foreshock.config import builtin_default
+from foreshock.config import builtin_field, section_values
 from foreshock.costs import DrainCosts, policy_default
 from foreshock.drain.learned import LearnedSettings
 from foreshock.drain.lemons import LemonSettings
@@ -57,8 +57,8 @@ class PolicySettings:
     max_drained_share_per_domain: float = policy_default("max_drained_share_per_domain", float)
     max_new_drains_per_run: int = policy_default("max_new_drains_per_run", int)
     burn_in: timedelta = policy_default("burn_in", timedelta)
-    horizon: str = field(default_factory=lambda: str(builtin_default("models", "horizon")))
-    fault_domains: tuple[str, ...] = field(default_factory=lambda: tuple(builtin_default("fleet", "fault_domains")))
+    horizon: str = builtin_field("models", "horizon", str)
+    fault_domains: tuple[str, ...] = builtin_field("fleet", "fault_domains", tuple)
     costs: DrainCosts = field(default_factory=DrainCosts)
     daily_budget: DailyBudget | None = None
     lemons: LemonSettings = field(default_factory=LemonSettings)
@@ -86,14 +86,10 @@ class PolicySettings:
         """Read ``[policy]``, ``[models] horizon`` and ``[fleet] fault_domains`` (the schema
         has checked their types; the built-in file supplies every key a user leaves out)."""
         policy = config.section("policy")
-        numbers = ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk")
-        shares = ("max_drained_share_cluster", "max_drained_share_per_domain")
         return cls(
-            **{name: float(policy[name]) for name in (*numbers, *shares)},
-            max_new_drains_per_run=int(policy["max_new_drains_per_run"]),
-            burn_in=parse_duration(policy["burn_in"]),
-            horizon=str(config.section("models")["horizon"]),
-            fault_domains=tuple(config.section("fleet")["fault_domains"]),
+            **section_values(cls, "policy", policy),
+            **section_values(cls, "models", config.section("models")),
+            **section_values(cls, "fleet", config.section("fleet")),
             costs=DrainCosts.from_policy(policy),
             daily_budget=DailyBudget.from_section(policy),
             lemons=LemonSettings.from_config(config),
