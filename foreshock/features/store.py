@@ -151,18 +151,28 @@ def write_features(
     return frame.height
 
 
+def _shard_ends(features_dir: Path) -> list[datetime]:
+    """Each shard's newest stored snapshot, read from its newest date's file only."""
+    newest: dict[str, Path] = {}
+    for path in feature_files(features_dir):
+        newest[path.parent.name] = path  # sorted by date: the last one wins
+    ends = [pl.scan_parquet(p).select(pl.col("ts").max()).collect().item() for p in newest.values()]
+    return [e for e in ends if e is not None]
+
+
 def last_snapshot(features_dir: Path) -> datetime | None:
     """The last snapshot every shard has stored (the minimum over shards of each shard's
     newest snapshot), or None when the store is empty.  Taking the minimum means a run that
     died after writing some shards of a date recomputes that date for all of them."""
-    newest: dict[str, Path] = {}
-    for path in feature_files(features_dir):
-        newest[path.parent.name] = path  # sorted by date: the last one wins
-    if not newest:
-        return None
-    ends = [pl.scan_parquet(p).select(pl.col("ts").max()).collect().item() for p in newest.values()]
-    ends = [e for e in ends if e is not None]
+    ends = _shard_ends(features_dir)
     return min(ends) if ends else None
+
+
+def newest_snapshot(features_dir: Path) -> datetime | None:
+    """The newest snapshot any shard has stored, or None when the store is empty (the
+    maximum where :func:`last_snapshot` takes the minimum; no scan of older dates)."""
+    ends = _shard_ends(features_dir)
+    return max(ends) if ends else None
 
 
 def _union_schema(files: list[Path]) -> dict[str, pl.DataType]:

@@ -11,7 +11,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.features.build import lake_extent
-from foreshock.features.store import scan_features
+from foreshock.features.store import newest_snapshot, scan_features
 from foreshock.health.settings import HealthSettings
 from foreshock.health.telemetry import empty_findings, finding_counts, telemetry_findings
 from foreshock.health.trends import empty_trends, needed_columns, trend_summary, unit_trends, watch_list
@@ -72,7 +72,7 @@ def store_trends(config: Config, settings: HealthSettings) -> pl.DataFrame:
     stored = scan_features(config)
     names = set(stored.collect_schema().names())
     columns = [c for c in needed_columns(config.catalog, settings, windows) if c in names]
-    newest = stored.select(pl.col("ts").max()).collect().item() if columns else None
+    newest = newest_snapshot(config.features_dir) if columns else None
     if newest is None:
         return empty_trends()
     start = newest - settings.sparkline_span - settings.trend_window
