@@ -72,7 +72,7 @@ class BacktestResult:
     them lazily, :attr:`scores` loads them whole.
     """
 
-    def __init__(self, scores: pl.DataFrame | SpilledScores, report: dict, folds: list[Fold] | None = None) -> None:
+    def __init__(self, scores: SpilledScores, report: dict, folds: list[Fold] | None = None) -> None:
         self._scores = scores
         self.report = report
         self.folds = list(folds or [])
@@ -81,21 +81,20 @@ class BacktestResult:
     def scores(self) -> pl.DataFrame:
         """``unit_id, ts, model, horizon, risk``: one row per unit, snapshot, model and
         horizon, sorted by model, horizon, unit and time; read whole (see :meth:`scan_scores`)."""
-        return self._scores if isinstance(self._scores, pl.DataFrame) else self._scores.collect()
+        return self._scores.collect()
 
     def scan_scores(self) -> pl.LazyFrame:
         """The scores, lazily (nothing is read until collected or sunk)."""
-        return self._scores.lazy() if isinstance(self._scores, pl.DataFrame) else self._scores.scan()
+        return self._scores.scan()
 
     @property
     def score_rows(self) -> int:
         """How many scores, without reading them."""
-        return self._scores.height if isinstance(self._scores, pl.DataFrame) else self._scores.rows()
+        return self._scores.rows()
 
     def close(self) -> None:
         """Remove the score files (the scores can no longer be read)."""
-        if isinstance(self._scores, SpilledScores):
-            self._scores.cleanup()
+        self._scores.cleanup()
 
     def __enter__(self) -> BacktestResult:
         return self
