@@ -50,7 +50,7 @@ from foreshock.models.evaluation.backtest_folds import (  # noqa: F401  (Fold, F
     run_in_workers,
 )
 from foreshock.models.evaluation.judging import judge_scores
-from foreshock.models.evaluation.spilled_scores import SpilledScores, sort_scores
+from foreshock.models.evaluation.spilled_scores import SpilledScores, batch_dir, sort_scores
 
 log = logging.getLogger("foreshock.backtest")
 
@@ -286,7 +286,7 @@ def walk_forward(
     workers = fold_workers(config, source, factories_given=factories is not None, folds=len(backtest.jobs))
     spilled = SpilledScores.temporary(work_dir)
     try:
-        batches = spilled.directory / "batches"
+        batches = batch_dir(spilled.directory)
         if workers > 1:
             notes = run_in_workers(backtest.jobs, batches, workers)
         else:
@@ -312,7 +312,7 @@ def judge_backtest(
 ) -> BacktestResult:
     """Judge the scores the folds wrote under ``spilled``'s ``batches/`` folder, all
     folds together (one model and horizon at a time); the result keeps ``spilled``."""
-    batch_files = sorted((spilled.directory / "batches").glob("fold-*/batch-*.parquet"))
+    batch_files = sorted(batch_dir(spilled.directory).glob("fold-*/batch-*.parquet"))
     sort_scores(batch_files, spilled)
     plan = backtest.plan
     report = judge_scores(

@@ -24,6 +24,12 @@ from foreshock.models.estimators.base import SCORE_SCHEMA
 ORDER = ("model", "horizon", "unit_id", "ts")
 
 
+def batch_dir(directory: Path) -> Path:
+    """Where the folds write their batch files under a working ``directory`` (until
+    :func:`sort_scores` rewrites them beside it)."""
+    return Path(directory) / "batches"
+
+
 class SpilledScores:
     """Score files under a working directory, in ``model, horizon, unit_id, ts`` order.
 
