@@ -35,6 +35,17 @@ def _plan(config: Config):
     return plan_backtest(inputs.feature_source(config), inputs.failures(config), config, drains=inputs.drains(config))
 
 
+def _judging_inputs(config: Config, ground_truth: str | None) -> dict:
+    """What the judging reads besides the scores and failures (both runners' last step)."""
+    from foreshock.models.evaluation.backtest import read_ground_truth
+
+    return {
+        "ground_truth": read_ground_truth(ground_truth),
+        "drains": inputs.drains(config),
+        "inventory": read_table(config.lake_dir, "inventory"),  # its fleet_weight, if any, reweights the figures
+    }
+
+
 def _write(result, out_dir: str) -> dict:
     from foreshock.models.evaluation.backtest_report import write_result
 
@@ -45,18 +56,11 @@ def _write(result, out_dir: str) -> dict:
 
 @task(name="backtest-run", cache_policy=NO_CACHE)
 def backtest_task(settings: dict, ground_truth: str | None, out_dir: str) -> dict:
-    from foreshock.models.evaluation.backtest import read_ground_truth, walk_forward
+    from foreshock.models.evaluation.backtest import walk_forward
 
     config = Config.from_settings(settings)
     source, failures = inputs.feature_source(config), inputs.failures(config)
-    result = walk_forward(
-        source,
-        failures,
-        config,
-        ground_truth=read_ground_truth(ground_truth),
-        drains=inputs.drains(config),
-        inventory=read_table(config.lake_dir, "inventory"),  # its fleet_weight, if any, reweights the figures
-    )
+    result = walk_forward(source, failures, config, **_judging_inputs(config, ground_truth))
     return _write(result, out_dir)
 
 
@@ -77,19 +81,13 @@ def fold_task(settings: dict, index: int, scores_dir: str) -> dict:
 
 @task(name="backtest-judge", cache_policy=NO_CACHE)
 def judge_task(settings: dict, notes: list[dict], work: str, ground_truth: str | None, out_dir: str) -> dict:
-    from foreshock.models.evaluation.backtest import judge_backtest, read_ground_truth
+    from foreshock.models.evaluation.backtest import judge_backtest
     from foreshock.models.evaluation.spilled_scores import SpilledScores
 
     config = Config.from_settings(settings)
+    spilled = SpilledScores([], Path(work))
     result = judge_backtest(
-        _plan(config),
-        notes,
-        SpilledScores([], Path(work)),
-        inputs.failures(config),
-        config,
-        ground_truth=read_ground_truth(ground_truth),
-        drains=inputs.drains(config),
-        inventory=read_table(config.lake_dir, "inventory"),
+        _plan(config), notes, spilled, inputs.failures(config), config, **_judging_inputs(config, ground_truth)
     )
     return _write(result, out_dir)
 
@@ -101,10 +99,12 @@ def backtest_flow(settings: dict, ground_truth: str | None = None, out_dir: str 
     out = out_dir or str(config.backtest_dir)
     if config.section("runner")["kind"] == "local":
         return backtest_task(settings, ground_truth, out)
+    from foreshock.models.evaluation.spilled_scores import batch_dir
+
     work = config.staging_dir / f"backtest-{uuid.uuid4().hex[:12]}"
     try:
         folds = plan_task(settings)
-        futures = [fold_task.submit(settings, i, str(work / "batches")) for i in range(folds)]
+        futures = [fold_task.submit(settings, i, str(batch_dir(work))) for i in range(folds)]
         notes = [future.result() for future in futures]
         return judge_task(settings, notes, str(work), ground_truth, out)
     finally:
