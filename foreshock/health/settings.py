@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
-from foreshock.config import Config
-from foreshock.durations import parse_duration
+from foreshock.config import Config, builtin_field, section_values
+
+
+def _health(key: str, kind: Any) -> Any:
+    """A field defaulting to ``[health] key`` of the built-in configuration."""
+    return builtin_field("health", key, kind)
+
+
+def _tuple_of(kind: Any) -> Any:
+    """The conversion of a list setting to a tuple of ``kind``."""
+    return lambda values: tuple(kind(v) for v in values)
 
 
 @dataclass(frozen=True)
@@ -42,36 +52,21 @@ class HealthSettings:
         Add the ``health_*`` model feature columns.
     """
 
-    enabled: bool = True
-    lookback: timedelta = timedelta(days=7)
-    scrape_gap: timedelta = timedelta(hours=1)
-    stuck_after: timedelta = timedelta(hours=24)
-    peer_share: float = 0.5
-    sentinels: tuple[float, ...] = ()
-    reset_on_return: tuple[str, ...] = ()
-    trend_metrics: tuple[str, ...] = ()
-    trend_window: timedelta = timedelta(hours=24)
-    watch_accel: float = 2.0
-    watch_min_increase: float = 3.0
-    sparkline_span: timedelta = timedelta(days=7)
-    features: bool = False
+    enabled: bool = _health("enabled", bool)
+    lookback: timedelta = _health("lookback", timedelta)
+    scrape_gap: timedelta = _health("scrape_gap", timedelta)
+    stuck_after: timedelta = _health("stuck_after", timedelta)
+    peer_share: float = _health("peer_share", float)
+    sentinels: tuple[float, ...] = _health("sentinels", _tuple_of(float))
+    reset_on_return: tuple[str, ...] = _health("reset_on_return", _tuple_of(str))
+    trend_metrics: tuple[str, ...] = _health("trend_metrics", _tuple_of(str))
+    trend_window: timedelta = _health("trend_window", timedelta)
+    watch_accel: float = _health("watch_accel", float)
+    watch_min_increase: float = _health("watch_min_increase", float)
+    sparkline_span: timedelta = _health("sparkline_span", timedelta)
+    features: bool = _health("features", bool)
 
     @classmethod
     def from_config(cls, config: Config) -> HealthSettings:
         """The settings of ``config``'s ``[health]`` section (every key has a default there)."""
-        s = config.section("health")
-        return cls(
-            enabled=bool(s["enabled"]),
-            lookback=parse_duration(s["lookback"]),
-            scrape_gap=parse_duration(s["scrape_gap"]),
-            stuck_after=parse_duration(s["stuck_after"]),
-            peer_share=float(s["peer_share"]),
-            sentinels=tuple(float(v) for v in s["sentinels"]),
-            reset_on_return=tuple(str(v) for v in s["reset_on_return"]),
-            trend_metrics=tuple(str(v) for v in s["trend_metrics"]),
-            trend_window=parse_duration(s["trend_window"]),
-            watch_accel=float(s["watch_accel"]),
-            watch_min_increase=float(s["watch_min_increase"]),
-            sparkline_span=parse_duration(s["sparkline_span"]),
-            features=bool(s["features"]),
-        )
+        return cls(**section_values(cls, "health", config.section("health")))
