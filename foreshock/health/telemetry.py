@@ -37,7 +37,7 @@ from foreshock.catalog import Catalog
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
 from foreshock.health.settings import HealthSettings
-from foreshock.health.values import pinned_values, unreset_counters
+from foreshock.health.values import no_findings, pinned_values, unreset_counters
 
 FINDING_SCHEMA: dict[str, pl.DataType] = {
     "kind": pl.String(),
@@ -255,7 +255,7 @@ def metric_presence(
 def duplicate_uuids(inventory: pl.DataFrame) -> pl.DataFrame:
     """Units whose inventory ``uuid`` another unit also holds."""
     if "uuid" not in inventory.columns:
-        return empty_findings().select("kind", "unit_id", "metric", "since", "detail")
+        return no_findings()
     held = inventory.select("unit_id", pl.col("uuid").cast(pl.String)).filter(
         pl.col("uuid").is_not_null() & (pl.col("uuid").str.strip_chars() != "")
     )

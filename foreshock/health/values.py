@@ -17,6 +17,13 @@ from foreshock.health.settings import HealthSettings
 PAIR = ["unit_id", "metric"]
 # Gauges whose maximum is an ordinary reading (a busy GPU sits at 100 %, a flag at 1).
 FULL_SCALE_UNITS = frozenset({"bool", "percent"})
+# What each check returns; the report adds each unit's node and what to check.
+CHECK_SCHEMA = {"kind": pl.String, "unit_id": pl.String, "metric": pl.String, "since": UTC_TS, "detail": pl.String}
+
+
+def no_findings() -> pl.DataFrame:
+    """A check's answer when it finds nothing (:data:`CHECK_SCHEMA`)."""
+    return pl.DataFrame(schema=CHECK_SCHEMA)
 
 
 def catalog_frame(catalog: Catalog) -> pl.DataFrame:
@@ -105,9 +112,7 @@ def pinned_values(
         ]
     )
     if flagged.height == 0:
-        return pl.DataFrame(
-            schema={"kind": pl.String, "unit_id": pl.String, "metric": pl.String, "since": UTC_TS, "detail": pl.String}
-        )
+        return no_findings()
     since = since_last_change(samples, flagged)
     value = pl.col("lo").cast(pl.String)
     held = pl.format(
@@ -162,9 +167,7 @@ def unreset_counters(
             pl.lit("replacement").alias("repair"),
         )
         events.append(replaced.join(metrics, how="cross"))
-    empty = pl.DataFrame(
-        schema={"kind": pl.String, "unit_id": pl.String, "metric": pl.String, "since": UTC_TS, "detail": pl.String}
-    )
+    empty = no_findings()
     if not events:
         return empty
     rows = samples.lazy()
