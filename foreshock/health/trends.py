@@ -84,13 +84,13 @@ def unit_trends(
     frame = features.join(newest, on="unit_id").with_columns(
         ((pl.col("_T") - pl.col("ts")).dt.total_seconds() / step.total_seconds()).alias("_k")
     )
+    at_t = frame.filter(pl.col("ts") == pl.col("_T"))
     parts = []
     for metric, counter in trend_metrics(catalog, settings):
         col = trend_column(metric, counter, w)
         if col not in frame.columns:
             continue
         scale = 1.0 / _days(w) if counter else 1.0
-        at_t = frame.filter(pl.col("ts") == pl.col("_T"))
         rates = [
             (pl.col(trend_column(metric, counter, x)) * ((1.0 / _days(x)) if counter else 1.0)).alias(
                 f"rate_{format_duration(x)}_per_day"
