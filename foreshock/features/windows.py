@@ -164,9 +164,11 @@ def _event_features(
     return grid, out
 
 
-def _health_features(
+def _scrape_features(
     grid: pl.DataFrame, scrapes: pl.DataFrame, spec: FeatureSpec, over: list[str]
 ) -> tuple[pl.DataFrame, list[pl.Expr]]:
+    """``telemetry_gap_hours``, ``telemetry_missing_frac_<w>`` and ``_in_service`` from the
+    scrape counts (the ``health_*`` columns are :mod:`foreshock.features.health_features`)."""
     grid = _attach(grid, scrapes, ["n_ts", "last_ts"], "_scrape_")
     longest_k = spec.buckets(spec.longest)
     staged = [
@@ -234,7 +236,7 @@ def window_features(
         features += exprs
     grid, exprs = _event_features(grid, events, spec, over)
     features += exprs
-    grid, exprs = _health_features(grid, scrapes, spec, over)
+    grid, exprs = _scrape_features(grid, scrapes, spec, over)
     features += exprs
     out = grid.with_columns(features)
     error_counters = [m.name for m in spec.counters() if m.family == "error"]
