@@ -429,3 +429,20 @@ def test_the_same_sample_grows_the_same_trees_on_dask(rng, client):
         train_on_dask(client, params, x, y, w, 15, names).model_to_string().split("parameters:")[0] for _ in range(4)
     }
     assert len(trees) == 1
+
+
+def test_ranking_by_snapshot_fits_a_store_sample_here(rng, tmp_path, monkeypatch):
+    """Query groups are fitted here only, a sample left in the store as a frame: the store
+    fit on the cluster takes no groups (and a ranking objective without them fails)."""
+    fleet, cutoff, sample, _ = stored_fleet(rng, tmp_path, units=30, days=10)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a ranking fit went to the cluster")
+
+    monkeypatch.setattr(gbm_module, "fit_from_store", forbidden)
+    model = GradientBoostedRisk(
+        horizons=["24h"], rank_by_snapshot=True, params={"objective": "lambdarank"}, dask_client="tcp://127.0.0.1:9"
+    )
+    model.fit(sample, fleet.failures, until=cutoff)
+    assert booster_settings(model, "24h")["objective"].startswith("lambdarank")
+    assert booster_settings(model, "24h")["tree_learner"] == "serial"

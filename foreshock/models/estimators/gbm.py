@@ -245,11 +245,11 @@ class GradientBoostedRisk:
         if isinstance(frame, StoredSample):
             if until is None:
                 until = frame.keys.get_column("ts").max()
-            if self.dask_client is not None and isinstance(frame.source, FeatureSource):
+            if self._on_dask(self.dask_min_rows) and isinstance(frame.source, FeatureSource):  # a cluster, no groups
                 # labels, weights and the holdout come from the keys alone (a few bytes a row)
                 labelled = labelled_until(frame.keys, failures, self.horizons, until, weighted=True)
                 targets = self._targets(labelled)
-                if max(rows.size for rows, _, _ in targets.values()) >= self.dask_min_rows:
+                if self._on_dask(max(rows.size for rows, _, _ in targets.values())):
                     return fit_from_store(self, frame, labelled, targets, until)
                 del labelled, targets
             frame = frame.frame()
@@ -266,8 +266,7 @@ class GradientBoostedRisk:
         del labelled
         self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
         # the full fits of horizons with at least dask_min_rows rows run on the Dask cluster
-        largest = max(rows.size for rows, _, _ in targets.values())
-        use_dask = self.dask_client is not None and largest >= self.dask_min_rows and not self.rank_by_snapshot
+        use_dask = self._on_dask(max(rows.size for rows, _, _ in targets.values()))
         with dask_client(self.dask_client) if use_dask else nullcontext() as client:
             for h in self.horizons:
                 rows, y, w = targets.pop(h)
@@ -349,6 +348,12 @@ class GradientBoostedRisk:
         )
         logger.warning("gbm %s", self.notes_[-1])
         return self.fallback_rounds
+
+    def _on_dask(self, rows: int) -> bool:
+        """Whether a sample whose largest horizon has ``rows`` rows is fitted on the Dask
+        cluster: there is one, the sample has ``dask_min_rows`` rows, and no query groups
+        (``rank_by_snapshot`` is fitted here only, on the store's samples as on frames)."""
+        return self.dask_client is not None and rows >= self.dask_min_rows and not self.rank_by_snapshot
 
     def _resolve_features(self, names: pl.DataFrame, data: pl.DataFrame) -> None:
         """``feature_names_`` and ``rules_`` from the columns of ``names``; the rules whose
