@@ -18,39 +18,41 @@ import polars as pl
 
 from foreshock.contract import UTC_TS
 from foreshock.drain.learned import LearnedChoice, choose, compare, decision_records, fit, fixed_band
-from foreshock.drain.outbox_files import DIR_FORMAT, MANIFEST_FILE
+from foreshock.drain.outbox_files import DIR_FORMAT, complete_list_dirs
 from foreshock.drain.risk_list import list_paths
 from foreshock.drain.settings import PolicySettings
 from foreshock.durations import parse_duration
 
 # Reasons of decisions not taken on the unit's risk: they teach nothing about a band.
 NOT_ON_RISK = ("left alone", "hardware admission", "continuing drain", "no risk score")
+DECISIONS_SCHEMA = {"unit_id": pl.String, "ts": UTC_TS, "risk": pl.Float64, "action": pl.String}
+
+
+def taken_on_risk() -> pl.Expr:
+    """Rows of a recommendation table whose action was decided on the unit's risk."""
+    on_risk = ~pl.any_horizontal(pl.col("reason").fill_null("").str.starts_with(p) for p in NOT_ON_RISK)
+    return on_risk & pl.col("risk").is_not_null()
 
 
 def published_decisions(outbox_dir: Path, since: datetime) -> pl.DataFrame:
     """Decisions taken on risk in the complete publish directories since ``since``
     (``unit_id, ts, risk, action, propensity``)."""
     frames = []
-    outbox_dir = Path(outbox_dir)
-    if not outbox_dir.is_dir():
-        return pl.DataFrame(schema={"unit_id": pl.String, "ts": UTC_TS, "risk": pl.Float64, "action": pl.String})
-    for directory in sorted(outbox_dir.iterdir()):
+    for directory in complete_list_dirs(outbox_dir):
         try:
             stamp = datetime.strptime(directory.name, DIR_FORMAT).replace(tzinfo=since.tzinfo)
         except ValueError:
             continue
-        path = list_paths(directory)["parquet"]
-        if stamp < since or not (directory / MANIFEST_FILE).is_file() or not path.is_file():
+        if stamp < since:
             continue
-        frame = pl.scan_parquet(path)
+        frame = pl.scan_parquet(list_paths(directory)["parquet"])
         names = frame.collect_schema().names()
         columns = [c for c in ("unit_id", "score_ts", "risk", "action", "reason", "propensity") if c in names]
         frames.append(frame.select(columns).collect())
     if not frames:
-        return pl.DataFrame(schema={"unit_id": pl.String, "ts": UTC_TS, "risk": pl.Float64, "action": pl.String})
+        return pl.DataFrame(schema=DECISIONS_SCHEMA)
     decisions = pl.concat(frames, how="diagonal_relaxed").rename({"score_ts": "ts"})
-    on_risk = ~pl.any_horizontal(pl.col("reason").fill_null("").str.starts_with(p) for p in NOT_ON_RISK)
-    return decisions.filter(on_risk & pl.col("risk").is_not_null()).drop("reason").unique(["unit_id", "ts"])
+    return decisions.filter(taken_on_risk()).drop("reason").unique(["unit_id", "ts"])
 
 
 def with_returns(decisions: pl.DataFrame, drains: pl.DataFrame | None, within: timedelta) -> pl.DataFrame:

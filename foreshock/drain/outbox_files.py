@@ -82,18 +82,23 @@ def node_states_path(outbox_dir: Path) -> Path:
     return Path(outbox_dir) / NODE_STATES_FILE
 
 
-def newest_list_dir(outbox_dir: Path) -> Path | None:
-    """The newest complete publish directory (manifest and risk list present), if any: the
-    one the next publish diffs against and ``foreshock status`` judges."""
+def complete_list_dirs(outbox_dir: Path) -> list[Path]:
+    """The complete publish directories (manifest and risk list present), oldest first."""
     outbox_dir = Path(outbox_dir)
     if not outbox_dir.is_dir():
-        return None
-    names = sorted(
-        p.name
+        return []
+    return sorted(
+        p
         for p in outbox_dir.iterdir()
         if not p.name.startswith(".") and (p / MANIFEST_FILE).is_file() and list_paths(p)["parquet"].is_file()
     )
-    return outbox_dir / names[-1] if names else None
+
+
+def newest_list_dir(outbox_dir: Path) -> Path | None:
+    """The newest complete publish directory (manifest and risk list present), if any: the
+    one the next publish diffs against and ``foreshock status`` judges."""
+    directories = complete_list_dirs(outbox_dir)
+    return directories[-1] if directories else None
 
 
 def latest_list_dir(outbox_dir: Path) -> Path | None:

@@ -23,7 +23,7 @@ import polars as pl
 
 from foreshock.budget import epoch_day
 from foreshock.drain.learned import LearnedChoice
-from foreshock.drain.learned_history import NOT_ON_RISK
+from foreshock.drain.learned_history import taken_on_risk
 from foreshock.drain.lemons import REPLACE, lemons_at, node_map
 from foreshock.drain.policy import DrainPolicy
 from foreshock.drain.settings import PolicySettings
@@ -158,12 +158,7 @@ def simulate_policy(
         )
         state = decision.state
         recs = decision.recommendations
-        on_risk = ~pl.any_horizontal(pl.col("reason").fill_null("").str.starts_with(p) for p in NOT_ON_RISK)
-        logged.append(
-            recs.filter(on_risk & pl.col("risk").is_not_null()).select(
-                "unit_id", pl.lit(ts).alias("ts"), "risk", "action"
-            )
-        )
+        logged.append(recs.filter(taken_on_risk()).select("unit_id", pl.lit(ts).alias("ts"), "risk", "action"))
         if decision.new_drains:
             granted_now = recs.filter(pl.col("unit_id").is_in(decision.new_drains))
             for row in granted_now.select("unit_id", "action", "risk").iter_rows(named=True):
