@@ -262,3 +262,17 @@ def lemon_summary(table: pl.DataFrame, settings: LemonSettings) -> str:
     units = flagged.filter(pl.col("lemon") == "unit").height
     nodes = flagged.filter(pl.col("lemon") == "node").get_column("node").n_unique()
     return f"repeat offenders ({settings.describe()}): {units} unit(s), {nodes} node(s)"
+
+
+def listed_offenders(risk_list: pl.DataFrame, settings: LemonSettings) -> str:
+    """One line: how many units of a published risk list are repeat offenders, on how many
+    nodes, and how many it says to replace."""
+    if "repeat_offender" not in risk_list.columns:
+        return "repeat offenders: not in this list (published before [lemon])"
+    units = risk_list.filter(pl.col("repeat_offender") >= settings.count).height
+    on_nodes = risk_list.filter(pl.col("node_repeat_offender") >= settings.node_count)
+    replace = risk_list.filter(pl.col("action") == REPLACE).height
+    return (
+        f"repeat offenders ({settings.describe()}): {units} unit(s), "
+        f"{on_nodes.get_column('node').n_unique()} node(s); replace: {replace}"
+    )

@@ -48,6 +48,7 @@ def _node_states(args: argparse.Namespace) -> pl.DataFrame | None:
 
 def run_publish(args: argparse.Namespace, config: Config) -> int:
     from foreshock.drain.health_files import summary_line
+    from foreshock.drain.lemons import LemonSettings, listed_offenders
     from foreshock.drain.outbox import format_top
     from foreshock.drain.outbox_files import node_states_path as sinfo_path
     from foreshock.drain.outbox_files import read_manifest, read_published_list
@@ -88,8 +89,9 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
         )
         return 0
     print(format_top(risk_list, args.top))
-    print(repeat_offender_line(risk_list, config))
-    for note in read_manifest(directory).get("notes", []):
+    print(listed_offenders(risk_list, LemonSettings.from_config(config)))
+    manifest = read_manifest(directory)
+    for note in manifest.get("notes", []):
         if note.startswith("learned chooser"):
             print(note)
     print(f"\noutbox: {directory}")
@@ -98,26 +100,10 @@ def run_publish(args: argparse.Namespace, config: Config) -> int:
     if health := summary_line(directory):
         print(health)
     print(f"dry run the Slurm drains with: bash {directory / SCRIPT_NAME}  (add --apply to drain)")
-    released = read_manifest(directory).get("released_nodes", [])
+    released = manifest.get("released_nodes", [])
     if released:
         print(f"{len(released)} node(s) to undrain: bash {directory / RESUME_SCRIPT}  (add --apply to resume)")
     return 0
-
-
-def repeat_offender_line(risk_list: pl.DataFrame, config: Config) -> str:
-    """How many listed units are repeat offenders ([lemon]), and how many to replace."""
-    from foreshock.drain.lemons import LemonSettings
-
-    settings = LemonSettings.from_config(config)
-    if "repeat_offender" not in risk_list.columns:
-        return "repeat offenders: not in this list (published before [lemon])"
-    units = risk_list.filter(pl.col("repeat_offender") >= settings.count).height
-    on_nodes = risk_list.filter(pl.col("node_repeat_offender") >= settings.node_count)
-    replace = risk_list.filter(pl.col("action") == "replace").height
-    return (
-        f"repeat offenders ({settings.describe()}): {units} unit(s), "
-        f"{on_nodes.get_column('node').n_unique()} node(s); replace: {replace}"
-    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
