@@ -4,14 +4,11 @@ risk-list artifact, and a second trigger waits for the first (concurrency limit 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 
@@ -19,32 +16,14 @@ import pytest
 
 from tests.pipelines.services import running, wait_http
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+# the soak's Prefect API call: retried on the answers a busy server gives (a SQLite write
+# lock held by the served process is a 503), as Prefect's own client does
+from soak_parts import api as api_call  # noqa: E402
+
 pytestmark = pytest.mark.slow
 FORESHOCK = [sys.executable, "-m", "foreshock.pipelines.cli"]
 DEPLOYMENT_NAMES = ("foreshock-ingest", "foreshock-cycle", "foreshock-retrain")
-
-
-# Answers a busy server gives for "try again" (a SQLite write lock held by the served
-# process is a 503); Prefect's own client retries these too.
-RETRY_CODES = {429, 502, 503}
-
-
-def _api(base: str, path: str, body: dict | None = None, attempts: int = 8) -> object:
-    for attempt in range(attempts):
-        request = urllib.request.Request(
-            f"{base}{path}",
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="GET" if body is None else "POST",
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            if exc.code not in RETRY_CODES or attempt == attempts - 1:
-                raise
-            time.sleep(min(2**attempt, 15))
-    raise AssertionError("unreachable")
 
 
 def _env(tmp: Path, api: str | None = None) -> dict:
@@ -80,7 +59,7 @@ def prefect_api(prefect_server, tmp_path_factory):
 def _wait_state(api: str, run_id: str, states: set[str], timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        run = _api(api, f"/flow_runs/{run_id}")
+        run = api_call(api, f"/flow_runs/{run_id}")
         if run["state_type"] in states:
             return run
         time.sleep(2)
@@ -112,7 +91,7 @@ def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
             # the session's server also holds other tests' flow runs: only foreshock's deployments
             # count, and only once serve has written its own (``prefect deploy`` in another test
             # may have made the same three, for the production data directory)
-            found = _api(api, "/deployments/filter", {"deployments": {"name": {"any_": list(DEPLOYMENT_NAMES)}}})
+            found = api_call(api, "/deployments/filter", {"deployments": {"name": {"any_": list(DEPLOYMENT_NAMES)}}})
             if len(found) == 3 and all(d["parameters"].get("data_dir") == str(data) for d in found):
                 break
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
@@ -128,22 +107,22 @@ def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
         assert [s["schedule"]["cron"] for s in by_name["foreshock-retrain"]["schedules"]] == ["0 3 * * 0"]
         assert by_name["foreshock-ingest"]["schedules"] == []
 
-        first = _api(api, f"/deployments/{cycle['id']}/create_flow_run", {})
+        first = api_call(api, f"/deployments/{cycle['id']}/create_flow_run", {})
         first_seen = _wait_state(api, first["id"], {"RUNNING", "COMPLETED", "FAILED", "CRASHED"}, 300)
         assert first_seen["state_type"] == "RUNNING", "the cycle ended before a second run could be sent"
-        second = _api(api, f"/deployments/{cycle['id']}/create_flow_run", {})
+        second = api_call(api, f"/deployments/{cycle['id']}/create_flow_run", {})
         done = _wait_state(api, first["id"], {"COMPLETED", "FAILED", "CRASHED"}, 600)
         assert done["state_type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]
         later = _wait_state(api, second["id"], {"COMPLETED", "FAILED", "CRASHED"}, 600)
         assert later["state_type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]
         # the second run started only after the first had finished, having waited for the slot
         assert datetime.fromisoformat(later["start_time"]) >= datetime.fromisoformat(done["end_time"])
-        waited = {state["name"] for state in _api(api, f"/flow_run_states/?flow_run_id={second['id']}")}
+        waited = {state["name"] for state in api_call(api, f"/flow_run_states/?flow_run_id={second['id']}")}
         assert "AwaitingConcurrencySlot" in waited, waited
 
     new = sorted(p.name for p in (data / "outbox").iterdir() if p.is_dir() and p.name not in outboxes)
     assert len(new) == 2 and all((data / "outbox" / name / "risk_list.parquet").is_file() for name in new)
-    artifacts = _api(api, "/artifacts/filter", {"artifacts": {"key": {"any_": ["foreshock-risk-list"]}}})
+    artifacts = api_call(api, "/artifacts/filter", {"artifacts": {"key": {"any_": ["foreshock-risk-list"]}}})
     assert all(a["type"] == "markdown" for a in artifacts)
     assert all(any(name in a["data"] for a in artifacts) for name in new)  # each cycle's list
 
