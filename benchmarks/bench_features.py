@@ -47,7 +47,7 @@ from pathlib import Path
 
 import polars as pl
 from fault_injection import start_prefect_server, stop_server
-from rounds import extract_revision, in_rounds, paired, typical
+from rounds import child_usage, extract_revision, in_rounds, paired, typical
 
 ROOT = Path(__file__).resolve().parents[1]
 # The targets (issue 28): the whole command within 4x the floor's wall time (2x the goal),
@@ -57,27 +57,12 @@ CLI = [sys.executable, "-c", "import sys; from foreshock.pipelines.cli import ma
 
 
 def _child_usage(command: list[str], env: dict[str, str]) -> dict:
-    """``command`` in a child process: wall, CPU (user + system, its descendants included),
-    peak RSS of the largest process, stdout."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        started = time.perf_counter()
-        child = subprocess.Popen(command, env=env, stdout=out, stderr=err, text=True)
-        # wait4 reaps the child with its own resource usage (the children it waited for
-        # included), not that of every child so far as RUSAGE_CHILDREN would
-        _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if child.returncode:
-        sys.exit(f"{' '.join(command[-4:])} failed:\n{stderr[-3000:]}")
-    return {
-        "seconds": seconds,
-        "cpu": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": usage.ru_maxrss / 1024,
-        "stdout": stdout,
-    }
+    """``command`` in a child process: wall, CPU, peak RSS, stdout (:func:`rounds.child_usage`);
+    the benchmark stops if it failed."""
+    result = child_usage(command, env)
+    if result["returncode"]:
+        sys.exit(f"{' '.join(command[-4:])} failed:\n{result['stderr'][-3000:]}")
+    return result
 
 
 def _usage() -> tuple[float, float]:

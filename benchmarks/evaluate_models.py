@@ -38,15 +38,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from rounds import child_usage  # noqa: E402
 from smart_fleet import config_toml, generate  # noqa: E402
 
 FORESHOCK = [sys.executable, "-m", "foreshock.pipelines.cli"]
@@ -122,14 +121,10 @@ def data_dir(work: Path, name: str) -> Path:
 
 def run(argv: list[str], log: Path) -> dict[str, float]:
     """Run one process; wall, CPU (user + system) and peak RSS of that process alone."""
-    started = time.perf_counter()
-    with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=ENV, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
+    result = child_usage(argv, ENV, log=log, cwd=ROOT)
+    if result["returncode"] != 0:
         raise RuntimeError(f"{' '.join(argv)} failed; see {log}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {"wall_s": result["seconds"], "cpu_s": result["cpu"], "peak_rss_mb": result["peak_rss_mb"]}
 
 
 def checks(report: dict) -> list[str]:

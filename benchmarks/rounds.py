@@ -9,8 +9,11 @@ runs of the same round (they shared the machine's load).
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +46,36 @@ def paired(numerators: list[dict], denominators: list[dict], key: str) -> float:
     """The median over rounds of ``numerator[key] / denominator[key]`` (runs of one round
     ran next to each other: the machine's load is shared by both)."""
     return statistics.median(a[key] / b[key] for a, b in zip(numerators, denominators))
+
+
+def child_usage(argv: list[str], env: dict | None = None, log: Path | None = None, cwd: Path | None = None) -> dict:
+    """Run ``argv`` in a child process to its end: its wall seconds, CPU seconds (user +
+    system, the processes it waited for included), peak RSS (MB, its largest process), exit
+    code, and its stdout and stderr (empty with ``log``: both went to that file)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        sink = open(log, "w") if log else None  # noqa: SIM115 - closed below, after the child
+        started = time.perf_counter()
+        try:
+            child = subprocess.Popen(
+                argv, env=env, cwd=cwd, text=True, stdout=sink or out, stderr=subprocess.STDOUT if sink else err
+            )
+            # wait4 reaps the child with its own resource usage (the children it waited for
+            # included), not that of every child so far as RUSAGE_CHILDREN would
+            _, status, usage = os.wait4(child.pid, 0)
+        finally:
+            if sink:
+                sink.close()
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        return {
+            "seconds": seconds,
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024,  # KiB on Linux
+            "returncode": os.waitstatus_to_exitcode(status),
+            "stdout": out.read(),
+            "stderr": err.read(),
+        }
 
 
 def extract_revision(rev: str, into: Path) -> Path:
