@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
+import sys
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.pipelines.services import prometheus_server  # noqa: E402  (the tests' real Prometheus)
 
 
 def read_series(dcgm_dir: Path) -> dict[tuple[tuple[str, str], ...], list[tuple[int, str]]]:
@@ -54,60 +53,13 @@ def write_openmetrics(series: dict, out: Path) -> None:
         handle.write("# EOF\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_ready(url: str, process: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"prometheus exited {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise SystemExit(f"{url} did not answer within {timeout:.0f} s")
-
-
 @contextlib.contextmanager
 def real_prometheus(dcgm_dir: Path, root: Path) -> Iterator[str]:
     """A real Prometheus serving the series of ``dcgm_dir``; yields its base URL."""
     root.mkdir(parents=True, exist_ok=True)
     write_openmetrics(read_series(dcgm_dir), root / "series.om")
-    subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "series.om"), str(root / "tsdb")],
-        check=True,
-        capture_output=True,
-        timeout=1800,
-    )
-    (root / "series.om").unlink()
-    (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
-    port = _free_port()
-    argv = [
-        "prometheus",
-        f"--config.file={root / 'prometheus.yml'}",
-        f"--storage.tsdb.path={root / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--storage.tsdb.retention.time=3650d",  # the simulated fleet lies in the past
-    ]
-    with open(root / "prometheus.log", "wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_ready(f"http://127.0.0.1:{port}/-/ready", process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    with prometheus_server(root / "series.om", root) as url:
+        yield url
 
 
 @contextlib.contextmanager

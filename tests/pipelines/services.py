@@ -90,3 +90,30 @@ def mlflow_server(root: Path, timeout: float = MLFLOW_SERVER_STARTUP_S) -> Itera
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/health", timeout, server, log)
         yield url
+
+
+@contextlib.contextmanager
+def prometheus_server(openmetrics: Path, root: Path, timeout: float = 300) -> Iterator[str]:
+    """A real Prometheus on 127.0.0.1 serving the series of an OpenMetrics file, backfilled
+    into ``root/tsdb`` with ``promtool`` (the file is removed once backfilled: a benchmark's is
+    large); stopped by its process group; yields its base URL."""
+    subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(root / "tsdb")],
+        check=True,
+        capture_output=True,
+        timeout=1800,
+    )
+    openmetrics.unlink()
+    (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
+    port = free_port()
+    argv = [
+        "prometheus",
+        f"--config.file={root / 'prometheus.yml'}",
+        f"--storage.tsdb.path={root / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=3650d",  # the series may lie far in the past
+    ]
+    log = root / "prometheus.log"
+    with running(argv, log) as process:
+        wait_http(f"http://127.0.0.1:{port}/-/ready", timeout, process, log)
+        yield f"http://127.0.0.1:{port}"

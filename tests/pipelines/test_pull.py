@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -18,7 +17,7 @@ import pytest
 from foreshock.errors import EXIT_OK
 from foreshock.lake.read import read_table
 from foreshock.pipelines.cli import main
-from tests.pipelines.services import free_port, running, wait_http
+from tests.pipelines.services import free_port, prometheus_server
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("prometheus") and shutil.which("promtool")),
@@ -76,24 +75,8 @@ def _inventory(path) -> None:
 def prometheus(tmp_path_factory):
     root = tmp_path_factory.mktemp("prometheus")
     (root / "series.om").write_text(_openmetrics(_series()))
-    subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "series.om"), str(root / "tsdb")],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
-    port = free_port()
-    argv = [
-        "prometheus",
-        f"--config.file={root / 'prometheus.yml'}",
-        f"--storage.tsdb.path={root / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--storage.tsdb.retention.time=30d",
-    ]
-    with running(argv, root / "prometheus.log") as process:
-        wait_http(f"http://127.0.0.1:{port}/-/ready", 60, process, root / "prometheus.log")
-        yield f"http://127.0.0.1:{port}"
+    with prometheus_server(root / "series.om", root, timeout=60) as url:
+        yield url
 
 
 def _samples(data) -> pl.DataFrame:
