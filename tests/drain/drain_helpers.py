@@ -7,9 +7,20 @@ from pathlib import Path
 
 import polars as pl
 
+from foreshock.costs import DrainCosts
 from foreshock.models.registry.score_files import latest_path
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+# Costs whose GPU-hours the replay and learned-chooser tests work out by hand: an unplanned
+# failure 100 x (2 h / 2 + 0.5 h) = 150, a drain 100 x 0.1 h = 10, a unit out 24 h.
+HAND_COSTS = DrainCosts(
+    job_gpus=100,
+    checkpoint_interval=timedelta(hours=2),
+    restart_time=timedelta(minutes=30),
+    drain_overhead=timedelta(minutes=6),
+    repair_turnaround=timedelta(days=1),
+)
 
 
 def recent() -> datetime:

@@ -7,9 +7,8 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-from drain_helpers import T0
+from drain_helpers import HAND_COSTS, T0
 
-from foreshock.costs import DrainCosts
 from foreshock.drain.replay import NO_PREDICTION, replay
 from foreshock.drain.replay_report import write_report
 from foreshock.drain.settings import PolicySettings
@@ -42,15 +41,8 @@ def small_case():
     failures = pl.DataFrame({"unit_id": [A, C], "failed_at": [A_FAILS, C_FAILS]}).with_columns(
         pl.col("failed_at").dt.cast_time_unit("us")
     )
-    costs = DrainCosts(
-        job_gpus=100,
-        checkpoint_interval=timedelta(hours=2),
-        restart_time=timedelta(minutes=30),
-        drain_overhead=timedelta(minutes=6),
-        repair_turnaround=timedelta(days=1),
-    )
     settings = PolicySettings(
-        costs=costs, max_drained_share_cluster=1.0, max_drained_share_per_domain=1.0, fault_domains=("node",)
+        costs=HAND_COSTS, max_drained_share_cluster=1.0, max_drained_share_per_domain=1.0, fault_domains=("node",)
     )
     return scores, failures, settings
 

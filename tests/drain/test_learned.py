@@ -8,10 +8,9 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-from drain_helpers import T0, score_rows
+from drain_helpers import HAND_COSTS, T0, score_rows
 from test_drain_policy import fleet
 
-from foreshock.costs import DrainCosts
 from foreshock.drain.learned import LearnedSettings, choose, compare, decision_records, fit
 from foreshock.drain.policy import DrainPolicy
 from foreshock.drain.risk_table import unit_risk_table
@@ -19,13 +18,6 @@ from foreshock.drain.settings import PolicySettings
 from foreshock.drain.state import PolicyState
 
 TS = pl.Datetime("us", "UTC")
-COSTS = DrainCosts(
-    job_gpus=100,
-    checkpoint_interval=timedelta(hours=2),
-    restart_time=timedelta(minutes=30),
-    drain_overhead=timedelta(minutes=6),
-    repair_turnaround=timedelta(days=1),
-)
 F, D, R = 150.0, 10.0, 24.0  # by hand: 100 x (1 h + 0.5 h), 100 x 0.1 h, one day out
 LEARNED = LearnedSettings(bands=(0.1, 0.25, 0.5, 0.75), min_drains=2, bootstrap=200, confidence=0.9)
 HORIZON = timedelta(hours=72)
@@ -49,7 +41,7 @@ def recorded(days: int = 20, per_day: int = 3):
 def records_of(decisions, failures):
     until = decisions.get_column("ts").max() + HORIZON
     return decision_records(
-        decisions, failures, COSTS, LEARNED, horizon=HORIZON, min_lead_time=timedelta(hours=1), until=until
+        decisions, failures, HAND_COSTS, LEARNED, horizon=HORIZON, min_lead_time=timedelta(hours=1), until=until
     )
 
 
@@ -57,7 +49,7 @@ def test_realised_gpu_hours_per_band_and_the_chosen_threshold():
     records = records_of(*recorded())
     by_arm = records.group_by("band", "arm").agg(pl.col("cost").mean(), pl.col("cost_none").mean()).sort("band")
     assert by_arm.rows() == [(1, "none", 0.0, 0.0), (3, "drain", D + R, 0.0), (4, "drain", D, F)]
-    estimates = fit(records, COSTS, LEARNED)
+    estimates = fit(records, HAND_COSTS, LEARNED)
     assert estimates.cost(3, "drain") == pytest.approx(D + R) and estimates.cost(3, "none") == 0.0
     assert estimates.cost(4, "drain") == pytest.approx(D) and estimates.cost(4, "none") == pytest.approx(F)
     # band 1 was never drained: its drain cost is the direct model, D + (1 - 0 failures) R
@@ -70,7 +62,7 @@ def test_realised_gpu_hours_per_band_and_the_chosen_threshold():
 
 
 def test_learned_beats_the_fixed_model_by_its_interval_on_later_decisions():
-    result = compare(records_of(*recorded()), COSTS, LEARNED, fixed=3)
+    result = compare(records_of(*recorded()), HAND_COSTS, LEARNED, fixed=3)
     assert result.train_records == result.test_records == 90
     # the later half's 30 healthy drains at 0.6 are what the learned chooser would not do
     assert result.difference_gpu_h == pytest.approx(-30 * (D + R))
@@ -80,15 +72,15 @@ def test_learned_beats_the_fixed_model_by_its_interval_on_later_decisions():
     also = decisions.filter(pl.col("risk") == 0.6).select(
         "unit_id", (pl.col("ts") + timedelta(hours=10)).alias("failed_at")
     )
-    same = compare(records_of(decisions, pl.concat([failures, also])), COSTS, LEARNED, fixed=3)
+    same = compare(records_of(decisions, pl.concat([failures, also])), HAND_COSTS, LEARNED, fixed=3)
     assert same.difference_gpu_h == 0.0 and not same.better
 
 
 def test_the_learned_chooser_decides_and_explores_within_the_guards():
-    choice = choose(fit(records_of(*recorded()), COSTS, LEARNED), LEARNED, fixed=3)
+    choice = choose(fit(records_of(*recorded()), HAND_COSTS, LEARNED), LEARNED, fixed=3)
     learned = dataclasses.replace(LEARNED, chooser="learned", explore_rate=1.0, explore_per_day=1)
     settings = PolicySettings(
-        costs=COSTS,
+        costs=HAND_COSTS,
         max_drained_share_cluster=1.0,
         max_drained_share_per_domain=1.0,
         max_new_drains_per_run=2,

@@ -7,11 +7,10 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-from drain_helpers import T0, score_rows, write_scores
+from drain_helpers import HAND_COSTS, T0, score_rows, write_scores
 from prometheus_client.parser import text_string_to_metric_families
 from test_drain_policy import fleet
 
-from foreshock.costs import DrainCosts
 from foreshock.drain.lemons import LemonSettings, incidents, lemon_history, lemons_at, node_map
 from foreshock.drain.outbox import publish
 from foreshock.drain.policy import DrainPolicy
@@ -176,15 +175,8 @@ def test_replay_reports_what_replacing_saved(tmp_path):
     ]
     scores = pl.DataFrame(rows).with_columns(pl.col("ts").cast(TS), pl.col("unit_id").str.slice(0, 11).alias("node"))
     failures = pl.DataFrame({"unit_id": [a] * 3, "failed_at": fails}, schema={"unit_id": pl.String, "failed_at": TS})
-    costs = DrainCosts(
-        job_gpus=100,
-        checkpoint_interval=timedelta(hours=2),
-        restart_time=timedelta(minutes=30),
-        drain_overhead=timedelta(minutes=6),
-        repair_turnaround=timedelta(days=1),
-    )
     settings = PolicySettings(
-        costs=costs,
+        costs=HAND_COSTS,
         burn_in=timedelta(hours=1),
         max_drained_share_cluster=1.0,
         max_drained_share_per_domain=1.0,
