@@ -256,11 +256,16 @@ def lake_lemons(config: Any, now: datetime) -> tuple[pl.DataFrame, pl.DataFrame]
     return table, lemon_history(events, table)
 
 
+def offender_counts(table: pl.DataFrame) -> tuple[int, int]:
+    """Units that are repeat offenders themselves, and nodes that are (:func:`lemon_table`)."""
+    units = table.filter(pl.col("lemon") == "unit").height
+    nodes = table.filter(pl.col("lemon") == "node").get_column("node").n_unique()
+    return units, nodes
+
+
 def lemon_summary(table: pl.DataFrame, settings: LemonSettings) -> str:
     """One line: how many units and nodes are repeat offenders, by what rule."""
-    flagged = table.filter(pl.col("lemon").is_not_null())
-    units = flagged.filter(pl.col("lemon") == "unit").height
-    nodes = flagged.filter(pl.col("lemon") == "node").get_column("node").n_unique()
+    units, nodes = offender_counts(table)
     return f"repeat offenders ({settings.describe()}): {units} unit(s), {nodes} node(s)"
 
 

@@ -43,6 +43,7 @@ import polars as pl
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from foreshock.drain.actions import ACTIONS, SEVERITY
+from foreshock.drain.lemons import offender_counts
 from foreshock.lake.atomic import atomic_write_text
 
 TEXTFILE_NAME = "foreshock.prom"
@@ -163,8 +164,9 @@ def render_repeat_offenders(lemons: pl.DataFrame) -> str:
         ["level"],
         registry=registry,
     )
-    count.labels("unit").set(flagged.filter(pl.col("lemon") == "unit").height)
-    count.labels("node").set(flagged.filter(pl.col("lemon") == "node").get_column("node").n_unique())
+    units, nodes = offender_counts(lemons)
+    count.labels("unit").set(units)
+    count.labels("node").set(nodes)
     per_unit = Gauge(
         "foreshock_unit_repeat_offender",
         "A repeat offender's incidents in the [lemon] window (scope=unit: its own, scope=node: its node's)",
