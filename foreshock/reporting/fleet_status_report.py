@@ -24,6 +24,7 @@ from foreshock.models.evaluation.plots import calibration_curve
 from foreshock.reporting.fleet_status import FleetStatus
 from foreshock.reporting.freshness import OK
 from foreshock.reporting.health_section import health_section
+from foreshock.reporting.html_table import table as _table
 from foreshock.reporting.lemon_section import lemon_section
 
 CSS = """
@@ -67,19 +68,6 @@ def _lead(hours: float | None) -> str:
 
 def _when(value: datetime | None) -> str:
     return "–" if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
-
-
-def _table(headers: list[str], rows: list[list[str]], left: int = 1, text_columns: tuple[int, ...] = ()) -> str:
-    """A table; the first ``left`` columns and ``text_columns`` are left-aligned."""
-
-    def cls(i: int) -> str:
-        return "l" if i < left or i in text_columns else ""
-
-    head = "".join(f'<th class="{cls(i)}">{_esc(h)}</th>' for i, h in enumerate(headers))
-    body = "".join(
-        "<tr>" + "".join(f'<td class="{cls(i)}">{cell}</td>' for i, cell in enumerate(row)) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _missing(text: str) -> str:

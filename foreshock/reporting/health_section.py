@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.drain.health_files import read_findings, read_watch
+from foreshock.reporting.html_table import table
 
 _esc = html.escape
 MAX_FINDINGS = 60  # rows of the findings table (the files hold them all)
@@ -58,12 +59,8 @@ def _cell(value) -> str:
 
 
 def _rows(frame: pl.DataFrame, columns: list[str]) -> str:
-    head = "".join(f'<th class="l">{_esc(c)}</th>' for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f'<td class="l">{_cell(r.get(c))}</td>' for c in columns) + "</tr>"
-        for r in frame.iter_rows(named=True)
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    rows = [[_cell(r.get(c)) for c in columns] for r in frame.iter_rows(named=True)]
+    return table(columns, rows, left=len(columns))
 
 
 def grouped_gaps(findings: pl.DataFrame) -> pl.DataFrame:

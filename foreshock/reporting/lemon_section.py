@@ -12,6 +12,7 @@ from datetime import datetime
 import polars as pl
 
 from foreshock.drain.lemons import LemonSettings, lake_lemons, lemon_summary
+from foreshock.reporting.html_table import table
 
 _esc = html.escape
 MAX_ROWS = 80  # incidents shown; the status command and the lake hold them all
@@ -26,9 +27,7 @@ def lemon_view(config, until: datetime | None) -> dict | None:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f'<th class="l">{_esc(h)}</th>' for h in headers)
-    body = "".join("<tr>" + "".join(f'<td class="l">{c}</td>' for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return table(headers, rows, left=len(headers))  # the section's tables are all left-aligned
 
 
 def _history(history: pl.DataFrame) -> str:
