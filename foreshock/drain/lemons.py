@@ -269,6 +269,19 @@ def lemon_summary(table: pl.DataFrame, settings: LemonSettings) -> str:
     return f"repeat offenders ({settings.describe()}): {units} unit(s), {nodes} node(s)"
 
 
+def offender_lines(table: pl.DataFrame, settings: LemonSettings) -> str:
+    """:func:`lemon_summary` and below it each repeat offender, units then nodes
+    (``foreshock status``)."""
+    lines = [lemon_summary(table, settings)]
+    for r in table.filter(pl.col("lemon") == "unit").to_dicts():
+        lines.append(
+            f"  unit {r['unit_id']}: {r['repeat_offender']} incidents (node {r['node']}: {r['node_repeat_offender']})"
+        )
+    nodes = table.filter(pl.col("lemon") == "node").unique("node").sort("node")
+    lines += [f"  node {r['node']}: {r['node_repeat_offender']} incidents over its units" for r in nodes.to_dicts()]
+    return "\n".join(lines)
+
+
 def listed_offenders(risk_list: pl.DataFrame, settings: LemonSettings) -> str:
     """One line: how many units of a published risk list are repeat offenders, on how many
     nodes, and how many it says to replace."""

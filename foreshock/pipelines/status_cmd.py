@@ -64,7 +64,7 @@ def run_status(args: argparse.Namespace, config: Config) -> int:
 def _repeat_offenders(config: Config, now: datetime, parts: list) -> tuple[str, list[dict], pl.DataFrame | None]:
     """The repeat offenders as text lines, as JSON rows and as their table (for the gauges);
     no rows and no table when the lake is unreadable."""
-    from foreshock.drain.lemons import LemonSettings, lake_lemons, lemon_summary
+    from foreshock.drain.lemons import LemonSettings, lake_lemons, offender_lines
 
     lake = next((p for p in parts if p.part == "lake"), None)
     end = min(now, lake.newest) if lake is not None and lake.newest is not None else now
@@ -73,14 +73,7 @@ def _repeat_offenders(config: Config, now: datetime, parts: list) -> tuple[str, 
     except (OSError, ValueError) as exc:  # the lake's own state is in the table above
         return f"repeat offenders: not read ({exc})", [], None
     flagged = table.filter(table["lemon"].is_not_null())
-    lines = [lemon_summary(table, LemonSettings.from_config(config))]
-    for r in flagged.filter(flagged["lemon"] == "unit").to_dicts():
-        lines.append(
-            f"  unit {r['unit_id']}: {r['repeat_offender']} incidents (node {r['node']}: {r['node_repeat_offender']})"
-        )
-    nodes = flagged.filter(flagged["lemon"] == "node").unique("node").sort("node")
-    lines += [f"  node {r['node']}: {r['node_repeat_offender']} incidents over its units" for r in nodes.to_dicts()]
-    return "\n".join(lines), flagged.to_dicts(), table
+    return offender_lines(table, LemonSettings.from_config(config)), flagged.to_dicts(), table
 
 
 def _iso_time(text: str) -> str:
