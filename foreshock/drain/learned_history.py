@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.contract import UTC_TS
-from foreshock.drain.learned import LearnedChoice, choose, compare, decision_records, fit, fixed_band
+from foreshock.drain.learned import Comparison, LearnedChoice, choose, compare, decision_records, fit, fixed_band
 from foreshock.drain.outbox_files import DIR_FORMAT, complete_list_dirs
 from foreshock.drain.risk_list import list_paths
 from foreshock.drain.settings import PolicySettings
@@ -70,6 +70,30 @@ def with_returns(decisions: pl.DataFrame, drains: pl.DataFrame | None, within: t
     )
 
 
+def judge_learned(
+    decisions: pl.DataFrame,
+    failures: pl.DataFrame,
+    settings: PolicySettings,
+    *,
+    min_lead_time: timedelta,
+    until: datetime,
+) -> tuple[pl.DataFrame, Comparison | None]:
+    """The decisions' outcomes priced by the policy's costs (:func:`decision_records`) and the
+    learned chooser against the fixed policy on them (:func:`compare`; None: too few)."""
+    learned = settings.learned
+    records = decision_records(
+        decisions,
+        failures,
+        settings.costs,
+        learned,
+        horizon=parse_duration(settings.horizon),
+        min_lead_time=min_lead_time,
+        until=until,
+        replace_turnaround=settings.lemons.replace_turnaround,
+    )
+    return records, compare(records, settings.costs, learned, fixed=fixed_band(learned, settings.enter_risk))
+
+
 def learned_chooser(
     config, settings: PolicySettings, now: datetime, failures: pl.DataFrame | None, drains: pl.DataFrame | None
 ) -> tuple[LearnedChoice | None, list[str]]:
@@ -80,24 +104,14 @@ def learned_chooser(
     decisions = published_decisions(config.outbox_dir, now - learned.history)
     decisions = with_returns(decisions, drains, timedelta(days=1))
     fails = failures if failures is not None else pl.DataFrame(schema={"unit_id": pl.String, "failed_at": UTC_TS})
-    records = decision_records(
-        decisions,
-        fails,
-        settings.costs,
-        learned,
-        horizon=parse_duration(settings.horizon),
-        min_lead_time=config.duration("backtest", "min_lead_time"),
-        until=now,
-        replace_turnaround=settings.lemons.replace_turnaround,
-    )
-    fixed = fixed_band(learned, settings.enter_risk)
-    result = compare(records, settings.costs, learned, fixed=fixed)
+    min_lead_time = config.duration("backtest", "min_lead_time")
+    records, result = judge_learned(decisions, fails, settings, min_lead_time=min_lead_time, until=now)
     if result is None:
         return None, [f"learned chooser: too few recorded decisions ({records.height}); the fixed policy decides"]
     span = f"{result.difference_gpu_h:+,.0f} GPU-h ({result.interval[0]:+,.0f} to {result.interval[1]:+,.0f})"
     if not result.better:
         return None, [f"learned chooser not better than the fixed policy by its interval: {span}; fixed decides"]
-    choice = choose(fit(records, settings.costs, learned), learned, fixed)
+    choice = choose(fit(records, settings.costs, learned), learned, fixed_band(learned, settings.enter_risk))
     threshold = choice.threshold()
     where = f"drains from risk {threshold:g}" if threshold is not None else "no band worth a drain"
     return choice, [f"learned chooser decides ({where}): {span} against the fixed policy on later records"]

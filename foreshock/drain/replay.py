@@ -48,12 +48,11 @@ from typing import Any
 import polars as pl
 
 from foreshock.costs import DrainCosts
-from foreshock.drain.learned import compare, decision_records, fixed_band
+from foreshock.drain.learned_history import judge_learned
 from foreshock.drain.lemons import REPLACE
 from foreshock.drain.replay_sim import Simulation, simulate_policy, units_reporting
 from foreshock.drain.risk_table import fleet_table, unit_risk_table
 from foreshock.drain.settings import PolicySettings
-from foreshock.durations import parse_duration
 from foreshock.models.evaluation.alerts import AlertWindow  # the lead-time metrics' own definition
 from foreshock.models.evaluation.caught import match_failures, split_drained, with_precursor_flags
 from foreshock.models.evaluation.metrics import gpu_hours_saved
@@ -441,15 +440,6 @@ def _learned_summary(
     """The learned chooser against the fixed policy on this model's recorded decisions."""
     drains = sim.drains.select("unit_id", pl.col("decided_at").alias("ts"), "returned_at")
     decisions = sim.decisions.join(drains, on=["unit_id", "ts"], how="left")
-    records = decision_records(
-        decisions,
-        failures.select("unit_id", "failed_at"),
-        settings.costs,
-        settings.learned,
-        horizon=parse_duration(settings.horizon),
-        min_lead_time=min_lead_time,
-        until=end,
-        replace_turnaround=settings.lemons.replace_turnaround,
-    )
-    result = compare(records, settings.costs, settings.learned, fixed=fixed_band(settings.learned, settings.enter_risk))
+    fails = failures.select("unit_id", "failed_at")
+    _, result = judge_learned(decisions, fails, settings, min_lead_time=min_lead_time, until=end)
     return None if result is None else {"variant": model, **result.to_dict()}
