@@ -23,7 +23,7 @@ import polars as pl
 
 from foreshock.budget import epoch_day
 from foreshock.drain.learned import LearnedChoice
-from foreshock.drain.learned_history import taken_on_risk
+from foreshock.drain.learned_history import DECISIONS_SCHEMA, taken_on_risk
 from foreshock.drain.lemons import REPLACE, lemons_at, node_map
 from foreshock.drain.policy import DrainPolicy
 from foreshock.drain.settings import PolicySettings
@@ -37,7 +37,6 @@ DRAIN_LOG = {
     "risk": pl.Float64(),
     "returned_at": pl.Datetime("us", "UTC"),
 }
-DECISIONS = {"unit_id": pl.String(), "ts": pl.Datetime("us", "UTC"), "risk": pl.Float64(), "action": pl.String()}
 FAILURES = {"unit_id": pl.String(), "failed_at": pl.Datetime("us", "UTC")}
 
 
@@ -170,7 +169,11 @@ def simulate_policy(
                 out_until[row["unit_id"]] = back
                 if replace:
                     replaced[row["unit_id"]] = effective
-    decisions = pl.concat(logged, how="vertical_relaxed").cast(DECISIONS) if logged else pl.DataFrame(schema=DECISIONS)
+    decisions = (
+        pl.concat(logged, how="vertical_relaxed").cast(DECISIONS_SCHEMA)
+        if logged
+        else pl.DataFrame(schema=DECISIONS_SCHEMA)
+    )
     return Simulation(
         drains=pl.DataFrame(drains, schema=DRAIN_LOG),
         avoided=pl.DataFrame(avoided, schema=FAILURES),
