@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psutil
+
 FIVE_MINUTES = 300  # simulated seconds between two ingests
 CYCLE_EVERY = 12  # ingests per cycle (hourly)
 FORESHOCK = [sys.executable, "-m", "foreshock.pipelines.cli"]
@@ -172,47 +174,39 @@ def flow_runs(base: str, deployments: dict) -> list[dict]:
 def rss_kb(pid: int) -> int:
     """Resident set size of ``pid`` (kB), 0 when it is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+        return psutil.Process(pid).memory_info().rss // 1024
+    except psutil.Error:
+        return 0
 
 
 def children(pid: int) -> list[int]:
     """The direct children of ``pid``."""
-    out: list[int] = []
     try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            out += [int(c) for c in (task / "children").read_text().split()]
-    except OSError:
-        pass
-    return out
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (children, their children, ...)."""
-    out, todo = [], children(pid)
-    while todo:
-        child = todo.pop()
-        out.append(child)
-        todo += children(child)
-    return out
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def still_running(pids: list[int], wait: float = 15.0) -> list[int]:
     """Those of ``pids`` that still run (not zombies) after ``wait`` seconds."""
+
+    def runs(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
     deadline = time.monotonic() + wait
     while True:
-        running = []
-        for pid in pids:
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state != "Z":
-                running.append(pid)
+        running = [pid for pid in pids if runs(pid)]
         if not running or time.monotonic() > deadline:
             return running
         time.sleep(0.5)
