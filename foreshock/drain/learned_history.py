@@ -18,7 +18,7 @@ import polars as pl
 
 from foreshock.contract import UTC_TS
 from foreshock.drain.learned import Comparison, LearnedChoice, choose, compare, decision_records, fit, fixed_band
-from foreshock.drain.outbox_files import DIR_FORMAT, complete_list_dirs
+from foreshock.drain.outbox_files import complete_list_dirs, published_at
 from foreshock.drain.risk_list import list_paths
 from foreshock.drain.settings import PolicySettings
 from foreshock.durations import parse_duration
@@ -39,11 +39,8 @@ def published_decisions(outbox_dir: Path, since: datetime) -> pl.DataFrame:
     (``unit_id, ts, risk, action, propensity``)."""
     frames = []
     for directory in complete_list_dirs(outbox_dir):
-        try:
-            stamp = datetime.strptime(directory.name, DIR_FORMAT).replace(tzinfo=since.tzinfo)
-        except ValueError:
-            continue
-        if stamp < since:
+        stamp = published_at(directory.name)
+        if stamp is None or stamp < since:
             continue
         frame = pl.scan_parquet(list_paths(directory)["parquet"])
         names = frame.collect_schema().names()

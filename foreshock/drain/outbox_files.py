@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,15 @@ def new_name(outbox_dir: Path, generated_at: datetime) -> str:
         name = f"{base}-{suffix:02d}"
         suffix += 1
     return name
+
+
+def published_at(name: str) -> datetime | None:
+    """When the publish directory ``name`` was written (its :func:`new_name` read back, the
+    ``-NN`` of a second publish in the same second ignored; UTC); None for another name."""
+    try:
+        return datetime.strptime(name.split("-")[0], DIR_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def staging_dir(outbox_dir: Path, name: str) -> Path:

@@ -135,3 +135,24 @@ def test_publish_learns_from_earlier_risk_lists_and_decides_only_when_better(dra
     choice, notes = learned_chooser(config, settings, now, failures, None)
     assert choice is not None and choice.threshold() == 0.75, notes
     assert notes[0].startswith("learned chooser decides (drains from risk 0.75)")
+
+
+def test_a_second_publish_in_the_same_second_is_recorded_too(drain_config):
+    """Two publishes in one second write ``<time>`` and ``<time>-01``; the decisions of both
+    are the learned chooser's history (the suffixed one used to be skipped)."""
+    from foreshock.drain.learned_history import published_decisions
+    from foreshock.drain.outbox_files import MANIFEST_FILE, new_name
+    from foreshock.drain.risk_list import build_risk_list, write_risk_list
+
+    decisions, _ = recorded(days=1, per_day=1)
+    ts = decisions.get_column("ts").max()
+    for unit in ("b-0-0", "a-0-0"):
+        directory = drain_config.outbox_dir / new_name(drain_config.outbox_dir, ts)
+        directory.mkdir(parents=True)
+        listed = decisions.filter(pl.col("unit_id") == unit).rename({"ts": "score_ts"})
+        listed = listed.with_columns(pl.lit("drain: ...").alias("reason"), pl.lit(1.0).alias("propensity"))
+        write_risk_list(build_risk_list(listed, ts), directory)
+        (directory / MANIFEST_FILE).write_text("{}")
+    assert sorted(p.name[-3:] for p in drain_config.outbox_dir.iterdir())[0] == "-01"
+    found = published_decisions(drain_config.outbox_dir, ts - timedelta(days=1))
+    assert sorted(found.get_column("unit_id").to_list()) == ["a-0-0", "b-0-0"]
