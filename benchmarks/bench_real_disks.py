@@ -28,7 +28,9 @@ Usage::
 
 ``--half first`` takes the first half of the data's days, ``all`` (the default) every day;
 ``--start``/``--end`` pick any window.  A stage whose output is in ``--work`` is not run
-again (``--redo`` removes the converted data, lake and backtest and runs them all).
+again (``--redo`` removes the converted data, lake and backtest and runs them all).  An
+interrupted ``features`` stage resumes: the snapshot dates it stored are kept and the stage
+runs again from the first date it had not finished (:func:`features_resume_day`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,30 @@ def stages(args: argparse.Namespace, work: Path) -> list[tuple[str, list[str], P
         ("backtest", backtest, work / "backtest/report.json"),
         ("judge", judge, work / "judged.json"),
     ]
+
+
+def features_resume_day(work: Path) -> date | None:
+    """The first snapshot date an interrupted ``features`` stage of ``work`` left undone, or
+    None when it stored nothing.
+
+    The stage writes the store in time order, chunk after chunk, and a date's staged
+    first-pass files are removed once the date is written: every date before the last one
+    all shards stored (:func:`foreshock.features.store.last_snapshot`) and before the first
+    date still staged is complete.  The lake has not changed since (the ingest stage ran
+    once, before), so those dates need no recomputing; ``foreshock features --start DAY``
+    computes the rest.  The lake's change log is then left as it is (a run with ``--start``
+    does not consume it): a later ``foreshock features`` without ``--start`` would
+    recompute every snapshot once, which the benchmark never runs.
+    """
+    from foreshock.config import load_config
+    from foreshock.features import store
+
+    features_dir = load_config(work / "data/foreshock.toml", data_dir=work / "lake").features_dir
+    last = store.last_snapshot(features_dir)
+    if last is None:
+        return None
+    staged = [date.fromisoformat(p.name.split("=", 1)[1]) for p in (features_dir / store.STAGING).glob("date=*")]
+    return min([last.date() + timedelta(days=1), *staged])
 
 
 def backtest_child(work: Path) -> None:
@@ -154,29 +180,44 @@ def rule_scores(levels: pl.DataFrame, keys: pl.DataFrame) -> dict[str, pl.DataFr
 
 def judge_child(work: Path, shares: list[float]) -> None:
     """Out-of-sample model scores and the rules on the drive-days with a reading, judged at
-    each share (see the module docstring); ``judged.json`` and the tables printed."""
+    each share (see the module docstring); ``judged.json`` and the tables printed.  The
+    scores are read one model at a time (all of them at once: about 50 M rows on the whole
+    data set), so memory holds one model's scores, the drives' levels and the two rules."""
     from foreshock.config import load_config
     from foreshock.lake.read import read_table
-    from foreshock.models.evaluation.backtest_report import read_result
+    from foreshock.models.evaluation.backtest_report import read_report, scores_path
 
     config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
-    result = read_result(work / "backtest")
-    scores = result.scores.filter((pl.col("horizon") == HORIZON) & (pl.col("model") != RULES_AS_RUN))
-    first, last = scores.get_column("ts").min().date(), scores.get_column("ts").max().date()
-    levels = daily_levels(config.lake_dir, first - timedelta(days=GROWTH_DAYS), last)
+    report = read_report(work / "backtest")
+    scores = pl.scan_parquet(scores_path(work / "backtest")).filter(
+        (pl.col("horizon") == HORIZON) & (pl.col("model") != RULES_AS_RUN)
+    )
+    first, last, models = (
+        scores.select(
+            pl.col("ts").min().alias("first"),
+            pl.col("ts").max().alias("last"),
+            pl.col("model").unique(maintain_order=True).implode(),
+        )
+        .collect()
+        .row(0)
+    )
+    levels = daily_levels(config.lake_dir, first.date() - timedelta(days=GROWTH_DAYS), last.date())
     # The drives reporting a day are those with a reading that day: a silent drive's
     # snapshot (features carry one for up to the longest window) is neither ranked nor
     # counted, and a reporting drive a model did not score counts, unflagged (null).
-    reporting = levels.filter(pl.col("ts").dt.date() >= first).select("unit_id", "ts")
-    series = {
-        model: reporting.join(part.select("unit_id", "ts", "risk"), on=["unit_id", "ts"], how="left")
-        for (model,), part in scores.group_by(["model"], maintain_order=True)
-    }
-    series.update(rule_scores(levels, reporting))
-    inventory = read_table(config.lake_dir, "inventory")
-    judged = judge_shares(series, read_table(config.lake_dir, "failures"), inventory, config, shares)
-    judged["models"] = {m: result.report["models"][m][HORIZON]["snapshot"] for m in result.report["models"]}
-    judged["backtest_period"] = result.report["scored"]
+    reporting = levels.filter(pl.col("ts").dt.date() >= first.date()).select("unit_id", "ts")
+    failures, inventory = read_table(config.lake_dir, "failures"), read_table(config.lake_dir, "inventory")
+    rules = judge_shares(rule_scores(levels, reporting), failures, inventory, config, shares)
+    del levels
+    judged = {**rules, "results": []}
+    for model in models:
+        risk = scores.filter(pl.col("model") == model).select("unit_id", "ts", "risk").collect()
+        series = {model: reporting.join(risk, on=["unit_id", "ts"], how="left")}
+        del risk
+        judged["results"] += judge_shares(series, failures, inventory, config, shares)["results"]
+    judged["results"] += rules["results"]
+    judged["models"] = {m: report["models"][m][HORIZON]["snapshot"] for m in report["models"]}
+    judged["backtest_period"] = report["scored"]
     judged["reporting_drive_days"] = reporting.height
     judged["sampling"] = json.loads((work / "data/sampling.json").read_text())
     (work / "judged.json").write_text(json.dumps(judged, indent=2, default=str) + "\n")
@@ -283,8 +324,12 @@ def main() -> int:
         if done.exists() and not args.redo and name in timings:
             print(f"{name}: done before ({done})", flush=True)
             continue
+        resumed = features_resume_day(work) if name == "features" and not args.redo else None
+        if resumed is not None:
+            argv = [*argv, "--start", resumed.isoformat()]
         print(f"{name}: {' '.join(argv)}", flush=True)
-        timings[name] = run(argv, work / f"{name}.log")
+        log = work / (f"{name}-from-{resumed}.log" if resumed else f"{name}.log")
+        timings[name] = run(argv, log) | ({"resumed_from": resumed.isoformat()} if resumed else {})
         if name in ("ingest", "features"):
             done.write_text("done\n")
         timings_file.write_text(json.dumps(timings, indent=2) + "\n")
