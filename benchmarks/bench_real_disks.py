@@ -243,7 +243,47 @@ def judge_shares(
             part = frame if units is None else frame.join(units, on="unit_id", how="semi")
             for share in shares:
                 metrics = top_of_list(part, failures, DailyBudget(share=share), HORIZON, min_lead, weights=weights)
-                out["results"].append({"model": model, "maker": group, "share": share, **metrics.to_dict()})
+                row = {"model": model, "maker": group, "share": share, **metrics.to_dict()}
+                if units is None:
+                    row["false_flags_by_cause"] = false_flag_causes(part, failures, share, min_lead, weights)
+                out["results"].append(row)
+    return out
+
+
+def false_flag_causes(
+    frame: pl.DataFrame, failures: pl.DataFrame, share: float, min_lead, weights: pl.DataFrame
+) -> dict:
+    """Where a ranking's false flags at ``share`` are (a diagnostic of what precision can
+    reach): on drives that fail later than the horizon (how many within 30 days of the
+    flag) or on drives with no failure known; each as flags of kept drives and as fleet
+    drives (reweighted).  ``precision_30d`` is the precision the same flags would have if a
+    failure up to 30 days later counted: a diagnostic only, the models are trained and
+    judged for the 14-day horizon."""
+    from foreshock.budget import WEIGHT_COLUMN, DailyBudget
+    from foreshock.contract import UTC_TS
+    from foreshock.models.estimators.base import horizon_hours
+    from foreshock.models.evaluation.alerts import AlertWindow
+    from foreshock.models.evaluation.metrics import classify_alerts
+    from foreshock.models.evaluation.top_of_list import daily_flags
+
+    flags, _ = daily_flags(frame, DailyBudget(share=share), weights)
+    until = frame.get_column("ts").cast(UTC_TS).max() + timedelta(days=1)  # as top_of_list: last snapshot + a step
+    fails = failures.select(pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS))
+    out = {}
+    for horizon in (HORIZON, "30d"):
+        window = AlertWindow(timedelta(hours=horizon_hours(horizon)), min_lead)
+        classified = classify_alerts(flags, fails, horizon, window, until)
+        if horizon == HORIZON:
+            false = classified.filter(pl.col("outcome") == "false")
+            later = pl.col("failed_at").is_not_null()
+            month = later & (pl.col("failed_at") - pl.col("alert_start") <= timedelta(days=30))
+            for name, which in (("fails_later", later), ("fails_within_30d", month), ("no_failure", ~later)):
+                part = false.filter(which)
+                out[name] = {"flags": part.height, "weighted": float(part.get_column(WEIGHT_COLUMN).sum())}
+        else:
+            w = {k: float(g.get_column(WEIGHT_COLUMN).sum()) for (k,), g in classified.group_by(["outcome"])}
+            resolved = w.get("true", 0.0) + w.get("false", 0.0) + w.get("late", 0.0)
+            out["precision_30d"] = w.get("true", 0.0) / resolved if resolved else None
     return out
 
 
