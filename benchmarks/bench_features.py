@@ -19,10 +19,11 @@ Printed per size: wall and CPU seconds (the child's and its children's), peak RS
 paired ratio features / floor (each round's two runs shared the machine's load; medians over
 rounds), and over the sizes the size exponent (log time ratio / log size ratio).
 
-Without ``PREFECT_API_URL`` each command starts Prefect's temporary server and stops it
-(several CPU-seconds whatever the fleet); ``--prefect server`` starts one Prefect server for
-the whole benchmark and points the commands at it, as a deployment with a running server
-does (``pipelines/systemd``); ``--prefect both`` measures both ways in the same rounds.
+Without ``PREFECT_API_URL`` the command runs its plan directly (no Prefect, no temporary
+server: ``pipelines/features_cmd.py``); ``--prefect server`` starts one Prefect server for
+the whole benchmark and points the commands at it, so each run is a recorded flow run, as
+under ``foreshock serve`` (``pipelines/systemd``); ``--prefect both`` measures both ways in
+the same rounds.
 
 Usage::
 

@@ -22,7 +22,7 @@ width and the lookback, not by the days it covers.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -358,6 +358,16 @@ class UpdatePlan:
             out.append((group, [span for span in days if lo <= span[1] and span[2] <= hi]))
         return out
 
+    def summary(self, rows: int, partitions: int) -> dict:
+        """What a run of this plan did, as plain values (the flow's result, the command's line):
+        the first and last snapshot, the rows written and the staged partitions."""
+        return {
+            "snapshots_from": self.first.isoformat(),
+            "snapshots_to": self.last.isoformat(),
+            "rows": rows,
+            "partitions": partitions,
+        }
+
 
 def late_spans(changes: list[dict], spec: FeatureSpec, stored: datetime) -> list[tuple[datetime, datetime]]:
     """Stored snapshots that rows merged into the lake since the last run can change.
@@ -491,22 +501,36 @@ def update_features(
     """Compute and store the snapshots :func:`plan_update` finds missing or changed, without
     Prefect (the flow runs the same steps as tasks).  Returns the number of rows written."""
     plan = plan_update(config, start, end, full)
-    if plan is None:
-        return 0
-    rows = 0
-    # Chunk by chunk (the flow does the same): a chunk's dates are written before the next
-    # chunk is staged.  Shards side by side on [runner] local_workers threads, as the
-    # flow's thread pool runs its shard tasks (each shard writes its own staging files).
+    return 0 if plan is None else apply_update(config, plan)["rows"]
+
+
+def apply_update(
+    config: Config,
+    plan: UpdatePlan,
+    progress: Callable[[list, str], Iterable] | None = None,
+) -> dict:
+    """Run ``plan`` here, without Prefect: what ``foreshock features`` does when no Prefect
+    API records its runs, and what the flow does as tasks.
+
+    Chunk by chunk (the flow does the same): a chunk's dates are written before the next
+    chunk is staged.  Shards side by side on ``[runner] local_workers`` threads, as the
+    flow's thread pool runs its shard tasks (each shard writes its own staging files).
+    ``progress(items, description)`` wraps the chunks (a bar or log lines); returns
+    :meth:`UpdatePlan.summary`."""
+    chunks = plan.chunks(feature_spec(config))
+    rows = partitions = 0
     with ThreadPoolExecutor(max_workers=config.local_workers) as pool:
-        for blocks, days in plan.chunks(feature_spec(config)):
-            list(pool.map(lambda shard, blocks=blocks: stage_shard(config, shard, blocks), range(plan.shards)))
+        for blocks, days in progress(chunks, "features: time chunks") if progress else chunks:
+            staged = pool.map(lambda shard, blocks=blocks: stage_shard(config, shard, blocks), range(plan.shards))
+            partitions += sum(len(files) for files in staged)
             rows += finalize_days(config, days)
     finish_update(config, plan)
-    return rows
+    return plan.summary(rows, partitions)
 
 
 __all__ = [
     "UpdatePlan",
+    "apply_update",
     "build_features",
     "error_activity_columns",
     "finalize_day",

@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("foreshock.pipelines.simulate_cmd", "write a simulated fleet's raw telemetry in real formats"),
     "ingest": ("foreshock.pipelines.ingest_flow", "parse, validate and merge raw telemetry into the lake"),
     "lake": ("foreshock.pipelines.lake_cmd", "print a summary of the lake (rows, units, span per table)"),
-    "features": ("foreshock.pipelines.features_flow", "compute feature snapshots from the lake (incremental)"),
+    "features": ("foreshock.pipelines.features_cmd", "compute feature snapshots from the lake (incremental)"),
     "dictionary": (
         "foreshock.pipelines.dictionary_cmd",
         "every feature column's name pattern, meaning, unit and window",

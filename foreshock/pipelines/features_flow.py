@@ -1,4 +1,5 @@
-"""``foreshock features``: the Prefect flow that turns the lake into feature snapshots.
+"""The Prefect flow that turns the lake into feature snapshots (``foreshock features`` when a
+Prefect API records its runs, :mod:`foreshock.pipelines.features_cmd`; ``foreshock serve``).
 
 Wiring only; the work lives in :mod:`features.build`.  Two kinds of coarse tasks:
 
@@ -16,7 +17,6 @@ stored snapshots that rows ingested late can change (the lake's change log).
 
 from __future__ import annotations
 
-import argparse
 from datetime import date, datetime
 
 from prefect import flow, task
@@ -25,9 +25,7 @@ from prefect.cache_policies import NO_CACHE
 from foreshock.config import Config
 from foreshock.features.build import finalize_days, finish_update, plan_update, stage_shard
 from foreshock.features.spec import feature_spec
-from foreshock.pipelines.inputs import lake_metrics_in_catalog
 from foreshock.pipelines.progress import track
-from foreshock.pipelines.runtime import task_runner
 
 
 @task(name="features-shard", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
@@ -85,43 +83,4 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
         ]
     written = sum(future.result() for future in rows)
     finish_update(config, plan)
-    return {
-        "snapshots_from": plan.first.isoformat(),
-        "snapshots_to": plan.last.isoformat(),
-        "rows": written,
-        "partitions": sum(len(files) for files in staged_files),
-    }
-
-
-def run(args: argparse.Namespace, config: Config) -> int:
-    lake_metrics_in_catalog(config, "features")  # one line and exit 2 before a flow run
-    flow_run = features_flow.with_options(task_runner=task_runner(config))
-    result = flow_run(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
-    if not result["rows"]:
-        print("features: up to date, nothing to compute")
-        return 0
-    print(
-        f"features: {result['rows']} unit snapshots from {result['snapshots_from']} to "
-        f"{result['snapshots_to']} ({result['partitions']} partitions) under {config.features_dir}"
-    )
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "features",
-        help="compute feature snapshots from the lake (incremental)",
-        description="Compute point-in-time feature snapshots per unit from the lake into "
-        "data/features/. Only snapshots after the last stored one are computed unless --full.",
-    )
-    parser.add_argument("--start", type=_iso_date, help="first snapshot date (YYYY-MM-DD)")
-    parser.add_argument("--end", type=_iso_date, help="last snapshot date (YYYY-MM-DD, inclusive)")
-    parser.add_argument("--full", action="store_true", help="recompute every snapshot in range, not only new ones")
-    parser.set_defaults(func=run)
-
-
-def _iso_date(text: str) -> str:
-    try:
-        return date.fromisoformat(text).isoformat()
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
+    return plan.summary(written, sum(len(files) for files in staged_files))
