@@ -11,7 +11,8 @@ what is measured here.
 
 Each measurement runs in its own process (``python bench_backtest.py --run ...``), so its
 peak RSS (``ru_maxrss``) and CPU time (user + system) belong to it alone.  Printed per size:
-wall time, CPU time, peak RSS and the number of out-of-sample scores; with ``--old SRC`` the
+wall time, CPU time, peak RSS and the number of out-of-sample scores (the child's log lines,
+with each fold's fit and scoring times, are kept in ``DATA/.../bench-<mode>-<source>.log``); with ``--old SRC`` the
 smallest size is also run with the backtest of another source tree (e.g. ``git archive
 057777e foreshock | tar -x -C /tmp/old``: the in-memory backtest before issue 10) and the
 ratios are printed.  With ``--before SRC`` every size is also run with the same
@@ -148,7 +149,9 @@ def measure(data: Path, src: Path, old: bool, mode: str = "workers") -> dict:
         argv += ["backtest", "--out", str(out_dir)]
     else:
         argv = [sys.executable, str(Path(__file__).resolve()), "--run", str(data)] + (["--run-old"] if old else [])
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    # The child's log lines (per-fold fit and scoring times) are kept beside the data.
+    log_path = data / f"bench-{mode}-{'old' if old else Path(src).name}.log"
+    with tempfile.TemporaryFile("w+") as out, open(log_path, "w+") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True, cwd=ROOT)
         peak = TreePeak(proc.pid)
@@ -228,6 +231,9 @@ def main() -> int:
     parser.add_argument("--run-old", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
         print(json.dumps(run_backtest(args.run, old=args.run_old)))
         return 0
     sys.path.insert(0, str(ROOT))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import re
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -205,38 +206,76 @@ def _compare_page(clean: Path, trial: Path) -> list[str]:
 def compare_registry(stage: str, clean: Path, trial: Path) -> list[str]:
     """The model registry: the challenger (and after review the champion) is a version from
     a finished run with the clean run's metrics, and review reached the same decision."""
-    from mlflow.tracking import MlflowClient
-
-    def state(root: Path) -> dict | None:
-        client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
-        out: dict = {}
-        for alias in ("challenger", "champion"):
-            try:
-                version = client.get_model_version_by_alias("foreshock-risk", alias)
-            except Exception:  # noqa: BLE001 - an absent alias is part of the state
-                out[alias] = None
-                continue
-            run = client.get_run(version.run_id)
-            out[alias] = (run.info.status, run.data.metrics, version.tags.get("foreshock.review"))
-        reviews = client.search_runs(
-            [e.experiment_id for e in client.search_experiments()],
-            "tags.`foreshock.kind` = 'review' and attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time DESC"],
-            max_results=1,
-        )
-        out["review"] = (reviews[0].data.metrics, reviews[0].data.tags.get("foreshock.decision")) if reviews else None
-        return out
-
-    c, t = state(clean), state(trial)
+    c, t = registry_state(clean), registry_state(trial)
     found = []
     for key in ("challenger", "champion", "review") if stage == "review" else ("challenger",):
         if (c[key] is None) != (t[key] is None):
             found.append(f"{stage}: {key} {'missing' if t[key] is None else 'unexpected'} after the rerun")
         elif c[key] is not None and not _close(c[key], t[key]):
-            found.append(f"{stage}: {key} differs")
+            found.append(f"{stage}: {key} differs: {_difference(c[key], t[key])}")
     if t["challenger"] is not None and t["challenger"][0] != "FINISHED":
         found.append(f"{stage}: the challenger's run is {t['challenger'][0]}")
     return found
+
+
+def registry_state(root: Path) -> dict:
+    """The registry of the data directory ``root`` (:func:`read_registry`), read from a copy
+    of its store at a path never read before.
+
+    MLflow keeps one store per tracking URI for the life of a process, and its pooled SQLite
+    connection goes on reading the file it opened after that file is deleted.  Every trial
+    runs at the same path, restored from a copy each time, so a read at that path saw the
+    registry of the first trial read there (a review's, whose challenger carries the
+    review's tag): "challenger differs" after every later train, whatever the train had
+    done, and nothing checked after the first read.
+    """
+    import tempfile
+
+    store = Path(root) / "mlflow"
+    with tempfile.TemporaryDirectory(prefix="registry-") as tmp:
+        copy = Path(tmp) / "mlflow"
+        copy.mkdir()
+        for path in store.glob("mlflow.db*"):  # with a killed writer's journal, if any
+            shutil.copy2(path, copy / path.name)
+        return read_registry(Path(tmp))
+
+
+def read_registry(root: str | Path) -> dict:
+    """Challenger and champion (their run's status and metrics, the version's review tag)
+    and the newest finished review (metrics, decision) of the store under ``root``."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{Path(root) / 'mlflow' / 'mlflow.db'}")
+    out: dict = {}
+    for alias in ("challenger", "champion"):
+        try:
+            version = client.get_model_version_by_alias("foreshock-risk", alias)
+        except Exception:  # noqa: BLE001 - an absent alias is part of the state
+            out[alias] = None
+            continue
+        run = client.get_run(version.run_id)
+        out[alias] = (run.info.status, run.data.metrics, version.tags.get("foreshock.review"))
+    reviews = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        "tags.`foreshock.kind` = 'review' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    out["review"] = (reviews[0].data.metrics, reviews[0].data.tags.get("foreshock.decision")) if reviews else None
+    return out
+
+
+def _difference(clean: list, trial: list) -> str:
+    """What differs between two registry entries (status / metrics / tag tuples), briefly."""
+    parts = []
+    for c, t in zip(clean, trial):
+        if isinstance(c, dict) and isinstance(t, dict):
+            names = sorted(k for k in c.keys() | t.keys() if k not in c or k not in t or not _close(c[k], t[k]))
+            if names:
+                parts.append(f"{len(names)} metrics, e.g. {names[:3]}")
+        elif not _close(c, t):
+            parts.append(f"{c!r} vs {t!r}")
+    return "; ".join(parts)
 
 
 def _close(a: object, b: object) -> bool:

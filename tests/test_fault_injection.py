@@ -158,3 +158,38 @@ def test_a_pull_removes_only_the_fetched_directories_of_killed_pulls(tmp_path):
         (directory / "chunk-0001.json").write_text("{}")
     assert remove_killed_pulls(tmp_path) == [killed]
     assert not killed.exists() and running.is_dir() and older.is_dir()
+
+
+def test_the_registry_is_read_afresh_after_the_data_directory_is_restored(tmp_path):
+    """Every trial runs at one path, restored from a copy; MLflow keeps a store per URI for
+    the life of a process, whose SQLite connection went on reading the deleted file: a
+    registry read after a restore saw the one read before it ("challenger differs" after
+    every train once a review had been checked, and nothing checked after the first read)."""
+    import mlflow
+
+    load_harness()
+    checks = sys.modules["fault_checks"]
+    trial, clean, other = tmp_path / "data", tmp_path / "clean", tmp_path / "other"
+
+    def register(root: Path, value: float) -> None:
+        client = mlflow.MlflowClient(f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
+        run = client.create_run(client.create_experiment(f"e{value}") if value > 1 else "0")
+        client.log_metric(run.info.run_id, "recall", value)
+        client.set_terminated(run.info.run_id)
+        if value == 1:
+            client.create_registered_model("foreshock-risk")
+        version = client.create_model_version("foreshock-risk", f"runs:/{run.info.run_id}/m", run.info.run_id)
+        client.set_registered_model_alias("foreshock-risk", "challenger", version.version)
+
+    (trial / "mlflow").mkdir(parents=True)
+    register(trial, 1.0)
+    shutil.copytree(trial, clean)
+    shutil.copytree(trial, other)
+    register(other, 2.0)  # the same store with another challenger
+    assert checks.compare_registry("train", clean, trial) == []
+    shutil.rmtree(trial)
+    shutil.copytree(other, trial)  # restored at the same path: read afresh
+    assert checks.compare_registry("train", clean, trial) == ["train: challenger differs: 1 metrics, e.g. ['recall']"]
+    shutil.rmtree(trial)
+    shutil.copytree(clean, trial)
+    assert checks.compare_registry("train", clean, trial) == []
