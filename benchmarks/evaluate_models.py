@@ -7,7 +7,7 @@ Data sets (each prepared once under ``--work``, then reused):
     ["7d"]`` (and ``[models] horizon = "7d"``).
 ``sim-1024``
     ``foreshock simulate --units 1024 --seed 1`` (``--days``, default 14: the backtest of
-    today's in-memory path grows with the fleet, and 30 days of 1,024 GPUs wants ~20 GB).
+    in-memory path it once took grew with the fleet: 30 days of 1,024 GPUs wanted ~20 GB).
 ``smart-daily-14d``
     A daily SMART-style disk fleet (``benchmarks/smart_fleet.py``: 1,000 disks, 120 days)
     through ``ingest --source canonical`` with the configuration of docs/byot.md (daily
@@ -188,7 +188,9 @@ def evaluate(data: DataSet, work: Path) -> dict:
 
 
 def backtest_child(config_file: str, directory: str, ground_truth: str, out: str) -> None:
-    """``foreshock backtest``'s task body: features and failures of the lake -> walk_forward."""
+    """``foreshock backtest``'s task body: the feature store (read fold by fold, as the
+    command reads it: never one frame of every snapshot) and the lake's failures ->
+    walk_forward."""
     sys.path.insert(0, str(ROOT))
     from foreshock.config import load_config
     from foreshock.models.evaluation.backtest import read_ground_truth, walk_forward
@@ -197,9 +199,13 @@ def backtest_child(config_file: str, directory: str, ground_truth: str, out: str
 
     config = load_config(config_file, data_dir=directory)
     result = walk_forward(
-        inputs.features(config), inputs.failures(config), config, ground_truth=read_ground_truth(ground_truth or None)
+        inputs.feature_source(config),
+        inputs.failures(config),
+        config,
+        ground_truth=read_ground_truth(ground_truth or None),
     )
-    write_result(result, Path(out))
+    with result:  # the scores' files go once scores.parquet is written
+        write_result(result, Path(out))
 
 
 def main() -> int:
