@@ -6,8 +6,8 @@ Data sets (each prepared once under ``--work``, then reused):
     ``foreshock simulate`` defaults (256 GPUs, 30 days, seed 0) with ``[labels] horizons =
     ["7d"]`` (and ``[models] horizon = "7d"``).
 ``sim-1024``
-    ``foreshock simulate --units 1024 --seed 1`` (``--days``, default 14: the backtest of
-    in-memory path it once took grew with the fleet: 30 days of 1,024 GPUs wanted ~20 GB).
+    ``foreshock simulate --units 1024 --seed 1`` (``--days``, default 14: chosen when the
+    backtest held every snapshot in memory, where 30 days of 1,024 GPUs wanted ~20 GB).
 ``smart-daily-14d``
     A daily SMART-style disk fleet (``benchmarks/smart_fleet.py``: 1,000 disks, 120 days)
     through ``ingest --source canonical`` with the configuration of docs/byot.md (daily

@@ -22,13 +22,15 @@ from foreshock.pipelines.runtime import configure_mlflow, quiet_mlflow
 @task(cache_policy=NO_CACHE)
 def review_task(settings: dict, promote: bool) -> dict[str, object]:
     from foreshock.models.estimators.base import config_horizons
-    from foreshock.models.estimators.training import labelled_until
     from foreshock.models.registry.promotion import run_review
+    from foreshock.models.registry.review import batch_rows
+    from foreshock.models.registry.review_data import ReviewData
 
     config = Config.from_settings(settings)
-    features, failures = inputs.features(config), inputs.failures(config)
-    labelled = labelled_until(features, failures, config_horizons(config))
-    result = run_review(config, labelled, failures, promote=promote, drains=inputs.drains(config))
+    failures = inputs.failures(config)
+    # the store read window by window: outcomes from the keys, the window scored in batches
+    data = ReviewData.from_store(inputs.feature_source(config), failures, config_horizons(config), batch_rows(config))
+    result = run_review(config, data, failures, promote=promote, drains=inputs.drains(config))
     return {
         "decision": result.decision,
         "promoted": result.promoted,

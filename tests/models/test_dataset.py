@@ -63,3 +63,24 @@ def test_training_sample_is_read_a_day_at_a_time_and_matches_the_store(rng, tmp_
     total = fleet.features.filter(pl.col("ts") < until).height
     assert np.isclose(frame.get_column("sample_weight").sum(), total, rtol=0.02)
     assert frame.height < 0.5 * total
+
+
+def test_a_view_of_the_past_reads_nothing_from_the_cut_on(rng, tmp_path):
+    # A review refits the challenger on the store's snapshots before its window: whatever
+    # range is asked for, the view must never hand back a later row, and its sample must
+    # be the one drawn from the past held in memory.
+    fleet = synthetic_fleet(rng, units=20, days=6)
+    source = _store(fleet, tmp_path)
+    cut = fleet.features.get_column("ts").min() + timedelta(days=3, hours=7)
+    past = source.before(cut)
+    in_memory = FrameSource(fleet.features.filter(pl.col("ts") < cut))
+
+    assert past.span() == in_memory.span() and past.span()[1] < cut
+    assert past.scan(None, cut + timedelta(days=2)).collect().get_column("ts").max() < cut
+    assert past.keys().equals(in_memory.keys())
+    assert past.before(cut + timedelta(days=1)).keys().equals(in_memory.keys())  # a view never widens
+    sample = TrainingSample(max_healthy_rows=500, adjacent=timedelta(hours=48))
+    wanted = ["unit_id", "ts", "ecc_sbe_volatile_total_increase_1d"]
+    until = cut + timedelta(days=2)  # labels as known later (a review's window start), rows from before the cut
+    expected = training_frame(in_memory, fleet.failures, until, sample, columns=wanted)
+    assert training_frame(past, fleet.failures, until, sample, columns=wanted).equals(expected)

@@ -91,6 +91,44 @@ def test_the_review_challenger_is_trained_before_the_window(fleet, monkeypatch):
     assert "0% of the window in-sample" in result.report_md.read_text()
 
 
+def test_the_review_reads_the_store_window_by_window_with_the_figures_of_the_frame(fleet, tmp_path, monkeypatch):
+    # A long history does not fit in memory as one frame: the review reads the feature
+    # store's keys for the outcomes and scores its window in batches, and measures exactly
+    # what it measures on the same snapshots held in memory.
+    from foreshock.features.store import write_features
+    from foreshock.models.estimators.dataset import FeatureSource
+    from foreshock.models.registry.review_data import ReviewData
+
+    features = fleet["features"]
+    day = features.filter(pl.col("ts").dt.date() == features.get_column("ts").min().date()).height  # rows a day
+    config = review_config(fleet["data_dir"]).with_overrides({"backtest": {"score_batch_rows": day}})
+    write_features(features, tmp_path / "features", 2)
+    read = []
+    real_rows = FeatureSource.rows
+
+    def spy(self, start, end, columns=None, keys=None):
+        out = real_rows(self, start, end, columns, keys)
+        read.append((keys is None, out.height))
+        return out
+
+    monkeypatch.setattr(FeatureSource, "rows", spy)
+    data = ReviewData.from_store(
+        FeatureSource.from_dir(tmp_path / "features"), fleet["failures"], config_horizons(config), day
+    )
+    from_store = review.review_versions(config, data, fleet["failures"], promote=False)
+    in_memory = review.review_versions(config, fleet["labelled"], fleet["failures"], promote=False)
+
+    assert from_store.window == in_memory.window
+    assert from_store.table().equals(in_memory.table(), null_equal=True)
+    assert [(c.name, c.passed) for c in from_store.checks] == [(c.name, c.passed) for c in in_memory.checks]
+    assert from_store.rules.metrics == pytest.approx(in_memory.rules.metrics, nan_ok=True)
+    assert from_store.decision == in_memory.decision
+    # Each of the three (challenger, champion, rules) scored the window in batches of at
+    # most a day's rows, never the window whole.
+    window_reads = [height for whole, height in read if whole]
+    assert max(window_reads) <= day < sum(window_reads) / 3
+
+
 def test_worse_challenger_stays_out_and_the_report_says_why(fleet):
     config = worse_recipe(review_config(fleet["data_dir"]))
     result = promotion.run_review(config, fleet["labelled"], fleet["failures"])

@@ -219,6 +219,26 @@ class ThresholdBaseline:
                 break
         return self
 
+    def growth_columns(self, frame: pl.DataFrame) -> list[str]:
+        """The columns whose values set a rule's limit (the generic growth rules': a
+        quantile over the rows), for rules bound to ``frame``'s columns; the other rules
+        need the names only (``frame`` may have no rows)."""
+        rules = self._fresh().resolve(frame).rules_
+        return sorted({c for r in rules if r.name.endswith("_growth") for c in r.columns})
+
+    def resolve_on(self, names: pl.DataFrame, data: pl.DataFrame) -> ThresholdBaseline:
+        """:meth:`resolve` bound to the columns of ``names``, the growth rules' limits taken
+        on ``data``: rows with at least the :meth:`growth_columns` (``names`` itself when
+        it holds the rows), so a long history is read for those columns only."""
+        self.resolve(names)
+        if data is not names:
+            learnt = {r.name: r for r in self._fresh().resolve(data).rules_ if r.name.endswith("_growth")}
+            self.rules_ = [learnt.get(r.name, r) for r in self.rules_]
+        return self
+
+    def _fresh(self) -> ThresholdBaseline:
+        return ThresholdBaseline(self.horizons, dict(self.rules), list(self.error_counters))
+
     def rule_features(self, frame: pl.DataFrame) -> dict[str, np.ndarray]:
         """``rule_<name>`` log ratios and ``rule_severity`` (log): the rules as model inputs."""
         ratios = self.rule_ratios(frame)

@@ -51,10 +51,14 @@ class FeatureSource:
     ----------
     files
         The store's partition files (``features.store.feature_files``).
+    until
+        Rows at or after this time are never read (a view of the store's past:
+        :meth:`before`); None: every row.
     """
 
     files: list[Path]
     _schema: dict[str, pl.DataType] | None = field(default=None, init=False, repr=False)
+    until: datetime | None = None
 
     @classmethod
     def from_dir(cls, features_dir: Path) -> FeatureSource:
@@ -75,8 +79,19 @@ class FeatureSource:
     def empty(self) -> bool:
         return not self.files
 
+    def before(self, cut: datetime) -> FeatureSource:
+        """The same store with only the snapshots taken before ``cut`` (e.g. a fit that must
+        not see a review window): nothing later is read, whatever range is asked for."""
+        cut = cut if self.until is None else min(cut, self.until)
+        last_day = (cut - timedelta(microseconds=1)).date()
+        view = FeatureSource([p for p in self.files if _day_of(p) <= last_day], until=cut)
+        view._schema = self._schema
+        return view
+
     def scan(self, start: datetime | None = None, end: datetime | None = None) -> pl.LazyFrame:
         """Rows with ``start <= ts < end`` (either open), from the partitions of those dates only."""
+        if self.until is not None:
+            end = self.until if end is None else min(end, self.until)
         files = [
             p
             for p in self.files
@@ -116,9 +131,9 @@ class FeatureSource:
         """First and last snapshot time (reads only ``ts``; of the store, only the first and
         the last date's partitions: a scan of every partition grows with the history)."""
         files = getattr(self, "files", None)  # None: a frame in memory (FrameSource)
-        if files:
+        if files and self.until is None:
             first, last = _edge_time(files, min), _edge_time(files, max)
-        else:
+        else:  # a frame, or a view of the past (its last partition may hold later rows)
             first, last = self.scan().select(pl.col("ts").min(), pl.col("ts").max().alias("b")).collect().row(0)
         if first is None:
             raise ValueError("no feature snapshots")
@@ -191,7 +206,8 @@ class FeatureSource:
         """The most recent snapshot of every unit (units silent for longer than ``lookback``
         before the newest snapshot are left out); reads only the last days' partitions."""
         files = getattr(self, "files", None)
-        last = _edge_time(files, max) if files else self.span()[1]  # the newest date's partitions only
+        # the newest date's partitions only (a view of the past: its newest snapshot)
+        last = _edge_time(files, max) if files and self.until is None else self.span()[1]
         recent = self.scan(last - lookback, None).select(self.columns())
         return (
             recent.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
@@ -376,6 +392,12 @@ class FrameSource:
     @property
     def empty(self) -> bool:
         return self.frame.height == 0
+
+    until = None  # a frame is cut by :meth:`before` itself
+
+    def before(self, cut: datetime) -> FrameSource:
+        """The snapshots taken before ``cut`` (:meth:`FeatureSource.before`)."""
+        return FrameSource(self.frame.filter(pl.col("ts") < pl.lit(cut).cast(UTC_TS)))
 
     def scan(self, start: datetime | None = None, end: datetime | None = None) -> pl.LazyFrame:
         lazy = self.frame.lazy()

@@ -364,11 +364,8 @@ class GradientBoostedRisk:
         if not self.feature_names_:
             raise ValueError("no numeric feature columns to train on")
         self.rules_ = None
-        if self.rules is not None:
-            self.rules_ = self._baseline().resolve(names)
-            if data is not names:  # the growth rules' limits from their columns' values
-                learnt = {r.name: r for r in self._baseline().resolve(data).rules_ if r.name.endswith("_growth")}
-                self.rules_.rules_ = [learnt.get(r.name, r) for r in self.rules_.rules_]
+        if self.rules is not None:  # the growth rules' limits from their columns' values in data
+            self.rules_ = self._baseline().resolve_on(names, data)
             self.feature_names_ += list(self.rules_.rule_features(names.head(1)))
 
     def _baseline(self) -> ThresholdBaseline:

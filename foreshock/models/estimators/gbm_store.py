@@ -100,7 +100,4 @@ def fit_from_store(
 def growth_columns(model: Any, head: pl.DataFrame) -> list[str]:
     """The columns whose values set a rule's limit (the generic growth rules': a
     quantile over the sample), read for every row; the other rules need names only."""
-    if model.rules is None:
-        return []
-    rules = model._baseline().resolve(head)
-    return sorted({c for r in rules.rules_ if r.name.endswith("_growth") for c in r.columns})
+    return [] if model.rules is None else model._baseline().growth_columns(head)

@@ -32,6 +32,7 @@ import polars as pl
 
 from foreshock.contract import UTC_TS, is_label_column, label_column
 from foreshock.durations import parse_duration
+from foreshock.models.estimators.dataset import FeatureSource, FrameSource, as_source
 from foreshock.models.estimators.training import snapshot_step
 from foreshock.models.evaluation.alert_replay import policy_alerts
 from foreshock.models.evaluation.alerts import AlertWindow, resolved_labels
@@ -90,7 +91,7 @@ def training_cut(window_start: datetime, horizon: str) -> datetime:
 
 
 def fit_before_window(
-    features: pl.DataFrame,
+    features: pl.DataFrame | FeatureSource | FrameSource,
     failures: pl.DataFrame,
     config: Any,
     window_start: datetime,
@@ -105,7 +106,9 @@ def fit_before_window(
     training label is resolved by the time the window opens, and none looks into it (the
     purge of one horizon).  Labels are the training's censoring-correct labels
     (:func:`foreshock.models.estimators.training.labelled_until` rule) with the cutoff at
-    ``window_start``; ``drains`` censor them as in ``foreshock train``.
+    ``window_start``; ``drains`` censor them as in ``foreshock train``.  ``features`` is
+    a frame (label columns are dropped) or the feature store, of which only the training
+    sample before the purge is read.
 
     Returns
     -------
@@ -114,9 +117,9 @@ def fit_before_window(
     """
     from foreshock.models.estimators.bundle import train_bundle
 
-    cut = pl.lit(training_cut(window_start, horizon)).cast(UTC_TS)
-    train = unlabelled(features).filter(pl.col("ts") < cut)
-    if train.height == 0:
+    source = as_source(unlabelled(features) if isinstance(features, pl.DataFrame) else features)
+    train = source.before(training_cut(window_start, horizon))
+    if train.scan().head(1).collect().height == 0:
         raise ValueError(
             f"no snapshot before {training_cut(window_start, horizon)}: the review window leaves no history"
         )

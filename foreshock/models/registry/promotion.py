@@ -19,12 +19,13 @@ import polars as pl
 
 from foreshock.models.registry import registry, tracking
 from foreshock.models.registry.review import ReviewResult, review_versions
+from foreshock.models.registry.review_data import ReviewData
 from foreshock.models.registry.review_report import write_report
 
 
 def run_review(
     config: Any,
-    labelled: pl.DataFrame,
+    labelled: pl.DataFrame | ReviewData,
     failures: pl.DataFrame,
     *,
     promote: bool = True,
@@ -38,8 +39,9 @@ def run_review(
         :class:`~foreshock.config.Config` (``[models] name``/``horizon``, ``[review]``,
         ``[backtest]`` for the operating point, ``reports_dir``).
     labelled
-        Feature snapshots labelled with what is known now (``models.training.labelled_until``):
-        the review window is taken from its end.
+        The feature store with the outcomes known now (:class:`~foreshock.models.registry.review_data.ReviewData`,
+        read window by window) or snapshots labelled in memory
+        (``models.training.labelled_until``): the review window is taken from its end.
     failures
         Canonical failures table (for lead times).
     promote

@@ -45,7 +45,7 @@ from typing import Any
 
 import polars as pl
 
-from foreshock.contract import UTC_TS, label_column
+from foreshock.contract import label_column
 from foreshock.durations import parse_duration
 from foreshock.models.estimators.base import decision_horizon
 from foreshock.models.estimators.baseline import ThresholdBaseline
@@ -55,6 +55,7 @@ from foreshock.models.evaluation.lead_times import lead_times_at_budget
 from foreshock.models.evaluation.operating_points import OperatingPoints
 from foreshock.models.evaluation.verdict import RANKED_RULES
 from foreshock.models.registry import registry
+from foreshock.models.registry.review_data import ReviewData, ReviewWindow
 
 # Rows of the side-by-side table: metric key, label, how to print it.
 TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -140,6 +141,11 @@ class ReviewResult:
 # --------------------------------------------------------------------------------------
 
 
+def batch_rows(config: Any) -> int:
+    """Window rows scored at a time: the backtest's ``[backtest] score_batch_rows``."""
+    return int(config.section("backtest")["score_batch_rows"])
+
+
 def review_window(labelled: pl.DataFrame, horizon: str, config: Any) -> tuple[datetime, datetime]:
     """The recent labelled window both versions are measured on.
 
@@ -208,7 +214,7 @@ def measure_at_budget(
 
 def measure_bundle(
     bundle: Any,
-    window_frame: pl.DataFrame,
+    rows: ReviewWindow,
     failures: pl.DataFrame,
     horizon: str,
     config: Any,
@@ -220,11 +226,14 @@ def measure_bundle(
     per unit (for the bootstrap)."""
     if horizon not in bundle.horizons:
         raise ValueError(f"version {version} has no {horizon} horizon (has {bundle.horizons})")
-    scores = bundle.score(window_frame, [bundle.primary]).filter(pl.col("horizon") == horizon)
+    scores = rows.score(
+        lambda batch: bundle.score(batch, [bundle.primary]).filter(pl.col("horizon") == horizon),
+        ["model", "horizon", "unit_id", "ts"],
+    )
     trained = getattr(bundle, "trained_range", None)
     return _evaluation(
         scores,
-        window_frame,
+        rows.labels,
         failures,
         horizon,
         config,
@@ -237,7 +246,7 @@ def measure_bundle(
 
 def _evaluation(
     scores: pl.DataFrame,
-    window_frame: pl.DataFrame,
+    window_labels: pl.DataFrame,
     failures: pl.DataFrame,
     horizon: str,
     config: Any,
@@ -255,7 +264,7 @@ def _evaluation(
         run_id=run_id,
         primary=primary,
         metrics=measured,
-        scored=plots.scores_with_labels(scores, window_frame, horizon),
+        scored=plots.scores_with_labels(scores, window_labels, horizon),
         lead_times=lead_times,
         trained_range=trained_range,
         units=comparison.unit_table(scores.select("unit_id", "ts", "risk"), failures, horizon, config),
@@ -264,21 +273,19 @@ def _evaluation(
 
 def measure_version(
     loaded: registry.LoadedBundle,
-    window_frame: pl.DataFrame,
+    rows: ReviewWindow,
     failures: pl.DataFrame,
     horizon: str,
     config: Any,
 ) -> Evaluation:
     """Score one registered version's primary model on the window, as registered."""
-    return measure_bundle(
-        loaded.bundle, window_frame, failures, horizon, config, version=loaded.version, run_id=loaded.run_id
-    )
+    return measure_bundle(loaded.bundle, rows, failures, horizon, config, version=loaded.version, run_id=loaded.run_id)
 
 
 def measure_challenger(
     loaded: registry.LoadedBundle,
-    labelled: pl.DataFrame,
-    window_frame: pl.DataFrame,
+    data: ReviewData,
+    rows: ReviewWindow,
     failures: pl.DataFrame,
     window: tuple[datetime, datetime],
     horizon: str,
@@ -293,23 +300,19 @@ def measure_challenger(
     measured as it is and the reason: the review then fails its out-of-sample guardrail.
     """
     try:
-        before = comparison.fit_before_window(
-            comparison.unlabelled(labelled), failures, config, window[0], horizon, drains=drains
-        )
+        before = comparison.fit_before_window(data.source, failures, config, window[0], horizon, drains=drains)
     except ValueError as exc:
-        return measure_version(loaded, window_frame, failures, horizon, config), str(exc)
+        return measure_version(loaded, rows, failures, horizon, config), str(exc)
     if before.primary != loaded.bundle.primary:  # the configuration is not the registered recipe
         reason = f"the configured primary model {before.primary!r} is not version {loaded.version}'s {loaded.bundle.primary!r}"
-        return measure_version(loaded, window_frame, failures, horizon, config), reason
-    evaluation = measure_bundle(
-        before, window_frame, failures, horizon, config, version=loaded.version, run_id=loaded.run_id
-    )
+        return measure_version(loaded, rows, failures, horizon, config), reason
+    evaluation = measure_bundle(before, rows, failures, horizon, config, version=loaded.version, run_id=loaded.run_id)
     return evaluation, None
 
 
 def measure_rules(
-    labelled: pl.DataFrame,
-    window_frame: pl.DataFrame,
+    data: ReviewData,
+    rows: ReviewWindow,
     failures: pl.DataFrame,
     window: tuple[datetime, datetime],
     horizon: str,
@@ -320,21 +323,28 @@ def measure_rules(
     The rules are bound to the feature columns, and their usual-growth thresholds taken,
     on the history the challenger is refitted on (before ``window_start - H``); their
     severity ranks the window's units.  None when there is no such history (the
-    challenger's out-of-sample guardrail fails then anyway).
+    challenger's out-of-sample guardrail fails then anyway).  Of the history only the
+    columns the growth rules learn their limits from are read.
     """
-    history = comparison.unlabelled(labelled).filter(
-        pl.col("ts") < pl.lit(comparison.training_cut(window[0], horizon)).cast(UTC_TS)
-    )
-    if history.height == 0:
+    history = data.history(comparison.training_cut(window[0], horizon))
+    head = history.scan().head(1).collect()
+    if head.height == 0:
         return None
-    rules = ThresholdBaseline.from_config(config).resolve(history)
-    scores = window_frame.select("unit_id", "ts").with_columns(
-        pl.Series("risk", rules.severity(window_frame), dtype=pl.Float64),
-        pl.lit(RANKED_RULES).alias("model"),
-        pl.lit(horizon).alias("horizon"),
+    rules = ThresholdBaseline.from_config(config)
+    growth = rules.growth_columns(head)
+    values = history.scan().select(history.columns(growth)).collect(engine="streaming") if growth else head
+    rules.resolve_on(head, values)
+    del values
+    scores = rows.score(
+        lambda batch: batch.select("unit_id", "ts").with_columns(
+            pl.Series("risk", rules.severity(batch), dtype=pl.Float64),
+            pl.lit(RANKED_RULES).alias("model"),
+            pl.lit(horizon).alias("horizon"),
+        ),
+        ["unit_id", "ts"],
     )
     return _evaluation(
-        scores, window_frame, failures, horizon, config, version=RULES_VERSION, run_id="", primary=RANKED_RULES
+        scores, rows.labels, failures, horizon, config, version=RULES_VERSION, run_id="", primary=RANKED_RULES
     )
 
 
@@ -405,7 +415,7 @@ def decide(
 
 def review_versions(
     config: Any,
-    labelled: pl.DataFrame,
+    labelled: pl.DataFrame | ReviewData,
     failures: pl.DataFrame,
     *,
     promote: bool = True,
@@ -424,8 +434,11 @@ def review_versions(
         :class:`~foreshock.config.Config` (``[models] name``/``horizon``, ``[review]``,
         ``[backtest]`` for the operating point).
     labelled
-        Feature snapshots labelled with what is known now (``models.training.labelled_until``):
-        the review window is taken from its end, the challenger's refit from what precedes it.
+        The feature store with every snapshot's outcome known now
+        (:meth:`ReviewData.from_store <foreshock.models.registry.review_data.ReviewData.from_store>`:
+        read window by window), or snapshots labelled in memory
+        (``models.training.labelled_until``): the review window is taken from its end, the
+        challenger's refit from what precedes it.
     failures
         Canonical failures table (for lead times).
     promote
@@ -449,20 +462,18 @@ def review_versions(
     if challenger_version is None:
         raise LookupError(f"registered model {name!r} has no challenger: run `foreshock train` first")
 
-    window = review_window(labelled, horizon, config)
-    label = label_column(horizon)
-    window_frame = labelled.filter(pl.col("ts").is_between(window[0], window[1]) & pl.col(label).is_not_null())
+    data = labelled if isinstance(labelled, ReviewData) else ReviewData.from_labelled(labelled, batch_rows(config))
+    window = review_window(data.labels, horizon, config)
+    rows = data.window(window, horizon)
     registered = registry.load_version(name, challenger_version.version)
-    challenger, refit_error = measure_challenger(
-        registered, labelled, window_frame, failures, window, horizon, config, drains
-    )
+    challenger, refit_error = measure_challenger(registered, data, rows, failures, window, horizon, config, drains)
     same = champion_version is not None and str(champion_version.version) == str(challenger_version.version)
     champion = None
     if champion_version is not None and not same:
         champion = measure_version(
-            registry.load_version(name, champion_version.version), window_frame, failures, horizon, config
+            registry.load_version(name, champion_version.version), rows, failures, horizon, config
         )
-    rules = measure_rules(labelled, window_frame, failures, window, horizon, config)
+    rules = measure_rules(data, rows, failures, window, horizon, config)
     intervals, checks = guardrail_checks(challenger, champion, settings, refit_error=refit_error, rules=rules)
     demoted = not same and "foreshock.promotion" in (challenger_version.tags or {})
     decision, promoted = decide(challenger, champion, checks, already_champion=same, demoted=demoted, promote=promote)
