@@ -116,12 +116,16 @@ def backtest_child(work: Path) -> None:
     """``foreshock backtest``'s task body (as ``benchmarks/evaluate_models.py`` runs it,
     without a Prefect server) with the inventory, whose ``fleet_weight`` reweights the
     report's budget point, as the backtest flow passes it."""
+    import logging
+
     from foreshock.config import load_config
     from foreshock.lake.read import read_table
     from foreshock.models.evaluation.backtest import walk_forward
     from foreshock.models.evaluation.backtest_report import write_result
     from foreshock.pipelines import inputs
 
+    # the folds' progress (training rows, fold done in N s) in backtest.log
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
     inventory = read_table(config.lake_dir, "inventory")
     # The feature store read fold by fold, as the flow does (a frame of every snapshot
