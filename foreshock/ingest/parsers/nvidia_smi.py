@@ -463,7 +463,9 @@ def _numbers(long: pl.DataFrame) -> pl.Series:
     rest = plain.is_null().arg_true()
     if rest.len() == 0:
         return plain
-    others = long[rest].select(_number(pl.col("_text"), pl.col("_suffix"))).to_series()
+    # only the two columns read are gathered (not the whole frame's rows)
+    others = long.select(pl.col("_text", "_suffix").gather(rest)).select(_number(pl.col("_text"), pl.col("_suffix")))
+    others = others.to_series()
     return plain.scatter(rest, others)
 
 
