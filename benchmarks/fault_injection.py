@@ -24,6 +24,12 @@ MLflow store's absolute artifact locations point into the copy under test.  It p
 per stage, mismatches, stale locks, partial and left-over files, and wall and CPU time.
 Every process it starts (one Prefect server, Prometheus, the stage CLIs) is stopped by its PID.
 
+A run may come in batches: with ``--work DIR`` the unkilled run's copies and stage times
+stay in ``DIR`` (``clean.json``), and a later run with the same ``--work`` reuses them (give
+it another ``--seed`` for other kill points: the seed draws the kill times; the fleet is not
+simulated again).  ``--until HH:MM`` (UTC) starts no round that would end after that time,
+judged by the longest round so far.
+
 The default fleet (128 GPUs x 21 days, an nvidia-smi sample every 2 minutes: 345 MB of
 landing files, two ingest batches) makes most stages run for tens of seconds on 2 cores.
 """
@@ -31,6 +37,7 @@ landing files, two ingest batches) makes most stages run for tens of seconds on 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -53,6 +60,7 @@ STAGES = ("ingest", "pull", "features", "backtest", "train", "review", "score", 
 START = "2026-11-01"  # the simulated fleet's first day
 # The benchmark's site configuration: the DCGM series are hourly (pulled at their own step,
 # a day per request); the simulated fleet ended weeks ago, so its scores are old.
+CLEAN_FILE = "clean.json"  # the unkilled run's stage times, beside its copies
 SITE = '[pull]\nstep = "1h"\nchunk = "1d"\n[policy]\nmax_score_age = "3650d"\n'
 
 
@@ -128,7 +136,16 @@ class Harness:
         shutil.copytree(snapshot, self.data, symlinks=True)
 
     def clean_run(self, until: str = STAGES[-1]) -> None:
-        """Run the stages up to ``until`` cleanly, copying the data directory after each."""
+        """Run the stages up to ``until`` cleanly, copying the data directory after each;
+        their times go to ``work/clean.json``.  When an earlier batch in the same work
+        directory got that far, its copies and times are reused (same fleet, same code)."""
+        recorded = self.work / CLEAN_FILE
+        if recorded.is_file():
+            times = json.loads(recorded.read_text())
+            if all(stage in times for stage in STAGES[: STAGES.index(until) + 1]):
+                self.clean_seconds.update(times)
+                print(f"clean run of an earlier batch reused: {times}", flush=True)
+                return
         self.restore(self.snapshot("empty"))
         for stage in STAGES[: STAGES.index(until) + 1]:
             started = time.monotonic()
@@ -137,7 +154,9 @@ class Harness:
             print(f"clean {stage}: {self.clean_seconds[stage]:.1f} s", flush=True)
             if code != 0:
                 raise SystemExit(f"clean {stage} failed ({code}); see {self.work / (stage + '.log')}")
+            shutil.rmtree(self.snapshot(f"after-{stage}"), ignore_errors=True)
             shutil.copytree(self.data, self.snapshot(f"after-{stage}"), symlinks=True)
+        recorded.write_text(json.dumps(self.clean_seconds))
 
     def before(self, stage: str) -> Path:
         index = STAGES.index(stage)
@@ -205,6 +224,8 @@ def prepare(work: Path, units: int, days: int, seed: int, api_url: str, sample_e
         MLFLOW_DISABLE_TELEMETRY="true",
     )
     (work / "site.toml").write_text(SITE)
+    if (work / CLEAN_FILE).is_file():  # a finished clean run of an earlier batch: its fleet is reused
+        return Harness(work=work, env=env, days=days)
     subprocess.run(
         [sys.executable, "-m", "foreshock.pipelines.cli", "--data-dir", str(work / "empty"), "simulate"]
         + ["--units", str(units), "--days", str(days), "--seed", str(seed), "--start", START]
@@ -283,6 +304,17 @@ def summarise(trials: list[Trial], clean_seconds: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def time_left(until: str, seconds: float) -> bool:
+    """Whether ``seconds`` from now is still before ``until`` (UTC ``HH:MM``, today or, when
+    that has passed by more than 12 hours, tomorrow)."""
+    now = datetime.now(UTC)
+    hour, minute = (int(part) for part in until.split(":"))
+    end = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if end < now - timedelta(hours=12):
+        end += timedelta(days=1)
+    return now + timedelta(seconds=seconds) <= end
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=10, help="kills per stage (default 10)")
@@ -292,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated stages to kill")
     parser.add_argument("--work", type=Path, help="working directory (default: a fresh temp dir, removed)")
+    parser.add_argument(
+        "--until",
+        help="UTC time HH:MM: start no round that would end after it (judged by the longest round so far)",
+    )
     args = parser.parse_args(argv)
     import tempfile
 
@@ -302,16 +338,23 @@ def main(argv: list[str] | None = None) -> int:
     started, cpu = time.monotonic(), os.times()
     try:
         harness = prepare(work, args.units, args.days, args.seed, url, args.sample_every)
+        shutil.rmtree(work / "prometheus", ignore_errors=True)  # backfilled afresh (an earlier batch's)
         with prometheus_for(work / "dcgm", work / "prometheus") as prometheus:
             harness.pull_url = prometheus
             stages = [s for s in args.stages.split(",") if s]
             harness.clean_run(until=max(stages, key=STAGES.index))
             rng = random.Random(args.seed)
-            trials = []
+            trials: list[Trial] = []
+            longest = 1.6 * sum(harness.clean_seconds[s] for s in stages)  # a first guess: kill + rerun
             for round_number in range(args.kills):
+                if args.until and not time_left(args.until, longest):
+                    print(f"stopping before round {round_number + 1}: it would end after {args.until} UTC", flush=True)
+                    break
+                round_started = time.monotonic()
                 for stage in stages:
                     trials.append(inject(harness, stage, rng))
                     print(f"round {round_number + 1} {stage}: {trials[-1]}", flush=True)
+                longest = max(longest if round_number else 0.0, time.monotonic() - round_started)
                 print(summarise(trials, harness.clean_seconds), flush=True)  # so far: a stopped run still says
         print(summarise(trials, harness.clean_seconds))
         done = os.times()
