@@ -59,6 +59,9 @@ CANDIDATES: dict[str, dict] = {
     "no_monotone": {"monotone_increasing": []},
     "no_rules": {"rules": False},
     "leaves31": {"lightgbm": {"num_leaves": 31, "min_data_in_leaf": 50}},
+    # rare failures (a GPU fleet at a real rate): random split thresholds, or shallower trees
+    "extra_trees": {"lightgbm": {"extra_trees": True}},
+    "leaves7": {"lightgbm": {"num_leaves": 7}},
 }
 
 
@@ -195,7 +198,7 @@ def main() -> int:
         inventory = None
     started, cpu = time.perf_counter(), time.process_time()
     result = walk_forward(
-        inputs.features(config),
+        inputs.feature_source(config),  # read fold by fold, as foreshock backtest reads it
         inputs.failures(config),
         config,
         factories=factories(config, args.candidates),

@@ -16,7 +16,8 @@ Data sets (each prepared once under ``--work``, then reused):
     ``foreshock simulate --units 4096 --days 60 --failure-rate 0.5``: a GPU fleet
     failing as often as Llama 3's (0.5 per 1,000 GPU-days in service, about 120 failures,
     the demo's modes and precursors), hourly snapshots, 72-hour horizon, a budget of 0.1 %
-    of the GPUs reporting each day (about 4 a day).  Heavy: the simulation alone writes
+    of the GPUs reporting each day (about 4 a day), and the issue's target precision 0.8
+    (its prospective operating point: the threshold chosen on earlier folds).  Heavy: the simulation alone writes
     ~7 GB of raw telemetry; run it on its own (``--only gpu-real-rate``; ``--gpu-units
     2048`` for half the fleet).
 
@@ -99,7 +100,7 @@ def datasets(work: Path, days_1024: int, gpu_units: int = 4096) -> dict[str, Dat
         "gpu-real-rate": DataSet(
             "gpu-real-rate",
             '[features]\nsnapshot_every = "1h"\n\n[labels]\nhorizons = ["72h"]\n\n[models]\nhorizon = "72h"\n\n'
-            "[backtest]\ndaily_budget_share = 0.001\n",
+            "[backtest]\ndaily_budget_share = 0.001\ntarget_precision = 0.8\n",
             [
                 [
                     "simulate",
