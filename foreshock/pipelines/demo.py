@@ -48,6 +48,7 @@ def _steps(args: argparse.Namespace, config: Config) -> list[tuple[str, list[str
                 args.sample_every,
                 "--out",
                 str(sim_dir),
+                *(["--failure-rate", str(args.failure_rate)] if args.failure_rate is not None else []),
             ],
         ),
         ("ingest", ["ingest", "--path", str(sim_dir), "--timezone", "UTC"]),
@@ -127,6 +128,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--seed", type=int, default=SEED, help=f"random seed (default {SEED})")
     demo.add_argument(
         "--sample-every", default=SAMPLE_EVERY, help=f"nvidia-smi sample interval (default {SAMPLE_EVERY})"
+    )
+    demo.add_argument(
+        "--failure-rate",
+        type=float,
+        metavar="R",
+        help="failures per 1,000 GPU-days in service, as `foreshock simulate --failure-rate` (default: the simulator's)",
     )
     demo.add_argument(
         "--max-healthy-rows",
