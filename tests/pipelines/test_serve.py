@@ -66,23 +66,20 @@ def _wait_state(api: str, run_id: str, states: set[str], timeout: float) -> dict
     raise TimeoutError(f"flow run {run_id} still {run['state_type']} ({run['state_name']}) after {timeout:.0f} s")
 
 
-def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, tmp_path):
+def test_serve_runs_the_cycle_with_concurrency_limit_1(prefect_api, demo_data_dir, mlflow_uri, tmp_path):
+    from demo_fleet import DEMO_CONFIG
+
     api, server_tmp = prefect_api
-    env = _env(server_tmp, api)
+    # the champion the cycles score with is the session demo's, in the session's store
+    env = {**_env(server_tmp, api), "MLFLOW_TRACKING_URI": mlflow_uri}
     data = tmp_path / "data"
+    # a copy of the session's demo data (a whole pipeline run: a champion, scores, an outbox)
+    shutil.copytree(demo_data_dir, data)
     site = tmp_path / "site.toml"
     # the cycle's schedule is kept far away so only the test's triggers run it
     # the simulated fleet ended days ago: its scores are older than a live fleet's may be
-    site.write_text('[schedule]\ningest = ""\ncycle = "0 0 1 1 *"\n[policy]\nmax_score_age = "3650d"\n')
+    site.write_text(DEMO_CONFIG + '[schedule]\ningest = ""\ncycle = "0 0 1 1 *"\n[policy]\nmax_score_age = "3650d"\n')
     base = [*FORESHOCK, "--config", str(site), "--data-dir", str(data)]
-    demo = subprocess.run(
-        [*base, "demo", "--units", "32", "--days", "12", "--seed", "3"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert demo.returncode == 0, demo.stderr[-3000:]
     outboxes = sorted(p.name for p in (data / "outbox").iterdir() if p.is_dir())
 
     with running([*base, "serve"], tmp_path / "serve.log", env=env) as serve:
