@@ -18,6 +18,7 @@ and counts as updated; an identical row is a duplicate.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -216,6 +217,7 @@ def ingest_path(
     scrape_time: datetime | str | None = None,
     force: bool = False,
     follow_symlinks: bool = False,
+    progress: Callable[[list, str], Iterable] | None = None,
 ) -> IngestReport:
     """Ingest a file or a landing directory into the lake (see module notes).
 
@@ -236,6 +238,9 @@ def ingest_path(
     follow_symlinks
         Read the files symbolic links in the landing directory point to (default: skip
         them, since they may lead outside it).
+    progress
+        Wraps the list of ``(number, batch)`` with a description (a bar or log lines, as
+        the command shows them); None: nothing shown.
 
     Returns
     -------
@@ -249,7 +254,8 @@ def ingest_path(
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
     try:
-        for number, batch in enumerate(plan.batches):
+        batches = list(enumerate(plan.batches))
+        for number, batch in progress(batches, "ingest: batches") if progress else batches:
             batch_reports, quarantine_file = ingest_batch(
                 batch,
                 config,

@@ -37,7 +37,7 @@ log = logging.getLogger("foreshock.cli")
 # command -> (module that registers it, one-line help for the command list)
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("foreshock.pipelines.simulate_cmd", "write a simulated fleet's raw telemetry in real formats"),
-    "ingest": ("foreshock.pipelines.ingest_flow", "parse, validate and merge raw telemetry into the lake"),
+    "ingest": ("foreshock.pipelines.ingest_cmd", "parse, validate and merge raw telemetry into the lake"),
     "lake": ("foreshock.pipelines.lake_cmd", "print a summary of the lake (rows, units, span per table)"),
     "features": ("foreshock.pipelines.features_cmd", "compute feature snapshots from the lake (incremental)"),
     "dictionary": (

@@ -1,4 +1,6 @@
-"""``foreshock ingest``: the Prefect flow that lands raw telemetry in the lake.
+"""The Prefect flow that lands raw telemetry in the lake (``foreshock ingest`` when a Prefect
+API records its runs or on Dask, :mod:`foreshock.pipelines.ingest_cmd`; ``foreshock serve``;
+``foreshock pull``).
 
 Wiring only: planning, parsing, checks and merges live in :mod:`foreshock.ingest`.  One
 task per batch of files (a day of a fleet's files, not one per file: task overhead is
@@ -20,11 +22,9 @@ the same paths.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
-from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -32,15 +32,13 @@ from prefect.context import FlowRunContext
 from prefect.futures import wait
 
 from foreshock.config import Config
-from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, UserError
-from foreshock.ingest import SOURCES, FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
-from foreshock.ingest.context import check_timezone
+from foreshock.ingest import FileReport, IngestReport, ingest_batch, parse_scrape_time, plan_ingest
 from foreshock.ingest.parse_ahead import drop_prefetched
 from foreshock.ingest.planning import planned_from_dict, planned_to_dict
 from foreshock.ingest.run import finish_report
 from foreshock.ingest.tasks import GROUP_STEPS, GroupTasks
 from foreshock.pipelines.progress import track
-from foreshock.pipelines.runtime import retry_on_io_error, task_runner
+from foreshock.pipelines.runtime import retry_on_io_error
 
 
 # No retries of its own: a merge that failed half way must not be repeated on rows checked
@@ -162,61 +160,3 @@ def report_from_dict(result: dict) -> IngestReport:
     report.notes = result["notes"]
     report.seconds = result["seconds"]
     return report
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "ingest",
-        help="read raw telemetry (a file or a landing directory) into the lake",
-        description="Parse, check and merge raw telemetry into the Parquet lake. Bad rows go to "
-        "data/quarantine/; every run prints and records (data/ingest_runs/) rows read, stored, "
-        "quarantined and duplicates dropped.",
-    )
-    parser.add_argument("--source", default="auto", choices=SOURCES, help="input format (default: recognise each file)")
-    parser.add_argument("--path", help="file or directory to ingest (default: <data-dir>/raw)")
-    parser.add_argument("--catalog", help="metric catalog YAML (default: the configured or built-in catalog)")
-    parser.add_argument(
-        "--timezone", help="zone of naive timestamps, e.g. UTC (default: [ingest] timezone; else reject them)"
-    )
-    parser.add_argument("--scrape-time", help="when timestamp-less Prometheus scrapes were taken (ISO 8601 with Z)")
-    parser.add_argument("--force", action="store_true", help="read files again even if the manifest lists them")
-    parser.add_argument(
-        "--follow-symlinks",
-        action="store_true",
-        help="read the files symbolic links in the landing directory point to (default: skip them)",
-    )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="exit with status 1 when a file is rejected or a row quarantined (without it: 3 when a file is rejected)",
-    )
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace, config) -> int:
-    path = args.path or str(config.raw_dir)
-    # user errors are reported before a flow run is created
-    parse_scrape_time(args.scrape_time)
-    check_timezone(args.timezone)
-    if not Path(path).exists():
-        raise UserError(f"ingest path not found: {path}")
-    if args.catalog:
-        config = config.with_overrides({"paths": {"catalog": args.catalog}})
-    flow_run = ingest
-    if config.section("runner")["kind"] != "local":  # the local runner keeps the in-process threads
-        flow_run = ingest.with_options(task_runner=task_runner(config))
-    result = flow_run(
-        config.to_settings(args.config),
-        path=path,
-        source=args.source,
-        timezone=args.timezone,
-        scrape_time=args.scrape_time,
-        force=args.force,
-        follow_symlinks=args.follow_symlinks,
-    )
-    report = report_from_dict(result)
-    print(report.render())
-    problems = report.by_status("rejected") or report.totals["rows_quarantined"]
-    if args.strict and problems:
-        return EXIT_FAILURE
-    return EXIT_PARTIAL if report.by_status("rejected") else EXIT_OK
