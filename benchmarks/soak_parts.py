@@ -30,15 +30,15 @@ DEPLOYMENTS = ("foreshock-ingest", "foreshock-cycle", "foreshock-retrain")
 NOT_LANDED = ("scrape", "ground_truth.parquet", "simulation.json")
 
 
-def site_config(ingest_every: float, extra: str = "", scheduled: bool = True) -> str:
+def site_config(ingest_every: float, extra: str = "", scheduled: bool = True, schedules: dict | None = None) -> str:
     """``[schedule]`` intervals: an ingest per 5 simulated minutes, a cycle per hour, the
-    retrain by hand (``scheduled=False``: every run by hand, see :class:`Trigger`).  The
-    simulated fleet lies in the past: its scores are old."""
+    retrain by hand (``scheduled=False``: every run by hand, see :class:`Trigger`).
+    ``schedules`` replaces entries (a cron that never fires in the run; ``None``: the
+    built-in default).  The simulated fleet lies in the past: its scores are old."""
     ingest, cycle = (f"{ingest_every:g}s", f"{ingest_every * CYCLE_EVERY:g}s") if scheduled else ("", "")
-    return (
-        f'[schedule]\ningest = "{ingest}"\ncycle = "{cycle}"\nretrain = ""\n'
-        '[ingest]\ntimezone = "UTC"\n[policy]\nmax_score_age = "3650d"\n' + extra
-    )
+    entries = {"ingest": ingest, "cycle": cycle, "retrain": "", **(schedules or {})}
+    lines = "".join(f'{key} = "{value}"\n' for key, value in entries.items() if value is not None)
+    return "[schedule]\n" + lines + '[ingest]\ntimezone = "UTC"\n[policy]\nmax_score_age = "3650d"\n' + extra
 
 
 # ----------------------------------------------------------------------------- the feed
@@ -240,18 +240,21 @@ def slope(values: list[float]) -> float:
 
 class Trigger(threading.Thread):
     """Creates the runs a schedule would: an ingest run every ``every`` seconds and a cycle
-    run every ``CYCLE_EVERY`` of those, through the API (for a Prefect server without its
-    scheduler service, such as the test harness's ephemeral one)."""
+    run every ``CYCLE_EVERY`` of those, at most ``cycles`` of them (default: no limit; a
+    caller that sends its own cycles gives 0), through the API (for a Prefect server without
+    its scheduler service, such as the test harness's ephemeral one)."""
 
-    def __init__(self, base: str, deployments: dict, every: float):
+    def __init__(self, base: str, deployments: dict, every: float, cycles: int | None = None):
         super().__init__(daemon=True)
-        self.base, self.deployments, self.every = base, deployments, every
+        self.base, self.deployments, self.every, self.cycles = base, deployments, every, cycles
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        tick = 0
+        tick = made = 0
         while not self.stopped.wait(self.every):
             tick += 1
-            due = ["foreshock-ingest"] + (["foreshock-cycle"] if tick % CYCLE_EVERY == 0 else [])
+            cycle = tick % CYCLE_EVERY == 0 and (self.cycles is None or made < self.cycles)
+            made += cycle
+            due = ["foreshock-ingest"] + (["foreshock-cycle"] if cycle else [])
             for name in due:
                 api(self.base, f"/deployments/{self.deployments[name]['id']}/create_flow_run", {})
