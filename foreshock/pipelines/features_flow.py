@@ -63,7 +63,7 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
     )
     if plan is None:
         return {"snapshots_from": None, "snapshots_to": None, "rows": 0, "partitions": 0}
-    # Chunk by chunk in time (features.build.UpdatePlan.chunks): a chunk's dates are
+    # Chunk by chunk in time (features.update_plan.UpdatePlan.chunks): a chunk's dates are
     # submitted for writing before the next chunk's shards are staged, so a run holds one
     # or two chunks whatever the days it covers (the write of one overlaps the next's
     # first pass on the task runner).
