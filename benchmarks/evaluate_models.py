@@ -17,9 +17,10 @@ Data sets (each prepared once under ``--work``, then reused):
     failing as often as Llama 3's (0.5 per 1,000 GPU-days in service, about 120 failures,
     the demo's modes and precursors), hourly snapshots, 72-hour horizon, a budget of 0.1 %
     of the GPUs reporting each day (about 4 a day), and the issue's target precision 0.8
-    (its prospective operating point: the threshold chosen on earlier folds).  Heavy: the simulation alone writes
-    ~7 GB of raw telemetry; run it on its own (``--only gpu-real-rate``; ``--gpu-units
-    2048`` for half the fleet).
+    (its prospective operating point: the threshold chosen on earlier folds).  Heavy: the
+    simulation writes ~7 GB of raw telemetry (removed once ingested, but the ground truth,
+    unless ``--keep-raw``) and the features' roll-ups ~5 GB; give it ~20 GB of free disk and
+    run it on its own (``--only gpu-real-rate``; ``--gpu-units 2048`` for half the fleet).
 
 Each step runs as its own ``foreshock`` process (what a user runs), timed: wall time, CPU
 time and peak RSS of that process.  After each backtest the report's tables are printed,
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +68,7 @@ class DataSet:
     prepare: list[list[str]] = field(default_factory=list)  # foreshock sub-commands
     ground_truth: str | None = None
     before: object = None  # a callable run before the commands (a generator)
+    raw: str | None = None  # raw telemetry removed once ingested (but the ground truth), unless --keep-raw
 
 
 def datasets(work: Path, days_1024: int, gpu_units: int = 4096) -> dict[str, DataSet]:
@@ -111,6 +114,7 @@ def datasets(work: Path, days_1024: int, gpu_units: int = 4096) -> dict[str, Dat
                 ["features"],
             ],
             ground_truth=str(real / "raw/sim/ground_truth.parquet"),
+            raw=str(real / "raw/sim"),
         ),
     }
 
@@ -158,7 +162,17 @@ def checks(report: dict) -> list[str]:
     return lines
 
 
-def evaluate(data: DataSet, work: Path) -> dict:
+def prune_raw(raw: Path, keep: Path) -> None:
+    """Remove the raw telemetry under ``raw`` but the file ``keep`` (the ground truth): once
+    ingested it is in the lake, and at 4,096 GPUs it is 7 GB of the disk the features need."""
+    for path in raw.iterdir():
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path != keep:
+            path.unlink()
+
+
+def evaluate(data: DataSet, work: Path, keep_raw: bool = False) -> dict:
     directory = data_dir(work, data.name)
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / "evaluate.toml"
@@ -170,6 +184,8 @@ def evaluate(data: DataSet, work: Path) -> dict:
             data.before()
         for argv in data.prepare:
             timings[argv[0]] = run([*base, *argv], directory / f"{argv[0]}.log")
+            if argv[0] == "ingest" and data.raw and not keep_raw:
+                prune_raw(Path(data.raw), Path(data.ground_truth))
         (directory / "READY").write_text("prepared\n")
     out = directory / "backtest-evaluate"
     # The backtest runs the library call the flow's task runs, in its own process (its
@@ -218,13 +234,16 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="data set names (default: all)")
     parser.add_argument("--days-1024", type=int, default=14)
     parser.add_argument("--gpu-units", type=int, default=4096, help="GPUs of gpu-real-rate (2048: half the work)")
+    parser.add_argument(
+        "--keep-raw", action="store_true", help="keep gpu-real-rate's raw telemetry after ingest (7 GB at 4,096 GPUs)"
+    )
     args = parser.parse_args()
     sets = datasets(args.work, args.days_1024, args.gpu_units)
     chosen = args.only or list(sets)
     summary = []
     for name in chosen:
         print(f"\n######## {name}", flush=True)
-        result = evaluate(sets[name], args.work)
+        result = evaluate(sets[name], args.work, args.keep_raw)
         print(result["markdown"])
         for step, t in result["timings"].items():
             print(f"{step}: wall {t['wall_s']:.1f} s, CPU {t['cpu_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB")
