@@ -275,7 +275,11 @@ def inject(harness: Harness, stage: str, rng: random.Random, within: tuple[float
     trial = Trial(stage, delay, killed, stale, partial, code, left, mismatches)
     if trial.failed:  # kept for a look (under --work; a temp work directory goes at the end)
         kept = harness.work / f"failed-{stage}-{delay:.1f}s"
-        shutil.copytree(harness.data, kept, symlinks=True, dirs_exist_ok=True)
+        try:
+            shutil.copytree(harness.data, kept, symlinks=True, dirs_exist_ok=True)
+        except (OSError, shutil.Error) as exc:  # a full disk ends the look, not the run
+            shutil.rmtree(kept, ignore_errors=True)
+            print(f"could not keep {kept.name}: {str(exc)[:200]}", flush=True)
     return trial
 
 
