@@ -182,7 +182,7 @@ def test_a_pull_removes_only_the_fetched_directories_of_killed_pulls(tmp_path):
     assert not killed.exists() and running.is_dir() and older.is_dir()
 
 
-def test_the_registry_is_read_afresh_after_the_data_directory_is_restored(tmp_path):
+def test_the_registry_is_read_afresh_after_the_data_directory_is_restored(tmp_path, mlflow_uri):
     """Every trial runs at one path, restored from a copy; MLflow keeps a store per URI for
     the life of a process, whose SQLite connection went on reading the deleted file: a
     registry read after a restore saw the one read before it ("challenger differs" after
@@ -192,18 +192,22 @@ def test_the_registry_is_read_afresh_after_the_data_directory_is_restored(tmp_pa
     load_harness()
     checks = sys.modules["fault_checks"]
     trial, clean, other = tmp_path / "data", tmp_path / "clean", tmp_path / "other"
+    mlflow.MlflowClient(mlflow_uri).search_experiments()  # the session's store, migrated once
+    (trial / "mlflow").mkdir(parents=True)
+    shutil.copy2(mlflow_uri.removeprefix("sqlite:///"), trial / "mlflow" / "mlflow.db")
 
-    def register(root: Path, value: float) -> None:
+    def register(root: Path, recall: float) -> None:
         client = mlflow.MlflowClient(f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
-        run = client.create_run(client.create_experiment(f"e{value}") if value > 1 else "0")
-        client.log_metric(run.info.run_id, "recall", value)
+        run = client.create_run("0")
+        client.log_metric(run.info.run_id, "recall", recall)
         client.set_terminated(run.info.run_id)
-        if value == 1:
+        try:
             client.create_registered_model("foreshock-risk")
+        except mlflow.exceptions.MlflowException:
+            pass  # the session's store may hold it already
         version = client.create_model_version("foreshock-risk", f"runs:/{run.info.run_id}/m", run.info.run_id)
         client.set_registered_model_alias("foreshock-risk", "challenger", version.version)
 
-    (trial / "mlflow").mkdir(parents=True)
     register(trial, 1.0)
     shutil.copytree(trial, clean)
     shutil.copytree(trial, other)
