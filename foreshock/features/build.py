@@ -42,6 +42,7 @@ from foreshock.features.context import (
 from foreshock.features.day_rollups import shard_rollup
 from foreshock.features.health_features import add_health_features, health_feature_columns
 from foreshock.features.peers import add_peer_features, add_peer_weight, peer_relative_columns
+from foreshock.features.rollup_cache import cache_in_use, prune_rollups, remove_empty_staging
 from foreshock.features.spec import FeatureSpec, feature_spec
 from foreshock.features.update_plan import UpdatePlan, as_utc, ceil_to, floor_to, late_spans, merged_spans
 from foreshock.features.windows import SEGMENT, error_activity_columns, metric_feature_names, window_features
@@ -295,8 +296,12 @@ def plan_update(
 
 
 def finish_update(config: Config, plan: UpdatePlan) -> None:
-    """After every date of ``plan`` is stored: drop the change-log entries it handled."""
+    """After every date of ``plan`` is stored: drop the change-log entries it handled, the
+    cached rollups no later run reads (:mod:`features.rollup_cache`) and an empty staging
+    area."""
     consume_changes(config.lake_dir, plan.changes)
+    prune_rollups(config, feature_spec(config), store.last_snapshot(config.features_dir) or plan.last)
+    remove_empty_staging(config.features_dir)
 
 
 def stage_shard(config: Config, shard: int, blocks: list[tuple[datetime, datetime]]) -> list[str]:
@@ -305,9 +310,9 @@ def stage_shard(config: Config, shard: int, blocks: list[tuple[datetime, datetim
     the staged files."""
     spec = feature_spec(config)
     inventory, failures = _global_tables(config.lake_dir)
-    frame = shard_block_features(
-        config.lake_dir, spec, shard, blocks, inventory, failures, store.rollup_cache_dir(config.features_dir)
-    )
+    cache_dir = store.rollup_cache_dir(config.features_dir)
+    with cache_in_use(cache_dir):  # no prune removes a cached date under this pass
+        frame = shard_block_features(config.lake_dir, spec, shard, blocks, inventory, failures, cache_dir)
     written = []
     if frame.height == 0:
         return written
@@ -371,13 +376,16 @@ def apply_update(
     flow's thread pool runs its shard tasks (each shard writes its own staging files).
     ``progress(items, description)`` wraps the chunks (a bar or log lines); returns
     :meth:`UpdatePlan.summary`."""
-    chunks = plan.chunks(feature_spec(config))
+    spec = feature_spec(config)
+    chunks = plan.chunks(spec)
     rows = partitions = 0
     with ThreadPoolExecutor(max_workers=config.local_workers) as pool:
-        for blocks, days in progress(chunks, "features: time chunks") if progress else chunks:
+        for i, (blocks, days) in enumerate(progress(chunks, "features: time chunks") if progress else chunks):
             staged = pool.map(lambda shard, blocks=blocks: stage_shard(config, shard, blocks), range(plan.shards))
             partitions += sum(len(files) for files in staged)
             rows += finalize_days(config, days)
+            if i + 1 < len(chunks):  # what neither the next chunks nor a later run reads: a long run's
+                prune_rollups(config, spec, plan.last, chunks[i + 1][0][0][0])  # cache stays bounded too
     finish_update(config, plan)
     return plan.summary(rows, partitions)
 
