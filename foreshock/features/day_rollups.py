@@ -4,7 +4,8 @@
 snapshots depends on (the snapshots' dates plus :attr:`FeatureSpec.lookback` before them);
 each date's rollup is cached under ``data/features/_rollups/`` and reused while the raw
 files, the failures that split that date into lives and the bucket settings are unchanged,
-so an incremental run reads raw data only for the dates that changed.
+so an incremental run reads raw data only for the dates that changed.  Dates no later run
+reads are removed after a run (:mod:`foreshock.features.rollup_cache`).
 """
 
 from __future__ import annotations

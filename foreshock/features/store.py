@@ -4,7 +4,8 @@ One row per unit and snapshot, keyed ``unit_id, ts``; the date is the snapshot's
 date and the shard the unit's lake shard.  Files are written atomically
 (:func:`foreshock.lake.atomic.atomic_write_parquet`); rewriting a snapshot replaces its rows, so a
 rerun is idempotent.  ``_staging/`` holds first-pass results between the per-shard and the
-per-date passes of a run.
+per-date passes of a run (removed when a run ends); ``_rollups/`` caches raw partitions'
+rollups, bounded by :mod:`foreshock.features.rollup_cache`.
 """
 
 from __future__ import annotations
