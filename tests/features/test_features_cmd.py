@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 from fleet_helpers import make_fleet
 from polars.testing import assert_frame_equal
+from prefect_free import run_without_prefect_api
 
 from foreshock.config import load_config
 from foreshock.features.build import build_features
 from foreshock.features.store import scan_features
-
-PROBE = (
-    "import sys; from foreshock.pipelines.cli import main; code = main(sys.argv[1:]); "
-    "print('prefect loaded:', 'prefect' in sys.modules); sys.exit(code)"
-)
 
 
 def test_the_command_without_an_api_stores_the_features_without_prefect(tmp_path):
@@ -26,25 +18,13 @@ def test_the_command_without_an_api_stores_the_features_without_prefect(tmp_path
     settings.write_text('[features]\nwindows = ["1h", "6h", "1d"]\nbaseline_window = "1d"\n')
     config = load_config(settings, data_dir=tmp_path / "data")
     make_fleet(5, units=6, days=2, failures=1).write(config.lake_dir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect")  # no profile that could name an API
     arguments = ["--config", str(settings), "--data-dir", str(config.data_dir), "features"]
 
-    def command() -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-c", PROBE, *arguments],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            cwd=tmp_path,
-        )
-
-    first = command()
+    first = run_without_prefect_api(tmp_path, arguments)
     assert first.returncode == 0, first.stderr
     assert "prefect loaded: False" in first.stdout
     stored = scan_features(config).collect().sort("unit_id", "ts")
     assert f"features: {stored.height} unit snapshots" in first.stdout
     assert_frame_equal(stored, build_features(config.lake_dir, config))
-    again = command()
+    again = run_without_prefect_api(tmp_path, arguments)
     assert "up to date" in again.stdout and "prefect loaded: False" in again.stdout
