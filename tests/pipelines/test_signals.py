@@ -16,8 +16,6 @@ from foreshock.lake.atomic import atomic_write_text
 from foreshock.lake.locks import lake_lock
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "ingest"))
-from landing_files import write_landing  # noqa: E402
 
 
 def children_of(pid: int) -> list[tuple[int, str]]:
@@ -47,12 +45,13 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_sigterm_stops_the_temporary_prefect_server(tmp_path):
-    landing = write_landing(tmp_path / "raw", nodes=1, gpus=2, days=1)
+    # The demo starts its temporary server at once, beside the simulation, for all its
+    # stages (ingest and features without an API run without Prefect: no server to stop).
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.update(PREFECT_HOME=str(tmp_path / "prefect"), PYTHONPATH=str(ROOT))
     cli = subprocess.Popen(
-        [sys.executable, "-m", "foreshock.pipelines.cli", "--data-dir", str(tmp_path / "data"), "ingest"]
-        + ["--path", str(landing.root), "--timezone", "UTC"],
+        [sys.executable, "-m", "foreshock.pipelines.cli", "--data-dir", str(tmp_path / "data"), "demo"]
+        + ["--units", "8", "--days", "3"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
