@@ -15,12 +15,12 @@ from datetime import date
 
 from foreshock.config import Config
 from foreshock.pipelines.inputs import lake_metrics_in_catalog
-from foreshock.pipelines.runtime import flows_tracked
+from foreshock.pipelines.runtime import runs_as_flow
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
     lake_metrics_in_catalog(config, "features")  # one line and exit 2 before a flow run
-    if flows_tracked() or config.section("runner")["kind"] != "local":
+    if runs_as_flow(config):
         from foreshock.pipelines.features_flow import features_flow
         from foreshock.pipelines.runtime import task_runner
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from foreshock.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, UserError
 from foreshock.ingest import SOURCES, parse_scrape_time
 from foreshock.ingest.context import check_timezone
-from foreshock.pipelines.runtime import flows_tracked
+from foreshock.pipelines.runtime import runs_as_flow
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, config) -> int:
         raise UserError(f"ingest path not found: {path}")
     if args.catalog:
         config = config.with_overrides({"paths": {"catalog": args.catalog}})
-    if flows_tracked() or config.section("runner")["kind"] != "local":
+    if runs_as_flow(config):
         from foreshock.pipelines.ingest_flow import ingest, report_from_dict
         from foreshock.pipelines.runtime import task_runner
 

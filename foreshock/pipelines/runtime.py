@@ -182,6 +182,13 @@ def flows_tracked() -> bool:
     return bool(get_current_settings().api.url) or bool(_ephemeral_servers())
 
 
+def runs_as_flow(config: Config) -> bool:
+    """Whether a command with a Prefect-free path (``ingest``, ``features``) runs as its flow:
+    when the run is recorded (:func:`flows_tracked`) or its tasks go to a runner other than
+    the local threads (Dask).  Otherwise it runs the same plan directly."""
+    return flows_tracked() or config.section("runner")["kind"] != "local"
+
+
 def _api_url_may_be_set() -> bool:
     """Whether one of Prefect's settings sources could set its API URL: the environment,
     a ``.env``, ``prefect.toml`` or ``pyproject.toml`` (``[tool.prefect]``) in the working
