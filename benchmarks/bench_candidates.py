@@ -62,6 +62,9 @@ CANDIDATES: dict[str, dict] = {
     # rare failures (a GPU fleet at a real rate): random split thresholds, or shallower trees
     "extra_trees": {"lightgbm": {"extra_trees": True}},
     "leaves7": {"lightgbm": {"num_leaves": 7}},
+    # the hardest negatives (rows of units failing 1 to 6 horizons later) weigh 1x / 3x the positives
+    "hard_neg": {"hard_negative_weight": 1.0},
+    "hard_neg3": {"hard_negative_weight": 3.0},
 }
 
 

@@ -17,8 +17,9 @@ keeps the ranking, and is recorded in ``notes_`` (and logged).
 Class imbalance: positive rows are up-weighted by ``sqrt(negatives / positives)``
 (bounded by ``max_pos_weight``), which keeps the gradient from ignoring the rare failures
 without inverse-prevalence weights, which make trees overfit a few units and push every
-probability to 1.0.  The risk never decreases with the horizon
-(:func:`foreshock.models.estimators.base.monotone_in_horizon`).
+probability to 1.0; optionally the hardest negatives gain weight too
+(:mod:`foreshock.models.estimators.training_weights`).  The risk never decreases with the
+horizon (:func:`foreshock.models.estimators.base.monotone_in_horizon`).
 
 Domain knowledge as constraints: risk may only rise with error counts (``*_increase_*``,
 ``*_count_*``, pending remaps/retirements), LightGBM monotone constraints, so a few dozen
@@ -65,14 +66,14 @@ import lightgbm as lgb
 import numpy as np
 import polars as pl
 
-from foreshock.contract import label_column, weight_column
+from foreshock.contract import TIME_TO_FAILURE
 from foreshock.models.estimators.base import (
     RISK_SCHEMA,
     frame_feature_columns,
+    horizon_hours,
     horizon_names,
     monotone_in_horizon,
     risk_frame,
-    sample_weights,
     top_contributions,
 )
 from foreshock.models.estimators.baseline import ThresholdBaseline
@@ -90,9 +91,10 @@ from foreshock.models.estimators.calibration import PlattCalibrator, uncalibrate
 from foreshock.models.estimators.dataset import FeatureSource, StoredSample
 from foreshock.models.estimators.gbm_dask import dask_client, feature_matrix_of, train_on_dask
 from foreshock.models.estimators.gbm_store import fit_from_store
-from foreshock.models.estimators.ranking import query_groups, unit_weight_of, varying_columns
+from foreshock.models.estimators.ranking import query_groups, varying_columns
 from foreshock.models.estimators.recipes import builtin_recipe, recipe_default
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
+from foreshock.models.estimators.training_weights import class_weights, horizon_targets
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ SETTINGS = (
     *("horizons", "params", "lightgbm", "num_boost_round", "early_stopping_rounds", "early_stopping_metric"),
     *("max_holdout_fraction", "max_pos_weight", "refit_full", "min_holdout_failures", "fallback_rounds"),
     *("min_rounds", "seed", "monotone_increasing", "exclude", "rules", "error_counters", "fleet_weighted"),
-    *("rank_by_snapshot", "drop_constant", "tune_num_leaves"),
+    *("rank_by_snapshot", "drop_constant", "tune_num_leaves", "hard_negative_weight", "hard_negative_window"),
 )
 
 
@@ -172,6 +174,9 @@ class GradientBoostedRisk:
     tune_num_leaves
         ``num_leaves`` values tried on the purged holdout (the one kept scores best on it,
         on time before the cutoff only); empty: the recipe's ``num_leaves``.
+    hard_negative_weight, hard_negative_window
+        Negatives of units failing 1 to ``hard_negative_window`` horizons later weigh this
+        many times the positives in the trees' fit (0: off; :mod:`.training_weights`).
     unit_weights
         ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
         for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
@@ -206,6 +211,8 @@ class GradientBoostedRisk:
     rank_by_snapshot: bool = recipe_default("gbm", "rank_by_snapshot")
     drop_constant: bool = recipe_default("gbm", "drop_constant")
     tune_num_leaves: list[int] = recipe_default("gbm", "tune_num_leaves")
+    hard_negative_weight: float = recipe_default("gbm", "hard_negative_weight")
+    hard_negative_window: float = recipe_default("gbm", "hard_negative_window")
     unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
@@ -261,7 +268,7 @@ class GradientBoostedRisk:
         self._resolve_features(frame, frame)
         x_all = self._matrix(labelled)
         ts_all = labelled.get_column("ts").to_numpy()
-        failure_id = failure_ids(labelled)
+        failure_ttf = failure_ids(labelled), labelled.get_column(TIME_TO_FAILURE).to_numpy()
         targets = self._targets(labelled)
         del labelled
         self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
@@ -270,7 +277,7 @@ class GradientBoostedRisk:
         with dask_client(self.dask_client) if use_dask else nullcontext() as client:
             for h in self.horizons:
                 rows, y, w = targets.pop(h)
-                pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_id, until)
+                pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_ttf, until)
                 on_dask = client is not None and y.size >= self.dask_min_rows
                 # The raw matrix is never copied whole: a horizon's rows are a view when every
                 # row is labelled (no drain), the splits are subsets of binned data.
@@ -326,13 +333,15 @@ class GradientBoostedRisk:
         y: np.ndarray,
         w: np.ndarray,
         ts_all: np.ndarray,
-        failure_id: np.ndarray,
+        failure_ttf: tuple[np.ndarray, np.ndarray],
         until: datetime,
     ) -> tuple[float, np.ndarray, dict, Holdout | None]:
         """``(positive class weight, each row's class weight, LightGBM parameters, purged
-        holdout or None)`` of a horizon's training rows (``rows`` of the labelled sample)."""
-        pos_weight = self._pos_weight(y, w)
-        class_w = np.where(y > 0, pos_weight, 1.0)
+        holdout or None)`` of a horizon's training rows (``rows`` of the labelled sample;
+        ``failure_ttf``: every labelled row's failure id and hours to its known failure)."""
+        failure_id, ttf = failure_ttf
+        hard = (self.hard_negative_weight, self.hard_negative_window)
+        pos_weight, class_w = class_weights(y, w, ttf[rows], horizon_hours(horizon), self.max_pos_weight, *hard)
         split = purged_holdout(
             ts_all[rows], y > 0, failure_id[rows], until, horizon, self.min_holdout_failures, self.max_holdout_fraction
         )
@@ -373,19 +382,7 @@ class GradientBoostedRisk:
 
     def _targets(self, labelled: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per horizon: the labelled rows it trains on, their labels and weights."""
-        sample = sample_weights(labelled)
-        if self.fleet_weighted:
-            sample = sample * unit_weight_of(labelled, self.unit_weights)
-        targets = {}
-        for h in self.horizons:
-            y_col = labelled.get_column(label_column(h))
-            label_weight = labelled.get_column(weight_column(h)).cast(pl.Float64).to_numpy()
-            rows = np.flatnonzero((label_weight > 0) & y_col.is_not_null().to_numpy())
-            y = y_col.to_numpy()[rows].astype(np.float64)
-            if y.sum() == 0:
-                raise ValueError(f"horizon {h}: no failure among {y.size} labelled snapshots; cannot train")
-            targets[h] = (rows, y, label_weight[rows] * sample[rows])
-        return targets
+        return horizon_targets(labelled, self.horizons, self.unit_weights if self.fleet_weighted else None)
 
     def _train_full(
         self,
@@ -414,14 +411,6 @@ class GradientBoostedRisk:
                 f"basic monotone constraints (this model asks for {method})"
             )
             logger.warning("gbm %s", self.notes_[-1])
-
-    def _pos_weight(self, y: np.ndarray, w: np.ndarray) -> float:
-        """``sqrt(negatives / positives)`` by weight, within ``[1, max_pos_weight]``: enough for
-        the trees to see the rare failures, far from inverse prevalence (which pushes every
-        margin up and ties probabilities at 1.0)."""
-        pos = float(np.dot(w, y))
-        neg = float(w.sum() - pos)
-        return float(np.clip(np.sqrt(max(neg, 1.0) / max(pos, 1.0)), 1.0, self.max_pos_weight))
 
     def _matrix(self, frame: pl.DataFrame) -> np.ndarray:
         """Feature matrix in ``feature_names_`` order (:func:`feature_matrix_of`)."""

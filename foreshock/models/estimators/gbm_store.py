@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from foreshock.contract import TIME_TO_FAILURE
 from foreshock.models.estimators.boosting import failure_ids, holdout_record, shifted_to_refit, truncate
 from foreshock.models.estimators.calibration import PlattCalibrator, uncalibrated
 from foreshock.models.estimators.dataset import StoredSample
@@ -48,7 +49,7 @@ def fit_from_store(
     model._resolve_features(head, data)
     del data
     ts_all = labelled.get_column("ts").to_numpy()
-    failure_id = failure_ids(labelled)
+    failure_ttf = failure_ids(labelled), labelled.get_column(TIME_TO_FAILURE).to_numpy()
     keys = labelled.select("unit_id", "ts")
     del labelled
     model.boosters_, model.calibrators_, model.best_rounds_, model.notes_, model.holdouts_ = {}, {}, {}, [], {}
@@ -56,7 +57,7 @@ def fit_from_store(
         parts = StoreParts(client, stored.source, keys, stored.columns, until, model.feature_names_, model.rules_)
         for h in model.horizons:
             rows, y, w = targets.pop(h)
-            pos_weight, class_w, params, split = model._horizon_setup(h, rows, y, w, ts_all, failure_id, until)
+            pos_weight, class_w, params, split = model._horizon_setup(h, rows, y, w, ts_all, failure_ttf, until)
             if split is not None:
                 fit, hold = split.fit, split.holdout
                 holdout = parts.holdout(rows[hold], y[hold], w[hold])
