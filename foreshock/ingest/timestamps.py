@@ -103,6 +103,20 @@ def parse_local(text: pl.Expr, timezone: str, naive_format: str) -> tuple[pl.Exp
     return leap_seconds(text, ts, reason, lambda t: _parse_local(t, timezone, naive_format)[0])
 
 
+def parse_local_column(text: pl.Series, timezone: str, naive_format: str) -> pl.DataFrame:
+    """:func:`parse_local` of a column of text: a frame of ``ts`` and ``reason``, a row per
+    value.  Each step is computed once (as expressions, the reason and the leap-second
+    check would parse every time again); a column with a ``:60`` anywhere (a leap second
+    or a fault, rare) takes the expressions."""
+    if text.str.contains(":60", literal=True).any():
+        ts, reason = parse_local(pl.col("_text"), timezone, naive_format)
+        return pl.DataFrame({"_text": text}).select(ts.alias("ts"), reason.alias("reason"))
+    naive = text.str.to_datetime(naive_format, strict=False, time_unit="us")
+    ts = naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
+    frame = pl.DataFrame({"_naive": naive, "ts": ts.cast(UTC_TS)})
+    return frame.select("ts", _local_reason(pl.col("_naive"), pl.col("ts"), timezone, naive_format).alias("reason"))
+
+
 def _parse_local(text: pl.Expr, timezone: str, naive_format: str) -> tuple[pl.Expr, pl.Expr]:
     naive = text.str.to_datetime(naive_format, strict=False, time_unit="us")
     ts = (
@@ -110,14 +124,18 @@ def _parse_local(text: pl.Expr, timezone: str, naive_format: str) -> tuple[pl.Ex
         .dt.convert_time_zone("UTC")
         .cast(UTC_TS)
     )
-    reason = (
+    return ts, _local_reason(naive, ts, timezone, naive_format)
+
+
+def _local_reason(naive: pl.Expr, ts: pl.Expr, timezone: str, naive_format: str) -> pl.Expr:
+    """Why a naive local time was rejected (null: it was not), from its parse and its UTC time."""
+    return (
         pl.when(naive.is_null())
         .then(pl.lit(f"bad timestamp (expected {naive_format.replace('%.f', '.fff')})"))
         .when(ts.is_null())
         .then(pl.lit(f"timestamp does not exist in {timezone} (DST gap)"))
         .otherwise(pl.lit(None, dtype=pl.String))
     )
-    return ts, reason
 
 
 def parse_utc(text: pl.Expr, timezone: str | None, naive_format: str = ISO_NAIVE) -> tuple[pl.Expr, pl.Expr]:

@@ -29,8 +29,8 @@ from foreshock.contract import ID_PATTERN
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.manifest import shown_name
 from foreshock.ingest.reading import read_lines
-from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_staged
-from foreshock.ingest.timestamps import parse_local, resolve_fall_back
+from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_staged, staged_schema
+from foreshock.ingest.timestamps import parse_local_column, resolve_fall_back
 
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
 # Fields that describe the GPU rather than measure it: read for identity or ignored.
@@ -236,7 +236,13 @@ def parse_files(
 
 def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl.DataFrame:
     """Staged samples (conformed, plus ``_file``) of files that share one header; per file
-    in the order undecodable lines, malformed lines, samples, failing samples."""
+    in the order undecodable lines, malformed lines, samples, failing samples.
+
+    The lines are read wide (one column per field) and every check and number is worked
+    out there, per metric column; only then are the samples put in one long frame (metric
+    by metric, each in line order), from the four columns a sample keeps.  Working long
+    would repeat each line's unit, time and provenance, and the metric's name and unit,
+    once per metric before most of them are thrown away."""
     header_text = sources[0].header
     names, units = parse_header(header_text)
     width = len(names)
@@ -252,12 +258,8 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
                 _reason=pl.format("malformed line: expected {} fields, got {}", pl.lit(width), pl.col("_fields")),
             ),
         )
-    ts, ts_reason = parse_local(pl.col("timestamp"), ctx.timezone, TIMESTAMP_FORMAT)
-    # A node's lines repeat each timestamp once per GPU and each GPU on every line: parse
-    # the distinct values and join them back.
-    good = _on_distinct(good, ["timestamp"], ts=ts, _ts_reason=ts_reason)
-    identity = ["_file"] + [n for n in ("index", "uuid") if n in names]
-    good = _on_distinct(good, identity, _unit_id=_unit_expr(sources, indices, names, ctx))
+    good = good.with_columns(_times(good.get_column("timestamp"), ctx.timezone))
+    good = good.with_columns(_unit_id=_unit_expr(sources, indices, names, ctx))
     good = resolve_fall_back(good, "ts", ["_file", "_unit_id"], ctx.timezone, "_ts_reason")
     good = good.with_columns(
         _line_reason=pl.coalesce(
@@ -270,45 +272,64 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
         .then(pl.lit("index")),
     )
     resolved = {n: ctx.catalog.resolve(n) for n in metrics}
-    long = pl.concat(
-        [
-            good.select(
-                "_line",
-                "_file",
-                "ts",
-                "_line_reason",
-                "_line_field",
-                unit_id="_unit_id",
-                _source=pl.lit(name),
-                metric=pl.lit(resolved[name] or name),
-                _text=pl.col(name),
-                _known=pl.lit(resolved[name] is not None),
-                _suffix=pl.lit(f" {units[name]}" if units.get(name) else ""),
+    line_bad = good.get_column("_line_reason").is_not_null()
+    any_line_bad = bool(line_bad.any())
+    kept = good.select("_unit_id", "ts", "_line", "_file")
+    samples, failing = [], []
+    for name in metrics:
+        text = good.get_column(name)
+        value = _column_numbers(text, f" {units[name]}" if units.get(name) else "")
+        dropped = text.is_in(NOT_SUPPORTED).fill_null(True)  # a missing field makes no sample
+        fails = value.is_null() | text.str.starts_with("[")
+        if resolved[name] is None:
+            fails = pl.repeat(True, len(text), eager=True)
+        if any_line_bad:
+            fails = fails | line_bad
+        fails = fails & ~dropped
+        keep = ~(fails | dropped)
+        if keep.all():
+            samples.append(kept.with_columns(value=value, metric=pl.lit(resolved[name])))
+        elif keep.any():
+            samples.append(kept.with_columns(value=value, metric=pl.lit(resolved[name])).filter(keep))
+        if fails.any():
+            failing.append(
+                good.select("_line", "_file", "ts", "_line_reason", "_line_field", unit_id="_unit_id")
+                .with_columns(
+                    _source=pl.lit(name),
+                    metric=pl.lit(resolved[name] or name),
+                    _text=text,
+                    _known=pl.lit(resolved[name] is not None),
+                    value=value,
+                )
+                .filter(fails)
             )
-            for name in metrics
-        ],
-        how="vertical",
-    )
-    long = long.with_columns(value=_numbers(long))
-    long = long.filter(~pl.col("_text").is_in(NOT_SUPPORTED))
-    failing = (
-        pl.col("_line_reason").is_not_null()
-        | ~pl.col("_known")
-        | pl.col("_text").str.starts_with("[")
-        | pl.col("value").is_null()
-    )
-    long = long.with_columns(_failing=failing)
     columns = ["unit_id", "ts", "metric", "value", "_line", "_field", "_reason", "_file"]
-    parts.append(
-        long.filter(~pl.col("_failing"))
-        .with_columns(_reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String))
-        .select(columns)
-    )
-    bad = long.filter(pl.col("_failing"))
-    if bad.height:  # reason texts only for the failing rows (they are built for every row a branch sees)
-        parts.append(_with_reasons(bad, ctx).select(columns))
+    if samples:
+        parts.append(
+            pl.concat(samples)
+            .rename({"_unit_id": "unit_id"})
+            .with_columns(_reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String))
+            .select(columns)
+        )
+    if failing:  # reason texts only for the failing rows (they are built for every row a branch sees)
+        parts.append(_with_reasons(pl.concat(failing), ctx).select(columns))
+    if not samples and not failing:
+        parts.append(pl.DataFrame(schema={**staged_schema("samples"), "_file": FILE_INDEX}).select(columns))
     staged = pl.concat([conform_staged(part, "samples").with_columns(part.get_column("_file")) for part in parts])
     return staged
+
+
+def _column_numbers(text: pl.Series, suffix: str) -> pl.Series:
+    """:func:`_number` of one field's values (``suffix``: its unit after a space, or ""):
+    a plain cast reads nearly all of them (a text ending in the unit is cast without it:
+    a text that casts as it is does not end in a unit), and only the rest are read the
+    long way."""
+    plain = (text.str.strip_suffix(suffix) if suffix else text).cast(pl.Float64, strict=False)
+    rest = plain.is_null().arg_true()
+    if rest.len() == 0:
+        return plain.alias("value")
+    others = pl.select(_number(text.gather(rest), pl.lit(suffix))).to_series()
+    return plain.scatter(rest, others).alias("value")
 
 
 def _with_reasons(bad: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
@@ -446,27 +467,20 @@ def _split_clean(
     return good, ragged
 
 
-def _on_distinct(frame: pl.DataFrame, columns: list[str], **exprs: pl.Expr) -> pl.DataFrame:
-    """``frame.with_columns(**exprs)`` where ``exprs`` read only ``columns``, evaluated once
-    per distinct value of ``columns`` (row order kept)."""
-    if not columns:
-        return frame.with_columns(**exprs)
-    distinct = frame.select(columns).unique().with_columns(**exprs)
-    return frame.join(distinct, on=columns, how="left", maintain_order="left", nulls_equal=True)
-
-
-def _numbers(long: pl.DataFrame) -> pl.Series:
-    """:func:`_number` of every row of ``long`` (``_text``, ``_suffix``).  Most values are
-    plain numbers: a plain cast reads them (a text ending in a unit has a space, so it never
-    casts), and only the rest are read the long way."""
-    plain = long.get_column("_text").cast(pl.Float64, strict=False).alias("value")
-    rest = plain.is_null().arg_true()
-    if rest.len() == 0:
-        return plain
-    # only the two columns read are gathered (not the whole frame's rows)
-    others = long.select(pl.col("_text", "_suffix").gather(rest)).select(_number(pl.col("_text"), pl.col("_suffix")))
-    others = others.to_series()
-    return plain.scatter(rest, others)
+def _times(stamps: pl.Series, timezone: str) -> pl.DataFrame:
+    """``ts`` and ``_ts_reason`` of each line's timestamp text.  When the lines repeat
+    their timestamps (a node's GPUs read at once), only the distinct texts are parsed and
+    joined back; nvidia-smi usually writes each line's own milliseconds, and then the
+    search for repeats costs more than it saves."""
+    distinct = stamps.unique()
+    if 2 * distinct.len() > stamps.len():
+        return parse_local_column(stamps, timezone, TIMESTAMP_FORMAT).rename({"reason": "_ts_reason"})
+    parsed = parse_local_column(distinct, timezone, TIMESTAMP_FORMAT).rename({"reason": "_ts_reason"})
+    keys = stamps.to_frame("_text")
+    found = keys.join(
+        parsed.with_columns(_text=distinct), on="_text", how="left", maintain_order="left", nulls_equal=True
+    )
+    return found.drop("_text")
 
 
 def _number(text: pl.Expr, suffix: pl.Expr) -> pl.Expr:
