@@ -13,10 +13,11 @@ Two passes, so that memory is bounded by one shard whatever the fleet size:
    row per unit and snapshot), then the rows are written per shard.
 
 :func:`build_features` runs both in memory and returns a frame (tests, notebooks).
-:func:`stage_shard` / :func:`finalize_day` are the same passes with Parquet in between,
-used by the Prefect flow and :func:`update_features` for incremental runs; both work through
-time chunk by chunk (:meth:`UpdatePlan.chunks`), so a run's memory is set by the fleet's
-width and the lookback, not by the days it covers.
+:func:`stage_shard` / :func:`finalize_day` are the same passes with files in between, for
+incremental runs: one chunk loop (:func:`run_plan`) works through time chunk by chunk
+(:meth:`UpdatePlan.chunks`), here (:func:`apply_update`, :func:`update_features`) or as the
+Prefect flow's tasks, so a run's memory is set by the fleet's width and the lookback, not by
+the days it covers, and the rollup cache is pruned between chunks either way.
 """
 
 from __future__ import annotations
@@ -363,31 +364,57 @@ def update_features(
     return 0 if plan is None else apply_update(config, plan)["rows"]
 
 
+# Every shard's first pass over a chunk's blocks -> the files staged, per shard.
+StageChunk = Callable[[list[tuple[datetime, datetime]], int], list[list[str]]]
+# A chunk's dates ``(date, lo, hi)``: their peer pass and write -> the rows written.
+WriteChunk = Callable[[list[tuple[date, datetime, datetime]]], int]
+
+
+def run_plan(
+    config: Config,
+    plan: UpdatePlan,
+    stage: StageChunk,
+    write: WriteChunk,
+    progress: Callable[[list, str], Iterable] | None = None,
+) -> dict:
+    """The one chunk loop of a features run, here (:func:`apply_update`) or as Prefect
+    tasks (the flow passes ``stage`` and ``write`` that submit them).
+
+    Chunk by chunk in time (:meth:`UpdatePlan.chunks`): ``stage(blocks, shards)`` runs every
+    shard's first pass over a chunk's blocks, ``write(days)`` stores the chunk's dates, and
+    only then is the next chunk staged, so a run holds one chunk whatever the days it
+    covers.  Between chunks the rollup cache loses the dates neither the next chunks nor a
+    later run read, so it stays bounded during a long run too, not only after it.
+    ``progress(items, description)`` wraps the chunks (a bar or log lines).  Returns
+    :meth:`UpdatePlan.summary`.
+    """
+    spec = feature_spec(config)
+    chunks = plan.chunks(spec)
+    rows = partitions = 0
+    for i, (blocks, days) in enumerate(progress(chunks, "features: time chunks") if progress else chunks):
+        partitions += sum(len(files) for files in stage(blocks, plan.shards))
+        rows += write(days)
+        if i + 1 < len(chunks):
+            prune_rollups(config, spec, plan.last, chunks[i + 1][0][0][0])
+    finish_update(config, plan)
+    return plan.summary(rows, partitions)
+
+
 def apply_update(
     config: Config,
     plan: UpdatePlan,
     progress: Callable[[list, str], Iterable] | None = None,
 ) -> dict:
     """Run ``plan`` here, without Prefect: what ``foreshock features`` does when no Prefect
-    API records its runs, and what the flow does as tasks.
-
-    Chunk by chunk (the flow does the same): a chunk's dates are written before the next
-    chunk is staged.  Shards side by side on ``[runner] local_workers`` threads, as the
-    flow's thread pool runs its shard tasks (each shard writes its own staging files).
-    ``progress(items, description)`` wraps the chunks (a bar or log lines); returns
-    :meth:`UpdatePlan.summary`."""
-    spec = feature_spec(config)
-    chunks = plan.chunks(spec)
-    rows = partitions = 0
+    API records its runs.  :func:`run_plan`'s loop, shards side by side on ``[runner]
+    local_workers`` threads (each shard writes its own staging files), as the flow's thread
+    pool runs its shard tasks.  Returns :meth:`UpdatePlan.summary`."""
     with ThreadPoolExecutor(max_workers=config.local_workers) as pool:
-        for i, (blocks, days) in enumerate(progress(chunks, "features: time chunks") if progress else chunks):
-            staged = pool.map(lambda shard, blocks=blocks: stage_shard(config, shard, blocks), range(plan.shards))
-            partitions += sum(len(files) for files in staged)
-            rows += finalize_days(config, days)
-            if i + 1 < len(chunks):  # what neither the next chunks nor a later run reads: a long run's
-                prune_rollups(config, spec, plan.last, chunks[i + 1][0][0][0])  # cache stays bounded too
-    finish_update(config, plan)
-    return plan.summary(rows, partitions)
+
+        def stage(blocks: list[tuple[datetime, datetime]], shards: int) -> list[list[str]]:
+            return list(pool.map(lambda shard: stage_shard(config, shard, blocks), range(shards)))
+
+        return run_plan(config, plan, stage, lambda days: finalize_days(config, days), progress)
 
 
 __all__ = [
@@ -399,6 +426,7 @@ __all__ = [
     "finish_update",
     "output_schema",
     "plan_update",
+    "run_plan",
     "shard_block_features",
     "shard_unit_features",
     "spec_feature_columns",

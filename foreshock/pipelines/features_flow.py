@@ -1,7 +1,8 @@
 """The Prefect flow that turns the lake into feature snapshots (``foreshock features`` when a
 Prefect API records its runs, :mod:`foreshock.pipelines.features_cmd`; ``foreshock serve``).
 
-Wiring only; the work lives in :mod:`features.build`.  Two kinds of coarse tasks:
+Wiring only; the work and the chunk loop (:func:`features.build.run_plan`, shared with the
+command's run without Prefect) live in :mod:`features.build`.  Two kinds of coarse tasks:
 
 - ``features-shard``: one unit shard over consecutive blocks of ``[features] block_days``
   of snapshots (reads each raw partition of the blocks once, plus the lookback before
@@ -23,8 +24,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
-from foreshock.features.build import finalize_days, finish_update, plan_update, stage_shard
-from foreshock.features.spec import feature_spec
+from foreshock.features.build import finalize_days, plan_update, run_plan, stage_shard
 from foreshock.pipelines.progress import track
 
 
@@ -43,7 +43,7 @@ DATES_PER_TASK = 7
 
 
 @task(name="features-dates", retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def finalize_days_task(settings: dict, days: list[list[str]], staged: list[list[str]]) -> int:
+def finalize_days_task(settings: dict, days: list[list[str]]) -> int:
     config = Config.from_settings(settings)
     return finalize_days(
         config,
@@ -63,24 +63,15 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
     )
     if plan is None:
         return {"snapshots_from": None, "snapshots_to": None, "rows": 0, "partitions": 0}
-    # Chunk by chunk in time (features.update_plan.UpdatePlan.chunks): a chunk's dates are
-    # submitted for writing before the next chunk's shards are staged, so a run holds one
-    # or two chunks whatever the days it covers (the write of one overlaps the next's
-    # first pass on the task runner).
-    staged_files: list[list[str]] = []
-    rows = []
-    for blocks, days in track(plan.chunks(feature_spec(config)), "features: time chunks"):
+
+    def stage(blocks: list[tuple[datetime, datetime]], shards: int) -> list[list[str]]:
         times = [[lo.isoformat(), hi.isoformat()] for lo, hi in blocks]
-        chunk_files = [
-            future.result() for future in [stage_shard_task.submit(settings, s, times) for s in range(plan.shards)]
-        ]
-        staged_files += chunk_files
+        return [future.result() for future in [stage_shard_task.submit(settings, s, times) for s in range(shards)]]
+
+    def write(days: list[tuple[date, datetime, datetime]]) -> int:
         # Each date waits for every shard's first pass (the peer features need all of them).
         spans = [[day.isoformat(), lo.isoformat(), hi.isoformat()] for day, lo, hi in days]
-        rows += [
-            finalize_days_task.submit(settings, spans[i : i + DATES_PER_TASK], chunk_files)
-            for i in range(0, len(spans), DATES_PER_TASK)
-        ]
-    written = sum(future.result() for future in rows)
-    finish_update(config, plan)
-    return plan.summary(written, sum(len(files) for files in staged_files))
+        groups = [spans[i : i + DATES_PER_TASK] for i in range(0, len(spans), DATES_PER_TASK)]
+        return sum(future.result() for future in [finalize_days_task.submit(settings, group) for group in groups])
+
+    return run_plan(config, plan, stage, write, track)

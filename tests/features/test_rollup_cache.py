@@ -3,7 +3,8 @@
 After a run it holds the dates within the lookback plus ``[features] rollup_cache_late``
 before the newest stored snapshot, never the whole history; a later incremental run (new
 days, a late slice inside the allowance) still equals a full rebuild; a prune never runs
-under a first pass, and one killed midway leaves a usable cache.
+under a first pass, and one killed midway leaves a usable cache.  The flow (served, on
+Dask, in the demo) prunes between chunks as the command does: it runs the same chunk loop.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from fleet_helpers import T0, Fleet, make_fleet
 from polars.testing import assert_frame_equal
 
 from foreshock.config import load_config
-from foreshock.features.build import build_features, update_features
+from foreshock.features.build import build_features, plan_update, update_features
 from foreshock.features.rollup_cache import PRUNED, cache_in_use, prune_cache, retained_from
 from foreshock.features.spec import feature_spec
 from foreshock.features.store import STAGING, last_snapshot, rollup_cache_dir, scan_features
@@ -89,3 +90,36 @@ def test_a_prune_skips_a_cache_in_use_and_finishes_one_killed_midway(tmp_path):
 
     assert prune_cache(cache, date(2026, 11, 3)) == 2
     assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".in-use")) == ["date=2026-11-03"]
+
+
+def test_the_flow_keeps_the_cache_bounded_between_chunks(prefect_server, tmp_path, monkeypatch):
+    """A run through the flow over several chunks never holds a cached date older than the
+    next chunk's lookback or the late allowance (the bound :func:`prune_rollups` keeps),
+    at any chunk's start, not only once the run ends."""
+    from foreshock.pipelines import features_flow
+
+    config = _config(tmp_path / "data")
+    spec = feature_spec(config)
+    make_fleet(9, units=4, days=5, every_min=60, failures=0).write(config.lake_dir)
+    plan = plan_update(config)
+    chunks = plan.chunks(spec)
+    assert len(chunks) >= 4
+    cached_at_start: dict = {}
+    stage = features_flow.stage_shard
+
+    def observing_stage(config, shard, blocks):
+        cached_at_start.setdefault(blocks[0][0], _cached_dates(config))
+        return stage(config, shard, blocks)
+
+    monkeypatch.setattr(features_flow, "stage_shard", observing_stage)
+    assert features_flow.features_flow(config.to_settings())["rows"] > 0
+
+    assert sorted(cached_at_start) == [blocks[0][0] for blocks, _ in chunks]
+    late_bound = retained_from(config, spec, plan.last)
+    for first, cached in cached_at_start.items():
+        bound = min(late_bound, (first - spec.lookback).date())
+        assert not cached or min(cached) >= bound, (first, sorted(cached))
+    assert all(cached_at_start[blocks[0][0]] for blocks, _ in chunks[1:])  # the cache was in use
+    assert max(len(cached) for cached in cached_at_start.values()) <= 3
+    stored = scan_features(config).collect().sort("unit_id", "ts")
+    assert_frame_equal(stored, build_features(config.lake_dir, config), check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
