@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from foreshock.config import Config
@@ -43,16 +44,22 @@ def check_and_split(
     they are, with no duplicates or conflicts (what :func:`_deduplicate` finds then),
     without its search for repeated keys.  Otherwise the rows are deduplicated as ever
     (with the stored rows found here: a batch's repeated keys are among its first rows'
-    keys, so the lake holds the same rows of both) and the new ones split."""
+    keys, so the lake holds the same rows of both) and the new ones split.  When the lake
+    holds none and the key packs, the split itself keeps each key's first row and names
+    the others (the rows :func:`_deduplicate` would find, judged by :func:`_judge_repeats`),
+    so the rows are neither searched for repeats nor split again."""
     if mask is not None:
         staged = staged.filter(mask)
     good, bad = validate(table, staged, ctx, distinct)
     stored = _stored_rows(table, good, ctx)
     if stored is None or stored.height == 0:
         rows = good.select(lake_columns(table, good))
-        split = split_for_merge(config.lake_dir, table, rows, config.shards, distinct)
+        split = split_for_merge(config.lake_dir, table, rows, config.shards, distinct, drop_repeats=True)
         if split.repeated is False:
             return (good, bad, good.head(0), good.head(0)), split
+        if split.dropped is not None:  # the split kept each key's first row: judge the others
+            unique, duplicates, conflicts = _judge_repeats(table, good, *split.dropped)
+            return (unique, bad, duplicates, conflicts), split
     unique, duplicates, conflicts = _deduplicate(table, good, ctx, stored)
     lake_rows = unique.select(lake_columns(table, unique))
     split = split_for_merge(config.lake_dir, table, lake_rows, config.shards, distinct)
@@ -126,33 +133,45 @@ def _deduplicate(
         joined = later.join(kept.select(key + values), on=key, how="left", suffix="_kept", nulls_equal=True)
         clash = _differs(table, "", "_kept")
         duplicates = joined.filter(~clash).select(later.columns)
-        conflicts = (
-            joined.filter(clash)
-            .select(later.columns)
-            .with_columns(
-                _reason=pl.lit(
-                    "duplicate key with a different value than an earlier row of this ingest (the earlier row is kept)"
-                ),
-                _field=pl.lit(",".join(values)),
-            )
-        )
+        conflicts = _conflicts(joined.filter(clash).select(later.columns), BATCH_CONFLICT, values)
     if stored is not None and stored.height:
         joined = firsts.join(stored, on=key, how="left", suffix="_stored", nulls_equal=True)
         present = pl.col("_present").is_not_null()
         clash = present & _differs(table, "", "_stored")
         dup_lake = joined.filter(present & ~clash).select(firsts.columns)
-        conflict_lake = (
-            joined.filter(clash)
-            .select(firsts.columns)
-            .with_columns(
-                _reason=pl.lit("key already stored in the lake with a different value (the stored row is kept)"),
-                _field=pl.lit(",".join(values)),
-            )
-        )
+        conflict_lake = _conflicts(joined.filter(clash).select(firsts.columns), LAKE_CONFLICT, values)
         firsts = joined.filter(~present).select(firsts.columns)
         duplicates = pl.concat([duplicates, dup_lake], how="vertical_relaxed")
         conflicts = pl.concat([conflicts, conflict_lake], how="vertical_relaxed")
     return firsts, duplicates, conflicts
+
+
+BATCH_CONFLICT = "duplicate key with a different value than an earlier row of this ingest (the earlier row is kept)"
+LAKE_CONFLICT = "key already stored in the lake with a different value (the stored row is kept)"
+
+
+def _conflicts(rows: pl.DataFrame, reason: str, values: list[str]) -> pl.DataFrame:
+    """``rows`` marked as conflicts (``reason``; the field: the table's value columns)."""
+    return rows.with_columns(_reason=pl.lit(reason), _field=pl.lit(",".join(values)))
+
+
+def _judge_repeats(
+    table: str, good: pl.DataFrame, later: np.ndarray, first: np.ndarray
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """:func:`_deduplicate` without stored rows, given which rows of ``good`` have the key
+    of an earlier row (``later``, in order) and that key's first row (``first``): ``(the
+    other rows, later rows with the first row's values, later rows with other values)``."""
+    values = _value_columns(table)
+    later_rows = good[later]
+    kept = good.select(pl.col(values).name.suffix("_kept"))[first]
+    clash = pl.concat([later_rows.select(values), kept], how="horizontal").select(_differs(table, "", "_kept"))
+    clash = clash.to_series()
+    is_later = np.zeros(good.height, dtype=bool)
+    is_later[later] = True
+    unique = good.filter(~pl.Series(is_later))
+    duplicates = later_rows.filter(~clash)
+    conflicts = _conflicts(later_rows.filter(clash), BATCH_CONFLICT, values)
+    return unique, duplicates, conflicts
 
 
 def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame | None:

@@ -139,6 +139,7 @@ def _split_sorted(
     repeats: list[bool] | None = None,
     distinct: dict[str, pl.Series] | None = None,
     latest: dict[tuple[date, int], Latest] | None = None,
+    dropped: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> list[tuple[date, int, pl.DataFrame]] | None:
     """A telemetry frame split into its partitions, each in partition order: ``(day, shard,
     rows)``, in the order of the partitions' first rows in ``frame`` (``in_frame_order``)
@@ -155,6 +156,9 @@ def _split_sorted(
     next to each other once sorted).  ``distinct``: distinct values of string key columns
     when known (:func:`_distinct_of`).  ``latest``: given a dict, each samples partition's
     latest reading of each series (:func:`_series_latest`) is put in it, by (day, shard).
+    ``dropped``: given a list, only the first row of each key (in frame order) is kept and
+    ``(later rows, their key's first row)`` (row numbers in ``frame``) is appended
+    (:func:`_drop_repeats`): the split of the frame's first rows of each key.
     """
     time_col = TIME_COLUMN[table]
     order = _sort_order(table)
@@ -225,6 +229,8 @@ def _split_sorted(
     ]
     if repeats is not None:
         repeats.append(bool(len(key) > 1 and (key[1:] == key[:-1]).any()))
+    if dropped is not None:
+        key, rows = _drop_repeats(key, rows, permutation, dropped)
     offsets = np.searchsorted(key, np.array([low for _, low in starts], dtype=np.uint64), side="left").tolist()
     offsets.append(len(key))
     epoch = date(1970, 1, 1).toordinal()
@@ -239,6 +245,29 @@ def _split_sorted(
                     key[offset:end], part, low_bits, unit_bits, rest[-1][1]
                 )
     return [pieces[n] for n in first_seen] if first_seen is not None else list(pieces.values())
+
+
+def _drop_repeats(
+    key: np.ndarray, rows: pl.DataFrame, permutation: np.ndarray | None, dropped: list[tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, pl.DataFrame]:
+    """The sorted ``key`` and ``rows`` without the rows whose key the row before has (equal
+    packed keys are equal keys; the sort is stable, so the first row of a run of equal keys
+    is the key's first row in frame order); ``(later rows, their key's first row)``, as row
+    numbers before the sort (``permutation``), in frame order, appended to ``dropped``."""
+    same = key[1:] == key[:-1]
+    if not same.any():
+        dropped.append((np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)))
+        return key, rows
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = ~same
+    positions = np.arange(len(key), dtype=np.int64)
+    run_first = np.maximum.accumulate(np.where(first, positions, 0))
+    later = np.flatnonzero(~first)
+    before = positions if permutation is None else permutation.astype(np.int64, copy=False)
+    later_rows, first_rows = before[later], before[run_first[later]]
+    order = np.argsort(later_rows, kind="stable")
+    dropped.append((later_rows[order], first_rows[order]))
+    return key[first], rows.filter(pl.Series(first))
 
 
 def _series_latest(key: np.ndarray, rows: pl.DataFrame, low_bits: int, unit_bits: int, metric_bits: int) -> Latest:
@@ -280,6 +309,9 @@ class SplitRows:
     repeated: bool | None = None
     # Samples: each partition's latest reading of each series, by (day, shard), when known.
     latest: dict[tuple[date, int], Latest] = field(default_factory=dict)
+    # With ``drop_repeats``: the rows left out because an earlier row has their key, and
+    # that row (row numbers of the split frame, in its order); ``pieces`` hold the others.
+    dropped: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def split_conformed(
@@ -289,22 +321,42 @@ def split_conformed(
     *,
     in_frame_order: bool,
     distinct: dict[str, pl.Series] | None = None,
+    drop_repeats: bool = False,
 ) -> SplitRows:
     """Rows of ``table`` (conformed to the contract) split into their partitions: sorted by
-    :func:`_split_sorted` when the key packs, else by ``partition_by`` (not presorted)."""
+    :func:`_split_sorted` when the key packs, else by ``partition_by`` (not presorted).
+    ``drop_repeats``: when the key packs, the pieces hold each key's first row only and
+    ``dropped`` says which rows were left out (:func:`_drop_repeats`)."""
     repeats: list[bool] = []
     latest: dict[tuple[date, int], Latest] = {}
+    dropped: list[tuple[np.ndarray, np.ndarray]] | None = [] if drop_repeats else None
     split = _split_sorted(
-        df, table, shards, in_frame_order=in_frame_order, repeats=repeats, distinct=distinct, latest=latest
+        df,
+        table,
+        shards,
+        in_frame_order=in_frame_order,
+        repeats=repeats,
+        distinct=distinct,
+        latest=latest,
+        dropped=dropped,
     )
     presorted = split is not None
     if split is None:
         split = split_by_partition(df, table, shards)
-    return SplitRows(table, shards, split, presorted, df.height, repeats[0] if repeats else None, latest)
+    repeated = repeats[0] if repeats else None
+    if not dropped:
+        return SplitRows(table, shards, split, presorted, df.height, repeated, latest)
+    rows_in = df.height - len(dropped[0][0])
+    return SplitRows(table, shards, split, presorted, rows_in, repeated, latest, dropped[0])
 
 
 def split_for_merge(
-    lake_dir: Path, table: str, df: pl.DataFrame, shards: int = 8, distinct: dict[str, pl.Series] | None = None
+    lake_dir: Path,
+    table: str,
+    df: pl.DataFrame,
+    shards: int = 8,
+    distinct: dict[str, pl.Series] | None = None,
+    drop_repeats: bool = False,
 ) -> SplitRows:
     """The split and sort :func:`merge_into_lake` makes of deduplicated telemetry rows
     (``deduplicated=True``), done apart so that a caller holding the lake lock can run it
@@ -314,11 +366,13 @@ def split_for_merge(
     deduplicated them yet may split first and deduplicate only when some do (the order of
     rows with the same key is then not kept: such a split is not for writing).  ``distinct``:
     the distinct values of ``unit_id`` or ``metric`` when the caller knows them (a superset
-    does: each is only ranked)."""
+    does: each is only ranked).  ``drop_repeats``: when the key packs, each key's first row
+    only is split, and ``dropped`` names the others (the caller judges them: duplicates or
+    conflicts); the pieces are then those of ``df`` without them, ready to write."""
     if TIME_COLUMN[table] is None or table == "inventory":
         raise ValueError(f"split_for_merge is for telemetry tables, not {table!r}")
     df = conform(df, table)
     shards = lake_shards(lake_dir, shards)
     if df.height == 0:
         return SplitRows(table, shards, [], True, 0, False)
-    return split_conformed(df, table, shards, in_frame_order=False, distinct=distinct)
+    return split_conformed(df, table, shards, in_frame_order=False, distinct=distinct, drop_repeats=drop_repeats)

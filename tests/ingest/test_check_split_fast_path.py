@@ -1,6 +1,7 @@
-"""A shard group whose checked rows repeat no key and meet no stored one skips the search
-for repeated keys (``run.check_and_split``): the same new rows, quarantine, counts and
-partitions as the general path, which the other groups still take."""
+"""A shard group whose checked rows meet no stored key skips the search for repeated keys
+(``run.check_and_split``): its split finds them (and keeps each key's first row) when some
+repeat: the same new rows, quarantine, counts and partitions as the general path, which
+the groups that meet stored keys still take."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def test_fast_path_only_where_no_key_repeats_or_is_stored_and_the_same_outcome_e
 
     monkeypatch.setattr(run, "_deduplicate", counting)
     both = pl.concat([overlapping, overlapping.slice(10, 30).with_columns(_line=pl.col("_line") + 10_000)])
-    for staged, fast in ((fresh, True), (jumps, True), (repeated, False), (overlapping, False), (both, False)):
+    for staged, fast in ((fresh, True), (jumps, True), (repeated, True), (overlapping, False), (both, False)):
         want = _general("samples", staged, ctx, config)
         general_calls.clear()
         got = run.check_and_split("samples", staged, ctx, config)
