@@ -43,6 +43,7 @@ from foreshock.features.context import (
 from foreshock.features.day_rollups import shard_rollup
 from foreshock.features.health_features import add_health_features, health_feature_columns
 from foreshock.features.peers import add_peer_features, add_peer_weight, peer_relative_columns
+from foreshock.features.resume import Pending, changes_digest, clear_pending, read_pending, record_pending
 from foreshock.features.rollup_cache import cache_in_use, prune_rollups, remove_empty_staging
 from foreshock.features.spec import FeatureSpec, feature_spec
 from foreshock.features.update_plan import UpdatePlan, as_utc, ceil_to, floor_to, late_spans, merged_spans
@@ -264,12 +265,16 @@ def plan_update(
     full: bool = False,
 ) -> UpdatePlan | None:
     """What a run must compute: snapshots after the last one stored (all of them with
-    ``full``) and the stored ones that late rows can change, within ``start..end``, up to
-    the newest complete snapshot of the lake.  None when there is nothing to compute."""
+    ``full``), the stored ones that late rows can change and those an interrupted run left
+    (:mod:`features.resume`), within ``start..end``, up to the newest complete snapshot of
+    the lake.  None when there is nothing to compute."""
     spec = feature_spec(config)
     changes = read_changes(config.lake_dir)
+    pending = read_pending(config.features_dir)
+    # The leading entries an interrupted run handled: what it left to do stands for them.
+    covered = pending.covered(changes) if pending else 0
     # The change log is handled only by a run that covers every snapshot it may touch.
-    handled = len(changes) if start is None and end is None else 0
+    whole = start is None and end is None
     span = snapshot_range(config.lake_dir, spec, start, end)
     if span is None:
         return None
@@ -278,12 +283,15 @@ def plan_update(
     if not full:
         stored = store.last_snapshot(config.features_dir)
         if stored is not None:
-            late = [(max(lo, first), min(hi, last)) for lo, hi in late_spans(changes, spec, stored)]
+            reached = late_spans(changes[covered:], spec, stored) + list(pending.spans if pending else ())
+            late = [(max(lo, first), min(hi, last)) for lo, hi in reached]
             spans = [(lo, hi) for lo, hi in late if lo <= hi]
             if max(first, stored + spec.every) <= last:
                 spans.append((max(first, stored + spec.every), last))
     if not spans:
-        consume_changes(config.lake_dir, handled)  # nothing they could change is stored
+        if whole:  # nothing they could change is stored
+            clear_pending(config.features_dir)
+            consume_changes(config.lake_dir, len(changes))
         return None
     section = config.section("features")
     return UpdatePlan(
@@ -291,15 +299,19 @@ def plan_update(
         shards=lake_shards(config.lake_dir, config.shards),
         block=timedelta(days=int(section["block_days"])),
         max_task_rows=int(section["max_task_rows"]),
-        changes=handled,
+        changes=len(changes) if whole else 0,
         units=read_table(config.lake_dir, "inventory").height,
+        digest=changes_digest(changes) if whole else None,
     )
 
 
 def finish_update(config: Config, plan: UpdatePlan) -> None:
-    """After every date of ``plan`` is stored: drop the change-log entries it handled, the
+    """After every date of ``plan`` is stored: drop its progress record, then the change-log
+    entries it handled (in that order: a kill in between recomputes more, never less), the
     cached rollups no later run reads (:mod:`features.rollup_cache`) and an empty staging
     area."""
+    if plan.digest is not None:
+        clear_pending(config.features_dir)
     consume_changes(config.lake_dir, plan.changes)
     prune_rollups(config, feature_spec(config), store.last_snapshot(config.features_dir) or plan.last)
     remove_empty_staging(config.features_dir)
@@ -384,7 +396,9 @@ def run_plan(
     shard's first pass over a chunk's blocks, ``write(days)`` stores the chunk's dates, and
     only then is the next chunk staged, so a run holds one chunk whatever the days it
     covers.  Between chunks the rollup cache loses the dates neither the next chunks nor a
-    later run read, so it stays bounded during a long run too, not only after it.
+    later run read, so it stays bounded during a long run too, not only after it, and a run
+    over every snapshot records what it has left to do (:mod:`features.resume`), so that a
+    rerun after a kill resumes from the first chunk not stored instead of from the start.
     ``progress(items, description)`` wraps the chunks (a bar or log lines).  Returns
     :meth:`UpdatePlan.summary`.
     """
@@ -395,6 +409,9 @@ def run_plan(
         partitions += sum(len(files) for files in stage(blocks, plan.shards))
         rows += write(days)
         if i + 1 < len(chunks):
+            if plan.digest is not None:  # a rerun after a kill resumes from the next chunk
+                left = merged_spans([block for later, _ in chunks[i + 1 :] for block in later], spec.every)
+                record_pending(config.features_dir, Pending(plan.changes, plan.digest, left))
             prune_rollups(config, spec, plan.last, chunks[i + 1][0][0][0])
     finish_update(config, plan)
     return plan.summary(rows, partitions)

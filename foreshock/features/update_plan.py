@@ -32,7 +32,8 @@ class UpdatePlan:
     days, and how many entries of the lake's change log the run handles.
 
     Spans are the snapshots after the last stored one, plus, for rows that arrived late
-    (older than snapshots already stored), the snapshots those rows can affect.  Every
+    (older than snapshots already stored), the snapshots those rows can affect, plus what
+    an interrupted run left to do (:mod:`features.resume`).  Every
     span is computed for every shard (the peer features of a snapshot need all of them).
     ``block`` and ``max_task_rows`` are ``[features] block_days`` and ``max_task_rows``:
     they bound what one first-pass task holds (:meth:`blocks`, :meth:`block_groups`).
@@ -44,6 +45,9 @@ class UpdatePlan:
     max_task_rows: int
     changes: int = 0
     units: int = 0  # units in the inventory (0: unknown, one block per task)
+    # features.resume.changes_digest of the handled entries; None for a run over part of
+    # the snapshots (--start/--end), which handles no entry and records no progress
+    digest: str | None = None
 
     @property
     def first(self) -> datetime:
