@@ -62,9 +62,11 @@ CANDIDATES: dict[str, dict] = {
     # rare failures (a GPU fleet at a real rate): random split thresholds, or shallower trees
     "extra_trees": {"lightgbm": {"extra_trees": True}},
     "leaves7": {"lightgbm": {"num_leaves": 7}},
-    # the hardest negatives (rows of units failing 1 to 6 horizons later) weigh 1x / 3x the positives
+    # the hardest negatives (rows of units failing 1 to 6 horizons later) weigh 1x / 3x the positives;
+    # _near: only those failing 1 to 2 horizons later (on daily disks, all kept in the sample at weight 1)
     "hard_neg": {"hard_negative_weight": 1.0},
     "hard_neg3": {"hard_negative_weight": 3.0},
+    "hard_neg_near": {"hard_negative_weight": 1.0, "hard_negative_window": 2.0},
 }
 
 
