@@ -278,8 +278,14 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
     samples, failing = [], []
     for name in metrics:
         text = good.get_column(name)
-        value = _column_numbers(text, f" {units[name]}" if units.get(name) else "")
+        plain = _plain_numbers(text, f" {units[name]}" if units.get(name) else "")
+        if not plain.null_count() and resolved[name] is not None and not any_line_bad:
+            samples.append(kept.with_columns(value=plain, metric=pl.lit(resolved[name])))  # the common case
+            continue
         dropped = text.is_in(NOT_SUPPORTED).fill_null(True)  # a missing field makes no sample
+        if dropped.all():  # a field this GPU does not have
+            continue
+        value = _column_numbers(text, plain, f" {units[name]}" if units.get(name) else "")
         fails = value.is_null() | text.str.starts_with("[")
         if resolved[name] is None:
             fails = pl.repeat(True, len(text), eager=True)
@@ -319,15 +325,19 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
     return staged
 
 
-def _column_numbers(text: pl.Series, suffix: str) -> pl.Series:
-    """:func:`_number` of one field's values (``suffix``: its unit after a space, or ""):
-    a plain cast reads nearly all of them (a text ending in the unit is cast without it:
-    a text that casts as it is does not end in a unit), and only the rest are read the
-    long way."""
-    plain = (text.str.strip_suffix(suffix) if suffix else text).cast(pl.Float64, strict=False)
+def _plain_numbers(text: pl.Series, suffix: str) -> pl.Series:
+    """A field's values read by a plain cast (``suffix``: its unit after a space, or "",
+    cut off first: a text that casts as it is does not end in a unit); null where that
+    fails (:func:`_column_numbers` reads those)."""
+    return (text.str.strip_suffix(suffix) if suffix else text).cast(pl.Float64, strict=False).alias("value")
+
+
+def _column_numbers(text: pl.Series, plain: pl.Series, suffix: str) -> pl.Series:
+    """:func:`_number` of one field's values, given their :func:`_plain_numbers`: only the
+    values a plain cast does not read are read the long way."""
     rest = plain.is_null().arg_true()
     if rest.len() == 0:
-        return plain.alias("value")
+        return plain
     others = pl.select(_number(text.gather(rest), pl.lit(suffix))).to_series()
     return plain.scatter(rest, others).alias("value")
 
