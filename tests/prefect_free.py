@@ -19,13 +19,19 @@ def run_without_prefect_api(tmp_path: Path, arguments: list[str]) -> subprocess.
     """Run ``foreshock <arguments>`` in ``tmp_path`` with every ``PREFECT_*`` variable removed
     and an empty ``PREFECT_HOME`` (no profile that could name an API); its stdout ends with
     ``prefect loaded: True/False``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect")
     return subprocess.run(
         [sys.executable, "-c", PROBE, *arguments],
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=prefect_free_environment(tmp_path),
         cwd=tmp_path,
     )
+
+
+def prefect_free_environment(tmp_path: Path) -> dict[str, str]:
+    """This process's environment without any ``PREFECT_*`` variable and with an empty
+    ``PREFECT_HOME`` under ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    return env

@@ -372,8 +372,25 @@ def update_features(
 ) -> int:
     """Compute and store the snapshots :func:`plan_update` finds missing or changed, without
     Prefect (the flow runs the same steps as tasks).  Returns the number of rows written."""
-    plan = plan_update(config, start, end, full)
-    return 0 if plan is None else apply_update(config, plan)["rows"]
+    return locked_update(config, start, end, full, lambda plan: apply_update(config, plan))["rows"]
+
+
+def locked_update(
+    config: Config,
+    start: date | None,
+    end: date | None,
+    full: bool,
+    run: Callable[[UpdatePlan], dict],
+) -> dict:
+    """Plan a run (:func:`plan_update`) and ``run(plan)`` it, both under the store's
+    :func:`~foreshock.features.store.writer_lock`: a second run at once refuses in one line
+    instead of planning from, and writing over, a store the first is changing.  Returns
+    ``run``'s :meth:`UpdatePlan.summary`, or that of an empty run when nothing is to compute."""
+    with store.writer_lock(config.features_dir):
+        plan = plan_update(config, start, end, full)
+        if plan is None:
+            return {"snapshots_from": None, "snapshots_to": None, "rows": 0, "partitions": 0}
+        return run(plan)
 
 
 # Every shard's first pass over a chunk's blocks -> the files staged, per shard.
@@ -441,6 +458,7 @@ __all__ = [
     "finalize_day",
     "finalize_days",
     "finish_update",
+    "locked_update",
     "output_schema",
     "plan_update",
     "run_plan",

@@ -5,7 +5,9 @@ date and the shard the unit's lake shard.  Files are written atomically
 (:func:`foreshock.lake.atomic.atomic_write_parquet`); rewriting a snapshot replaces its rows, so a
 rerun is idempotent.  ``_staging/`` holds first-pass results between the per-shard and the
 per-date passes of a run (removed when a run ends); ``_rollups/`` caches raw partitions'
-rollups, bounded by :mod:`foreshock.features.rollup_cache`.
+rollups, bounded by :mod:`foreshock.features.rollup_cache`; ``_progress.json`` is what an
+interrupted run left (:mod:`foreshock.features.resume`); ``.lock`` lets one run write at a
+time (:func:`writer_lock`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import difflib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -21,8 +24,10 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.contract import SNAPSHOT_KEY
+from foreshock.errors import UserError
 from foreshock.lake.atomic import atomic_write_parquet
 from foreshock.lake.layout import PART_NAME, shard_numbers
+from foreshock.lake.locks import LockBusy, directory_lock
 
 STAGING = "_staging"
 ROLLUPS = "_rollups"
@@ -150,6 +155,36 @@ def write_features(
         elif path.exists():
             path.unlink()
     return frame.height
+
+
+@contextmanager
+def writer_lock(features_dir: Path) -> Iterator[None]:
+    """One features run at a time on a store: an exclusive ``flock`` on
+    ``<features_dir>/.lock`` (:func:`foreshock.lake.locks.directory_lock`), not waited for.
+    A second run refuses at once, naming the holder (UserError, one line); a holder killed
+    with SIGKILL holds nothing (the kernel drops its ``flock``), and the next holder removes
+    the temp files it left."""
+    with ExitStack() as held:
+        try:
+            held.enter_context(directory_lock(features_dir, wait=False))
+        except LockBusy as busy:
+            raise UserError(
+                f"another features run, {_process(busy.holder)}, is writing {features_dir}: "
+                "this one did not start (rerun it when that one ends)"
+            ) from None
+        yield
+
+
+def _process(pid: int | None) -> str:
+    """``process 1234 (foreshock features --full)``: the command line when it can be read."""
+    if pid is None:
+        return "in another process"
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return f"process {pid}"
+    command = " ".join(" ".join(words).split())  # one line, whatever the arguments hold
+    return f"process {pid} ({command[:120]})" if command else f"process {pid}"
 
 
 def _shard_ends(features_dir: Path) -> list[datetime]:

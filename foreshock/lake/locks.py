@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+from foreshock.errors import UserError
 from foreshock.lake.atomic import remove_temp_files
 
 _held = threading.local()  # directories whose lock this thread holds, with the nesting depth
@@ -36,10 +37,26 @@ def lake_lock(lake_dir: Path) -> AbstractContextManager[None]:
     return directory_lock(lake_dir)
 
 
+class LockBusy(UserError):
+    """A :func:`directory_lock` taken with ``wait=False`` is held by another process,
+    ``holder`` (its process id, None when it cannot be read)."""
+
+    def __init__(self, directory: Path, holder: int | None):
+        super().__init__(f"{directory} is locked by {'process ' + str(holder) if holder else 'another process'}")
+        self.directory = Path(directory)
+        self.holder = holder
+
+
+def _holder(marker: str) -> int | None:
+    # "held by <pid> <token>" (LOCK_RELEASED or empty: the holder has not marked it yet)
+    words = marker.split()
+    return int(words[2]) if marker.startswith("held by ") and len(words) > 2 and words[2].isdigit() else None
+
+
 @contextmanager
-def directory_lock(directory: Path) -> Iterator[None]:
-    """Exclusive, blocking lock over the writers of ``directory`` (released even if the
-    holder crashes).
+def directory_lock(directory: Path, wait: bool = True) -> Iterator[None]:
+    """Exclusive lock over the writers of ``directory`` (released even if the holder
+    crashes), waited for unless ``wait`` is False: then :class:`LockBusy` names the holder.
 
     Re-entrant within a thread.  Taking it (outermost) after a holder was killed removes
     the temp files that holder may have left under ``directory``: its writers write only
@@ -59,7 +76,11 @@ def directory_lock(directory: Path) -> Iterator[None]:
         return
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise LockBusy(directory, _holder(handle.read())) from None
         depth[key] = 1
         try:
             handle.seek(0)

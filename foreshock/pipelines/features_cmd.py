@@ -27,16 +27,16 @@ def run(args: argparse.Namespace, config: Config) -> int:
         flow_run = features_flow.with_options(task_runner=task_runner(config))
         result = flow_run(config.to_settings(args.config), start=args.start, end=args.end, full=args.full)
     else:
-        from foreshock.features.build import apply_update, plan_update
+        from foreshock.features.build import apply_update, locked_update
         from foreshock.pipelines.progress import track
 
-        plan = plan_update(
+        result = locked_update(
             config,
             date.fromisoformat(args.start) if args.start else None,
             date.fromisoformat(args.end) if args.end else None,
             args.full,
+            lambda plan: apply_update(config, plan, track),
         )
-        result = {"rows": 0} if plan is None else apply_update(config, plan, track)
     if not result["rows"]:
         print("features: up to date, nothing to compute")
         return 0

@@ -24,7 +24,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from foreshock.config import Config
-from foreshock.features.build import finalize_days, plan_update, run_plan, stage_shard
+from foreshock.features.build import finalize_days, locked_update, run_plan, stage_shard
 from foreshock.pipelines.progress import track
 
 
@@ -55,14 +55,6 @@ def finalize_days_task(settings: dict, days: list[list[str]]) -> int:
 def features_flow(settings: dict, start: str | None = None, end: str | None = None, full: bool = False) -> dict:
     """Compute and store missing feature snapshots; returns what was done."""
     config = Config.from_settings(settings)
-    plan = plan_update(
-        config,
-        date.fromisoformat(start) if start else None,
-        date.fromisoformat(end) if end else None,
-        full,
-    )
-    if plan is None:
-        return {"snapshots_from": None, "snapshots_to": None, "rows": 0, "partitions": 0}
 
     def stage(blocks: list[tuple[datetime, datetime]], shards: int) -> list[list[str]]:
         times = [[lo.isoformat(), hi.isoformat()] for lo, hi in blocks]
@@ -74,4 +66,10 @@ def features_flow(settings: dict, start: str | None = None, end: str | None = No
         groups = [spans[i : i + DATES_PER_TASK] for i in range(0, len(spans), DATES_PER_TASK)]
         return sum(future.result() for future in [finalize_days_task.submit(settings, group) for group in groups])
 
-    return run_plan(config, plan, stage, write, track)
+    return locked_update(
+        config,
+        date.fromisoformat(start) if start else None,
+        date.fromisoformat(end) if end else None,
+        full,
+        lambda plan: run_plan(config, plan, stage, write, track),
+    )
