@@ -84,9 +84,15 @@ def _batch_distinct(
     table: str, parsed: dict[int, ParsedFile], shared: dict[str, list[pl.DataFrame]]
 ) -> dict[str, pl.Series]:
     """The distinct values of text columns of a table's staged rows, from those the parsers
-    found (``ParsedFile.distinct``): for a column every file's parser gave, else none."""
+    found (``ParsedFile.distinct``): for a column every file's parser gave, else none.  A
+    frame several files share (a batch parser's) counts as its files'."""
     files = [p for p in parsed.values() if table in p.tables]
-    if not files or shared.get(table):
+    if shared.get(table):  # rows of several files in one frame: each file's parser must give them
+        sharing = {i for frame in shared[table] for i in frame.get_column("_file").unique().to_list()}
+        if not all(i in parsed and table in parsed[i].distinct for i in sharing):
+            return {}
+        files += [parsed[i] for i in sorted(sharing)]
+    if not files:
         return {}
     columns = set.intersection(*(set(p.distinct.get(table, {})) for p in files))
     return {

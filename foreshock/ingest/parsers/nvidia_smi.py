@@ -187,7 +187,8 @@ def _open(path: Path, ctx: IngestContext) -> _Source:
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     source = _open(path, ctx)
     parsed = source.parsed()
-    parsed.add("samples", _stage([source], [0], ctx).drop("_file"))
+    staged, distinct = _stage([source], [0], ctx)
+    parsed.add("samples", staged.drop("_file"), distinct)
     return parsed
 
 
@@ -217,7 +218,7 @@ def parse_files(
     frames = []
     for members in groups.values():
         try:
-            frame = _stage([m for _, m in members], [i for i, _ in members], ctx)
+            frame, distinct = _stage([m for _, m in members], [i for i, _ in members], ctx)
         except Exception:  # noqa: BLE001 - a file that breaks the group is parsed alone
             for index, source in members:
                 try:
@@ -230,13 +231,16 @@ def parse_files(
         counts = dict(frame.group_by("_file").len().iter_rows())
         for index, source in members:
             results[index] = source.parsed(row_count=counts.get(index, 0))
+            results[index].distinct["samples"] = distinct  # those of the group: a superset
         frames.append(frame)
     return results, frames
 
 
-def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl.DataFrame:
+def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> tuple[pl.DataFrame, dict[str, pl.Series]]:
     """Staged samples (conformed, plus ``_file``) of files that share one header; per file
-    in the order undecodable lines, malformed lines, samples, failing samples.
+    in the order undecodable lines, malformed lines, samples, failing samples.  With the
+    distinct units and metric names of those rows (:attr:`ParsedFile.distinct`), found
+    on the lines, where each unit is named once per line, not once per sample.
 
     The lines are read wide (one column per field) and every check and number is worked
     out there, per metric column; only then are the samples put in one long frame (metric
@@ -322,7 +326,11 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> pl
     if not samples and not failing:
         parts.append(pl.DataFrame(schema={**staged_schema("samples"), "_file": FILE_INDEX}).select(columns))
     staged = pl.concat([conform_staged(part, "samples").with_columns(part.get_column("_file")) for part in parts])
-    return staged
+    distinct = {
+        "unit_id": good.get_column("_unit_id").drop_nulls().unique(maintain_order=True).alias("unit_id"),
+        "metric": pl.Series("metric", list(dict.fromkeys(resolved[n] or n for n in metrics)), dtype=pl.String),
+    }
+    return staged, distinct
 
 
 def _plain_numbers(text: pl.Series, suffix: str) -> pl.Series:

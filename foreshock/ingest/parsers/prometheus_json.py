@@ -20,6 +20,7 @@ from foreshock.ingest.staged import ParsedFile, UnreadableFile
 from foreshock.ingest.timestamps import unix_seconds_to_utc
 
 LABELS = ("gpu", "Hostname", "UUID")
+DISTINCT = ("unit_id", "metric")  # the staged samples' text columns whose values ParsedFile.distinct lists
 
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
@@ -144,7 +145,12 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
     )
     parsed = ParsedFile(path=path)
     for table, staged in dcgm.stage_series(frame, ctx).items():
-        parsed.add(table, staged)
+        # the file's units and metric names, found on its few rows (later steps would
+        # search a whole batch's rows for them)
+        distinct = None
+        if table == "samples":
+            distinct = {name: staged.get_column(name).drop_nulls().unique(maintain_order=True) for name in DISTINCT}
+        parsed.add(table, staged, distinct)
 
     def lookup(rows: pl.DataFrame) -> pl.Series:
         index = (rows.get_column("_line") - 1).clip(0, max(len(descriptions) - 1, 0))
