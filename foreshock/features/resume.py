@@ -57,13 +57,17 @@ def progress_path(features_dir: Path) -> Path:
 
 
 def read_pending(features_dir: Path) -> Pending | None:
-    """The record an interrupted run left, or None (no run was interrupted)."""
+    """The record an interrupted run left, or None (no run was interrupted, or the record
+    does not read: the change log, still whole, then says what to recompute)."""
     path = progress_path(features_dir)
     if not path.exists():
         return None
-    record = json.loads(path.read_text())
-    spans = tuple((datetime.fromisoformat(first), datetime.fromisoformat(last)) for first, last in record["spans"])
-    return Pending(int(record["changes"]), str(record["digest"]), spans)
+    try:
+        record = json.loads(path.read_text())
+        spans = tuple((datetime.fromisoformat(a), datetime.fromisoformat(b)) for a, b in record["spans"])
+        return Pending(int(record["changes"]), str(record["digest"]), spans)
+    except (ValueError, KeyError, TypeError):  # written atomically: only a hand edit gets here
+        return None
 
 
 def record_pending(features_dir: Path, pending: Pending) -> None:

@@ -19,7 +19,7 @@ from fleet_helpers import T0, Fleet, make_fleet
 from foreshock.config import load_config
 from foreshock.features import build
 from foreshock.features.build import plan_update, update_features
-from foreshock.features.resume import Pending, changes_digest, progress_path
+from foreshock.features.resume import Pending, changes_digest, progress_path, read_pending, record_pending
 from foreshock.features.spec import feature_spec
 from foreshock.features.store import feature_files
 from foreshock.lake.changes import read_changes
@@ -102,3 +102,11 @@ def test_a_record_stands_for_the_log_entries_only_while_they_lead_the_log():
     pending = Pending(2, changes_digest(log[:2]), ())
     assert pending.covered(log) == 2
     assert pending.covered(log[1:]) == 0 and pending.covered(log[:1]) == 0
+
+
+def test_a_record_that_does_not_read_is_ignored(tmp_path):
+    """The log is still whole then: it says what to recompute, as before any record."""
+    record_pending(tmp_path, Pending(1, "d", ((T0, T0 + timedelta(hours=1)),)))
+    assert read_pending(tmp_path) == Pending(1, "d", ((T0, T0 + timedelta(hours=1)),))
+    progress_path(tmp_path).write_text('{"changes": 1, "spans": [')
+    assert read_pending(tmp_path) is None
