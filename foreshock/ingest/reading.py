@@ -136,8 +136,9 @@ UNDECODABLE = re.compile("[\udc80-\udcff]")
 
 
 def has_undecodable(text: str) -> bool:
-    """True when ``text`` (from :func:`read_text`) holds bytes that were not UTF-8."""
-    return UNDECODABLE.search(text) is not None
+    """True when ``text`` (from :func:`read_text`) holds bytes that were not UTF-8 (an
+    ASCII text, as most exports are, holds none: told at once, without the search)."""
+    return not text.isascii() and UNDECODABLE.search(text) is not None
 
 
 def text_lines(text: str) -> pl.DataFrame:

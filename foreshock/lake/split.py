@@ -198,6 +198,13 @@ def _split_sorted(
     if in_frame_order:
         first_seen = pl.Series(partition_of(key)).unique(maintain_order=True).to_list()
     permutation = stable_order(key)
+    if permutation is not None:
+        key = key[permutation]
+    same = key[1:] == key[:-1] if repeats is not None or dropped is not None else None
+    if repeats is not None:
+        repeats.append(bool(same.any()))
+    if dropped is not None:  # left out before any column is put in order
+        key, permutation = _drop_repeats(key, same, permutation, dropped)
     if permutation is None:
         rows = frame
     else:
@@ -205,7 +212,6 @@ def _split_sorted(
         # from the sorted key (each is a function of its bits), which moves far less data
         # than gathering every column (strings above all) in the new order.
         others = [name for name in frame.columns if name not in order]
-        key = key[permutation]
         columns = {name: gathered(frame.get_column(name), permutation) for name in others}
         columns["unit_id"] = by_shard.get_column("unit_id").gather(pl.Series(_ranks(key, low_bits, unit_bits)))
         shift = low_bits
@@ -227,10 +233,6 @@ def _split_sorted(
         for shard, rank in sorted(first_rank.items())
         for number in [d * shards + shard]
     ]
-    if repeats is not None:
-        repeats.append(bool(len(key) > 1 and (key[1:] == key[:-1]).any()))
-    if dropped is not None:
-        key, rows = _drop_repeats(key, rows, permutation, dropped)
     offsets = np.searchsorted(key, np.array([low for _, low in starts], dtype=np.uint64), side="left").tolist()
     offsets.append(len(key))
     epoch = date(1970, 1, 1).toordinal()
@@ -248,16 +250,16 @@ def _split_sorted(
 
 
 def _drop_repeats(
-    key: np.ndarray, rows: pl.DataFrame, permutation: np.ndarray | None, dropped: list[tuple[np.ndarray, np.ndarray]]
-) -> tuple[np.ndarray, pl.DataFrame]:
-    """The sorted ``key`` and ``rows`` without the rows whose key the row before has (equal
-    packed keys are equal keys; the sort is stable, so the first row of a run of equal keys
-    is the key's first row in frame order); ``(later rows, their key's first row)``, as row
-    numbers before the sort (``permutation``), in frame order, appended to ``dropped``."""
-    same = key[1:] == key[:-1]
+    key: np.ndarray, same: np.ndarray, permutation: np.ndarray | None, dropped: list[tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The sorted ``key`` and the ``permutation`` that sorts the frame (None: in order
+    already) without the rows whose key the row before has (``same``; equal packed keys
+    are equal keys, and the sort is stable, so the first row of a run of equal keys is
+    the key's first row in frame order); ``(later rows, their key's first row)``, as row
+    numbers of the frame, in frame order, appended to ``dropped``."""
     if not same.any():
         dropped.append((np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)))
-        return key, rows
+        return key, permutation
     first = np.ones(len(key), dtype=bool)
     first[1:] = ~same
     positions = np.arange(len(key), dtype=np.int64)
@@ -267,7 +269,7 @@ def _drop_repeats(
     later_rows, first_rows = before[later], before[run_first[later]]
     order = np.argsort(later_rows, kind="stable")
     dropped.append((later_rows[order], first_rows[order]))
-    return key[first], rows.filter(pl.Series(first))
+    return key[first], before[first]
 
 
 def _series_latest(key: np.ndarray, rows: pl.DataFrame, low_bits: int, unit_bits: int, metric_bits: int) -> Latest:
