@@ -44,16 +44,32 @@ def mlflow_server_root(tmp_path_factory):
     return tmp_path_factory.mktemp("mlflow-server")
 
 
+def _read_by_a_test(request, fixture: str) -> bool:
+    """Whether a collected test of this session uses ``fixture``."""
+    return any(fixture in getattr(item, "fixturenames", ()) for item in request.session.items)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mlflow_server_starting(request, mlflow_server_root):
+    """The session's ``mlflow server`` started at the session's start when a collected test
+    uses it (its migrations run beside the first tests); yields the wait for it, or None."""
+    if not _read_by_a_test(request, "mlflow_server"):
+        yield None
+        return
+    from tests.pipelines.services import mlflow_server_starting
+
+    with mlflow_server_starting(mlflow_server_root) as ready:
+        yield ready
+
+
 @pytest.fixture(scope="session")
-def mlflow_server(mlflow_server_root):
+def mlflow_server(_mlflow_server_starting):
     """A real ``mlflow server`` on 127.0.0.1 for the session (its own SQLite store and
     artifact root), stopped by its process group. Yields its URL; tests that use it set
-    ``MLFLOW_TRACKING_URI`` themselves (and use their own model names).  Started once: a
-    server's migrations and start take 15-20 s idle, about a minute on two busy cores."""
-    from tests.pipelines.services import mlflow_server
-
-    with mlflow_server(mlflow_server_root) as url:
-        yield url
+    ``MLFLOW_TRACKING_URI`` themselves (and use their own model names).  Started once, at the
+    session's start: a server's migrations and start take 15-20 s idle, about a minute on
+    two busy cores."""
+    return _mlflow_server_starting()
 
 
 @pytest.fixture(scope="session")

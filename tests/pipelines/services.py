@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -70,6 +70,14 @@ MLFLOW_SERVER_STARTUP_S = 240  # migrations + uvicorn: ~17 s idle, minutes on a 
 def mlflow_server(root: Path, timeout: float = MLFLOW_SERVER_STARTUP_S) -> Iterator[str]:
     """A real ``mlflow server`` on 127.0.0.1 with its own SQLite store and artifact root
     (``root/artifacts``), stopped by its process group (workers included); yields its URL."""
+    with mlflow_server_starting(root) as ready:
+        yield ready(timeout)
+
+
+@contextlib.contextmanager
+def mlflow_server_starting(root: Path) -> Iterator[Callable[..., str]]:
+    """:func:`mlflow_server` without the wait: the server starts at once, and the function
+    yielded waits until it answers (``timeout`` seconds at most) and returns its URL."""
     port = free_port()
     argv = [
         str(Path(sys.executable).with_name("mlflow")),
@@ -88,8 +96,12 @@ def mlflow_server(root: Path, timeout: float = MLFLOW_SERVER_STARTUP_S) -> Itera
     log = root / "server.log"
     with running(argv, log, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}) as server:
         url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/health", timeout, server, log)
-        yield url
+
+        def ready(timeout: float = MLFLOW_SERVER_STARTUP_S) -> str:
+            wait_http(f"{url}/health", timeout, server, log)
+            return url
+
+        yield ready
 
 
 @contextlib.contextmanager
