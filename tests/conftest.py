@@ -103,10 +103,41 @@ def seed(request) -> int:
     return value
 
 
-@pytest.fixture(scope="session")
-def demo_data_dir(tmp_path_factory, prefect_server, mlflow_uri):
-    """One small demo fleet through the whole pipeline, built once per session
-    (``tests/demo_fleet.py``): the notebooks and the fleet report page read it."""
-    from demo_fleet import build_demo_data
+@pytest.fixture(scope="session", autouse=True)
+def _demo_build(request, tmp_path_factory):
+    """The session's demo fleet (``tests/demo_fleet.py``), started in the background at the
+    session's start when a collected test reads it; None otherwise."""
+    if not _read_by_a_test(request, "demo_data_dir"):
+        yield None
+        return
+    from demo_fleet import DemoBuild
 
-    return build_demo_data(tmp_path_factory.mktemp("demo") / "data")
+    build = DemoBuild(tmp_path_factory.mktemp("demo") / "data")
+    try:
+        yield build
+    finally:
+        build.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_data_dir(_demo_build):
+    """One small demo fleet through the whole pipeline, built once per session by
+    ``foreshock demo`` (``tests/demo_fleet.py``): the notebooks, the fleet report page, serve
+    and the kill tests read it.  Its registry is its own (``use_registry``)."""
+    return _demo_build.wait()
+
+
+@pytest.fixture
+def use_registry(mlflow_uri, monkeypatch):
+    """``use_registry(uri)`` points this process's MLflow at another registry (a demo data
+    directory's own, ``demo_fleet.demo_tracking_uri``) for one test: the environment, which
+    the commands read, and MLflow's own setting; the session's store is back after it."""
+    import mlflow
+
+    def use(uri: str) -> str:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        mlflow.set_tracking_uri(uri)
+        return uri
+
+    yield use
+    mlflow.set_tracking_uri(mlflow_uri)

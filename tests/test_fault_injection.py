@@ -66,9 +66,9 @@ def _written_since(directory: Path, since: float):
 
 @pytest.mark.slow
 def test_pull_replay_and_report_killed_while_writing_rerun_to_the_unkilled_result(
-    demo_data_dir, tmp_path, prefect_server, mlflow_uri
+    demo_data_dir, tmp_path, prefect_server, use_registry
 ):
-    from demo_fleet import DEMO_CONFIG, DEMO_DAYS
+    from demo_fleet import DEMO_CONFIG, DEMO_DAYS, demo_tracking_uri
     from prefect.settings import PREFECT_API_URL
 
     from foreshock.pipelines.cli import main
@@ -80,7 +80,10 @@ def test_pull_replay_and_report_killed_while_writing_rerun_to_the_unkilled_resul
     site = tmp_path / "site.toml"
     site.write_text(DEMO_CONFIG + '[pull]\nstep = "1h"\nchunk = "1d"\n')
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": PREFECT_API_URL.value()}
-    env["MLFLOW_TRACKING_URI"] = mlflow_uri  # the demo's champion (read by the fleet page)
+    # replay and report run on a copy of the demo data: its registry holds the demo's
+    # champion (read by the fleet page), for the killed runs and those in this process
+    copy = tmp_path / "trial"
+    env["MLFLOW_TRACKING_URI"] = use_registry(demo_tracking_uri(copy))
 
     def killed(data: Path, *argv: str, when) -> bool:
         """The run to kill: a process of its own, SIGKILLed once ``when()`` holds."""
@@ -103,7 +106,7 @@ def test_pull_replay_and_report_killed_while_writing_rerun_to_the_unkilled_resul
         found["pull"] += checks.compare("pull", tmp_path / "pulled", trial)
 
     # replay, then report, on one copy of the demo data: the replay's reference is the demo's
-    trial = tmp_path / "trial"
+    trial = copy
     shutil.copytree(demo_data_dir, trial)
     truth = ["--ground-truth", str(trial / "raw" / "sim" / "ground_truth.parquet")]
     assert killed(trial, "replay", *truth, when=_written_since(trial / "reports" / "replay", time.time())), (

@@ -76,6 +76,8 @@ def test_notebook_on_its_own_data(path, tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", DEMO, ids=[p.name for p in DEMO])
 def test_notebook_on_the_demo_data(path, demo_data_dir, tmp_path, monkeypatch):
-    # run beside the demo's foreshock.toml (its registered model name), as a user would
+    # run beside the demo's foreshock.toml (its registered model name), with the registry
+    # in its data directory, as a user would after `make demo`
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     saved = _run(path, demo_data_dir, demo_data_dir.parent, monkeypatch)
     assert saved, "the notebook saved no plot"

@@ -26,9 +26,10 @@ def _page_path(capsys) -> Path:
 
 
 @pytest.mark.slow
-def test_fleet_report_page_renders_in_chromium(demo_data_dir, tmp_path, capsys):
-    from demo_fleet import demo_config_file
+def test_fleet_report_page_renders_in_chromium(demo_data_dir, use_registry, tmp_path, capsys):
+    from demo_fleet import demo_config_file, demo_tracking_uri
 
+    use_registry(demo_tracking_uri(demo_data_dir))  # the demo's champion
     config = str(demo_config_file(demo_data_dir))
     assert main(["--config", config, "--data-dir", str(demo_data_dir), "report", "--top", "4"]) == 0
     page = _page_path(capsys)

@@ -75,12 +75,12 @@ def _wait_state(api: str, run_id: str, states: set[str], timeout: float) -> dict
 
 @pytest.mark.slow
 def test_serve_cycles_one_at_a_time_lands_every_row_once_and_publishes_every_cycle(
-    demo_data_dir, tmp_path, prefect_server, mlflow_uri
+    demo_data_dir, tmp_path, prefect_server, use_registry
 ):
     """serve's deployments on the session's server, with their schedules and limits; two cycles
     of a short soak, the second sent while the first runs (it waits for the slot); every row
     landed in the lake once, an outbox and a risk-list artifact per cycle, status healthy."""
-    from demo_fleet import DEMO_CONFIG
+    from demo_fleet import DEMO_CONFIG, demo_tracking_uri
     from prefect.settings import PREFECT_API_URL
 
     prefect = Path(sys.executable).parent / "prefect"
@@ -105,7 +105,9 @@ def test_serve_cycles_one_at_a_time_lands_every_row_once_and_publishes_every_cyc
     api = PREFECT_API_URL.value()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PYTHONPATH=str(ROOT), PREFECT_API_URL=api, PREFECT_RUNNER_POLL_FREQUENCY="1")
-    env.update(PREFECT_HOME=str(tmp_path / "prefect-client"), MLFLOW_TRACKING_URI=mlflow_uri)
+    # the copy's own registry (the demo's champion): serve's runs and the status checks here
+    registry = use_registry(demo_tracking_uri(data))
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-client"), MLFLOW_TRACKING_URI=registry)
     run = soak.Soak(tmp_path, data, site, env, api)
     try:
         found = run.start_serve()
