@@ -243,10 +243,6 @@ def restart_server(soak: Soak) -> None:
 def lake_equals_one_ingest(soak: Soak) -> list[str]:
     """Every row landed is in the lake once: the lake's samples equal one ingest of the whole
     landing directory into a fresh data directory, and no (unit, metric, time) repeats."""
-    import polars as pl
-
-    from foreshock.lake.read import read_table
-
     fresh = soak.work / "reference"
     shutil.rmtree(fresh, ignore_errors=True)
     done = subprocess.run(
@@ -258,8 +254,18 @@ def lake_equals_one_ingest(soak: Soak) -> list[str]:
     )
     if done.returncode != 0:
         return [f"reference ingest exited {done.returncode}: {done.stderr[-500:]}"]
+    return lake_equals(soak.data, fresh)
+
+
+def lake_equals(data: Path, reference: Path) -> list[str]:
+    """What differs between the lake's samples in ``data`` and in ``reference`` (one ingest of
+    the same landing directory), and whether a (unit, metric, time) repeats in ``data``."""
+    import polars as pl
+
+    from foreshock.lake.read import read_table
+
     key = ["unit_id", "metric", "ts"]
-    served, reference = (read_table(root / "lake", "samples").sort(key) for root in (soak.data, fresh))
+    served, reference = (read_table(root / "lake", "samples").sort(key) for root in (data, reference))
     problems = []
     repeated = served.group_by(key).len().filter(pl.col("len") > 1).height
     if repeated:
