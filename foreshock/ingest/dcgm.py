@@ -24,7 +24,6 @@ from __future__ import annotations
 import polars as pl
 
 from foreshock.ingest.context import TIME_UNIT_SECONDS, IngestContext
-from foreshock.lake.layout import lake_shards, shard_of
 from foreshock.lake.read import scan_table
 
 XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
@@ -185,19 +184,7 @@ def _prior_codes(ctx: IngestContext, good: pl.DataFrame) -> pl.DataFrame:
     )
     if firsts.height == 0:
         return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
-    end = good.get_column("ts").max()
-    shards = lake_shards(ctx.lake_dir, ctx.shards)
-    stored = (
-        scan_table(
-            ctx.lake_dir,
-            "events",
-            end=end,
-            shards={shard_of(u, shards) for u in firsts.get_column("unit_id").to_list()},
-        )
-        .filter(pl.col("source") == XID_SOURCE)
-        .select("unit_id", "ts", "code")
-        .collect()
-    )
+    stored = _stored_xid_events(ctx)
     if stored.height == 0:
         return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
     return (
@@ -208,3 +195,15 @@ def _prior_codes(ctx: IngestContext, good: pl.DataFrame) -> pl.DataFrame:
         .agg(prior_code=pl.col("code").last())
         .with_columns(pl.col("unit_id").cast(pl.String))
     )
+
+
+def _stored_xid_events(ctx: IngestContext) -> pl.DataFrame:
+    """The lake's ``dcgm-xid`` events (unit, time, code), read once per batch (its context):
+    every file of the batch that holds the gauge looks its units' prior codes up in them,
+    and the lake does not change while a batch is parsed.  All of them: a file only keeps
+    those of its units before its first sample."""
+    key = "stored:dcgm-xid"
+    if key not in ctx._lookups:
+        events = scan_table(ctx.lake_dir, "events").filter(pl.col("source") == XID_SOURCE)
+        ctx._lookups[key] = events.select("unit_id", "ts", "code").collect()
+    return ctx._lookups[key]
