@@ -1,5 +1,6 @@
-"""The canonical parser hands the distinct unit ids and metric names it found to the checks
-and the split (``ParsedFile.distinct``), which then do not search the rows for them again.
+"""The canonical, nvidia-smi and Prometheus JSON parsers hand the distinct unit ids and metric
+names they found to the checks and the split (``ParsedFile.distinct``), which then do not
+search the rows for them again.
 Given for a whole batch they are a superset of each shard group's values; with aliases they
 are the catalog's names.  The lake, quarantine and counts are exactly those found without."""
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from landing_files import write_canonical_inventory
+from landing_files import node_name, write_canonical_inventory, write_messy_landing
 
 import foreshock.ingest.store as run
 from foreshock.config import load_config
@@ -120,3 +121,34 @@ def test_values_that_miss_one_of_the_rows_fail_loudly(tmp_path, monkeypatch, see
     monkeypatch.setattr(run, "_batch_distinct", short)
     with pytest.raises(pl.exceptions.InvalidOperationError):
         _ingest(tmp_path / "raw", tmp_path / "data")
+
+
+def test_nvidia_smi_and_json_batches_give_the_values_they_read_and_the_same_lake(tmp_path, monkeypatch):
+    """The nvidia-smi batch parser (many files' rows in one frame) and the Prometheus JSON
+    parser give the units and metric names they read: a day's batch of both is checked and
+    split with them, and the lake, quarantine and counts are exactly those found without
+    (repeated lines, a conflict, a broken number, a counter jump, an unknown GPU)."""
+    write_messy_landing(tmp_path / "raw")
+    monkeypatch.setattr(run, "SPLIT_MIN_ROWS", 0)  # two shard groups: each gets the batch's values
+    given: list[tuple[str, dict]] = []
+    real = run._batch_distinct
+
+    def recorded(*args):
+        found = real(*args)
+        given.append((args[0], found))
+        return found
+
+    monkeypatch.setattr(run, "_batch_distinct", recorded)
+    report, files, quarantine, counts, changes = _ingest(tmp_path / "raw", tmp_path / "with")
+    days = [found for table, found in given if table == "samples" and found]
+    assert len(days) == 2  # each day's nvidia-smi and DCGM JSON files
+    assert {"gpu_temp_c", "pcie_replay_total"} <= set(days[0]["metric"].to_list())  # nvidia-smi's and JSON's
+    assert f"{node_name(3)}-gpu1" in days[0]["unit_id"].to_list()
+
+    monkeypatch.setattr(run, "_batch_distinct", lambda *args: {})
+    without = _ingest(tmp_path / "raw", tmp_path / "without")
+    assert report.adds_up and report.totals["rows_quarantined"] and report.totals["duplicates_dropped"]
+    assert files == without[1]  # byte for byte
+    assert quarantine.equals(without[2])
+    assert counts == without[3]
+    assert changes == without[4]
