@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PULL_DAYS = 4  # the days of DCGM series the pull kill test fetches
 
 
 def load_harness():
@@ -83,7 +84,7 @@ def _written_since(directory: Path, since: float):
 def test_pull_replay_and_report_killed_while_writing_rerun_to_the_unkilled_result(
     demo_data_dir, tmp_path, prefect_server, use_registry
 ):
-    from demo_fleet import DEMO_CONFIG, DEMO_DAYS, demo_tracking_uri
+    from demo_fleet import DEMO_CONFIG, demo_tracking_uri
     from prefect.settings import PREFECT_API_URL
 
     from foreshock.pipelines.cli import main
@@ -113,7 +114,10 @@ def test_pull_replay_and_report_killed_while_writing_rerun_to_the_unkilled_resul
     found: dict[str, list[str]] = {}
     start = datetime(2026, 11, 1, tzinfo=UTC)
     with query_range_server(demo_data_dir / "raw" / "sim" / "dcgm") as url:
-        pull = ["pull", "--url", url, "--start", start.isoformat(), "--end", (start + timedelta(DEMO_DAYS)).isoformat()]
+        # the demo's first four days, a chunk (request) a day: the kill lands after the first
+        # chunk is written, with three still to fetch (the whole 14 days took 7x as long)
+        end = start + timedelta(days=PULL_DAYS)
+        pull = ["pull", "--url", url, "--start", start.isoformat(), "--end", end.isoformat()]
         assert run(tmp_path / "pulled", *pull) == 0
         trial = tmp_path / "pull-trial"
         assert killed(trial, *pull, when=_written_since(trial / "pull", 0)), "pull finished before its first chunk"
