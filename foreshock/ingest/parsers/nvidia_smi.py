@@ -289,7 +289,7 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> tu
         dropped = text.is_in(NOT_SUPPORTED).fill_null(True)  # a missing field makes no sample
         if dropped.all():  # a field this GPU does not have
             continue
-        value = _column_numbers(text, plain, f" {units[name]}" if units.get(name) else "")
+        value = _column_numbers(text, plain)
         fails = value.is_null() | text.str.starts_with("[")
         if resolved[name] is None:
             fails = pl.repeat(True, len(text), eager=True)
@@ -340,14 +340,21 @@ def _plain_numbers(text: pl.Series, suffix: str) -> pl.Series:
     return (text.str.strip_suffix(suffix) if suffix else text).cast(pl.Float64, strict=False).alias("value")
 
 
-def _column_numbers(text: pl.Series, plain: pl.Series, suffix: str) -> pl.Series:
-    """:func:`_number` of one field's values, given their :func:`_plain_numbers`: only the
-    values a plain cast does not read are read the long way."""
+def _column_numbers(text: pl.Series, plain: pl.Series) -> pl.Series:
+    """One field's values as numbers (``"250.12 W"`` -> 250.12, ``Yes``/``Active`` -> 1,
+    ``No`` -> 0), given their :func:`_plain_numbers`: a value the plain cast did not read
+    (it read every number, unit or not) can only be a flag word."""
     rest = plain.is_null().arg_true()
     if rest.len() == 0:
         return plain
-    others = pl.select(_number(text.gather(rest), pl.lit(suffix))).to_series()
-    return plain.scatter(rest, others).alias("value")
+    if rest.len() == plain.len():  # a field of flags
+        return _flags(text)
+    return plain.scatter(rest, _flags(text.gather(rest))).alias("value")
+
+
+def _flags(text: pl.Series) -> pl.Series:
+    """``Yes``/``Active``/``Enabled`` -> 1, ``No``/``Not Active``/``Disabled`` -> 0, else null."""
+    return text.replace_strict(FLAGS, default=None, return_dtype=pl.Float64).alias("value")
 
 
 def _with_reasons(bad: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame:
@@ -499,13 +506,6 @@ def _times(stamps: pl.Series, timezone: str) -> pl.DataFrame:
         parsed.with_columns(_text=distinct), on="_text", how="left", maintain_order="left", nulls_equal=True
     )
     return found.drop("_text")
-
-
-def _number(text: pl.Expr, suffix: pl.Expr) -> pl.Expr:
-    """``"250.12 W"`` -> 250.12 (``suffix``: the header's unit after a space, or ""),
-    ``Yes``/``Active`` -> 1, ``No`` -> 0.  One pass over every metric's values at once."""
-    number = text.str.strip_suffix(suffix).cast(pl.Float64, strict=False)
-    return pl.coalesce(number, text.replace_strict(FLAGS, default=None, return_dtype=pl.Float64))
 
 
 def _unit_expr(sources: list[_Source], indices: list[int], names: list[str], ctx: IngestContext) -> pl.Expr:
