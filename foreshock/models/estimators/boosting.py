@@ -81,6 +81,53 @@ def split_datasets(
     return subset(binned, fit_rows, y[fit], fit_weight), subset(binned, np.flatnonzero(hold), y[hold], hold_weight)
 
 
+class RefitBins:
+    """The binned Dataset of a refit on every row, kept for the next horizon's refit.
+
+    Binning depends on the rows and the Dataset parameters only (never on labels or
+    weights), so two horizons refitted on the same rows with the same LightGBM parameters
+    (no drain censors either, and ``min_data_in_leaf``, which enters the binning through
+    ``feature_pre_filter``, agrees) grow on one binning: the second gets its own labels
+    and weights on it, and the same trees as from a binning of its own.  Otherwise the
+    rows are binned again, as LightGBM would.  It holds one binned Dataset at a time."""
+
+    def __init__(self) -> None:
+        self._data: lgb.Dataset | None = None
+        self._rows: np.ndarray | None = None
+        self._params: dict | None = None
+
+    def dataset(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        weight: np.ndarray,
+        group: np.ndarray | None,
+        params: dict,
+        feature_names: list[str],
+        rows: np.ndarray,
+    ) -> lgb.Dataset:
+        """The constructed Dataset of ``x`` (the labelled sample's ``rows``) with labels
+        ``y`` and ``weight``: the kept one when its rows and parameters are these (query
+        groups and all-one weights, which LightGBM leaves unset, are always binned anew)."""
+        params = binning(params)
+        if (
+            self._data is not None
+            and group is None
+            and self._params == params
+            and np.array_equal(self._rows, rows)
+            and not np.all(weight == 1)
+        ):
+            self._data.set_label(y)
+            self._data.set_weight(weight)
+            return self._data
+        self._data = None  # the previous binning is freed before the next is built
+        self._data = lgb.Dataset(
+            x, y, weight=weight, group=group, feature_name=feature_names, params=params, free_raw_data=True
+        ).construct()
+        self._rows, self._params = (rows, params) if group is None else (None, None)
+        return self._data
+
+
 def early_stopped(
     params: dict,
     dtrain: lgb.Dataset,

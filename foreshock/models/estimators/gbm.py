@@ -78,7 +78,7 @@ from foreshock.models.estimators.base import (
 )
 from foreshock.models.estimators.baseline import ThresholdBaseline
 from foreshock.models.estimators.boosting import (
-    binning,
+    RefitBins,
     early_stopped,
     failure_ids,
     holdout_record,
@@ -274,57 +274,87 @@ class GradientBoostedRisk:
         self.boosters_, self.calibrators_, self.best_rounds_, self.notes_, self.holdouts_ = {}, {}, {}, [], {}
         # the full fits of horizons with at least dask_min_rows rows run on the Dask cluster
         use_dask = self._on_dask(max(rows.size for rows, _, _ in targets.values()))
+        # Every horizon early-stops first, then every horizon is refitted: the refits of
+        # horizons on the same rows share one binning (RefitBins) without holding it while
+        # another horizon's early-stopping Datasets exist.  Notes keep the horizons' order.
+        notes: dict[str, list[str]] = {h: [] for h in self.horizons}
         with dask_client(self.dask_client) if use_dask else nullcontext() as client:
+            refits, bins = {}, RefitBins()
             for h in self.horizons:
-                rows, y, w = targets.pop(h)
-                pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_ttf, until)
-                on_dask = client is not None and y.size >= self.dask_min_rows
-                # The raw matrix is never copied whole: a horizon's rows are a view when every
-                # row is labelled (no drain), the splits are subsets of binned data.
-                x = x_all if rows.size == x_all.shape[0] else x_all[rows]
-                ts = ts_all[rows] if self.rank_by_snapshot else None
-                full = lgb.Dataset(
-                    x,
-                    y,
-                    weight=w * class_w,
-                    group=query_groups(ts),
-                    feature_name=self.feature_names_,
-                    free_raw_data=True,
-                )
-                if split is not None:
-                    fit, hold = split.fit, split.holdout
-                    dtrain, dvalid = split_datasets(
-                        x, y, fit, hold, (w * class_w)[fit], w[hold], params, self.feature_names_, self.seed
-                    )
-                    if ts is not None:
-                        dtrain.set_group(query_groups(ts[fit]))
-                        dvalid.set_group(query_groups(ts[hold]))
-                    booster, params = early_stopped(
-                        params, dtrain, dvalid, self.early_stopping_metric, self.num_boost_round,
-                        self.early_stopping_rounds, self.tune_num_leaves,
-                    )  # fmt: skip
-                    rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
-                    hold_rows = np.flatnonzero(hold)
-                    margin = predict_rows(booster, x, hold_rows, num_iteration=rounds)
-                    calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
-                    self.holdouts_[h] = holdout_record(split)
-                    if self.tune_num_leaves:  # the value chosen on the holdout
-                        self.holdouts_[h]["num_leaves"] = int(params["num_leaves"])
-                    del dtrain, dvalid
-                    if self.refit_full:
-                        booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
-                        calibrator = shifted_to_refit(calibrator, margin, predict_rows(booster, x, hold_rows), w[hold])
-                    else:
-                        booster = truncate(booster, rounds)
-                else:
-                    rounds = self._without_holdout(h, pos_weight)
-                    booster = self._train_full(client if on_dask else None, params, full, x, y, w * class_w, rounds)
-                    calibrator = uncalibrated(np.log(pos_weight))
-                del full, x
-                self.boosters_[h] = booster
-                self.calibrators_[h] = calibrator
-                self.best_rounds_[h] = rounds
+                self.notes_ = notes[h]
+                refits[h] = self._early_stop(h, targets.pop(h), x_all, ts_all, failure_ttf, until)
+            for h in [h for h in self.horizons if refits[h] is not None]:
+                self.notes_ = notes[h]
+                self._refit(client, h, refits.pop(h), x_all, ts_all, bins)
+            del bins
+        self.notes_ = [note for h in self.horizons for note in notes[h]]
         return self
+
+    def _early_stop(
+        self, h: str, target: tuple, x_all: np.ndarray, ts_all: np.ndarray, failure_ttf: tuple, until: datetime
+    ) -> dict | None:
+        """Horizon ``h``'s early-stopped trees and held-out calibration (or the fixed round
+        count without a holdout).  Returns what its refit on every row needs (:meth:`_refit`),
+        or None when there is none (``refit_full`` off: the early-stopped trees are kept)."""
+        rows, y, w = target
+        pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_ttf, until)
+        refit = {"rows": rows, "y": y, "weight": w * class_w, "params": params, "margin": None}
+        if split is None:
+            refit["rounds"] = self._without_holdout(h, pos_weight)
+            refit["calibrator"] = uncalibrated(np.log(pos_weight))
+            return refit
+        # The raw matrix is never copied whole: a horizon's rows are a view when every
+        # row is labelled (no drain), the splits are subsets of binned data.
+        x = x_all if rows.size == x_all.shape[0] else x_all[rows]
+        ts = ts_all[rows] if self.rank_by_snapshot else None
+        fit, hold = split.fit, split.holdout
+        dtrain, dvalid = split_datasets(
+            x, y, fit, hold, refit["weight"][fit], w[hold], params, self.feature_names_, self.seed
+        )
+        if ts is not None:
+            dtrain.set_group(query_groups(ts[fit]))
+            dvalid.set_group(query_groups(ts[hold]))
+        booster, params = early_stopped(
+            params, dtrain, dvalid, self.early_stopping_metric, self.num_boost_round,
+            self.early_stopping_rounds, self.tune_num_leaves,
+        )  # fmt: skip
+        del dtrain, dvalid
+        rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
+        hold_rows = np.flatnonzero(hold)
+        margin = predict_rows(booster, x, hold_rows, num_iteration=rounds)
+        calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
+        self.holdouts_[h] = holdout_record(split)
+        if self.tune_num_leaves:  # the value chosen on the holdout
+            self.holdouts_[h]["num_leaves"] = int(params["num_leaves"])
+        if not self.refit_full:
+            self.boosters_[h], self.calibrators_[h], self.best_rounds_[h] = (
+                truncate(booster, rounds),
+                calibrator,
+                rounds,
+            )
+            return None
+        refit.update(params=params, rounds=rounds, calibrator=calibrator, margin=margin)
+        refit.update(hold_rows=hold_rows, hold_weight=w[hold])
+        return refit
+
+    def _refit(self, client: Any, h: str, refit: dict, x_all: np.ndarray, ts_all: np.ndarray, bins: RefitBins) -> None:
+        """Horizon ``h``'s trees on every labelled row with the rounds of :meth:`_early_stop`
+        (on the Dask cluster of ``client`` for ``dask_min_rows`` rows, else here on the
+        binning ``bins`` keeps), the held-out calibration moved to them."""
+        rows, y, weight, params, rounds = (refit[k] for k in ("rows", "y", "weight", "params", "rounds"))
+        x = x_all if rows.size == x_all.shape[0] else x_all[rows]
+        if client is not None and y.size >= self.dask_min_rows:
+            booster = train_on_dask(client, params, x, y, weight, rounds, self.feature_names_)
+            self._note_dask_constraints(params, f"full fit on {y.size} rows")
+        else:
+            group = query_groups(ts_all[rows]) if self.rank_by_snapshot else None
+            full = bins.dataset(x, y, weight, group, params, self.feature_names_, rows)
+            booster = lgb.train(params, full, num_boost_round=rounds)
+        calibrator = refit["calibrator"]
+        if refit["margin"] is not None:
+            margin = predict_rows(booster, x, refit["hold_rows"])
+            calibrator = shifted_to_refit(calibrator, refit["margin"], margin, refit["hold_weight"])
+        self.boosters_[h], self.calibrators_[h], self.best_rounds_[h] = booster, calibrator, rounds
 
     def _horizon_setup(
         self,
@@ -383,25 +413,6 @@ class GradientBoostedRisk:
     def _targets(self, labelled: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per horizon: the labelled rows it trains on, their labels and weights."""
         return horizon_targets(labelled, self.horizons, self.unit_weights if self.fleet_weighted else None)
-
-    def _train_full(
-        self,
-        client: Any,
-        params: dict,
-        full: lgb.Dataset,
-        x: np.ndarray,
-        y: np.ndarray,
-        weight: np.ndarray,
-        rounds: int,
-    ) -> lgb.Booster:
-        """``rounds`` rounds on every labelled row: on the Dask cluster of ``client``, or
-        here without one."""
-        if client is None:
-            full.params = binning(params)
-            return lgb.train(params, full.construct(), num_boost_round=rounds)
-        booster = train_on_dask(client, params, x, y, weight, rounds, self.feature_names_)
-        self._note_dask_constraints(params, f"full fit on {y.size} rows")
-        return booster
 
     def _note_dask_constraints(self, params: dict, what: str) -> None:
         method = params.get("monotone_constraints_method", "basic")
