@@ -369,6 +369,12 @@ def merge_bench(gpus: int, every_s: int) -> None:
     )
 
 
+def parquet_bytes(data: Path) -> int:
+    """Bytes of the Parquet files under a kept data directory (lake, quarantine, manifest):
+    what a change of the lake's compression costs in storage."""
+    return sum(path.stat().st_size for path in data.rglob("*.parquet"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=4096)
@@ -461,6 +467,11 @@ def main() -> None:
                 )
                 differ = same_lakes(args.work / "kept-after", args.work / "kept-before")
                 print(f"    lake and quarantine the same rows before and after: {not differ} {differ[:5] or ''}")
+                sizes = [parquet_bytes(args.work / f"kept-{kind}") for kind in ("after", "before")]
+                print(
+                    f"    Parquet files of lake and quarantine: {sizes[0] / 1e6:,.1f} MB after, "
+                    f"{sizes[1] / 1e6:,.1f} MB before ({sizes[0] / max(sizes[1], 1):.3f}x)"
+                )
             for kind in ("after", "before"):
                 shutil.rmtree(args.work / f"kept-{kind}", ignore_errors=True)
             if not args.keep:

@@ -61,6 +61,7 @@ REFINED: dict[tuple[str, str], Any] = {
     ("labels", "horizons"): Durations,
     ("ingest", "violation_unit"): Literal["us", "ns"],
     ("lake", "shards"): Annotated[int, Field(ge=1)],
+    ("lake", "compression_level"): Annotated[int, Field(ge=1, le=22)],
     ("backtest", "drain_budget_per_day"): Annotated[float, Field(gt=0)],
     ("backtest", "target_precision"): Share,
     ("baseline", "sbe_increase_per_day"): float,

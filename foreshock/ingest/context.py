@@ -40,6 +40,11 @@ def check_timezone(name: str | None) -> str | None:
     return name
 
 
+def lake_compression_level(config: Config) -> int:
+    """``[lake] compression_level``: the zstd level of every lake file ingest writes."""
+    return int(config.section("lake")["compression_level"])
+
+
 @dataclass
 class IngestContext:
     """Settings and lookups shared by the parsers and the validation of one batch.

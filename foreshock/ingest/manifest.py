@@ -110,8 +110,9 @@ def read_manifest(lake_dir: Path) -> pl.DataFrame:
     return pl.read_parquet(path)
 
 
-def record_files(lake_dir: Path, entries: list[dict]) -> None:
-    """Add ingested files (dicts with the manifest's columns) under the lake lock."""
+def record_files(lake_dir: Path, entries: list[dict], compression_level: int | None = None) -> None:
+    """Add ingested files (dicts with the manifest's columns) under the lake lock, written
+    with the zstd level ``compression_level`` (``[lake] compression_level``)."""
     if not entries:
         return
     now = datetime.now(UTC)
@@ -120,4 +121,4 @@ def record_files(lake_dir: Path, entries: list[dict]) -> None:
         # diagonal: a manifest written before a column was added still merges.
         merged = pl.concat([read_manifest(lake_dir), new], how="diagonal_relaxed")
         merged = merged.unique(subset=["sha256", "context"], keep="first", maintain_order=True)
-        atomic_write_parquet(merged, manifest_path(lake_dir))
+        atomic_write_parquet(merged, manifest_path(lake_dir), compression_level=compression_level)

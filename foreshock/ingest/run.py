@@ -28,6 +28,7 @@ import yaml
 from foreshock.catalog import Catalog, catalog_to_dict, lake_catalog_path, merge_catalogs, read_lake_catalog
 from foreshock.config import Config
 from foreshock.ingest import manifest
+from foreshock.ingest.context import lake_compression_level
 from foreshock.ingest.parse_ahead import drop_prefetched, may_parse_ahead, prefetch, take_prefetched
 from foreshock.ingest.parsing import count_by_file, parse_again, parse_stage
 from foreshock.ingest.planning import IngestPlan, PlannedFile, parse_scrape_time, plan_ingest
@@ -111,7 +112,11 @@ def ingest_batch(
     quarantine_file = None
     if quarantined:
         target = config.quarantine_dir / f"run={run_id}" / f"batch-{batch_number:04d}.parquet"
-        atomic_write_parquet(pl.concat(quarantined).sort("source_file", "line"), target)
+        atomic_write_parquet(
+            pl.concat(quarantined).sort("source_file", "line"),
+            target,
+            compression_level=lake_compression_level(config),
+        )
         quarantine_file = str(target)
     _record_in_manifest(files, reports, run_id, config)
     return reports, quarantine_file
@@ -141,6 +146,7 @@ def _record_in_manifest(files: list[PlannedFile], reports: list[FileReport], run
             for f, r in zip(files, reports)
             if r.status == "ingested"
         ],
+        lake_compression_level(config),
     )
 
 

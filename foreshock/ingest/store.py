@@ -16,7 +16,7 @@ import polars as pl
 
 from foreshock.config import Config
 from foreshock.ingest.checks import check_and_split, lake_columns
-from foreshock.ingest.context import IngestContext
+from foreshock.ingest.context import IngestContext, lake_compression_level
 from foreshock.ingest.parsing import ParsedBatch, count_by_file, in_file_order, table_frames
 from foreshock.ingest.report import FileReport
 from foreshock.ingest.staged import ParsedFile
@@ -75,7 +75,13 @@ def _upsert_inventory(
         if rows.height == 0:
             continue
         columns = lake_columns("inventory", parsed[i].tables["inventory"])
-        result = merge_into_lake(config.lake_dir, "inventory", rows.select(columns), shards=config.shards)
+        result = merge_into_lake(
+            config.lake_dir,
+            "inventory",
+            rows.select(columns),
+            shards=config.shards,
+            compression_level=lake_compression_level(config),
+        )
         reports[i].rows_updated += result.rows_updated
         reports[i].duplicates_dropped += result.duplicates_dropped
 
@@ -140,7 +146,10 @@ def _check_and_merge(
         # Logged before any partition is written (a crash cannot store rows the log misses).
         record_split(config.lake_dir, splits)
         # check_shard checked the batch and the lake under this lock: written as they are.
-        results = _run_parallel([partial(merge_split, config.lake_dir, split) for split in splits], config, workers)
+        level = lake_compression_level(config)
+        results = _run_parallel(
+            [partial(merge_split, config.lake_dir, split, level) for split in splits], config, workers
+        )
     for rows, result in zip(unique, results):
         if result.rows_stored != rows.height:  # cannot happen under the lock: fail loudly
             raise RuntimeError(f"{table}: {rows.height} new rows checked but {result.rows_stored} stored")

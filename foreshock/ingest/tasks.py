@@ -25,7 +25,7 @@ from foreshock.config import Config
 from foreshock.contract import TIME_COLUMN
 from foreshock.ingest import manifest
 from foreshock.ingest.checks import check_shard, lake_columns
-from foreshock.ingest.context import IngestContext
+from foreshock.ingest.context import IngestContext, lake_compression_level
 from foreshock.ingest.parsing import (
     ParsedBatch,
     count_by_file,
@@ -324,6 +324,7 @@ def merge_group(job: dict) -> dict:
             shards=config.shards,
             deduplicated=True,  # check_group checked the batch and the lake under this hold
             record_changes=False,  # logged by the driver before any merge started
+            compression_level=lake_compression_level(config),
         )
     return {"rows_stored": result.rows_stored}
 

@@ -78,17 +78,28 @@ def _replace_durably(tmp: Path, path: Path) -> None:
     fsync_directory(path.parent)
 
 
-def atomic_write_parquet(df: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
+def parquet_options(compression_level: int | None = None) -> dict:
+    """The Parquet write options of every file written here: zstd with statistics.
+
+    ``compression_level``: the zstd level (``[lake] compression_level`` for the lake's
+    writes); None is Polars' own zstd level (files outside the lake: features, scores).
+    """
+    return {"compression": "zstd", "compression_level": compression_level, "statistics": True}
+
+
+def atomic_write_parquet(df: pl.DataFrame | pl.LazyFrame, path: Path, *, compression_level: int | None = None) -> None:
     """Write ``df`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir);
-    a lazy frame is streamed to the file (never held whole in memory)."""
+    a lazy frame is streamed to the file (never held whole in memory).
+    ``compression_level``: see :func:`parquet_options`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_path(path)
+    options = parquet_options(compression_level)
     try:
         if isinstance(df, pl.LazyFrame):
-            df.sink_parquet(tmp, compression="zstd", statistics=True)
+            df.sink_parquet(tmp, **options)
         else:
-            df.write_parquet(tmp, compression="zstd", statistics=True)
+            df.write_parquet(tmp, **options)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -76,6 +76,7 @@ def _merge_one(
     deduplicated: bool = False,
     presorted: bool = False,
     latest: Latest | None = None,
+    level: int | None = None,
 ) -> pl.DataFrame:
     """Merge ``new`` into the file at ``path``; returns the rows newly stored.
 
@@ -91,6 +92,7 @@ def _merge_one(
     is in partition order already (:func:`_split_sorted`).  ``latest``: the latest reading
     of each series of ``new`` (samples): with it, the file's latest rows are remembered
     when they follow from it (:mod:`foreshock.lake.latest`), and forgotten otherwise.
+    ``level``: the zstd level the file is written with (``[lake] compression_level``).
     """
     key = list(KEYS[table])
     time_col = TIME_COLUMN[table]
@@ -100,7 +102,7 @@ def _merge_one(
     if fast and time_col is not None and (deduplicated or _keys_unique(new, key)):
         new = new if presorted else sort_rows(new, table)
         if existing is None:
-            atomic_write_parquet(new, path)
+            atomic_write_parquet(new, path, compression_level=level)
             if latest is not None:
                 lake_latest.remember(path, latest)
             return new
@@ -114,7 +116,7 @@ def _merge_one(
             and existing.get_column("unit_id").is_sorted()
         ):
             merged = existing.merge_sorted(new, key="unit_id", maintain_order=True)
-            atomic_write_parquet(merged, path)
+            atomic_write_parquet(merged, path, compression_level=level)
             if latest is not None and before is not None:
                 lake_latest.remember(path, lake_latest.appended(before, latest))
             return new
@@ -127,11 +129,11 @@ def _merge_one(
         merged = pl.concat([existing, fresh], how="diagonal_relaxed")
     else:
         merged = fresh
-    atomic_write_parquet(sort_rows(merged, table), path)
+    atomic_write_parquet(sort_rows(merged, table), path, compression_level=level)
     return fresh
 
 
-def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str]) -> tuple[int, int]:
+def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str], level: int | None = None) -> tuple[int, int]:
     """Apply inventory rows in order to the file at ``path``; returns ``(stored, updated)``.
 
     A row is *stored* when its unit is new, *updated* when it differs from the unit's
@@ -172,7 +174,7 @@ def _upsert_inventory(path: Path, new: pl.DataFrame, carried: list[str]) -> tupl
         carried_over = [c for c in existing.columns if c not in columns]
         replaced = latest.join(existing.select(["unit_id", *carried_over]), on="unit_id", how="left")
         merged = pl.concat([untouched, replaced], how="diagonal_relaxed")
-    atomic_write_parquet(merged.sort("unit_id"), path)
+    atomic_write_parquet(merged.sort("unit_id"), path, compression_level=level)
     return stored, updated
 
 
@@ -185,6 +187,7 @@ def merge_into_lake(
     fast_path: bool = True,
     deduplicated: bool = False,
     record_changes: bool = True,
+    compression_level: int | None = None,
 ) -> MergeResult:
     """Merge validated rows of one canonical table into the lake.
 
@@ -197,6 +200,8 @@ def merge_into_lake(
     (ingest does, comparing values to quarantine conflicts): the key checks are skipped.
     ``record_changes=False``: the caller logs the partitions (``record_stored_rows``) itself
     (ingest does, before it writes them, so a crash cannot store rows the log misses).
+    ``compression_level``: the zstd level of the files written (ingest passes
+    ``[lake] compression_level``; None is Polars' default level).
     """
     lake_dir = Path(lake_dir)
     carried = list(df.columns)  # before conform adds a missing optional column as nulls
@@ -209,34 +214,40 @@ def merge_into_lake(
         record_shards(lake_dir, shards)
         time_col = TIME_COLUMN[table]
         if table == "inventory":
-            stored, updated = _upsert_inventory(partition_path(lake_dir, table), df, carried)
+            stored, updated = _upsert_inventory(partition_path(lake_dir, table), df, carried, compression_level)
             result.rows_stored += stored
             result.rows_updated += updated
             result.partitions_written += int(stored + updated > 0)
         elif time_col is None:
-            stored = _merge_one(partition_path(lake_dir, table), df, table).height
+            stored = _merge_one(partition_path(lake_dir, table), df, table, level=compression_level).height
             result.rows_stored += stored
             result.partitions_written += int(stored > 0)
         else:
             split = split_conformed(df, table, shards, in_frame_order=record_changes)
-            result = _merge_split(lake_dir, split, fast_path, deduplicated, record_changes)
+            result = _merge_split(lake_dir, split, fast_path, deduplicated, record_changes, compression_level)
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
 
 
-def merge_split(lake_dir: Path, split: SplitRows) -> MergeResult:
+def merge_split(lake_dir: Path, split: SplitRows, compression_level: int | None = None) -> MergeResult:
     """Write the rows of :func:`split_for_merge` into the lake (the caller checked them
-    against the batch and the lake and logged them, under the same hold of the lock)."""
+    against the batch and the lake and logged them, under the same hold of the lock);
+    ``compression_level`` as for :func:`merge_into_lake`."""
     with lake_lock(lake_dir):
         if split.rows_in:
             record_shards(Path(lake_dir), split.shards)
-        result = _merge_split(Path(lake_dir), split, True, True, False)
+        result = _merge_split(Path(lake_dir), split, True, True, False, compression_level)
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
 
 
 def _merge_split(
-    lake_dir: Path, split: SplitRows, fast_path: bool, deduplicated: bool, record_changes: bool
+    lake_dir: Path,
+    split: SplitRows,
+    fast_path: bool,
+    deduplicated: bool,
+    record_changes: bool,
+    level: int | None = None,
 ) -> MergeResult:
     result = MergeResult(rows_in=split.rows_in)
     time_col = TIME_COLUMN[split.table]
@@ -249,6 +260,7 @@ def _merge_split(
             deduplicated,
             split.presorted,
             split.latest.get((day, shard)),
+            level,
         )
         result.rows_stored += fresh.height
         result.partitions_written += int(fresh.height > 0)

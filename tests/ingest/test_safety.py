@@ -35,8 +35,8 @@ CHILD = textwrap.dedent(
     real_write = lake.atomic_write_parquet
     written = [0]
 
-    def write_then_maybe_die(df, path):
-        real_write(df, path)
+    def write_then_maybe_die(df, path, **options):
+        real_write(df, path, **options)
         if path.name == "part.parquet":
             written[0] += 1
             if written[0] == kill_after:
