@@ -101,11 +101,12 @@ def _row(frame: pl.DataFrame, unit: str, day: int) -> dict:
     return frame.filter((pl.col("unit_id") == unit) & (pl.col("ts") == T0 + timedelta(days=day))).row(0, named=True)
 
 
-@pytest.fixture
-def chunked(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory):
     """The fleet featured in chunks of 3 days, one block per chunk; and the chunks' ends
-    as the store had them when each chunk was staged."""
-    config = _config(tmp_path, block_days=3, max_task_rows=0)
+    as the store had them when each chunk was staged.  Built once for the module: both
+    tests only read it."""
+    config = _config(tmp_path_factory.mktemp("chunked"), block_days=3, max_task_rows=0)
     _write_fleet(config)
     stored_when_staged = []
     stage = build.stage_shard
@@ -114,10 +115,11 @@ def chunked(tmp_path, monkeypatch):
         stored_when_staged.append((blocks[0][0], last_snapshot(config.features_dir)))
         return stage(config, shard, blocks)
 
-    monkeypatch.setattr(build, "stage_shard", spying_stage)
-    plan = plan_update(config, full=True)
-    chunks = plan.chunks(feature_spec(config))
-    assert update_features(config, full=True) > 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(build, "stage_shard", spying_stage)
+        plan = plan_update(config, full=True)
+        chunks = plan.chunks(feature_spec(config))
+        assert update_features(config, full=True) > 0
     return config, chunks, stored_when_staged
 
 
