@@ -49,8 +49,8 @@ from soak_parts import (  # noqa: E402
     FORESHOCK,
     Feed,
     Feeder,
-    api,
     children,
+    create_run,
     descendants,
     flow_runs,
     group_alive,
@@ -201,7 +201,7 @@ def follow(
                     flush=True,
                 )
         if not retrained and feeder.next >= retrain_at:
-            api(soak.api_url, f"/deployments/{deployments['foreshock-retrain']['id']}/create_flow_run", {})
+            create_run(soak.api_url, deployments["foreshock-retrain"]["id"])
             retrained = True
             print(f"retrain triggered at {clock():%m-%d %H:%M}", flush=True)
         landed = feeder.next >= until and soak.fed_rows_in_lake(feeder.feed, until) >= feeder.feed.rows(until)

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -141,6 +142,17 @@ def api(base: str, path: str, body: dict | None = None, attempts: int = 8) -> ob
     raise AssertionError("unreachable")
 
 
+def create_run(base: str, deployment_id: str) -> dict:
+    """A flow run of a deployment, made once however often the call is retried.
+
+    ``api`` retries a POST whose answer was lost (a timeout, or a 503 from a server whose
+    SQLite write lock is held); without a key the server would make a second run each time,
+    and an extra cycle run changes what a soak measures.  Prefect returns the run already
+    made for the same idempotency key."""
+    body = {"idempotency_key": uuid.uuid4().hex}
+    return api(base, f"/deployments/{deployment_id}/create_flow_run", body)
+
+
 def wait_deployments(base: str, data: Path, serve: subprocess.Popen, log: Path, timeout: float = 300) -> dict:
     """serve's three deployments (for this data directory), by name."""
     deadline = time.monotonic() + timeout
@@ -257,4 +269,4 @@ class Trigger(threading.Thread):
             made += cycle
             due = ["foreshock-ingest"] + (["foreshock-cycle"] if cycle else [])
             for name in due:
-                api(self.base, f"/deployments/{self.deployments[name]['id']}/create_flow_run", {})
+                create_run(self.base, self.deployments[name]["id"])

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 # the soak's Prefect API call: retried on the answers a busy server gives (a SQLite write
 # lock held by the served process is a 503), as Prefect's own client does
 from soak_parts import api as api_call  # noqa: E402
+from soak_parts import create_run  # noqa: E402
 
 
 def test_a_duration_in_the_schedule_is_an_interval(tmp_path):
@@ -119,10 +120,10 @@ def test_serve_cycles_one_at_a_time_lands_every_row_once_and_publishes_every_cyc
         trigger = soak_parts.Trigger(api, found, every, cycles=0)
         trigger.start()
         cycle = found["foreshock-cycle"]
-        first = api_call(api, f"/deployments/{cycle['id']}/create_flow_run", {})
+        first = create_run(api, cycle["id"])
         first_seen = _wait_state(api, first["id"], {"RUNNING", "COMPLETED", "FAILED", "CRASHED"}, 300)
         assert first_seen["state_type"] == "RUNNING", "the cycle ended before a second run could be sent"
-        second = api_call(api, f"/deployments/{cycle['id']}/create_flow_run", {})
+        second = create_run(api, cycle["id"])
         runs = soak.follow(run, found, feeder, len(feed.chunks), None, timeout=600, min_cycles=2)
         trigger.stopped.set()
         figures = soak.report(run, runs, feed, len(feed.chunks))
@@ -156,7 +157,13 @@ def test_serve_cycles_one_at_a_time_lands_every_row_once_and_publishes_every_cyc
     assert found["foreshock-ingest"]["schedules"] == []
     # the second cycle started only after the first had finished, having waited for the slot
     done, later = (api_call(api, f"/flow_runs/{r['id']}") for r in (first, second))
-    assert done["state_type"] == later["state_type"] == "COMPLETED"
+    history = {
+        r["id"]: [(s["name"], s["message"]) for s in api_call(api, f"/flow_run_states/?flow_run_id={r['id']}")]
+        for r in soak_parts.flow_runs(api, found)
+        if r["deployment"] == "foreshock-cycle"
+    }
+    assert done["state_type"] == later["state_type"] == "COMPLETED", (first["id"], second["id"], history)
+    assert len(history) == 2, history  # the two sent, each made once
     assert datetime.fromisoformat(later["start_time"]) >= datetime.fromisoformat(done["end_time"])
     waited = {state["name"] for state in api_call(api, f"/flow_run_states/?flow_run_id={second['id']}")}
     assert "AwaitingConcurrencySlot" in waited, waited
