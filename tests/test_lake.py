@@ -6,6 +6,7 @@ import signal
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
+import pytest
 
 from foreshock.lake.changes import read_changes, record_split, record_stored_rows
 from foreshock.lake.layout import partition_files, shard_of
@@ -167,9 +168,13 @@ def test_appended_partition_stays_sorted_and_a_rerun_still_dedupes(tmp_path):
     assert pl.read_parquet(path).equals(table)
 
 
-def test_partition_order_is_the_order_of_a_plain_sort():
-    """Rows are sorted by a packed integer key when the key ranges fit, else plainly: either
-    way the order is unit, time, then the rest of the key, exactly as ``DataFrame.sort``."""
+@pytest.mark.parametrize("small_rows", [0, None], ids=["packed-key", "small-frames-plainly"])
+def test_partition_order_is_the_order_of_a_plain_sort(monkeypatch, small_rows):
+    """Rows are sorted by a packed integer key when the key ranges fit, else plainly (and
+    small frames always plainly): either way the order is unit, time, then the rest of the
+    key, exactly as ``DataFrame.sort``."""
+    if small_rows is not None:
+        monkeypatch.setattr("foreshock.lake.split.SMALL_SORT_ROWS", small_rows)
     shuffled = pl.concat(
         [_samples(["node10-gpu1", "node2-gpu0", "a", "B"], 30, metric=m) for m in ("zeta", "gpu_temp_c", "Alpha")]
     ).sample(fraction=1.0, shuffle=True, seed=3)

@@ -109,6 +109,13 @@ def _packed(parts: list[tuple[pl.Expr, int]]) -> pl.Expr:
     return key
 
 
+# Below this many rows a frame is sorted by its key columns as they are: ranking each column
+# over its distinct values costs a few Polars calls per column, more than the sort itself
+# (an events partition of a few rows: 0.6 ms against 0.05 ms; 1,000 samples: 0.60 against
+# 0.25 ms; at 10,000 the ranks win, 1.9 against 3.1 ms).
+SMALL_SORT_ROWS = 5_000
+
+
 def sort_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
     """``frame`` in partition order (:func:`_sort_order`), the order ``frame.sort`` gives.
 
@@ -120,6 +127,8 @@ def sort_rows(frame: pl.DataFrame, table: str) -> pl.DataFrame:
     order = _sort_order(table)
     if frame.height < 2:
         return frame
+    if frame.height < SMALL_SORT_ROWS:  # ranking costs more than it saves (same order: ties kept)
+        return frame.sort(order, maintain_order=True)
     parts = _rank_parts(frame, order)
     if parts is None or sum(bits for _, bits in parts) > 64:
         return frame.sort(order)
