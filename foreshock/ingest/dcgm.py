@@ -44,12 +44,17 @@ def resolve_series_name(ctx: IngestContext, name: str) -> str | None:
 
 
 def stage_series(
-    frame: pl.DataFrame, ctx: IngestContext, declared_units: dict[str, str] | None = None
+    frame: pl.DataFrame,
+    ctx: IngestContext,
+    declared_units: dict[str, str] | None = None,
+    lake_reads: list[str] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """Samples and XID events from long series rows.
 
     ``frame`` columns: ``name, gpu, Hostname, UUID, ts, ts_reason, value_text, _line``
-    (and optionally ``_raw``).  Returns staged ``samples`` and ``events``.
+    (and optionally ``_raw``).  Returns staged ``samples`` and ``events``.  ``lake_reads``:
+    given a list, ``"events"`` is appended when the stored XID events were looked at (the
+    rows then depend on what the lake held: :attr:`ParsedFile.reads_lake`).
     """
     declared_units = declared_units or {}
     uuid_map = ctx.unit_by_uuid()
@@ -121,7 +126,7 @@ def stage_series(
     }
     xid = frame.filter(pl.col("name") == XID_GAUGE)
     if xid.height:
-        out["events"] = xid_events(xid, ctx, common_reason, common_field)
+        out["events"] = xid_events(xid, ctx, common_reason, common_field, lake_reads)
     return out
 
 
@@ -141,8 +146,15 @@ def _time_unit_factors(
     return factors
 
 
-def xid_events(xid: pl.DataFrame, ctx: IngestContext, common_reason: pl.Expr, common_field: pl.Expr) -> pl.DataFrame:
-    """Events where the XID gauge changes to a non-zero code (see module notes)."""
+def xid_events(
+    xid: pl.DataFrame,
+    ctx: IngestContext,
+    common_reason: pl.Expr,
+    common_field: pl.Expr,
+    lake_reads: list[str] | None = None,
+) -> pl.DataFrame:
+    """Events where the XID gauge changes to a non-zero code (see module notes);
+    ``lake_reads`` as for :func:`stage_series`."""
     xid = xid.with_columns(
         code=pl.col("value").cast(pl.Int64, strict=False),
         _reason=pl.coalesce(
@@ -159,7 +171,7 @@ def xid_events(xid: pl.DataFrame, ctx: IngestContext, common_reason: pl.Expr, co
     bad = xid.filter(pl.col("_reason").is_not_null()).with_columns(code=pl.lit(None, dtype=pl.Int64))
     good = xid.filter(pl.col("_reason").is_null()).sort("unit_id", "ts", "_line")
     if good.height:
-        prior = _prior_codes(ctx, good)
+        prior = _prior_codes(ctx, good, lake_reads)
         good = (
             good.join(prior, on="unit_id", how="left")
             .with_columns(previous=pl.col("code").shift(1).over("unit_id"))
@@ -171,7 +183,7 @@ def xid_events(xid: pl.DataFrame, ctx: IngestContext, common_reason: pl.Expr, co
     return events.with_columns(source=pl.lit(XID_SOURCE), count=pl.lit(1, dtype=pl.Int64))
 
 
-def _prior_codes(ctx: IngestContext, good: pl.DataFrame) -> pl.DataFrame:
+def _prior_codes(ctx: IngestContext, good: pl.DataFrame, lake_reads: list[str] | None = None) -> pl.DataFrame:
     """Each unit's latest dcgm-xid code stored before its first sample in ``good`` (``good``
     is sorted by unit and time).  Only units whose first sample holds a non-zero code are
     looked up: a first reading of 0 makes no event whatever came before it, and most units
@@ -184,6 +196,8 @@ def _prior_codes(ctx: IngestContext, good: pl.DataFrame) -> pl.DataFrame:
     )
     if firsts.height == 0:
         return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
+    if lake_reads is not None:
+        lake_reads.append("events")
     stored = _stored_xid_events(ctx)
     if stored.height == 0:
         return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})

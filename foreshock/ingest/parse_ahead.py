@@ -3,7 +3,9 @@ and merged (``[ingest] parse_ahead``; on the local runner only).
 
 One batch at most is held, in a module-level cache keyed by run, batch number and the files'
 contents, so only the call for exactly those files takes it.  Only batches whose parse
-cannot depend on what the batch before stores are parsed ahead (:func:`may_parse_ahead`).
+cannot depend on what the batch before stores are parsed ahead (:func:`may_parse_ahead`),
+but for the files whose parse says it read stored rows (``ParsedFile.reads_lake``: a DCGM
+XID gauge held at the file's start), which are parsed again in the batch's turn.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from datetime import datetime
 
 from foreshock.config import Config
 from foreshock.ingest.parsers import LAKE_FREE_FORMATS, PARSE_AHEAD_FORMATS
-from foreshock.ingest.parsing import ParsedBatch, parse_stage
+from foreshock.ingest.parsing import ParsedBatch, parse_batch, parse_stage, report_outcome
 from foreshock.ingest.planning import PlannedFile
+from foreshock.ingest.report import FileReport
 from foreshock.lake.read import read_table
 
 # The next batch of a run, parsed ahead on a thread while the current one is checked and
@@ -86,7 +89,26 @@ def take_prefetched(run_id: str, batch_number: int, files: list[PlannedFile]) ->
     batch = future.result()
     if stale_inventory:
         batch.ctx = replace(batch.ctx, inventory=read_table(batch.ctx.lake_dir, "inventory"), _lookups={})
+    _parse_again_in_turn(batch, files)
     return batch
+
+
+def _parse_again_in_turn(batch: ParsedBatch, files: list[PlannedFile]) -> None:
+    """Parse again, now, the files of ``batch`` whose parse ahead read stored rows (the batch
+    before may have stored more since), with the lake's lookups read afresh: their rows and
+    reports are then those of a parse in the batch's turn."""
+    again = sorted(i for i, parsed in batch.parsed.items() if parsed.reads_lake)
+    if not again:
+        return
+    batch.ctx = replace(batch.ctx, _lookups={})
+    outcomes, _ = parse_batch([files[i] for i in again], batch.ctx, 1, again)
+    for i in again:
+        batch.reports[i] = FileReport(files[i].path, files[i].format, "ingested")
+        outcome = report_outcome(batch.reports[i], outcomes[i])
+        if outcome is None:
+            del batch.parsed[i]
+        else:
+            batch.parsed[i] = outcome
 
 
 def drop_prefetched() -> None:

@@ -82,6 +82,9 @@ class ParsedFile:
     # them: every value of the column is among them.  Later steps use them instead of
     # searching the rows again (ids and metric names repeat on every row).
     distinct: dict[str, dict[str, pl.Series]] = field(default_factory=dict)
+    # The parse looked at rows stored in the lake (other than the inventory): a file parsed
+    # ahead of its batch's turn (:mod:`~foreshock.ingest.parse_ahead`) is parsed again then.
+    reads_lake: bool = False
 
     def add(self, table: str, frame: pl.DataFrame, distinct: dict[str, pl.Series] | None = None) -> None:
         frame = conform_staged(frame, table)

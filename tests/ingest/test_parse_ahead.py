@@ -1,7 +1,9 @@
 """The next batch is parsed on a thread while the current one is checked and merged
 (``ingest_batch(next_files=...)``): the lake, quarantine, change log and per-file counts are
 those of parsing each batch in its own turn; only batches whose parsers read nothing of the
-lake but the inventory are parsed ahead; a parse error reaches the call that takes the batch."""
+lake but the inventory are parsed ahead, and a file whose parse read stored rows (a DCGM XID
+gauge held from the day before) is parsed again in its turn; a parse error reaches the call
+that takes the batch."""
 
 from __future__ import annotations
 
@@ -23,9 +25,9 @@ from foreshock.lake.changes import read_changes
 
 
 def _landing(root: Path):
-    """Four days of the messy landing, the first three without DCGM files: the second's
-    and third's batches may be parsed ahead, the first's not (it would be parsed before the
-    inventory is stored) nor the fourth's (its DCGM parse reads stored events)."""
+    """Four days of the messy landing, the first three without DCGM files: the batches
+    from the second day on may be parsed ahead, the first's not (it would be parsed before
+    the inventory is stored)."""
     landing = write_messy_landing(root, days=4)
     for d in (0, 1, 2):
         shutil.rmtree(root / "dcgm" / f"{START + timedelta(days=d):%Y-%m-%d}")
@@ -80,8 +82,25 @@ def parses(monkeypatch):
     return seen
 
 
-def test_parsing_ahead_stores_exactly_what_parsing_in_turn_does(tmp_path, parses):
-    landing = _landing(tmp_path / "raw")
+@pytest.fixture
+def json_parses(monkeypatch):
+    """``(file, thread name)`` of every Prometheus JSON file parsed."""
+    seen: list[tuple[str, str]] = []
+    real = parsing.PARSERS["prometheus-json"]
+
+    def recorded(path, ctx):
+        seen.append((str(path), threading.current_thread().name))
+        return real(path, ctx)
+
+    monkeypatch.setitem(parsing.PARSERS, "prometheus-json", recorded)
+    return seen
+
+
+def test_parsing_ahead_stores_exactly_what_parsing_in_turn_does(tmp_path, parses, json_parses):
+    """Four days with DCGM files every day: the XID gauge of unit 0 holds code 79 from the
+    first day on, so from the second day its file's parse looks up the stored events (the
+    batch before stores them meanwhile): parsed ahead, then again in its turn."""
+    landing = write_messy_landing(tmp_path / "raw", days=4)
     ahead = ingest_path(landing.root, _config(tmp_path / "ahead"))
     plan = plan_ingest(landing.root, _config(tmp_path / "probe"))
     formats = [{f.format for f in batch} for batch in plan.batches]
@@ -93,10 +112,12 @@ def test_parsing_ahead_stores_exactly_what_parsing_in_turn_does(tmp_path, parses
         for number, batch in enumerate(plan.batches)
         if number >= 2 and formats[number] <= run.PARSE_AHEAD_FORMATS
     ]
-    assert len(expected) == 2 and on_threads == expected
-    # the DCGM batches (their parse reads stored XID events) were parsed in their own turn
-    dcgm = [batch[0].path for batch in plan.batches if "prometheus-json" in {f.format for f in batch}]
-    assert dcgm and not set(dcgm) & set(on_threads)
+    assert len(expected) == 4 and on_threads == expected
+    # the XID files whose first code is held from the day before: parsed again in their turn
+    xid = sorted(p for p, _ in json_parses if p.endswith("XID_ERRORS.json"))
+    again = sorted(p for p, thread in json_parses if p.endswith("XID_ERRORS.json") and thread == "MainThread")
+    assert len(set(xid)) == 4 and again == sorted(set(xid))[1:]  # the first day's was parsed in turn only
+    assert not [p for p, thread in json_parses if thread == "MainThread" and not p.endswith("XID_ERRORS.json")]
     assert run._prefetched == {}  # nothing left behind
 
     parses.clear()
@@ -157,7 +178,8 @@ def test_the_flow_parses_ahead_on_the_local_runner(tmp_path, prefect_server, par
     )
     assert "DOES NOT ADD UP" not in capsys.readouterr().out
     on_threads = [path for path, thread in parses if thread.startswith("ingest-prefetch")]
-    assert len(on_threads) == 2 and all("nvidia-smi" in path for path in on_threads)
+    plan = plan_ingest(landing.root, _config(tmp_path / "probe"))
+    assert len(plan.batches) == 6 and on_threads == [batch[0].path for batch in plan.batches[2:]]
     assert run._prefetched == {}
 
     in_turn = _each_in_turn(landing.root, tmp_path / "in_turn")

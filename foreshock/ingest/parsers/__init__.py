@@ -46,11 +46,14 @@ BATCH_PARSERS: dict[str, BatchParser] = {"nvidia-smi": nvidia_smi.parse_files}
 
 FORMATS = tuple(sorted(PARSERS))
 
-# Formats whose parser reads nothing of the lake but the inventory (through the context):
-# a batch of them may be parsed while the batch before it is still being stored.  The
-# Prometheus formats are not among them: a DCGM XID gauge's parse looks up the codes already
-# stored as events (foreshock.ingest.dcgm).
-PARSE_AHEAD_FORMATS = frozenset({"canonical", "nvidia-smi", "rasdaemon", "tickets", "xid-log"})
+# Formats whose parser reads nothing of the lake but the inventory (through the context),
+# or says when it did (``ParsedFile.reads_lake``: a DCGM XID gauge whose first code is not 0
+# looks up the codes already stored as events, foreshock.ingest.dcgm): a batch of them may
+# be parsed while the batch before it is still being stored, and a file whose parse read
+# the lake is parsed again in its batch's turn (foreshock.ingest.parse_ahead).
+PARSE_AHEAD_FORMATS = frozenset(
+    {"canonical", "nvidia-smi", "prometheus-json", "prometheus-text", "rasdaemon", "tickets", "xid-log"}
+)
 
 # Of those, the formats whose parser reads nothing of the lake at all (only the catalog and
 # the time zone): a batch of them may be parsed even while the batch before it stores an

@@ -144,7 +144,8 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
         _raw=pl.format('[{}, "{}"]', pl.col("t").fill_null("?"), pl.col("value_text")),
     )
     parsed = ParsedFile(path=path)
-    for table, staged in dcgm.stage_series(frame, ctx).items():
+    lake_reads: list[str] = []
+    for table, staged in dcgm.stage_series(frame, ctx, lake_reads=lake_reads).items():
         # the file's units and metric names, found on its few rows (later steps would
         # search a whole batch's rows for them)
         distinct = None
@@ -161,4 +162,5 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
         )
 
     parsed.raw_lookup = lookup
+    parsed.reads_lake = bool(lake_reads)
     return parsed

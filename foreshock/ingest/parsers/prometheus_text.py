@@ -132,8 +132,9 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         .otherwise(pl.lit(None, dtype=pl.String)),
         name=pl.col("name").fill_null("<malformed>"),
     )
-    staged = dcgm.stage_series(frame, ctx, declared_units(text))
-    parsed = ParsedFile(path=path, raw_lines=source.raw_lines, notes=notes)
+    lake_reads: list[str] = []
+    staged = dcgm.stage_series(frame, ctx, declared_units(text), lake_reads)
+    parsed = ParsedFile(path=path, raw_lines=source.raw_lines, notes=notes, reads_lake=bool(lake_reads))
     if source.bad.height:
         parsed.add("samples", source.bad)
     for table, rows in staged.items():
