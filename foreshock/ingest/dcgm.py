@@ -62,6 +62,8 @@ def stage_series(
         pl.format("{}-gpu{}", pl.col("Hostname"), pl.col("gpu"))
     )
     by_uuid = pl.col("UUID").replace_strict(uuid_map, default=None, return_dtype=pl.String) if uuid_map else _none()
+    if uuid_map and not frame.select((pl.col("Hostname").is_null() | pl.col("gpu").is_null()).any()).item():
+        by_uuid = _none()  # every row is named by its labels: no look-up of each row's UUID
     frame = frame.with_columns(unit_id=unit_from_labels.otherwise(by_uuid))
     frame = frame.with_columns(value=pl.col("value_text").str.strip_chars().cast(pl.Float64, strict=False))
 
@@ -94,24 +96,31 @@ def stage_series(
     )
     samples = series.with_columns(
         metric=pl.col("name").replace_strict(metric_map, default=None, return_dtype=pl.String),
-    ).with_columns(
-        value=pl.col("value") * factor_expr,
-        _reason=pl.coalesce(
-            common_reason,
-            pl.when(pl.col("metric").is_null()).then(
-                pl.format(
-                    "unknown metric '{}' (not in the metric catalog {})", pl.col("name"), pl.lit(ctx.catalog.source)
-                )
-            ),
-            value_reason,
-        ),
-        _field=pl.coalesce(
-            common_field,
-            pl.when(pl.col("metric").is_null()).then(pl.lit("__name__")),
-            pl.when(pl.col("value").is_null()).then(pl.lit("value")),
-        ),
-        metric=pl.coalesce(pl.col("metric"), pl.col("name")),
     )
+    failing = pl.col("ts_reason").is_not_null() | pl.col("unit_id").is_null()
+    if not samples.select((failing | pl.col("metric").is_null() | pl.col("value").is_null()).any()).item():
+        # The common case: no row needs a reason, and reason texts are built for every row
+        # a branch sees.
+        samples = samples.with_columns(value=pl.col("value") * factor_expr, _reason=_none(), _field=_none())
+    else:
+        samples = samples.with_columns(
+            value=pl.col("value") * factor_expr,
+            _reason=pl.coalesce(
+                common_reason,
+                pl.when(pl.col("metric").is_null()).then(
+                    pl.format(
+                        "unknown metric '{}' (not in the metric catalog {})", pl.col("name"), pl.lit(ctx.catalog.source)
+                    )
+                ),
+                value_reason,
+            ),
+            _field=pl.coalesce(
+                common_field,
+                pl.when(pl.col("metric").is_null()).then(pl.lit("__name__")),
+                pl.when(pl.col("value").is_null()).then(pl.lit("value")),
+            ),
+            metric=pl.coalesce(pl.col("metric"), pl.col("name")),
+        )
     out = {
         "samples": samples.select(
             "unit_id",

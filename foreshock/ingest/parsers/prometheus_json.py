@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from foreshock.ingest import dcgm
@@ -97,13 +98,17 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
     descriptions: list[dict | str] = []
     undecodable: list[int] = []  # series holding bytes that are not UTF-8: quarantined whole
     check_bytes = has_undecodable(text)
-    columns: dict[str, list] = {"_line": [], "name": [], "t": [], "value_text": [], **{k: [] for k in LABELS}}
-    for number, series in enumerate(result, start=1):
+    # The labels once per series (repeated along its samples by one gather at the end, not
+    # by Python lists as long as the samples); the samples' times and values as texts.
+    per_series: dict[str, list] = {"name": [], **{k: [] for k in LABELS}}
+    counts: list[int] = []
+    times_of, values_of = [], []
+    for series in result:
         labels = series.get("metric", {}) if isinstance(series, dict) else {}
         labels = labels if isinstance(labels, dict) else {}
         description: dict | str = labels
         if check_bytes and has_undecodable(dumped := json.dumps(series, ensure_ascii=False)):
-            undecodable.append(number)
+            undecodable.append(len(counts) + 1)
             description = json.dumps(labels, sort_keys=True, ensure_ascii=False)
             description = escape_bytes(description.encode("utf-8", errors="surrogateescape"))[:300]
             # The frame needs valid text: the bad bytes become U+FFFD (the row is quarantined).
@@ -112,36 +117,37 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
             labels = labels if isinstance(labels, dict) else {}
         descriptions.append(description)
         times, values = _points(series, kind)
-        count = len(times)
-        columns["_line"].extend([number] * count)
-        columns["name"].extend([labels.get("__name__")] * count)
-        columns["t"].extend(times)
-        columns["value_text"].extend(values)
+        counts.append(len(times))
+        times_of.extend(times)
+        values_of.extend(values)
+        per_series["name"].append(labels.get("__name__"))
         for key in LABELS:
             value = labels.get(key)
-            columns[key].extend([None if value is None else str(value)] * count)
-    frame = pl.DataFrame(
-        columns,
-        schema={
-            "_line": pl.Int64,
-            "name": pl.String,
-            "t": pl.String,
-            "value_text": pl.String,
-            **{k: pl.String for k in LABELS},
-        },
+            per_series[key].append(None if value is None else str(value))
+    series_rows = pl.DataFrame(
+        {"_line": range(1, len(counts) + 1), **per_series},
+        schema={"_line": pl.Int64, "name": pl.String, **{k: pl.String for k in LABELS}},
+    )
+    frame = series_rows.select(pl.all().gather(pl.Series(np.repeat(np.arange(len(counts)), counts)))).with_columns(
+        t=pl.Series(times_of, dtype=pl.String), value_text=pl.Series(values_of, dtype=pl.String)
     )
     seconds = pl.col("t").cast(pl.Float64, strict=False)
+    frame = frame.with_columns(ts=unix_seconds_to_utc(seconds), name=pl.col("name").fill_null("<no __name__>"))
+    bad_time = pl.col("ts").is_null()  # a time that is missing, not a number or not finite
+    if undecodable or frame.select(bad_time.any()).item():  # reason texts only when a row needs one
+        ts_reason = (
+            pl.when(pl.col("_line").is_in(pl.Series(undecodable, dtype=pl.Int64).implode()))
+            .then(pl.lit("undecodable bytes (not UTF-8) in this series"))
+            .when(pl.col("t").is_null())
+            .then(pl.format('malformed sample {} (expected [time, "value"])', pl.col("value_text")))
+            .when(seconds.is_null() | ~seconds.is_finite())
+            .then(pl.format("bad timestamp '{}'", pl.col("t")))
+            .otherwise(pl.lit(None, dtype=pl.String))
+        )
+    else:
+        ts_reason = pl.lit(None, dtype=pl.String)
     frame = frame.with_columns(
-        ts=unix_seconds_to_utc(seconds),
-        ts_reason=pl.when(pl.col("_line").is_in(pl.Series(undecodable, dtype=pl.Int64).implode()))
-        .then(pl.lit("undecodable bytes (not UTF-8) in this series"))
-        .when(pl.col("t").is_null())
-        .then(pl.format('malformed sample {} (expected [time, "value"])', pl.col("value_text")))
-        .when(seconds.is_null() | ~seconds.is_finite())
-        .then(pl.format("bad timestamp '{}'", pl.col("t")))
-        .otherwise(pl.lit(None, dtype=pl.String)),
-        name=pl.col("name").fill_null("<no __name__>"),
-        _raw=pl.format('[{}, "{}"]', pl.col("t").fill_null("?"), pl.col("value_text")),
+        ts_reason=ts_reason, _raw=pl.format('[{}, "{}"]', pl.col("t").fill_null("?"), pl.col("value_text"))
     )
     parsed = ParsedFile(path=path)
     lake_reads: list[str] = []
