@@ -57,6 +57,7 @@ SHARES = (0.001, 0.005)
 LEVEL_METRICS = ("reallocated_sectors", "reported_uncorrectable", "pending_sectors", "offline_uncorrectable")
 GROWTH_DAYS = 7
 RULES_AS_RUN = "rules"  # the baseline's binary rules as run today: not a ranking
+RULES = ("smart_level", "smart_growth")  # the rankings every model is judged against
 
 
 def window(data: Path, half: str, start: date | None, end: date | None) -> tuple[date | None, date | None]:
@@ -192,6 +193,7 @@ def judge_child(work: Path, shares: list[float]) -> None:
     from foreshock.models.evaluation.backtest_report import read_report, scores_path
 
     config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
+    floor = float(config.section("backtest")["entry_floor"])
     report = read_report(work / "backtest")
     scores = pl.scan_parquet(scores_path(work / "backtest")).filter(
         (pl.col("horizon") == HORIZON) & (pl.col("model") != RULES_AS_RUN)
@@ -219,7 +221,11 @@ def judge_child(work: Path, shares: list[float]) -> None:
         series = {model: reporting.join(risk, on=["unit_id", "ts"], how="left")}
         del risk
         judged["results"] += judge_shares(series, failures, inventory, config, shares)["results"]
+        if floor > 0:  # the same scores with the configured entry floor (the budget is a cap)
+            judged["results"] += judge_shares(series, failures, inventory, config, shares, floor)["results"]
     judged["results"] += rules["results"]
+    judged["entry_floor"] = floor
+    judged["against_rules"] = against_rules(judged)
     judged["models"] = {m: report["models"][m][HORIZON]["snapshot"] for m in report["models"]}
     judged["backtest_period"] = report["scored"]
     judged["reporting_drive_days"] = reporting.height
@@ -229,11 +235,17 @@ def judge_child(work: Path, shares: list[float]) -> None:
 
 
 def judge_shares(
-    series: dict[str, pl.DataFrame], failures: pl.DataFrame, inventory: pl.DataFrame, config, shares: list[float]
+    series: dict[str, pl.DataFrame],
+    failures: pl.DataFrame,
+    inventory: pl.DataFrame,
+    config,
+    shares: list[float],
+    floor: float | None = None,
 ) -> dict:
     """Each ranking (``unit_id, ts, risk``) judged by the package's top-of-the-list metrics
     at each share of the drives reporting that day, for the fleet and for each maker
-    (the maker's drives ranked among themselves, its own share)."""
+    (the maker's drives ranked among themselves, its own share).  ``floor``: an entry
+    floor on the risk (``[backtest] entry_floor``; the ranking's name then says it)."""
     from foreshock.budget import DailyBudget, fleet_weights
     from foreshock.models.evaluation.top_of_list import top_of_list
 
@@ -243,19 +255,57 @@ def judge_shares(
     groups = {"all": None, **{m: makers.filter(pl.col("maker") == m) for m in sorted(set(makers["maker"]))}}
     out: dict = {"shares": shares, "min_lead_time": str(min_lead), "horizon": HORIZON, "results": []}
     for model, frame in series.items():
+        name = model if floor is None else floored(model, floor)
         for group, units in groups.items():
             part = frame if units is None else frame.join(units, on="unit_id", how="semi")
             for share in shares:
-                metrics = top_of_list(part, failures, DailyBudget(share=share), HORIZON, min_lead, weights=weights)
-                row = {"model": model, "maker": group, "share": share, **metrics.to_dict()}
+                budget = DailyBudget(share=share)
+                metrics = top_of_list(part, failures, budget, HORIZON, min_lead, weights=weights, floor=floor)
+                row = {"model": name, "maker": group, "share": share, **metrics.to_dict()}
                 if units is None:
-                    row["false_flags_by_cause"] = false_flag_causes(part, failures, share, min_lead, weights)
+                    row["false_flags_by_cause"] = false_flag_causes(part, failures, share, min_lead, weights, floor)
                 out["results"].append(row)
     return out
 
 
+def floored(model: str, floor: float) -> str:
+    """The name of a model's ranking with an entry floor (a row of its own in the tables)."""
+    return f"{model}, floor {floor:g}"
+
+
+def against_rules(judged: dict) -> list[dict]:
+    """Per share, each model's ranking (with and without the floor) against both SMART
+    rules on the whole fleet: it beats a rule when it catches at least as many failures at
+    a precision at least as high, and does better on one of the two (the rule's flags are
+    not dominated).  ``beats_both``: it beats the level and the growth rule."""
+    rows = {(r["model"], r["share"]): r for r in judged["results"] if r["maker"] == "all"}
+    out = []
+    for (model, share), r in rows.items():
+        if model in RULES:
+            continue
+        entry = {"model": model, "share": share}
+        for rule in RULES:
+            other = rows.get((rule, share))
+            entry[f"beats_{rule}"] = other is not None and dominates(r, other)
+        entry["beats_both"] = all(entry[f"beats_{rule}"] for rule in RULES)
+        out.append(entry)
+    return out
+
+
+def dominates(a: dict, b: dict) -> bool:
+    """``a`` catches at least as many failures as ``b`` at a precision at least as high,
+    and is strictly better on one of them."""
+    pa, pb = a["precision"] or 0.0, b["precision"] or 0.0
+    return a["caught"] >= b["caught"] and pa >= pb and (a["caught"] > b["caught"] or pa > pb)
+
+
 def false_flag_causes(
-    frame: pl.DataFrame, failures: pl.DataFrame, share: float, min_lead, weights: pl.DataFrame
+    frame: pl.DataFrame,
+    failures: pl.DataFrame,
+    share: float,
+    min_lead,
+    weights: pl.DataFrame,
+    floor: float | None = None,
 ) -> dict:
     """Where a ranking's false flags at ``share`` are (a diagnostic of what precision can
     reach): on drives that fail later than the horizon (how many within 30 days of the
@@ -270,7 +320,7 @@ def false_flag_causes(
     from foreshock.models.evaluation.metrics import classify_alerts
     from foreshock.models.evaluation.top_of_list import daily_flags
 
-    flags, _ = daily_flags(frame, DailyBudget(share=share), weights)
+    flags, _ = daily_flags(frame, DailyBudget(share=share), weights, floor)
     until = frame.get_column("ts").cast(UTC_TS).max() + timedelta(days=1)  # as top_of_list: last snapshot + a step
     fails = failures.select(pl.col("unit_id").cast(pl.String), pl.col("failed_at").cast(UTC_TS))
     out = {}
@@ -300,12 +350,23 @@ def render(judged: dict) -> str:
     the fleet and per maker.  ``flags/day`` and ``precision`` are reweighted when the
     fleet is subsampled; the flag counts beside them are drives as kept (sample sizes)."""
     s = judged["sampling"]
+    floor = judged.get("entry_floor") or 0.0
     lines = [
         f"Out-of-sample days {judged['backtest_period']['start'][:10]} to {judged['backtest_period']['end'][:10]}, "
         f"{judged['reporting_drive_days']:,} drive-days reporting; {s['failing_drives']} failing drives and "
         f"{s['healthy_kept']} of {s['healthy_drives']} healthy drives kept (fraction {s['healthy_fraction']:g}, "
         f"seed {s['seed']}: a kept healthy drive counts {s['healthy_weight']:g} in the reweighted figures).",
         "",
+        *(
+            [
+                f"Rows named `<model>, floor {floor:g}`: the same scores with the entry floor fixed in advance "
+                f"([backtest] entry_floor): a drive is flagged only at risk >= {floor:g}, so the budget is a cap, "
+                "not a quota. Nothing about the test period chose the floor.",
+                "",
+            ]
+            if floor
+            else []
+        ),
         "Backtest snapshot metrics (kept drives, not reweighted):",
         "",
         "| model | PR-AUC | C-index | calibration error |",
@@ -333,6 +394,14 @@ def render(judged: dict) -> str:
                 f"| {r['caught']} / {r['failures']} | {_cell(r['recall'])} | {_cell(lead, 1)} "
                 f"| {'yes' if r['reweighted'] else 'no'} |"
             )
+        verdicts = [v for v in judged.get("against_rules", []) if v["share"] == share]
+        if verdicts:
+            lines += ["", "Beats both SMART rules (at least as many caught at a precision at least as high):"]
+            lines += [
+                f"- {v['model']}: {'**yes**' if v['beats_both'] else 'no'} (level "
+                f"{'yes' if v['beats_smart_level'] else 'no'}, growth {'yes' if v['beats_smart_growth'] else 'no'})"
+                for v in verdicts
+            ]
     return "\n".join(lines)
 
 

@@ -64,6 +64,7 @@ REFINED: dict[tuple[str, str], Any] = {
     ("lake", "compression_level"): Annotated[int, Field(ge=1, le=22)],
     ("backtest", "drain_budget_per_day"): Annotated[float, Field(gt=0)],
     ("backtest", "target_precision"): Share,
+    ("backtest", "entry_floor"): Share,
     ("baseline", "sbe_increase_per_day"): float,
     ("health", "peer_share"): Share,
     ("health", "watch_accel"): Annotated[float, Field(ge=1.0)],

@@ -72,6 +72,8 @@ def read_result(out_dir: Path) -> SavedBacktest:
 _POINT_TITLES = {
     "budget": "drain budget, prospective: at most {drain_budget_per_day:g} new alerts a day, the day's highest "
     "risks first (no threshold fitted to any period)",
+    "budget_floor": "same drain budget with an entry floor fixed in advance: only units with risk >= "
+    "{entry_floor:g} enter alert (a calibrated risk set in the configuration, nothing fitted to any period)",
     "target_precision": "target precision {target_precision:g}, prospective: threshold chosen on the earlier folds "
     "(first fold not judged)",
     "policy": "policy threshold (enter at risk >= {enter_risk:g}, leave below {exit_risk:g})",
@@ -142,6 +144,8 @@ def render_markdown(report: dict) -> str:
                 f"| {m['snapshots']} / {m['unresolved_snapshots']} | {_fmt(m['largest_tie_share'], 3)} |"
             )
         for point, title in _POINT_TITLES.items():
+            if point == "budget_floor" and "entry_floor" not in s:
+                continue  # no floor configured: no such point
             title = budget_title(s) if point == "budget" and "budget" in s else title
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [

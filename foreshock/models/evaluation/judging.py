@@ -183,6 +183,8 @@ def judge_scores(
             "snapshot": snapshot_metrics(series, failures, horizon, step=step),
             "operating_points": points,
         }
+    if settings.entry_floor > 0:  # only then is there a budget_floor point
+        report["settings"]["entry_floor"] = settings.entry_floor
     if settings.daily_share is not None:
         report["settings"]["daily_budget_share"] = settings.daily_share
     if weights is not None:

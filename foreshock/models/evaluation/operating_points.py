@@ -19,6 +19,15 @@ Operating points (:func:`choose_thresholds`):
     on the earlier periods was tried and dropped: every fold refits the model, the refit's
     risk scale differs from the earlier folds' scores, and the floor left a third of the
     budget unspent on some fleets.)
+``budget_floor``
+    The daily cap with an **entry floor** fixed in advance: each day the ``k`` highest-risk
+    units not already in alert enter it, but only those whose risk is at least ``[backtest]
+    entry_floor``.  The budget is a cap operations may spend, not a quota: a unit below the
+    floor is not drained because budget is left.  The floor is a calibrated risk (the
+    models' risks are probabilities of failing within the horizon), set in the
+    configuration before any fold, so nothing about any test period chose it: prospective
+    by construction, and the same number on every refit's scale.  Reported only when the
+    floor is above 0.
 ``target_precision``
     The lowest threshold whose alert precision on the earlier periods, with outcomes known
     at the period's start, reaches ``[backtest] target_precision``.  No alerts in a period
@@ -132,6 +141,7 @@ class OperatingPoints:
     exit_risk: float
     min_lead_time: timedelta
     daily_share: float | None = None  # replaces alerts_per_day when set
+    entry_floor: float = 0.0  # the budget_floor point's calibrated risk floor (0: no such point)
 
     @classmethod
     def from_config(cls, config) -> OperatingPoints:
@@ -144,6 +154,7 @@ class OperatingPoints:
             exit_risk=float(policy["exit_risk"]),
             min_lead_time=config.duration("backtest", "min_lead_time"),
             daily_share=None if share is None else float(share),
+            entry_floor=float(backtest.get("entry_floor", 0.0)),
         )
 
     @property
@@ -242,6 +253,15 @@ def choose_thresholds(
         )
         for fill in UPPER_BOUND_FILLS
     )
+    floor = {}
+    if settings.entry_floor > 0:
+        floor["budget_floor"] = ChosenPoint(
+            "budget_floor",
+            [(p, settings.entry_floor) for p in periods],
+            settings.budget_rule,
+            f"fixed in advance ([backtest] entry_floor = {settings.entry_floor:g}, a calibrated risk; "
+            "prospective by construction)",
+        )
     return {
         "budget": ChosenPoint(
             "budget",
@@ -249,6 +269,7 @@ def choose_thresholds(
             settings.budget_rule,
             "nothing (the day's top k: prospective by construction)",
         ),
+        **floor,
         "target_precision": ChosenPoint(
             "target_precision",
             prospective(series, periods, precision, None),

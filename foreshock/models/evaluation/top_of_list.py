@@ -68,6 +68,7 @@ class TopOfList:
     unit_days: float
     false_flags_per_1000_unit_days: float
     reweighted: list[str] = field(default_factory=list)
+    entry_floor: float | None = None  # the floor the flags were raised above (None: none)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,7 +88,7 @@ def _weighted(scores: pl.DataFrame, weights: pl.DataFrame | None) -> pl.DataFram
 
 
 def daily_flags(
-    scores: pl.DataFrame, budget: DailyBudget, weights: pl.DataFrame | None = None
+    scores: pl.DataFrame, budget: DailyBudget, weights: pl.DataFrame | None = None, floor: float | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The units flagged each day at ``budget``.
 
@@ -100,6 +101,9 @@ def daily_flags(
     weights
         ``unit_id, fleet_weight``, or None (a ``fleet_weight`` column of ``scores`` is used
         when present, else every unit counts 1).
+    floor
+        An entry floor: a unit whose day's score is below it is not flagged, even with
+        budget left (it still counts among the units reporting).  None: no floor.
 
     Returns
     -------
@@ -114,9 +118,11 @@ def daily_flags(
         pl.col(column).cast(pl.Float64).fill_nan(None).alias("score"),
         WEIGHT_COLUMN,
     )
+    eligible = frame.drop_nulls("score")
+    if floor is not None:
+        eligible = eligible.filter(pl.col("score") >= floor)
     best = (
-        frame.drop_nulls("score")
-        .with_columns(pl.col("ts").dt.truncate("1d").alias("day"))
+        eligible.with_columns(pl.col("ts").dt.truncate("1d").alias("day"))
         .sort(["day", "score", "unit_id", "ts"], descending=[False, True, False, False])
         .unique(["day", "unit_id"], keep="first", maintain_order=True)
     )
@@ -160,6 +166,7 @@ def top_of_list(
     weights: pl.DataFrame | None = None,
     step: timedelta = timedelta(days=1),
     until: datetime | None = None,
+    floor: float | None = None,
 ) -> TopOfList:
     """Precision, recall and lead time of a ranking flagged at ``budget`` each day.
 
@@ -183,9 +190,12 @@ def top_of_list(
         The snapshot interval (the end of observation is the last snapshot plus one).
     until
         End of observation (default: the last snapshot plus ``step``).
+    floor
+        An entry floor on the score (:func:`daily_flags`); None: the whole budget is spent
+        whenever enough units report.
     """
     # Over 80 lines for its docstring (23 lines): the body itself is 48 lines.
-    flags, days = daily_flags(scores, budget, weights)
+    flags, days = daily_flags(scores, budget, weights, floor)
     ts = scores.get_column("ts").cast(UTC_TS)
     start, end = ts.min(), ts.max() + step
     until = until or end
@@ -232,4 +242,5 @@ def top_of_list(
         unit_days=unit_days,
         false_flags_per_1000_unit_days=1000.0 * false_w / unit_days if unit_days else 0.0,
         reweighted=list(REWEIGHTED) if weighted else [],
+        entry_floor=floor,
     )
