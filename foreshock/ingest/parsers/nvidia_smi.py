@@ -137,6 +137,8 @@ def _clean_text(data: bytes) -> bool:
 
 def _blank(text: str) -> bool:
     """Blank as the line-by-line reading sees it (Polars' whitespace, not Python's)."""
+    if text[:1].isalnum():  # the common case (a header): a letter or digit is no whitespace of either
+        return False
     return pl.Series([text], dtype=pl.String).str.strip_chars().item() == ""
 
 
