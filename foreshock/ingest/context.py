@@ -70,6 +70,9 @@ class IngestContext:
     scrape_time: datetime | None = None
     violation_unit: str = "us"
     shards: int = 8
+    # Parsing ahead of the batch's turn: a parser that would read stored rows (other than
+    # the inventory) says so (``ParsedFile.reads_lake``) instead, and is parsed again in it.
+    ahead: bool = False
     _lookups: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -141,4 +144,7 @@ class IngestContext:
         return self.inventory.get_column("node").unique() if self.has_inventory else pl.Series([], dtype=pl.String)
 
     def known_node_names(self) -> set[str]:
-        return set(self.known_nodes().to_list())
+        """The inventory's nodes, as a set (made once per context: a parser asks per file)."""
+        if "set:nodes" not in self._lookups:
+            self._lookups["set:nodes"] = set(self.known_nodes().to_list())
+        return self._lookups["set:nodes"]

@@ -207,6 +207,8 @@ def _prior_codes(ctx: IngestContext, good: pl.DataFrame, lake_reads: list[str] |
         return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
     if lake_reads is not None:
         lake_reads.append("events")
+    if ctx.ahead:  # parsed again in the batch's turn, when the batch before has stored its events
+        return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
     stored = _stored_xid_events(ctx)
     if stored.height == 0:
         return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})

@@ -70,7 +70,7 @@ def prefetch(
 
     def parse() -> None:
         try:
-            future.set_result(parse_stage(files, config, catalog_path, timezone_name, scrape_time))
+            future.set_result(parse_stage(files, config, catalog_path, timezone_name, scrape_time, ahead=True))
         except BaseException as exc:  # noqa: BLE001 - raised again by the taker
             future.set_exception(exc)
 
@@ -87,6 +87,7 @@ def take_prefetched(run_id: str, batch_number: int, files: list[PlannedFile]) ->
         return None
     future, stale_inventory = entry
     batch = future.result()
+    batch.ctx = replace(batch.ctx, ahead=False, _lookups=dict(batch.ctx._lookups))  # this batch's turn now
     if stale_inventory:
         batch.ctx = replace(batch.ctx, inventory=read_table(batch.ctx.lake_dir, "inventory"), _lookups={})
     _parse_again_in_turn(batch, files)
@@ -94,13 +95,12 @@ def take_prefetched(run_id: str, batch_number: int, files: list[PlannedFile]) ->
 
 
 def _parse_again_in_turn(batch: ParsedBatch, files: list[PlannedFile]) -> None:
-    """Parse again, now, the files of ``batch`` whose parse ahead read stored rows (the batch
-    before may have stored more since), with the lake's lookups read afresh: their rows and
-    reports are then those of a parse in the batch's turn."""
+    """Parse again, now, the files of ``batch`` whose parse ahead needed stored rows (it did
+    not read them: the batch before may still have been storing; :attr:`IngestContext.ahead`):
+    their rows and reports are then those of a parse in the batch's turn."""
     again = sorted(i for i, parsed in batch.parsed.items() if parsed.reads_lake)
     if not again:
         return
-    batch.ctx = replace(batch.ctx, _lookups={})
     outcomes, _ = parse_batch([files[i] for i in again], batch.ctx, 1, again)
     for i in again:
         batch.reports[i] = FileReport(files[i].path, files[i].format, "ingested")

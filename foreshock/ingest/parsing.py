@@ -74,13 +74,16 @@ def parse_stage(
     timezone_name: str | None,
     scrape_time: datetime | None,
     indices: list[int] | None = None,
+    ahead: bool = False,
 ) -> ParsedBatch:
     """A batch's context (with the lake's inventory as it is now) and its files parsed;
     only the files ``indices`` lists, if given (the others are parsed by ``parse`` tasks,
-    which fill in their reports)."""
+    which fill in their reports).  ``ahead``: parsed ahead of the batch's turn
+    (:attr:`IngestContext.ahead`; the taker parses again the files that need the lake)."""
     ctx = IngestContext.from_config(
         config, catalog=load_run_catalog(config, catalog_path), timezone_name=timezone_name, scrape_time=scrape_time
     )
+    ctx.ahead = ahead
     reports = [FileReport(f.path, f.format, "ingested") for f in files]
     if indices is None:
         indices = list(range(len(files)))

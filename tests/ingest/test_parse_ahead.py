@@ -74,9 +74,9 @@ def parses(monkeypatch):
     seen: list[tuple[str, str]] = []
     real = run.parse_stage
 
-    def recorded(files, *args):
+    def recorded(files, *args, **kwargs):
         seen.append((files[0].path, threading.current_thread().name))
-        return real(files, *args)
+        return real(files, *args, **kwargs)
 
     monkeypatch.setattr(run, "parse_stage", recorded)
     return seen
