@@ -32,7 +32,7 @@ from foreshock.models.evaluation.operating_points import (
 from foreshock.models.evaluation.verdict import against_rules
 
 
-def _judge_point(
+def judge_point(
     series: pl.DataFrame,
     point: ChosenPoint,
     failures: pl.DataFrame,
@@ -175,10 +175,10 @@ def judge_scores(
                 points[name] = None
             elif point.hindsight:
                 # The upper bound: the alternative that did best on the test period itself.
-                tried = [_judge_point(series, p, failures, horizon, **context) for p in point.hindsight]
+                tried = [judge_point(series, p, failures, horizon, **context) for p in point.hindsight]
                 points[name] = max(tried, key=lambda r: (r["caught"], -r["alerts"]))
             else:
-                points[name] = _judge_point(series, point, failures, horizon, **context)
+                points[name] = judge_point(series, point, failures, horizon, **context)
         report["models"].setdefault(model, {})[horizon] = {
             "snapshot": snapshot_metrics(series, failures, horizon, step=step),
             "operating_points": points,
