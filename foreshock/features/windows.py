@@ -62,10 +62,13 @@ class _GridKeys:
             self.grid_rows = self.rows(keys)
 
     def rows(self, part: pl.DataFrame) -> np.ndarray:
-        """The key number of each row of ``part`` (-1: a key the grid does not hold)."""
-        found = part.select(UNIT_LIFE_BUCKET).join(
-            self.distinct, on=UNIT_LIFE_BUCKET, how="left", maintain_order="left"
-        )
+        """The key number of each row of ``part`` (-1: a key the grid does not hold).
+        The rollups' ids are Categorical: the grid's few keys are coded to match, not
+        every rollup row turned into text."""
+        distinct = self.distinct
+        if part.schema["unit_id"] != distinct.schema["unit_id"]:
+            distinct = distinct.with_columns(pl.col("unit_id").cast(part.schema["unit_id"]))
+        found = part.select(UNIT_LIFE_BUCKET).join(distinct, on=UNIT_LIFE_BUCKET, how="left", maintain_order="left")
         return found.get_column(KEY_ROW).fill_null(-1).to_numpy().astype(np.int64)
 
     def attach(
@@ -87,7 +90,7 @@ class _GridKeys:
 
 def _counter_features(
     grid: pl.DataFrame, part: pl.DataFrame, metric: Metric, spec: FeatureSpec, over: list[str], keys: _GridKeys
-) -> tuple[pl.DataFrame, list[pl.Expr]]:
+) -> tuple[pl.DataFrame, list[pl.Expr], list[pl.Expr]]:
     m, p = metric.name, f"_{metric.name}__"
     error = metric.family == "error"
     columns = ["n", "inc", "last_v"] + (["first_inc_ts", "last_inc_ts"] if error else [])
@@ -106,7 +109,6 @@ def _counter_features(
             _rolling_max(pl.col(f"{p}last_inc_ts").dt.epoch("us"), longest_k, over).alias(f"{p}last_inc_us"),
         ]
     staged.append(pl.col(f"{p}last_v").forward_fill(limit=longest_k - 1).over(over).alias(f"{p}last_ff"))
-    grid = grid.with_columns(staged)
 
     out: list[pl.Expr] = []
     for w in spec.windows:
@@ -128,12 +130,12 @@ def _counter_features(
     if error:
         out.append(_hours_before_snapshot(pl.col(f"{p}first_inc_us")).alias(f"{m}_hours_since_first_increase"))
         out.append(_hours_before_snapshot(pl.col(f"{p}last_inc_us")).alias(f"{m}_hours_since_last_increase"))
-    return grid, out
+    return grid, staged, out
 
 
 def _gauge_features(
     grid: pl.DataFrame, part: pl.DataFrame, metric: Metric, spec: FeatureSpec, over: list[str], keys: _GridKeys
-) -> tuple[pl.DataFrame, list[pl.Expr]]:
+) -> tuple[pl.DataFrame, list[pl.Expr], list[pl.Expr]]:
     m, p = metric.name, f"_{metric.name}__"
     grid = keys.attach(grid, part, ["n", "sum", "sumsq", "max", "last_v"], p)
     longest_k = spec.buckets(spec.longest)
@@ -148,7 +150,6 @@ def _gauge_features(
             _rolling_max(pl.col(f"{p}max"), k, over).alias(f"{p}max_{k}"),
         ]
     staged.append(pl.col(f"{p}last_v").forward_fill(limit=longest_k - 1).over(over).alias(f"{p}last_ff"))
-    grid = grid.with_columns(staged)
 
     def mean(k: int) -> pl.Expr:
         return pl.when(pl.col(f"{p}n_{k}") > 0).then(pl.col(f"{p}sum_{k}") / pl.col(f"{p}n_{k}"))
@@ -171,12 +172,12 @@ def _gauge_features(
         kb = spec.buckets(spec.baseline)
         for w in spec.drift_windows:
             out.append((mean(spec.buckets(w)) - mean(kb)).alias(f"{m}_drift_c_{spec.name(w)}"))
-    return grid, out
+    return grid, staged, out
 
 
 def _event_features(
     grid: pl.DataFrame, events: pl.DataFrame, spec: FeatureSpec, over: list[str], keys: _GridKeys
-) -> tuple[pl.DataFrame, list[pl.Expr]]:
+) -> tuple[pl.DataFrame, list[pl.Expr], list[pl.Expr]]:
     is_xid = pl.col("source").is_in(list(XID_SOURCES))
     known_classes = [c for c in XID_CLASS_NAMES if c != "other"]
     classified = [code for c in known_classes for code in XID_CLASSES[c]]
@@ -199,12 +200,12 @@ def _event_features(
         for w in spec.windows
         for n in names
     ]
-    return grid, out
+    return grid, [], out
 
 
 def _scrape_features(
     grid: pl.DataFrame, scrapes: pl.DataFrame, spec: FeatureSpec, over: list[str], keys: _GridKeys
-) -> tuple[pl.DataFrame, list[pl.Expr]]:
+) -> tuple[pl.DataFrame, list[pl.Expr], list[pl.Expr]]:
     """``telemetry_gap_hours``, ``telemetry_missing_frac_<w>`` and ``_in_service`` from the
     scrape counts (the ``health_*`` columns are :mod:`foreshock.features.health_features`)."""
     grid = keys.attach(grid, scrapes, ["n_ts", "last_ts"], "_scrape_")
@@ -214,7 +215,6 @@ def _scrape_features(
         for w in spec.windows
     ]
     staged.append(_rolling_max(pl.col("_scrape_last_ts").dt.epoch("us"), longest_k, over).alias("_scrape_last_us"))
-    grid = grid.with_columns(staged)
     out = [_hours_before_snapshot(pl.col("_scrape_last_us")).alias("telemetry_gap_hours")]
     since_life_start = (pl.col("bucket") - pl.col("life_start")).dt.total_microseconds().cast(pl.Float64)
     for w in spec.windows:
@@ -227,7 +227,7 @@ def _scrape_features(
         out.append(pl.when(expected > 0).then(frac).alias(f"telemetry_missing_frac_{spec.name(w)}"))
     # A unit silent for the whole longest window is out of service: no snapshot.
     out.append((pl.col(f"_scrape_n_{longest_k}") > 0).alias("_in_service"))
-    return grid, out
+    return grid, staged, out
 
 
 LIFE_RUN = "_life_run"
@@ -243,7 +243,9 @@ def _life_runs(grid: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     runs = grid.select(pl.struct(over).rle_id()).to_series()
     if grid.height and runs[-1] + 1 != grid.select(pl.struct(over).n_unique()).item():
         return grid, over
-    return grid.with_columns(runs.alias(LIFE_RUN)), [LIFE_RUN]
+    # Run numbers rise with the rows: flagged sorted, the windows' groups are runs found
+    # in one pass rather than hashed (a quarter of the windows' CPU).
+    return grid.with_columns(runs.alias(LIFE_RUN).set_sorted()), [LIFE_RUN]
 
 
 def error_activity_columns(spec: FeatureSpec) -> list[str]:
@@ -280,6 +282,11 @@ def window_features(
     grid, over = _life_runs(grid)
     keys = _GridKeys(grid)
     present = set(pieces.get_column("metric").unique().to_list())
+    # Each builder attaches its rollup's columns and returns the windows over them
+    # (``staged``) and the features computed from those (``features``).  All the windows
+    # run in one context: they share its groups of ``over`` (computed once, not once per
+    # metric), and sorted runs (:func:`_life_runs`) are grouped without hashing.
+    staged: list[pl.Expr] = []
     features: list[pl.Expr] = []
     pieces = pieces.with_columns(pl.Series(KEY_ROW, keys.rows(pieces)))
     by_metric = {name: part for (name,), part in pieces.group_by("metric")}
@@ -288,13 +295,14 @@ def window_features(
             features += [pl.lit(None, pl.Float64).alias(n) for n in metric_feature_names(metric, spec)]
             continue
         build = _counter_features if metric.is_counter else _gauge_features
-        grid, exprs = build(grid, by_metric[metric.name], metric, spec, over, keys)
+        grid, windows, exprs = build(grid, by_metric[metric.name], metric, spec, over, keys)
+        staged += windows
         features += exprs
-    grid, exprs = _event_features(grid, events, spec, over, keys)
-    features += exprs
-    grid, exprs = _scrape_features(grid, scrapes, spec, over, keys)
-    features += exprs
-    out = grid.with_columns(features)
+    for build_rest in (_event_features, _scrape_features):
+        grid, windows, exprs = build_rest(grid, events if build_rest is _event_features else scrapes, spec, over, keys)
+        staged += windows
+        features += exprs
+    out = grid.with_columns(staged).with_columns(features)
     error_counters = [m.name for m in spec.counters() if m.family == "error"]
     activity = []
     for w in spec.windows:
