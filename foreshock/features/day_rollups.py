@@ -26,6 +26,9 @@ from foreshock.features.spec import FeatureSpec
 from foreshock.lake.layout import lake_shards, partition_files, shard_of
 
 ROLLUP_THREADS = 2
+# The cached frames' layout (rollups.PIECE_SCHEMA and the others): a cache entry written
+# with another layout is recomputed.  2: ids and metric names Categorical.
+CACHE_FORMAT = 2
 
 
 def days_between(first: datetime, last: datetime) -> list[date]:
@@ -101,6 +104,7 @@ def _cache_stamp(files: _DayFiles, spec: FeatureSpec, day: date, failures: pl.Da
             "every": spec.every.total_seconds(),
             "max_gap": spec.longest.total_seconds(),
             "catalog": sorted((m.name, m.kind) for m in spec.catalog),
+            "format": CACHE_FORMAT,
         },
         sort_keys=True,
     )

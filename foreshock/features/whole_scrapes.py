@@ -130,8 +130,8 @@ def scrape_times(samples: pl.DataFrame, names: list[str]) -> tuple[list[str], pl
         return None
     starts = np.flatnonzero(new_unit)
     # Runs are maximal (neighbours differ): sorted names are strictly rising, each unit once.
-    run_units = unit_column.gather(starts * k).cast(pl.String)
-    if not run_units.is_sorted():
+    run_units = unit_column.gather(starts * k)
+    if not run_units.cast(pl.String).is_sorted():
         return None
     lengths = np.diff(np.append(starts, len(stamps)))
     times = pl.DataFrame(
