@@ -27,8 +27,8 @@ from foreshock.lake.layout import lake_shards, partition_files, shard_of
 
 ROLLUP_THREADS = 2
 # The cached frames' layout (rollups.PIECE_SCHEMA and the others): a cache entry written
-# with another layout is recomputed.  2: ids and metric names Categorical.
-CACHE_FORMAT = 2
+# with another layout is recomputed.  2: ids and metric names Categorical; 3: pieces' edge.
+CACHE_FORMAT = 3
 
 
 def days_between(first: datetime, last: datetime) -> list[date]:

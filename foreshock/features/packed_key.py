@@ -50,3 +50,9 @@ def same_series() -> pl.Expr:
     """The row before is the previous sample of the same series (same unit and life), given
     rows of one metric in unit-then-time order keyed by the packed key."""
     return ((pl.col("_key") // BUCKET_SLOTS) == (pl.col("_key").shift(1) // BUCKET_SLOTS)).fill_null(False)
+
+
+def ends_series() -> pl.Expr:
+    """The row after is not the same series (the row is a series' last in its file): the
+    counterpart of :func:`same_series` one row on."""
+    return ((pl.col("_key") // BUCKET_SLOTS) != (pl.col("_key").shift(-1) // BUCKET_SLOTS)).fill_null(True)

@@ -33,6 +33,7 @@ from foreshock.features.packed_key import (
     LIFE_SLOTS,
     SERIES,
     bucket_number,
+    ends_series,
     new_unit,
     packed_key,
     same_series,
@@ -63,6 +64,9 @@ PIECE_SCHEMA: dict[str, pl.DataType] = {
     "first_inc_ts": UTC_TS,
     "last_inc_ts": UTC_TS,
     "head": pl.Boolean(),
+    # the first or last piece of its series in its file: only such a piece can meet a piece
+    # of another file (combine_pieces)
+    "edge": pl.Boolean(),
 }
 SCRAPE_SCHEMA: dict[str, pl.DataType] = {
     "unit_id": pl.Categorical(),
@@ -145,7 +149,7 @@ def _with_steps(frame: FrameT, values: list[tuple[str, str]], max_gap: timedelta
     series at most ``max_gap`` earlier (one link column for all counters)."""
     same = same_series()
     linked = same & ((pl.col("ts") - pl.col("ts").shift(1)) <= max_gap)
-    frame = frame.with_columns(linked.alias("_link"), (~same).alias("_head"))
+    frame = frame.with_columns(linked.alias("_link"), (~same).alias("_head"), ends_series().alias("_tail"))
     frame = frame.with_columns(
         pl.when(pl.col("_link")).then(_counter_step(pl.col(value), pl.col(value).shift(1))).alias(f"_delta{suffix}")
         for value, suffix in values
@@ -167,6 +171,8 @@ def _piece_aggs(value: str, counter: bool, suffix: str = "") -> list[pl.Expr]:
         v.max().alias("max"),
         pl.col("ts").last().alias("last_ts"),
         v.last().alias("last_v"),
+        # A series' first row opens its group and its last row closes one.
+        (pl.col("_head").first() | pl.col("_tail").last()).alias("edge"),
     ]
     if counter:
         aggs += [
@@ -192,7 +198,8 @@ def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
 
 def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
     """Pieces of one gauge metric (rows of that metric only, unit-then-time order)."""
-    return samples.group_by(SERIES).agg(_piece_aggs("value", counter=False))
+    ends = samples.with_columns((~same_series()).alias("_head"), ends_series().alias("_tail"))
+    return ends.group_by(SERIES).agg(_piece_aggs("value", counter=False))
 
 
 def _with_sample_lives(
@@ -379,11 +386,32 @@ def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
     last sample of the previous file; it is taken here from the previous piece of the same
     unit, life and metric, under the same ``max_gap`` rule.
     """
+    # Only the first and last piece of a series in its file (``edge``) can share a bucket
+    # with, or take a step from, a piece of another file: the previous piece of a file's
+    # first piece is the last piece of an earlier file, and a bucket split between files
+    # ends one and opens the next.  So only those (a tenth of an hourly rollup) are sorted
+    # and merged; the others are whole as they are.
+    edges = _combine_edges(pieces.filter(pl.col("edge")), max_gap)
+    inner = pieces.filter(~pl.col("edge")).select(_COMBINED)
+    # What the merge does to a piece without a bridged step: a counter's increase + 0.0, a
+    # gauge's missing increase 0.0.
+    inner = inner.with_columns(
+        pl.when(pl.col("first_ts").is_not_null()).then(pl.col("inc").fill_null(0.0) + 0.0).fill_null(0.0).alias("inc")
+    )
+    return pl.concat([inner.drop("first_ts"), *edges])
+
+
+_COMBINED = ["unit_id", "life", "metric", "bucket", "n", "sum", "sumsq", "max", "last_v", "last_ts", "inc"]
+_COMBINED += ["first_inc_ts", "last_inc_ts", "first_ts"]
+
+
+def _combine_edges(pieces: pl.DataFrame, max_gap: timedelta) -> list[pl.DataFrame]:
+    """:func:`combine_pieces` of the pieces that open or close a series in their file: the
+    pieces whole after the bridge, and those of split buckets merged."""
     # Pieces of one series never overlap in time, so ordering by their last sample orders
     # them by time (gauges have no first sample recorded).  What follows needs each
     # series' pieces together and in time order, not the series in name order: units and
-    # metrics are sorted by their Categorical codes (a quarter less CPU than sorting the
-    # strings; the order of the rows returned changes, not their values).
+    # metrics are sorted by their Categorical codes.
     ordered = pieces.sort(
         pl.col("unit_id").cast(pl.Categorical).to_physical(),
         "life",
@@ -422,8 +450,7 @@ def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
     # but for a gauge's missing increase, which sums to 0).
     same_key = (same_series & (pl.col("bucket") == pl.col("bucket").shift(1))).fill_null(False)
     bridged = bridged.with_columns((same_key | same_key.shift(-1).fill_null(False)).alias("_split"))
-    columns = ["unit_id", "life", "metric", "bucket", "n", "sum", "sumsq", "max", "last_v", "last_ts", "inc"]
-    columns += ["first_inc_ts", "last_inc_ts"]
+    columns = _COMBINED[:-1]
     whole = bridged.filter(~pl.col("_split")).select(columns).with_columns(pl.col("inc").fill_null(0.0))
     split = (
         bridged.filter(pl.col("_split"))
@@ -440,7 +467,7 @@ def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
             pl.col("last_inc_ts").max(),
         )
     )
-    return pl.concat([whole, split])
+    return [whole, split]
 
 
 def combine_scrapes(scrapes: pl.DataFrame) -> pl.DataFrame:

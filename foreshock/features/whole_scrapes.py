@@ -45,14 +45,18 @@ def regular_pieces(
     starts = np.flatnonzero(opens)
     ends = np.append(starts[1:], rows) - 1
     stamps = times.get_column("ts")
+    same = np.zeros(rows, dtype=bool)  # the row before is the same series' previous sample
+    np.equal(series[1:], series[:-1], out=same[1:])
+    # a group holding the first or the last row of its series (rollups.PIECE_SCHEMA "edge")
+    last_of_series = np.ones(rows, dtype=bool)
+    last_of_series[:-1] = ~same[1:]
     shared = {
         "_key": pl.Series("_key", key[starts]),
         "n": np.diff(np.append(starts, rows)).astype(np.int64),
         "last_ts": stamps.gather(ends),
+        "edge": pl.Series("edge", ~same[starts] | last_of_series[ends]),
     }
     if any(counter):
-        same = np.zeros(rows, dtype=bool)  # the row before is the same series' previous sample
-        np.equal(series[1:], series[:-1], out=same[1:])
         # a step is taken from the series' previous sample at most max_gap earlier
         unlinked = ~same
         unlinked[1:] |= (ts[1:] - ts[:-1]) > max_gap // timedelta(microseconds=1)
