@@ -71,28 +71,13 @@ CANDIDATES: dict[str, dict] = {
 
 
 def factories(config, names: list[str]) -> dict:
-    """Constructors of the candidates ``names``: today's gbm factory with their keys over it."""
-    from foreshock.models.estimators.base import config_horizons
-    from foreshock.models.estimators.baseline import rule_settings
-    from foreshock.models.estimators.bundle import inventory_weights
-    from foreshock.models.estimators.gbm import GradientBoostedRisk
-    from foreshock.models.estimators.recipes import config_recipes_dir, load_recipe
+    """Constructors of the candidates ``names``: the configuration's gbm factory with each
+    candidate's keys as ``[models] gbm = {...}`` over the recipe (a table key by key)."""
+    from foreshock.models.estimators.bundle import model_factories
 
-    base = {
-        **load_recipe("gbm", config_recipes_dir(config)),
-        "error_counters": [m.name for m in config.catalog.by(kind="counter", family="error")],
+    return {
+        name: model_factories(config.with_overrides({"models": {"gbm": CANDIDATES[name]}}))["gbm"] for name in names
     }
-    weights = inventory_weights(config)
-    horizons = config_horizons(config)
-    out = {}
-    for name in names:
-        args = {k: ({**v, **CANDIDATES[name].get(k, {})} if isinstance(v, dict) else v) for k, v in base.items()}
-        args.update({k: v for k, v in CANDIDATES[name].items() if not isinstance(v, dict)})
-        args["rules"] = rule_settings(config) if args["rules"] is True else None
-        if args.get("fleet_weighted"):
-            args["unit_weights"] = weights
-        out[name] = lambda args=args: GradientBoostedRisk(horizons=horizons, **args)
-    return out
 
 
 def rank_average(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:

@@ -75,3 +75,26 @@ def test_a_missing_recipe_directory_is_an_error(tmp_path):
     site.write_text('[models]\nrecipes = "nowhere"\n')
     with pytest.raises(FileNotFoundError, match="nowhere"):
         model_factories(load_config(site, data_dir=tmp_path / "data"))
+
+
+def test_the_models_tables_of_the_configuration_override_key_by_key(tmp_path):
+    """``[models] gbm = {lightgbm = {...}}`` changes the parameters it names and keeps the
+    recipe's others (the objective, the learning rate): before, the table replaced them all."""
+    site = tmp_path / "foreshock.toml"
+    site.write_text(
+        "[models]\ngbm = {lightgbm = {num_leaves = 63}, params = {extra_trees = true}}\ncox = {penalizer = 1e-5}\n"
+    )
+    built = {name: make() for name, make in model_factories(load_config(site, data_dir=tmp_path / "data")).items()}
+    recipe = load_recipe("gbm")["lightgbm"]
+    assert built["gbm"].lightgbm == {**recipe, "num_leaves": 63}
+    assert built["gbm"].params == {"extra_trees": True}  # an argument no recipe sets
+    assert built["cox"].penalizer == 1e-5 and built["cox"].max_features == load_recipe("cox")["max_features"]
+
+
+def test_a_misspelled_key_of_the_models_tables_is_an_error_naming_the_table(tmp_path):
+    site = tmp_path / "foreshock.toml"
+    site.write_text("[models]\ngbm = {num_boost_rounds = 5}\n")
+    with pytest.raises(
+        ValueError, match=r"\[models\] gbm: unknown key 'num_boost_rounds' \(did you mean 'num_boost_round'\?\)"
+    ):
+        model_factories(load_config(site, data_dir=tmp_path / "data"))

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from foreshock.models.estimators.dataset import (
 )
 from foreshock.models.estimators.gbm import GradientBoostedRisk
 from foreshock.models.estimators.gbm_dask import dask_target
-from foreshock.models.estimators.recipes import config_recipes_dir, load_recipe
+from foreshock.models.estimators.recipes import config_recipes_dir, load_recipe, merged
 from foreshock.models.estimators.training import known_failures
 
 BUNDLE_FORMAT = 1
@@ -162,6 +162,14 @@ class RiskBundle:
         )
 
 
+def over_recipe(model: str, recipe: dict[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
+    """``[models] <model> = {...}`` over the model's recipe, a table key by key; an argument of
+    the model that no recipe sets (``params``, ``max_features``...) is accepted, anything else
+    is an error naming the table."""
+    arguments = [f.name for f in fields(MODEL_CLASSES[model]) if not f.name.endswith("_")]
+    return merged(recipe, dict(section.get(model, {})), f"[models] {model}", also=arguments)
+
+
 def model_factories(config: Config) -> dict[str, callable]:
     """Constructors of the bundle's models from configuration.
 
@@ -177,7 +185,7 @@ def model_factories(config: Config) -> dict[str, callable]:
     recipes = config_recipes_dir(config)
     counters = [m.name for m in config.catalog.by(kind="counter", family="error")]
     rules = rule_settings(config)
-    gbm_args = {**load_recipe("gbm", recipes), "error_counters": counters, **dict(section.get("gbm", {}))}
+    gbm_args = over_recipe("gbm", {**load_recipe("gbm", recipes), "error_counters": counters}, section)
     gbm_args["rules"] = rules if gbm_args["rules"] is True else gbm_args["rules"] or None
     if gbm_args.get("fleet_weighted"):  # the inventory's fleet_weight of a subsampled fleet
         gbm_args.setdefault("unit_weights", inventory_weights(config))
@@ -185,7 +193,7 @@ def model_factories(config: Config) -> dict[str, callable]:
     if runner["kind"] == "dask":  # full fits of large samples on the cluster (gbm_dask)
         gbm_args.setdefault("dask_client", dask_target(runner))
         gbm_args.setdefault("dask_min_rows", int(section["dask_min_rows"]))
-    cox_args = {**load_recipe("cox", recipes), **dict(section.get("cox", {}))}
+    cox_args = over_recipe("cox", load_recipe("cox", recipes), section)
     return {
         "gbm": lambda: GradientBoostedRisk(horizons=horizons, **gbm_args),
         "cox": lambda: CoxTimeVaryingRisk(horizons=horizons, **cox_args),

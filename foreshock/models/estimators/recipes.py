@@ -5,8 +5,8 @@ The built-in recipes are the files of ``models/`` at the top of the source tree
 ``foreshock/recipes/``.  A site points ``[models] recipes`` at a directory of its own: a
 file there overrides the built-in one key by key (a table one level down), a file it does
 not have is the built-in one, and a key the built-in recipe does not know is an error
-naming the file and the closest key.  ``[models] gbm = {...}`` and ``cox = {...}`` still
-override single arguments on top.
+naming the file and the closest key.  ``[models] gbm = {...}`` and ``cox = {...}`` override
+arguments on top the same way (a table key by key; an unknown key is an error).
 
 The dataclass defaults of the estimators are the built-in recipe's values
 (:func:`recipe_default`), so a model built in code (a test, a notebook) and one built
@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import difflib
 import tomllib
+from collections.abc import Collection, Mapping
 from dataclasses import Field, field
 from functools import cache
 from importlib import resources
@@ -63,14 +64,26 @@ def recipe_default(model: str, key: str) -> Field:
     return field(default_factory=lambda: copy.deepcopy(_builtin(model)[key]))
 
 
-def _merged(base: dict[str, Any], over: dict[str, Any], source: Path) -> dict[str, Any]:
+def merged(
+    base: dict[str, Any], over: Mapping[str, Any], source: str | Path, also: Collection[str] = ()
+) -> dict[str, Any]:
+    """``over`` on top of ``base``, a table one level down key by key (``lightgbm = {num_leaves
+    = 63}`` keeps the recipe's other LightGBM parameters).
+
+    Raises
+    ------
+    ValueError
+        For a key neither ``base`` nor ``also`` (further arguments of the model) knows, naming
+        ``source`` and the closest key.
+    """
     out = copy.deepcopy(base)
+    known = [*base, *(k for k in also if k not in base)]
     for key, value in over.items():
-        if key not in base:
-            close = difflib.get_close_matches(key, list(base), n=1)
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{source}: unknown key {key!r}{hint}; known: {', '.join(base)}")
-        if isinstance(base[key], dict) and isinstance(value, dict):
+            raise ValueError(f"{source}: unknown key {key!r}{hint}; known: {', '.join(known)}")
+        if isinstance(base.get(key), dict) and isinstance(value, dict):
             out[key] = {**base[key], **value}
         else:
             out[key] = value
@@ -90,7 +103,7 @@ def load_recipe(model: str, directory: str | Path | None = None) -> dict[str, An
     if directory:
         path = Path(directory) / RECIPE_FILES[model]
         if path.is_file():
-            recipe = _merged(recipe, _read(path), path)
+            recipe = merged(recipe, _read(path), path)
     return recipe
 
 
