@@ -333,7 +333,27 @@ def task_runner(config: Config) -> TaskRunner:
     target = dask_target(section)
     if isinstance(target, str):
         return DaskTaskRunner(address=target)
-    return DaskTaskRunner(cluster_kwargs=target)
+    url = flow_api_url()
+    return DaskTaskRunner(cluster_kwargs={**target, "env": {"PREFECT_API_URL": url}} if url else target)
+
+
+def flow_api_url() -> str:
+    """The Prefect API this process's flow runs report to: ``PREFECT_API_URL``, else its
+    temporary server (started now; the flow's client finds the same one).
+
+    A local Dask cluster's workers are new processes: without the URL they would each start
+    a temporary server of their own (about 220 MB and tens of seconds each on 2 cores) and
+    record the flow's task runs there, where nobody sees them."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if settings.api.url or not settings.server.ephemeral.enabled:
+        return str(settings.api.url or "")
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    server.start()
+    return server.api_url
 
 
 def runner_overrides(runner: str | None, dask_address: str | None) -> dict:
