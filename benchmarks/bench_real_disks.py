@@ -19,12 +19,15 @@ CPU time and peak RSS of each.
     drive-days: *level* = raw SMART 5 + 187 + 197 + 198, *growth* = that sum's increase
     over 7 days.  Every model and both rules are judged by the package at each share of
     the fleet (default the top 0.1 % and 0.5 % of the drives reporting that day), over the
-    backtest's out-of-sample days, the whole fleet and each maker.
+    backtest's out-of-sample days, the whole fleet and each maker.  With an entry floor
+    (``--entry-floor F`` or ``[backtest] entry_floor``), each model is judged a second
+    time flagging only drives at risk >= F (rows ``<model>, floor F``: the budget as a
+    cap, not a quota); every ranking is said to beat both rules or not, per share.
 
 Usage::
 
     uv run python benchmarks/bench_real_disks.py [--data PATH] [--healthy-fraction F]
-        [--work DIR] [--half first|all] [--start DATE --end DATE]
+        [--work DIR] [--half first|all] [--start DATE --end DATE] [--entry-floor F]
 
 ``--half first`` takes the first half of the data's days, ``all`` (the default) every day;
 ``--start``/``--end`` pick any window.  A stage whose output is in ``--work`` is not run
@@ -80,6 +83,7 @@ def stages(args: argparse.Namespace, work: Path) -> list[tuple[str, list[str], P
     base = [*FORESHOCK, "--config", str(config), "--data-dir", str(work / "lake")]
     backtest = [sys.executable, __file__, "--backtest-child", str(work)]
     judge = [sys.executable, __file__, "--judge-child", str(work), *(str(s) for s in args.shares)]
+    judge += [] if args.entry_floor is None else [f"--floor={args.entry_floor}"]
     return [
         ("convert", convert, work / "data/sampling.json"),
         ("ingest", [*base, "ingest", "--source", "canonical", "--path", str(work / "data/tables")], work / "ingested"),
@@ -183,7 +187,7 @@ def rule_scores(levels: pl.DataFrame, keys: pl.DataFrame) -> dict[str, pl.DataFr
     }
 
 
-def judge_child(work: Path, shares: list[float]) -> None:
+def judge_child(work: Path, shares: list[float], floor: float | None = None) -> None:
     """Out-of-sample model scores and the rules on the drive-days with a reading, judged at
     each share (see the module docstring); ``judged.json`` and the tables printed.  The
     scores are read one model at a time (all of them at once: about 50 M rows on the whole
@@ -193,7 +197,7 @@ def judge_child(work: Path, shares: list[float]) -> None:
     from foreshock.models.evaluation.backtest_report import read_report, scores_path
 
     config = load_config(work / "data/foreshock.toml", data_dir=work / "lake")
-    floor = float(config.section("backtest")["entry_floor"])
+    floor = float(config.section("backtest")["entry_floor"] if floor is None else floor)
     report = read_report(work / "backtest")
     scores = pl.scan_parquet(scores_path(work / "backtest")).filter(
         (pl.col("horizon") == HORIZON) & (pl.col("model") != RULES_AS_RUN)
@@ -413,7 +417,10 @@ def main() -> int:
         backtest_child(Path(sys.argv[2]))
         return 0
     if len(sys.argv) >= 3 and sys.argv[1] == "--judge-child":
-        judge_child(Path(sys.argv[2]), [float(s) for s in sys.argv[3:]] or list(SHARES))
+        rest = sys.argv[3:]
+        floors = [float(a.split("=", 1)[1]) for a in rest if a.startswith("--floor=")]
+        shares = [float(a) for a in rest if not a.startswith("--floor=")] or list(SHARES)
+        judge_child(Path(sys.argv[2]), shares, floors[0] if floors else None)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="the start-stop Parquet file")
@@ -424,6 +431,11 @@ def main() -> int:
     parser.add_argument("--start", type=date.fromisoformat)
     parser.add_argument("--end", type=date.fromisoformat)
     parser.add_argument("--shares", type=float, nargs="+", default=list(SHARES))
+    parser.add_argument(
+        "--entry-floor",
+        type=float,
+        help="judge each model also with this entry floor on its risk (default: [backtest] entry_floor; 0: none)",
+    )
     parser.add_argument("--redo", action="store_true", help="start again: remove the work directory's data first")
     args = parser.parse_args()
     work = args.work.resolve()

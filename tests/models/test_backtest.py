@@ -95,13 +95,7 @@ def test_report_compares_every_model_at_each_operating_point(rng, tmp_path):
     for model in ("gbm", "cox", "baseline"):
         for horizon in ("24h", "72h"):
             entry = result.report["models"][model][horizon]
-            assert set(entry["operating_points"]) == {
-                "budget",
-                "budget_floor",
-                "target_precision",
-                "policy",
-                "budget_upper_bound",
-            }
+            assert set(entry["operating_points"]) == {"budget", "target_precision", "policy", "budget_upper_bound"}
             budget = entry["operating_points"]["budget"]
             # [backtest] drain_budget_per_day = 2 is a cap: never more than 2 new alerts a day
             assert budget["alerts_per_day"] <= 2.0 + 1e-9

@@ -95,7 +95,7 @@ def test_budget_floor_spends_the_budget_on_the_data_it_was_chosen_on(rng):
 def test_prospective_threshold_never_sees_its_own_period(rng):
     """Each period's threshold depends only on scores before it: rewriting a period and
     everything after it leaves that period's threshold unchanged."""
-    config = load_config()
+    config = load_config().with_overrides({"backtest": {"entry_floor": 0.05}})
     settings = OperatingPoints.from_config(config)
     days = 12
     units = [f"u{i}" for i in range(30)]

@@ -18,7 +18,8 @@ Operating points (:func:`choose_thresholds`):
     and spends exactly its budget whenever ``k`` units are waiting.  (An entry floor chosen
     on the earlier periods was tried and dropped: every fold refits the model, the refit's
     risk scale differs from the earlier folds' scores, and the floor left a third of the
-    budget unspent on some fleets.)
+    budget unspent on some fleets.  Measured again with calibrated LightGBM, it still
+    fails: ``benchmarks/bench_entry_floors.py``.)
 ``budget_floor``
     The daily cap with an **entry floor** fixed in advance: each day the ``k`` highest-risk
     units not already in alert enter it, but only those whose risk is at least ``[backtest]
@@ -27,7 +28,8 @@ Operating points (:func:`choose_thresholds`):
     models' risks are probabilities of failing within the horizon), set in the
     configuration before any fold, so nothing about any test period chose it: prospective
     by construction, and the same number on every refit's scale.  Reported only when the
-    floor is above 0.
+    floor is above 0 (off by default: no floor won on every data set measured,
+    ``docs/real_data.md``).
 ``target_precision``
     The lowest threshold whose alert precision on the earlier periods, with outcomes known
     at the period's start, reaches ``[backtest] target_precision``.  No alerts in a period
