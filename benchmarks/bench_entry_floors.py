@@ -53,8 +53,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_real_disks import GROWTH_DAYS, HORIZON, daily_levels, rule_scores  # noqa: E402
 
-FIXED = (0.01, 0.02, 0.05, 0.1, 0.169, 0.25)
-LIFTS = (20.0, 50.0, 100.0, 200.0)
+FIXED = [0.01, 0.02, 0.05, 0.1, 0.169, 0.25]  # the grids tried (--fixed, --lifts)
+LIFTS = [20.0, 50.0, 100.0, 200.0]
 KEEP_EARLIER = 0.9
 
 
@@ -254,8 +254,11 @@ def main() -> int:
     parser.add_argument("--config", type=Path)
     parser.add_argument("--ground-truth", type=Path)
     parser.add_argument("--models", nargs="+", default=["gbm", "cox", "baseline"])
+    parser.add_argument("--fixed", type=float, nargs="*", default=list(FIXED), help="fixed floors to try")
+    parser.add_argument("--lifts", type=float, nargs="*", default=list(LIFTS), help="lifts over the mean risk to try")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
+    FIXED[:], LIFTS[:] = args.fixed, args.lifts
     if args.disks:
         result = disks(args)
         keys = ("ranking", "share", "caught", "failures", "precision", "flags_per_day", "budget_per_day", "lead_p50_d")
