@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_real_disks import false_flag_causes, features_resume_day  # noqa: E402
+from bench_real_disks import against_rules, false_flag_causes, features_resume_day  # noqa: E402
 
 T0 = datetime(2015, 3, 1, tzinfo=UTC)
 
@@ -69,3 +69,30 @@ def test_an_interrupted_features_stage_resumes_at_its_first_unfinished_date(tmp_
     # a date still staged was not written out: it is redone too, and what follows it
     store.staging_day_dir(features_dir, day(1).date()).mkdir(parents=True)
     assert features_resume_day(tmp_path) == date(2015, 3, 2)
+
+
+def test_a_ranking_beats_both_rules_only_with_as_many_catches_at_a_precision_as_high():
+    """The judge's verdict per share: the model spends its whole budget and loses on
+    precision to the growth rule; with the floor it keeps enough catches to beat both."""
+
+    def row(model, caught, precision, maker="all"):
+        return {"model": model, "maker": maker, "share": 0.005, "caught": caught, "precision": precision}
+
+    judged = {
+        "results": [
+            row("gbm", 87, 0.052),
+            row("gbm, floor 0.05", 79, 0.153),
+            row("gbm, floor 0.1", 71, 0.234),  # fewer catches than the level rule
+            row("smart_level", 75, 0.041),
+            row("smart_growth", 59, 0.109),
+            row("gbm", 1, 1.0, maker="WDC"),  # makers are not judged against the fleet's rules
+        ]
+    }
+    verdict = {v["model"]: v for v in against_rules(judged)}
+    assert set(verdict) == {"gbm", "gbm, floor 0.05", "gbm, floor 0.1"}
+    assert (verdict["gbm"]["beats_smart_level"], verdict["gbm"]["beats_smart_growth"]) == (True, False)
+    assert verdict["gbm, floor 0.05"]["beats_both"]
+    assert not verdict["gbm, floor 0.1"]["beats_both"] and verdict["gbm, floor 0.1"]["beats_smart_growth"]
+    # a tie on both counts beats nothing
+    tie = {"results": [row("m", 59, 0.109), row("smart_growth", 59, 0.109), row("smart_level", 0, 0.0)]}
+    assert against_rules(tie)[0]["beats_smart_growth"] is False
