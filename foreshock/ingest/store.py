@@ -134,7 +134,7 @@ def _check_and_merge(
     workers = config.local_workers
     with lake_lock(config.lake_dir):
         clear_staging(config)  # a killed Dask driver's, whichever runner comes next
-        masks = _shard_masks(staged, config, workers)
+        masks = _shard_masks(staged, config, workers, distinct=(distinct or {}).get("unit_id"))
         done = _run_parallel(
             [partial(check_and_split, table, staged, ctx, config, mask, distinct) for mask in masks or [None]],
             config,
@@ -166,19 +166,27 @@ SPLIT_MIN_ROWS = 200_000
 
 
 def _shard_masks(
-    staged: pl.DataFrame, config: Config, workers: int, min_rows: int | None = None
+    staged: pl.DataFrame,
+    config: Config,
+    workers: int,
+    min_rows: int | None = None,
+    distinct: pl.Series | None = None,
 ) -> list[pl.Series] | None:
     """Which rows of ``staged`` each group of whole lake shards holds, one group per
     worker (rows keep their order; rows without a unit form their own group); None (one
     group, all of them) when ``staged`` has fewer than ``min_rows`` rows (default
     ``SPLIT_MIN_ROWS``) or there is one worker.  A caller with threads filters each group
     on its own thread."""
-    masks = group_masks(staged, config, workers, min_rows)
+    masks = group_masks(staged, config, workers, min_rows, distinct)
     return None if masks is None else list(masks.values())
 
 
 def group_masks(
-    staged: pl.DataFrame, config: Config, workers: int, min_rows: int | None = None
+    staged: pl.DataFrame,
+    config: Config,
+    workers: int,
+    min_rows: int | None = None,
+    distinct: pl.Series | None = None,
 ) -> dict[int | None, pl.Series] | None:
     """:func:`_shard_masks` by group number: the lake shard number modulo ``workers``, the
     same whatever rows a caller holds (None: the rows without a unit), so parts of a batch
@@ -196,7 +204,7 @@ def group_masks(
     # groups are found per run and the masks repeated along the runs.
     units = staged.get_column("unit_id").cast(pl.String)
     runs = long_runs(units)
-    numbers = shard_numbers(units if runs is None else runs[0], shards) % workers
+    numbers = shard_numbers(units if runs is None else runs[0], shards, distinct) % workers
     masks = {
         number: numbers.is_null() if number is None else (numbers == number).fill_null(False)
         for number in numbers.unique(maintain_order=True).to_list()

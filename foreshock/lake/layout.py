@@ -40,22 +40,24 @@ def shard_of(unit_id: str, shards: int) -> int:
     return zlib.crc32(unit_id.encode()) % shards
 
 
-def shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
+def shard_numbers(unit_ids: pl.Series, shards: int, distinct: pl.Series | None = None) -> pl.Series:
     """Each row's shard (Int32, null without a unit): crc32 once per distinct unit, then
     looked up by the unit's position among them (an enum cast).  Rows that come in long
     runs of one unit (a unit's readings one after another, as files list them) are looked
-    up once per run and repeated along it, without the per-row cast."""
+    up once per run and repeated along it, without the per-row cast.  ``distinct``: the
+    distinct units when the caller knows them (every unit of ``unit_ids`` among them, no
+    null), so they are not searched for again."""
     unit_ids = unit_ids.cast(pl.String)
     runs = long_runs(unit_ids)
     if runs is not None:
         values, lengths = runs
         per_run = _shard_numbers(values, shards)
         return per_run.gather(pl.Series(np.repeat(np.arange(len(lengths)), lengths))).alias("shard")
-    return _shard_numbers(unit_ids, shards)
+    return _shard_numbers(unit_ids, shards, distinct)
 
 
-def _shard_numbers(unit_ids: pl.Series, shards: int) -> pl.Series:
-    units = unit_ids.unique().drop_nulls()
+def _shard_numbers(unit_ids: pl.Series, shards: int, distinct: pl.Series | None = None) -> pl.Series:
+    units = unit_ids.unique().drop_nulls() if distinct is None else distinct.unique(maintain_order=True)
     numbers = pl.Series([shard_of(u, shards) for u in units.to_list()], dtype=pl.Int32)
     return numbers.gather(unit_ids.cast(pl.Enum(units)).to_physical()).alias("shard")
 
