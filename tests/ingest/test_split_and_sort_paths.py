@@ -168,7 +168,9 @@ def _old_series_sort(parts: list[pl.DataFrame], series_count: int) -> pl.DataFra
     return pl.concat(parts, how="vertical_relaxed").sort("_sid", "ts", maintain_order=True)
 
 
-def _old_shard_masks(staged: pl.DataFrame, config, workers: int, min_rows=None) -> list[pl.Series] | None:
+def _old_shard_masks(
+    staged: pl.DataFrame, config, workers: int, min_rows=None, distinct=None
+) -> list[pl.Series] | None:
     """The rows of each group of the code before (``unit_id``'s shard by a Python call per
     row, groups in order of their first rows; the threads filter them)."""
     if workers < 2:
