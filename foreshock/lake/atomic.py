@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -91,15 +92,21 @@ def atomic_write_parquet(df: pl.DataFrame | pl.LazyFrame, path: Path, *, compres
     """Write ``df`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir);
     a lazy frame is streamed to the file (never held whole in memory).
     ``compression_level``: see :func:`parquet_options`."""
+    options = parquet_options(compression_level)
+    if isinstance(df, pl.LazyFrame):
+        atomic_write_with(path, lambda tmp: df.sink_parquet(tmp, **options))
+    else:
+        atomic_write_with(path, lambda tmp: df.write_parquet(tmp, **options))
+
+
+def atomic_write_with(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` writes the file at a temporary name; it is then put in place at
+    ``path`` atomically and durably, as :func:`atomic_write_parquet` does (which uses it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_path(path)
-    options = parquet_options(compression_level)
     try:
-        if isinstance(df, pl.LazyFrame):
-            df.sink_parquet(tmp, **options)
-        else:
-            df.write_parquet(tmp, **options)
+        write(tmp)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
