@@ -104,7 +104,7 @@ def test_lead_time_recall_precision_and_false_alerts(fleet_case):
     assert r.precision == pytest.approx(1 / 3)
     # per unit: A (true) and B (two false alerts, one unit) -> 1 of 2
     assert (r.alerted_units, r.true_units, r.precision_per_unit) == (2, 1, pytest.approx(0.5))
-    assert (r.failures, r.caught) == (3, 1)
+    assert (r.failures, r.caught, r.caught_within_horizon) == (3, 1, 1)
     assert r.recall == pytest.approx(1 / 3)
     assert r.lead_time_p50_h == pytest.approx(20.0)
     assert r.recall_with_precursor == pytest.approx(0.5)
@@ -143,6 +143,16 @@ def test_alert_outside_the_window_does_not_catch():
     assert matched.get_column("lead_time_h").to_list() == [pytest.approx(92.0)]
     late = match_failures(alerts, failures([("A", 100.5, "memory")]), WINDOW)  # only 0.5 h after the alert
     assert late.get_column("lead_time_h").to_list() == [pytest.approx(100.5)]  # the earlier alert catches it
+
+
+def test_a_catch_by_an_alert_earlier_than_the_horizon_is_counted_apart():
+    """W = 7 d, H = 24 h: an alert 40 h before its failure catches it (recall) and is a false
+    alert (precision); ``caught_within_horizon`` counts only the catches by true alerts."""
+    scores = series({"A": peaks(100, [10]), "B": peaks(100, [70])})
+    fails = failures([("A", 50, "memory"), ("B", 90, "memory")])  # A: 40 h after its alert, B: 20 h
+    r = lead_time_report(scores, fails, 0.5, "24h", WINDOW, step=HOUR)
+    assert (r.caught, r.caught_within_horizon) == (2, 1)
+    assert (r.true_alerts, r.false_alerts) == (1, 1)
 
 
 def test_unresolved_alerts_count_in_neither_precision_nor_false_alerts():

@@ -33,7 +33,7 @@ resolved snapshot
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -155,6 +155,7 @@ class LeadTimeReport:
     precision_per_unit: float | None
     failures: int
     caught: int
+    caught_within_horizon: int  # caught by an alert that started at most H before the failure (a true alert)
     recall: float | None
     failures_with_precursor: int | None
     recall_with_precursor: float | None
@@ -335,6 +336,10 @@ def judge_alerts(
     judged = with_precursor_flags(judged, ground_truth)
     matched = match_failures(alerts, judged, window)
     caught = int(matched.get_column("caught").sum())
+    # W may be longer than H: an alert more than H ahead catches its failure but counts as
+    # false in precision.  How many catches an alert that is also true made:
+    within_h = replace(window, alert_window=min(window.alert_window, timedelta(hours=horizon_hours(horizon))))
+    caught_within_h = int(match_failures(alerts, judged, within_h).get_column("caught").sum()) if caught else 0
     leads = matched.get_column("lead_time_h").drop_nulls().to_numpy()
     p10, p50, p90 = _percentiles(leads)
     flags = matched.get_column("has_precursor")
@@ -359,6 +364,7 @@ def judge_alerts(
         precision_per_unit=_ratio(true_units_w, alerted_w),
         failures=matched.height,
         caught=caught,
+        caught_within_horizon=caught_within_h,
         recall=_ratio(caught, matched.height),
         failures_with_precursor=with_p.height if known_precursor else None,
         recall_with_precursor=_ratio(with_p.get_column("caught").sum(), with_p.height) if known_precursor else None,
