@@ -58,7 +58,15 @@ def _judged(floor: float) -> dict:
     config = load_config().with_overrides(
         {"backtest": {"entry_floor": floor, "drain_budget_per_day": 1, "alert_window": "5d", "min_lead_time": "1h"}}
     )
-    series = scores.with_columns(pl.lit("gbm").alias("model"), pl.lit("72h").alias("horizon"))
+    # The ranked rules: the same order every day (so at the bare budget they tie with the
+    # model), on a scale thirty times higher (so at the floor they drain healthy units too).
+    rules = scores.with_columns(pl.min_horizontal(pl.col("risk") * 30, pl.lit(1.0)).alias("risk"))
+    series = pl.concat(
+        [
+            scores.with_columns(pl.lit("gbm").alias("model"), pl.lit("72h").alias("horizon")),
+            rules.with_columns(pl.lit("baseline").alias("model"), pl.lit("72h").alias("horizon")),
+        ]
+    )
     return judge_scores(series, failures, config, periods=periods)
 
 
@@ -113,6 +121,12 @@ def test_the_report_says_which_floor_and_none_without_one(judged):
     text = render_markdown(judged)
     assert judged["settings"]["entry_floor"] == FLOOR
     assert f"only units with risk >= {FLOOR:g} enter alert" in text
+    # At the bare budget the model ties with the ranked rules (said under that table);
+    # at the floor it beats them: the same catches without the rules' healthy drains.
+    assert not judged["against_rules"]["72h"]["beats_rules"]
+    assert judged["against_rules_at_floor"]["72h"]["beats_rules"]
+    floor_table = text.split("entry floor fixed in advance")[1].split("At the target precision")[0]
+    assert text.count("No model beats the ranked rules") == 1 and "No model beats" not in floor_table
     without = _judged(0.0)
     assert "budget_floor" not in without["models"]["gbm"]["72h"]["operating_points"]
     assert "fixed in advance: only units" not in render_markdown(without)

@@ -163,6 +163,8 @@ def render_markdown(report: dict) -> str:
                 lines.append(_point_row(model, points.get(point)))
             if point == "budget":
                 lines += verdict_lines(report, horizon)
+            elif point == "budget_floor":
+                lines += verdict_lines(report, horizon, "against_rules_at_floor")
         lines += ["", "By failure mode at the drain budget (recall, median lead time in h):", ""]
         modes = sorted(
             {

@@ -190,4 +190,6 @@ def judge_scores(
     if weights is not None:
         report["settings"]["reweighted"] = "by the inventory's fleet_weight (subsampled healthy units)"
     report["against_rules"] = against_rules(report)
+    if settings.entry_floor > 0:
+        report["against_rules_at_floor"] = against_rules(report, "budget_floor")
     return report

@@ -24,16 +24,18 @@ def beats(model: dict, rules: dict) -> bool:
     return (model["precision"] or 0.0) > (rules["precision"] or 0.0)
 
 
-def against_rules(report: dict) -> dict[str, dict]:
+def against_rules(report: dict, point: str = "budget") -> dict[str, dict]:
     """Per horizon: the best model at the budget (most caught, then precision) and whether
-    it beats the ranked rules; empty when the report has no ranked rules or no model."""
+    it beats the ranked rules; empty when the report has no ranked rules or no model.
+    ``point``: another capped operating point judged the same way (``budget_floor``: each
+    model and the ranked rules with the same entry floor)."""
     out: dict[str, dict] = {}
     models = report["models"]
     horizons = {h for per_h in models.values() for h in per_h}
     for horizon in sorted(horizons):
-        rules = ((models.get(RANKED_RULES) or {}).get(horizon) or {}).get("operating_points", {}).get("budget")
+        rules = ((models.get(RANKED_RULES) or {}).get(horizon) or {}).get("operating_points", {}).get(point)
         candidates = {
-            name: per_h[horizon]["operating_points"].get("budget")
+            name: per_h[horizon]["operating_points"].get(point)
             for name, per_h in models.items()
             if name not in (RANKED_RULES, RULES_MODEL) and horizon in per_h
         }
@@ -57,9 +59,10 @@ def _precision(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def verdict_lines(report: dict, horizon: str) -> list[str]:
-    """The sentence under the budget table when no model beats the ranked rules (none otherwise)."""
-    verdict = (report.get("against_rules") or {}).get(horizon)
+def verdict_lines(report: dict, horizon: str, key: str = "against_rules") -> list[str]:
+    """The sentence under the budget table when no model beats the ranked rules (none
+    otherwise); ``key``: the report's verdicts of another point (``against_rules_at_floor``)."""
+    verdict = (report.get(key) or {}).get(horizon)
     if not verdict or verdict["beats_rules"]:
         return []
     return [
