@@ -98,9 +98,10 @@ def _thresholds(r: dict) -> str:
 
 def _point_row(label: str, r: dict | None) -> str:
     if r is None:
-        return f"| {label} | not reached | | | | | | | | | | | |"
+        return f"| {label} | not reached | | | | | | | | | | | | |"
     return (
         f"| {label} | {_thresholds(r)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
+        f"| {r.get('caught_within_horizon', '–')} "
         f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
         f"| {_fmt(r['precision'])} | {_fmt(r['precision_per_unit'])} | {r['late_alerts']} "
         f"| {r.get('drained_then_failed', 0)} "
@@ -119,7 +120,8 @@ def render_markdown(report: dict) -> str:
         f"{report['scored']['units']} units. A failure is caught by an alert started between "
         f"{s['alert_window']} and {s['min_lead_time']} before it (one alert credits one failure); an alert "
         "is true when its unit fails within the horizon, late when it fails sooner than "
-        f"{s['min_lead_time']} (neither caught nor true). Only snapshots and alerts whose horizon ended "
+        f"{s['min_lead_time']} (neither caught nor true); *caught within the horizon* counts the catches "
+        "made by an alert that was also true (an earlier one catches its failure but counts as false). Only snapshots and alerts whose horizon ended "
         "within the data are labelled. Metric definitions: docs/metrics.md.",
         "",
     ]
@@ -149,10 +151,11 @@ def render_markdown(report: dict) -> str:
             title = budget_title(s) if point == "budget" and "budget" in s else title
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [
-                "| model | threshold per fold | alerts/day | caught / failures | recall | recall with / without "
-                "precursor | precision per alert | precision per unit | late alerts | drained then failed "
-                "| lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days | GPU-hours saved |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+                "| model | threshold per fold | alerts/day | caught / failures | caught within the horizon "
+                "| recall | recall with / without precursor | precision per alert | precision per unit | late alerts "
+                "| drained then failed | lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days "
+                "| GPU-hours saved |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             for model, per_h in models.items():
                 points = per_h.get(horizon, {}).get("operating_points", {})
