@@ -5,6 +5,7 @@ the simulator's mixed landing.
     uv run python benchmarks/bench_ingest.py --gpus 512 --days 2   # a quick look
     uv run python benchmarks/bench_ingest.py --formats simulator --gpus 1024 --days 14  # the issue-28 landing
     uv run python benchmarks/bench_ingest.py --before main~5       # also the code of an older revision
+    uv run python benchmarks/bench_ingest.py --no-parse-ahead      # also this tree without parsing ahead
 
 Writes ``nvidia-smi --query-gpu=... --format=csv`` files (one per node and day, 8 GPUs per
 node, as ``nvidia-smi -l 60`` would) and canonical ``samples-<day>.parquet`` files with the
@@ -181,11 +182,11 @@ def generate(raw: Path, gpus: int, days: int, every_s: int, metrics: int, seed: 
     return lines
 
 
-def ingest_child(raw: Path, data: Path, workers: int | None) -> None:
+def ingest_child(raw: Path, data: Path, workers: int | None, parse_ahead: bool = True) -> None:
     from foreshock.config import load_config
     from foreshock.ingest import ingest_path
 
-    overrides = {"ingest": {"timezone": "UTC"}}
+    overrides = {"ingest": {"timezone": "UTC", **({} if parse_ahead else {"parse_ahead": False})}}
     if workers:
         overrides["runner"] = {"local_workers": workers}
     config = load_config(data_dir=data).with_overrides(overrides)
@@ -261,18 +262,26 @@ def floor_child(raw: Path, data: Path) -> None:
 
 
 def run_child(
-    mode: str, raw: Path, data: Path, code: Path | None = None, workers: int | None = None, keep: Path | None = None
+    mode: str,
+    raw: Path,
+    data: Path,
+    code: Path | None = None,
+    workers: int | None = None,
+    keep: Path | None = None,
+    extra: list[str] | None = None,
 ) -> dict:
     """Run ``--child`` (ingest ``raw`` into a fresh lake; ``code``: an older package tree) or
     ``--floor-child`` in a child process; its JSON line.  ``keep``: the data directory is
-    moved there (when nothing is there yet) instead of deleted."""
+    moved there (when nothing is there yet) instead of deleted.  ``extra``: more of the
+    child's arguments (``--no-parse-ahead``)."""
     shutil.rmtree(data, ignore_errors=True)
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
     child = subprocess.run(
         [sys.executable, __file__, mode, "--raw", str(raw), "--data", str(data)]
-        + (["--workers", str(workers)] if workers else []),
+        + (["--workers", str(workers)] if workers else [])
+        + (extra or []),
         capture_output=True,
         text=True,
         check=False,
@@ -401,6 +410,11 @@ def main() -> None:
         metavar="N",
         help="rounds of runs (this tree, the floor, --before; in turn): medians and paired ratios (default 3)",
     )
+    parser.add_argument(
+        "--no-parse-ahead",
+        action="store_true",
+        help="also ingest this tree with [ingest] parse_ahead = false, in the same rounds (paired ratios)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
@@ -408,7 +422,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        ingest_child(args.raw, args.data, args.workers[0] if args.workers else None)
+        ingest_child(args.raw, args.data, args.workers[0] if args.workers else None, not args.no_parse_ahead)
         return
     if args.floor_child:
         floor_child(args.raw, args.data)
@@ -437,10 +451,13 @@ def main() -> None:
             # Rounds of runs next to each other, their order turned each round: the machine is
             # shared, and a ratio of two runs of one round is steadier than either figure.
             kinds = ["after"] + (["floor"] if fmt == "parquet" else []) + (["before"] if before_code else [])
+            kinds += ["no-parse-ahead"] if args.no_parse_ahead else []
 
             def run(kind: str, raw: Path = raw) -> dict:
                 if kind == "floor":
                     return run_child("--floor-child", raw, args.work / "floor")
+                if kind == "no-parse-ahead":
+                    return run_child("--child", raw, args.work / "data", extra=["--no-parse-ahead"])
                 code = before_code if kind == "before" else None
                 return run_ingest(raw, args.work / "data", code, keep=args.work / f"kept-{kind}")
 
@@ -454,6 +471,12 @@ def main() -> None:
                     f"{floor['rows'] / floor['seconds']:,.0f} rows/s, cpu {floor['cpu']:.1f}s, peak RSS "
                     f"{floor['peak_mb']:,.0f} MB | ingest = {paired(runs['after'], runs['floor'], 'seconds'):.2f}x "
                     f"the floor (wall), {paired(runs['after'], runs['floor'], 'cpu'):.2f}x (CPU)"
+                )
+            if args.no_parse_ahead:
+                report_ingest("this tree, [ingest] parse_ahead = false", typical(runs["no-parse-ahead"]), TARGETS[fmt])
+                print(
+                    f"    parsing ahead: {paired(runs['no-parse-ahead'], runs['after'], 'seconds'):.2f}x faster (wall), "
+                    f"{paired(runs['no-parse-ahead'], runs['after'], 'cpu'):.2f}x less CPU (medians of paired runs)"
                 )
             for workers in args.workers or []:
                 report_ingest(
