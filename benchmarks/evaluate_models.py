@@ -102,6 +102,10 @@ def datasets(work: Path, days_1024: int, gpu_units: int = 4096) -> dict[str, Dat
         ),
         "gpu-real-rate": DataSet(
             "gpu-real-rate",
+            # The simulated 60 days start on simulate's default day (2026-11-01) and may reach
+            # past the wall clock: without a wide max_future, ingest quarantines every reading
+            # after "now" as a future timestamp (on 2026-12-06 that was 24 of the 60 days).
+            '[ingest]\nmax_future = "3650d"\n\n'
             '[features]\nsnapshot_every = "1h"\n\n[labels]\nhorizons = ["72h"]\n\n[models]\nhorizon = "72h"\n\n'
             "[backtest]\ndaily_budget_share = 0.001\ntarget_precision = 0.8\n",
             [
