@@ -182,11 +182,11 @@ def generate(raw: Path, gpus: int, days: int, every_s: int, metrics: int, seed: 
     return lines
 
 
-def ingest_child(raw: Path, data: Path, workers: int | None, parse_ahead: bool = True) -> None:
+def ingest_child(raw: Path, data: Path, workers: int | None) -> None:
     from foreshock.config import load_config
     from foreshock.ingest import ingest_path
 
-    overrides = {"ingest": {"timezone": "UTC", **({} if parse_ahead else {"parse_ahead": False})}}
+    overrides = {"ingest": {"timezone": "UTC"}}
     if workers:
         overrides["runner"] = {"local_workers": workers}
     config = load_config(data_dir=data).with_overrides(overrides)
@@ -262,26 +262,21 @@ def floor_child(raw: Path, data: Path) -> None:
 
 
 def run_child(
-    mode: str,
-    raw: Path,
-    data: Path,
-    code: Path | None = None,
-    workers: int | None = None,
-    keep: Path | None = None,
-    extra: list[str] | None = None,
+    mode: str, raw: Path, data: Path, code: Path | None = None, workers: int | None = None, keep: Path | None = None
 ) -> dict:
-    """Run ``--child`` (ingest ``raw`` into a fresh lake; ``code``: an older package tree) or
+    """Run ``--child`` (ingest ``raw`` into a fresh lake; ``code``: an older package tree;
+    ``mode`` ``--child-no-parse-ahead``: with ``[ingest] parse_ahead = false``) or
     ``--floor-child`` in a child process; its JSON line.  ``keep``: the data directory is
-    moved there (when nothing is there yet) instead of deleted.  ``extra``: more of the
-    child's arguments (``--no-parse-ahead``)."""
+    moved there (when nothing is there yet) instead of deleted."""
     shutil.rmtree(data, ignore_errors=True)
     env = dict(os.environ)
+    if mode == "--child-no-parse-ahead":  # the child's config reads it (FORESHOCK_<SECTION>_<KEY>)
+        mode, env["FORESHOCK_INGEST_PARSE_AHEAD"] = "--child", "false"
     if code is not None:
         env["PYTHONPATH"] = str(code)
     child = subprocess.run(
         [sys.executable, __file__, mode, "--raw", str(raw), "--data", str(data)]
-        + (["--workers", str(workers)] if workers else [])
-        + (extra or []),
+        + (["--workers", str(workers)] if workers else []),
         capture_output=True,
         text=True,
         check=False,
@@ -411,9 +406,7 @@ def main() -> None:
         help="rounds of runs (this tree, the floor, --before; in turn): medians and paired ratios (default 3)",
     )
     parser.add_argument(
-        "--no-parse-ahead",
-        action="store_true",
-        help="also ingest this tree with [ingest] parse_ahead = false, in the same rounds (paired ratios)",
+        "--no-parse-ahead", action="store_true", help="also this tree with [ingest] parse_ahead = false"
     )
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -422,7 +415,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        ingest_child(args.raw, args.data, args.workers[0] if args.workers else None, not args.no_parse_ahead)
+        ingest_child(args.raw, args.data, args.workers[0] if args.workers else None)
         return
     if args.floor_child:
         floor_child(args.raw, args.data)
@@ -457,7 +450,7 @@ def main() -> None:
                 if kind == "floor":
                     return run_child("--floor-child", raw, args.work / "floor")
                 if kind == "no-parse-ahead":
-                    return run_child("--child", raw, args.work / "data", extra=["--no-parse-ahead"])
+                    return run_child("--child-no-parse-ahead", raw, args.work / "data")
                 code = before_code if kind == "before" else None
                 return run_ingest(raw, args.work / "data", code, keep=args.work / f"kept-{kind}")
 
