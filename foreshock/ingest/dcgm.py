@@ -97,30 +97,7 @@ def stage_series(
     samples = series.with_columns(
         metric=pl.col("name").replace_strict(metric_map, default=None, return_dtype=pl.String),
     )
-    failing = pl.col("ts_reason").is_not_null() | pl.col("unit_id").is_null()
-    if not samples.select((failing | pl.col("metric").is_null() | pl.col("value").is_null()).any()).item():
-        # The common case: no row needs a reason, and reason texts are built for every row
-        # a branch sees.
-        samples = samples.with_columns(value=pl.col("value") * factor_expr, _reason=_none(), _field=_none())
-    else:
-        samples = samples.with_columns(
-            value=pl.col("value") * factor_expr,
-            _reason=pl.coalesce(
-                common_reason,
-                pl.when(pl.col("metric").is_null()).then(
-                    pl.format(
-                        "unknown metric '{}' (not in the metric catalog {})", pl.col("name"), pl.lit(ctx.catalog.source)
-                    )
-                ),
-                value_reason,
-            ),
-            _field=pl.coalesce(
-                common_field,
-                pl.when(pl.col("metric").is_null()).then(pl.lit("__name__")),
-                pl.when(pl.col("value").is_null()).then(pl.lit("value")),
-            ),
-            metric=pl.coalesce(pl.col("metric"), pl.col("name")),
-        )
+    samples = _with_reasons(samples, factor_expr, common_reason, common_field, value_reason, ctx.catalog.source)
     out = {
         "samples": samples.select(
             "unit_id",
@@ -137,6 +114,40 @@ def stage_series(
     if xid.height:
         out["events"] = xid_events(xid, ctx, common_reason, common_field, lake_reads)
     return out
+
+
+def _with_reasons(
+    samples: pl.DataFrame,
+    factor: pl.Expr,
+    common_reason: pl.Expr,
+    common_field: pl.Expr,
+    value_reason: pl.Expr,
+    catalog_source: str,
+) -> pl.DataFrame:
+    """``samples`` (with ``metric`` resolved, null when unknown) with each value in the
+    catalog's unit (``factor``) and each row's ``_reason`` and ``_field`` (null: the row
+    parsed): the time's or the unit's (``common_*``), an unknown metric, a value that is
+    not a number.  Reason texts are built for every row a branch sees, so only when some
+    row needs one (most files: none)."""
+    failing = pl.col("ts_reason").is_not_null() | pl.col("unit_id").is_null()
+    if not samples.select((failing | pl.col("metric").is_null() | pl.col("value").is_null()).any()).item():
+        return samples.with_columns(value=pl.col("value") * factor, _reason=_none(), _field=_none())
+    return samples.with_columns(
+        value=pl.col("value") * factor,
+        _reason=pl.coalesce(
+            common_reason,
+            pl.when(pl.col("metric").is_null()).then(
+                pl.format("unknown metric '{}' (not in the metric catalog {})", pl.col("name"), pl.lit(catalog_source))
+            ),
+            value_reason,
+        ),
+        _field=pl.coalesce(
+            common_field,
+            pl.when(pl.col("metric").is_null()).then(pl.lit("__name__")),
+            pl.when(pl.col("value").is_null()).then(pl.lit("value")),
+        ),
+        metric=pl.coalesce(pl.col("metric"), pl.col("name")),
+    )
 
 
 def _time_unit_factors(
