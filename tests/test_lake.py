@@ -5,10 +5,12 @@ import os
 import signal
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import polars as pl
 import pytest
 
 from foreshock.lake.changes import read_changes, record_split, record_stored_rows
+from foreshock.lake.columns import stable_order
 from foreshock.lake.layout import partition_files, shard_of
 from foreshock.lake.merge import merge_into_lake, merge_split
 from foreshock.lake.read import lake_summary, read_table
@@ -356,3 +358,19 @@ def test_a_killed_holders_temp_file_goes_at_the_next_lock_and_a_clean_release_sk
     assert stray.exists()
     merge_into_lake(tmp_path, "samples", _samples(["a"], 3))
     assert read_table(tmp_path, "samples").height == 3
+
+
+def test_the_top_bits_first_order_is_the_stable_order_of_the_whole_key():
+    """``stable_order(key, top_first=True)`` (a radix pass over the top bits, then the
+    whole key) gives numpy's stable order of the key, ties in their order: on random keys
+    with many ties, on keys of a few top values over runs, and on keys of one bit."""
+    rng = np.random.default_rng(7)
+    units, times = rng.integers(0, 300, 50_000), rng.integers(0, 1 << 30, 50_000)
+    keys = [
+        rng.integers(0, 1 << 40, 20_000, dtype=np.uint64) // np.uint64(1 << 30),  # many ties
+        (units.astype(np.uint64) << np.uint64(30)) + times.astype(np.uint64),  # units interleaved
+        np.tile(np.arange(2, dtype=np.uint64), 1_000)[::-1].copy(),
+    ]
+    for key in keys:
+        assert np.array_equal(stable_order(key, top_first=True), np.argsort(key, kind="stable"))
+    assert stable_order(np.arange(10, dtype=np.uint64), top_first=True) is None  # in order already

@@ -36,13 +36,22 @@ def distinct_values(column: pl.Series, *, maintain_order: bool = False) -> pl.Se
     return (column if runs is None else runs[0]).unique(maintain_order=maintain_order)
 
 
-def stable_order(key: np.ndarray) -> np.ndarray | None:
-    """The row numbers that sort ``key`` (integers) with ties in their order, or None when
-    it is in order already.  numpy's stable sort (a timsort for 64-bit keys) finds the runs
-    a file's rows come in: a third of the CPU of Polars' sort on the lake's packed keys."""
+def stable_order(key: np.ndarray, top_first: bool = False) -> np.ndarray | None:
+    """The row numbers that sort ``key`` (non-negative integers) with ties in their order,
+    or None when it is in order already.  numpy's stable sort (a timsort for 64-bit keys)
+    finds the runs a file's rows come in: a third of the CPU of Polars' sort on the lake's
+    packed keys.  ``top_first``: the rows are first put in order of the key's top 6 bits (a
+    radix sort of one byte), then sorted whole: for a key whose top bits are few values
+    with runs under each (the split's day and unit, rows listed metric by metric, units
+    interleaved), the timsort then finds long runs (half the CPU on a simulated day);
+    the same order, as both sorts are stable."""
     if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
         return None
-    return np.argsort(key, kind="stable")
+    if not top_first:
+        return np.argsort(key, kind="stable")
+    shift = max(int(key.max()).bit_length() - 6, 0)
+    first = np.argsort((key >> np.uint64(shift)).astype(np.uint8), kind="stable")
+    return first[np.argsort(key[first], kind="stable")]
 
 
 def in_order(frame: pl.DataFrame, permutation: np.ndarray) -> pl.DataFrame:

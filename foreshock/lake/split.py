@@ -206,7 +206,7 @@ def _split_sorted(
     first_seen = None
     if in_frame_order:
         first_seen = pl.Series(partition_of(key)).unique(maintain_order=True).to_list()
-    permutation = stable_order(key)
+    permutation = stable_order(key, top_first=True)
     if permutation is not None:
         key = key[permutation]
     same = key[1:] == key[:-1] if repeats is not None or dropped is not None else None
