@@ -17,7 +17,9 @@ simulator`` times the ingest).  Then, in rounds whose order turns each round:
 
 Printed per size: wall and CPU seconds (the child's and its children's), peak RSS, the
 paired ratio features / floor (each round's two runs shared the machine's load; medians over
-rounds), and over the sizes the size exponent (log time ratio / log size ratio).
+rounds), and over the sizes the size exponent (log time ratio / log size ratio).  With
+``--before``, whether every run of both revisions stored the same frames (a digest of each
+partition's rows read back, bit for bit; computed after each run, outside its time).
 
 Without ``PREFECT_API_URL`` the command runs its plan directly (no Prefect, no temporary
 server: ``pipelines/features_cmd.py``); ``--prefect server`` starts one Prefect server for
@@ -35,6 +37,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
 import math
 import os
@@ -117,13 +121,27 @@ def worker_floor(data_dir: Path, stream: bool = False) -> dict:
     return {**measured, "peak_rss_mb": usage.ru_maxrss / 1024, "output": list(shape), "stream": stream}
 
 
-def run_features(data_dir: Path, env: dict[str, str]) -> dict:
+def run_features(data_dir: Path, env: dict[str, str], digest: bool = False) -> dict:
     """The whole command on an empty feature store (no stored snapshot to merge with, no
-    cached rollup: a full build from the raw data)."""
+    cached rollup: a full build from the raw data); with ``digest``, the stored frames'
+    :func:`store_digest` (after the run, not timed)."""
     shutil.rmtree(data_dir / "features", ignore_errors=True)
     result = _child_usage([*CLI, "--data-dir", str(data_dir), "features", "--full"], env)
     rows = int(result["stdout"].split("features: ", 1)[1].split()[0])
-    return {**result, "rows": rows}
+    return {**result, "rows": rows, "store": store_digest(data_dir / "features") if digest else None}
+
+
+def store_digest(features_dir: Path) -> str:
+    """sha256 of every stored partition's name and rows as read back (uncompressed Arrow IPC
+    of the frame: column names, types, values and nulls bit for bit), whatever the bytes of
+    the Parquet files."""
+    digest = hashlib.sha256()
+    for path in sorted(features_dir.glob("date=*/shard=*/part.parquet")):
+        buffer = io.BytesIO()
+        pl.read_parquet(path).rechunk().write_ipc(buffer, compression="uncompressed")
+        digest.update(str(path.relative_to(features_dir)).encode())
+        digest.update(buffer.getvalue())
+    return digest.hexdigest()
 
 
 def run_floor(data_dir: Path, env: dict[str, str], stream: bool) -> dict:
@@ -216,7 +234,7 @@ def main() -> None:
             def run(kind: str, data_dir: Path = data_dir, stream: bool = units >= args.stream_floor_from) -> dict:
                 if kind == "floor":
                     return run_floor(data_dir, base_env, stream)
-                return run_features(data_dir, envs[kind])
+                return run_features(data_dir, envs[kind], digest=args.before is not None)
 
             # The floor last in the first round: it writes the output the command stored.
             runs = in_rounds([*envs, "floor"], run, args.repeat)
@@ -244,9 +262,11 @@ def main() -> None:
                     flush=True,
                 )
                 if kind == "before":
+                    stores = {run["store"] for name in envs for run in runs[name]}
                     print(
                         f"    this tree against {args.before}: {paired(runs['before'], runs['features'], 'seconds'):.2f}x "
-                        f"faster (wall), {paired(runs['before'], runs['features'], 'cpu'):.2f}x less CPU (paired)"
+                        f"faster (wall), {paired(runs['before'], runs['features'], 'cpu'):.2f}x less CPU (paired); "
+                        f"feature store {'identical in every run' if len(stores) == 1 else 'DIFFERENT'}"
                     )
             if not args.keep:
                 shutil.rmtree(data_dir, ignore_errors=True)
