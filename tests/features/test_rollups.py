@@ -208,3 +208,34 @@ def test_a_partition_from_another_writer_reads_and_rolls_up_the_same(tmp_path):
         got, got_scrapes = rollup_samples(coded, *args)
         assert_frame_equal(got.sort(keys), expected.sort(keys))
         assert_frame_equal(got_scrapes.sort(keys[:2] + ["bucket"]), expected_scrapes.sort(keys[:2] + ["bucket"]))
+
+
+@pytest.mark.parametrize("every", [timedelta(hours=1), timedelta(hours=30)])
+def test_pieces_of_many_files_combine_to_the_pieces_of_one(every):
+    """Only a series' first and last piece in each file are merged across files: cut into
+    six files, with a unit silent over two cuts (its step is taken from a piece in the
+    middle of an earlier file) and, with 30-hour buckets, buckets spanning three files, the
+    combined pieces still equal those of the rows rolled up at once."""
+    samples, failures = _scrape_of_every_metric()
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    # gpu-2 silent from 9:00 to 25:00: over the cuts at 10:00 and 20:00, within max_gap
+    samples = samples.filter(
+        ~(
+            (pl.col("unit_id") == "gpu-2")
+            & pl.col("ts").is_between(start + timedelta(hours=9), start + timedelta(hours=25))
+        )
+    )
+    catalog, max_gap = load_catalog(), timedelta(days=1)
+    cuts = [start + timedelta(hours=h, minutes=2) for h in (5, 10, 20, 30, 40)]
+    bounds = [start - timedelta(days=1), *cuts, start + timedelta(days=9)]
+    keys = ["unit_id", "life", "metric", "bucket"]
+    parts = [
+        rollup_samples(samples.filter((pl.col("ts") > lo) & (pl.col("ts") <= hi)), failures, catalog, every, max_gap)[0]
+        for lo, hi in zip(bounds, bounds[1:])
+    ]
+    assert 0 < pl.concat(parts)["edge"].sum() < pl.concat(parts).height  # only some pieces are merged
+    combined = rollups.combine_pieces(pl.concat(parts), max_gap).sort(keys)
+    once = rollups.combine_pieces(rollup_samples(samples, failures, catalog, every, max_gap)[0], max_gap).sort(keys)
+    assert_frame_equal(combined, once)
+    bridged = combined.filter((pl.col("unit_id") == "gpu-2") & (pl.col("metric") == "ecc_sbe_volatile_total"))
+    assert bridged.filter(pl.col("bucket") > start + timedelta(hours=25))["inc"].sum() > 0
