@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import lightgbm as lgb
 import numpy as np
+import pytest
 
 from foreshock.models.estimators.boosting import RefitBins, binning
 
@@ -11,12 +12,21 @@ PARAMS = {"objective": "binary", "num_leaves": 7, "min_data_in_leaf": 20, "max_b
 PARAMS |= {"num_threads": 1, "deterministic": True, "force_row_wise": True, "feature_fraction": 0.7}
 
 
-def _data(rows: int = 3000, features: int = 8):
+@pytest.fixture
+def case():
+    """Rows of two horizons (the long one's positives include the short one's), their weights,
+    feature names, row ids, a fresh RefitBins and its first dataset (the short horizon's)."""
     rng = np.random.default_rng(0)
+    rows, features = 3000, 8
     x = rng.normal(size=(rows, features)).astype(np.float32)
     short = (x[:, 0] + rng.normal(size=rows) > 1.5).astype(float)
     long = np.maximum(short, (x[:, 1] + rng.normal(size=rows) > 1.2).astype(float))
-    return x, short, long, 1.0 + 4.0 * long
+    weight = 1.0 + 4.0 * long
+    names = [f"f{i}" for i in range(features)]
+    ids = np.arange(rows)
+    bins = RefitBins()
+    first = bins.dataset(x, short, weight, None, PARAMS, names, ids)
+    return x, short, long, weight, names, ids, bins, first
 
 
 def _alone(x, y, weight, params, names):
@@ -25,12 +35,8 @@ def _alone(x, y, weight, params, names):
     return lgb.train(params, data, num_boost_round=20).model_to_string()
 
 
-def test_second_horizon_on_the_same_rows_reuses_the_binning_and_grows_the_same_trees():
-    x, short, long, weight = _data()
-    names = [f"f{i}" for i in range(x.shape[1])]
-    rows = np.arange(x.shape[0])
-    bins = RefitBins()
-    first = bins.dataset(x, short, weight, None, PARAMS, names, rows)
+def test_second_horizon_on_the_same_rows_reuses_the_binning_and_grows_the_same_trees(case):
+    x, short, long, weight, names, rows, bins, first = case
     grown_short = lgb.train(PARAMS, first, num_boost_round=20).model_to_string()
     second = bins.dataset(x, long, weight * 2, None, PARAMS, names, rows.copy())
     assert second is first  # no second binning
@@ -39,12 +45,8 @@ def test_second_horizon_on_the_same_rows_reuses_the_binning_and_grows_the_same_t
     assert grown_long == _alone(x, long, weight * 2, PARAMS, names)
 
 
-def test_other_rows_parameters_or_unit_weights_are_binned_again():
-    x, short, long, weight = _data()
-    names = [f"f{i}" for i in range(x.shape[1])]
-    rows = np.arange(x.shape[0])
-    bins = RefitBins()
-    first = bins.dataset(x, short, weight, None, PARAMS, names, rows)
+def test_other_rows_parameters_or_unit_weights_are_binned_again(case):
+    x, short, long, weight, names, rows, bins, first = case
     leafier = {**PARAMS, "min_data_in_leaf": 40}  # enters the binning's pre-filter
     assert bins.dataset(x, long, weight, None, leafier, names, rows) is not first
     kept = bins.dataset(x, long, weight, None, leafier, names, rows)
