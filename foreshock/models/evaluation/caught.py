@@ -57,8 +57,8 @@ def match_failures(
     -------
     polars.DataFrame
         The failures (``unit_id, failed_at, mode`` and any other column) plus ``caught``
-        (bool) and ``lead_time_h`` (hours from the first alert start in the window to the
-        failure; null when not caught).
+        (bool), ``lead_time_h`` (hours from the first alert start in the window to the
+        failure; null when not caught) and ``nearest_lead_h`` (from the last one).
     """
     w_us = int(window.alert_window.total_seconds() * 1e6)
     l_us = int(window.min_lead_time.total_seconds() * 1e6)
@@ -68,7 +68,7 @@ def match_failures(
     first = (
         pairs.filter((lead_us >= l_us) & (lead_us <= w_us))
         .group_by("unit_id", "failed_at")
-        .agg((lead_us.max() / US_PER_HOUR).alias("lead_time_h"))
+        .agg((lead_us.max() / US_PER_HOUR).alias("lead_time_h"), (lead_us.min() / US_PER_HOUR).alias("nearest_lead_h"))
     )
     return (
         fails.with_row_index("_failure")

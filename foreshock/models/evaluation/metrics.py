@@ -33,7 +33,7 @@ resolved snapshot
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -338,8 +338,7 @@ def judge_alerts(
     caught = int(matched.get_column("caught").sum())
     # W may be longer than H: an alert more than H ahead catches its failure but counts as
     # false in precision.  How many catches an alert that is also true made:
-    within_h = replace(window, alert_window=min(window.alert_window, timedelta(hours=horizon_hours(horizon))))
-    caught_within_h = int(match_failures(alerts, judged, within_h).get_column("caught").sum()) if caught else 0
+    caught_within_h = int((matched.get_column("nearest_lead_h") <= horizon_hours(horizon)).sum())
     leads = matched.get_column("lead_time_h").drop_nulls().to_numpy()
     p10, p50, p90 = _percentiles(leads)
     flags = matched.get_column("has_precursor")
