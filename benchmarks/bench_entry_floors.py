@@ -53,8 +53,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_real_disks import GROWTH_DAYS, HORIZON, daily_levels, rule_scores  # noqa: E402
 
-FIXED = [0.01, 0.02, 0.05, 0.1, 0.169, 0.25]  # the grids tried (--fixed, --lifts)
-LIFTS = [20.0, 50.0, 100.0, 200.0]
+FIXED = (0.01, 0.02, 0.05, 0.1, 0.169, 0.25)  # the grids tried by default (--fixed, --lifts)
+LIFTS = (20.0, 50.0, 100.0, 200.0)
 KEEP_EARLIER = 0.9
 
 
@@ -89,7 +89,7 @@ def _row(name: str, share: float, m, **extra) -> dict:
     }
 
 
-def disk_grid(series, rules, failures, weights, periods, shares, min_lead, history) -> list[dict]:
+def disk_grid(series, rules, failures, weights, periods, shares, min_lead, history, fixed, lifts) -> list[dict]:
     """Every floor rule and both rules at each share, on ``series`` (``unit_id, ts, risk,
     mean_risk``); the earlier folds' floors are chosen on ``history`` before each fold."""
     from foreshock.budget import DailyBudget
@@ -103,8 +103,8 @@ def disk_grid(series, rules, failures, weights, periods, shares, min_lead, histo
     for share in shares:
         out.append(_row("model", share, judge(plain, share)))
         out += [_row(name, share, judge(frame, share)) for name, frame in rules.items()]
-        out += [_row(f"fixed {f:g}", share, judge(plain, share, f)) for f in FIXED]
-        for m in LIFTS:
+        out += [_row(f"fixed {f:g}", share, judge(plain, share, f)) for f in fixed]
+        for m in lifts:
             lifted = series.select("unit_id", "ts", pl.when(pl.col("risk") >= m * pl.col("mean_risk")).then("risk"))
             out.append(_row(f"lift {m:g}", share, judge(lifted.rename({"risk": "score"}), share)))
         floors = []
@@ -151,13 +151,14 @@ def disks(args: argparse.Namespace) -> dict:
         series = series.join(weights, on="unit_id", how="left").with_columns(pl.col(WEIGHT_COLUMN).fill_null(1.0))
     series = with_snapshot_mean(series, WEIGHT_COLUMN if weights is not None else None)
     args_ = (failures, weights, periods_of(report), args.shares, config.duration("backtest", "min_lead_time"))
+    tried = {"fixed": args.fixed, "lifts": args.lifts}
     out = {"data": str(work), "scores": str(scores_file), "model": args.model, "windows": {}}
-    out["windows"]["all"] = disk_grid(series, rules, *args_, history=series)
+    out["windows"]["all"] = disk_grid(series, rules, *args_, history=series, **tried)
     if args.since:
         since = args.since
         later = {k: v.filter(pl.col("ts") >= since) for k, v in rules.items()}
         out["windows"][f"since {args.since.date()}"] = disk_grid(
-            series.filter(pl.col("ts") >= since), later, *args_, history=series
+            series.filter(pl.col("ts") >= since), later, *args_, history=series, **tried
         )
     return out
 
@@ -220,9 +221,9 @@ def backtest(args: argparse.Namespace) -> dict:
                 [(p, settings.enter_risk) for p in periods],
                 rule=settings.threshold_rule,
             )
-            for f in FIXED:
+            for f in args.fixed:
                 run(f"fixed {f:g}", [(p, f) for p in periods])
-            for m in LIFTS:
+            for m in args.lifts:
                 run(f"lift {m:g}", [(p, m) for p in periods], lifted.drop("mean_risk"), lifted_replay)
             earlier = []
             for p in periods:
@@ -258,7 +259,6 @@ def main() -> int:
     parser.add_argument("--lifts", type=float, nargs="*", default=list(LIFTS), help="lifts over the mean risk to try")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
-    FIXED[:], LIFTS[:] = args.fixed, args.lifts
     if args.disks:
         result = disks(args)
         keys = ("ranking", "share", "caught", "failures", "precision", "flags_per_day", "budget_per_day", "lead_p50_d")
