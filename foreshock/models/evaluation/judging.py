@@ -183,13 +183,12 @@ def judge_scores(
             "snapshot": snapshot_metrics(series, failures, horizon, step=step),
             "operating_points": points,
         }
-    if settings.entry_floor > 0:  # only then is there a budget_floor point
-        report["settings"]["entry_floor"] = settings.entry_floor
     if settings.daily_share is not None:
         report["settings"]["daily_budget_share"] = settings.daily_share
     if weights is not None:
         report["settings"]["reweighted"] = "by the inventory's fleet_weight (subsampled healthy units)"
     report["against_rules"] = against_rules(report)
-    if settings.entry_floor > 0:
+    if settings.entry_floor > 0:  # only then is there a budget_floor point
+        report["settings"]["entry_floor"] = settings.entry_floor
         report["against_rules_at_floor"] = against_rules(report, "budget_floor")
     return report
