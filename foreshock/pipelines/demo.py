@@ -13,6 +13,7 @@ import threading
 import time
 
 from foreshock.config import Config
+from foreshock.pipelines.runtime import flow_api_url, needs_temporary_server
 
 log = logging.getLogger("foreshock.demo")
 
@@ -69,17 +70,12 @@ def _start_prefect_server() -> threading.Thread | None:
     """Start the temporary Prefect server now, beside the simulation, when no Prefect API
     is configured: the first flow would otherwise wait for it (tens of seconds on 2 cores).
     Prefect keeps one such server per process, so every stage of the demo shares it."""
-    from prefect.settings import get_current_settings
-
-    settings = get_current_settings()
-    if settings.api.url or not settings.server.ephemeral.enabled:
+    if not needs_temporary_server():
         return None
 
     def start() -> None:
-        from prefect.server.api.server import SubprocessASGIServer
-
         try:
-            SubprocessASGIServer().start()
+            flow_api_url()  # the temporary server, started here
         except Exception as exc:  # noqa: BLE001 - the first flow starts it again and reports
             log.warning("could not start the Prefect server ahead of the flows: %s", exc)
 

@@ -337,6 +337,15 @@ def task_runner(config: Config) -> TaskRunner:
     return DaskTaskRunner(cluster_kwargs={**target, "env": {"PREFECT_API_URL": url}} if url else target)
 
 
+def needs_temporary_server() -> bool:
+    """Whether this process's flow runs report to a temporary Prefect server: no
+    ``PREFECT_API_URL`` and Prefect's ephemeral server allowed."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    return not settings.api.url and settings.server.ephemeral.enabled
+
+
 def flow_api_url() -> str:
     """The Prefect API this process's flow runs report to: ``PREFECT_API_URL``, else its
     temporary server (started now; the flow's client finds the same one).
@@ -344,11 +353,10 @@ def flow_api_url() -> str:
     A local Dask cluster's workers are new processes: without the URL they would each start
     a temporary server of their own (about 220 MB and tens of seconds each on 2 cores) and
     record the flow's task runs there, where nobody sees them."""
-    from prefect.settings import get_current_settings
+    if not needs_temporary_server():
+        from prefect.settings import get_current_settings
 
-    settings = get_current_settings()
-    if settings.api.url or not settings.server.ephemeral.enabled:
-        return str(settings.api.url or "")
+        return str(get_current_settings().api.url or "")
     from prefect.server.api.server import SubprocessASGIServer
 
     server = SubprocessASGIServer()
