@@ -21,6 +21,8 @@ series sample with the series' labels already extracted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from foreshock.ingest.context import TIME_UNIT_SECONDS, IngestContext
@@ -47,14 +49,15 @@ def stage_series(
     frame: pl.DataFrame,
     ctx: IngestContext,
     declared_units: dict[str, str] | None = None,
-    lake_reads: list[str] | None = None,
+    lake_reads: list[Callable[[IngestContext], pl.DataFrame]] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """Samples and XID events from long series rows.
 
     ``frame`` columns: ``name, gpu, Hostname, UUID, ts, ts_reason, value_text, _line``
     (and optionally ``_raw``).  Returns staged ``samples`` and ``events``.  ``lake_reads``:
-    given a list, ``"events"`` is appended when the stored XID events were looked at (the
-    rows then depend on what the lake held: :attr:`ParsedFile.reads_lake`).
+    given a list, when the events depend on the stored XID events (:attr:`ParsedFile.reads_lake`),
+    a function is appended that stages them again with another context's view of the lake
+    (:func:`xid_events`).
     """
     declared_units = declared_units or {}
     uuid_map = ctx.unit_by_uuid()
@@ -171,10 +174,15 @@ def xid_events(
     ctx: IngestContext,
     common_reason: pl.Expr,
     common_field: pl.Expr,
-    lake_reads: list[str] | None = None,
+    lake_reads: list[Callable[[IngestContext], pl.DataFrame]] | None = None,
 ) -> pl.DataFrame:
-    """Events where the XID gauge changes to a non-zero code (see module notes);
-    ``lake_reads`` as for :func:`stage_series`."""
+    """Events where the XID gauge changes to a non-zero code (see module notes).
+
+    ``lake_reads``: given a list, when some unit's first code is not 0 (its events depend on
+    the stored ones), a function is appended that returns the events again as a context
+    ``turn`` sees the lake: a file parsed ahead of its batch's turn (``ctx.ahead``: nothing
+    stored is read) gets its events from it in its turn, without being parsed again
+    (:attr:`ParsedFile.in_turn`)."""
     xid = xid.with_columns(
         code=pl.col("value").cast(pl.Int64, strict=False),
         _reason=pl.coalesce(
@@ -190,35 +198,48 @@ def xid_events(
     )
     bad = xid.filter(pl.col("_reason").is_not_null()).with_columns(code=pl.lit(None, dtype=pl.Int64))
     good = xid.filter(pl.col("_reason").is_null()).sort("unit_id", "ts", "_line")
-    if good.height:
-        prior = _prior_codes(ctx, good, lake_reads)
-        good = (
-            good.join(prior, on="unit_id", how="left")
-            .with_columns(previous=pl.col("code").shift(1).over("unit_id"))
-            .with_columns(previous=pl.coalesce("previous", "prior_code", pl.lit(0, dtype=pl.Int64)))
-            .filter((pl.col("code") != 0) & (pl.col("code") != pl.col("previous")))
-        )
     columns = ["unit_id", "ts", "code", "_line", "_field", "_reason", *(["_raw"] if "_raw" in xid.columns else [])]
-    events = pl.concat([good.select(columns), bad.select(columns)], how="vertical_relaxed")
-    return events.with_columns(source=pl.lit(XID_SOURCE), count=pl.lit(1, dtype=pl.Int64))
+
+    def events(prior: pl.DataFrame | None) -> pl.DataFrame:
+        """The events of ``good`` and ``bad``, given each unit's stored code before its
+        first sample (``prior``; None: no sample)."""
+        changes = good
+        if prior is not None:
+            changes = (
+                good.join(prior, on="unit_id", how="left")
+                .with_columns(previous=pl.col("code").shift(1).over("unit_id"))
+                .with_columns(previous=pl.coalesce("previous", "prior_code", pl.lit(0, dtype=pl.Int64)))
+                .filter((pl.col("code") != 0) & (pl.col("code") != pl.col("previous")))
+            )
+        found = pl.concat([changes.select(columns), bad.select(columns)], how="vertical_relaxed")
+        return found.with_columns(source=pl.lit(XID_SOURCE), count=pl.lit(1, dtype=pl.Int64))
+
+    if not good.height:
+        return events(None)
+    firsts = _held_firsts(good)
+    if firsts.height and lake_reads is not None:
+        lake_reads.append(lambda turn: events(_prior_codes(turn, firsts)))
+    return events(_prior_codes(ctx, firsts))
 
 
-def _prior_codes(ctx: IngestContext, good: pl.DataFrame, lake_reads: list[str] | None = None) -> pl.DataFrame:
-    """Each unit's latest dcgm-xid code stored before its first sample in ``good`` (``good``
-    is sorted by unit and time).  Only units whose first sample holds a non-zero code are
-    looked up: a first reading of 0 makes no event whatever came before it, and most units
-    never report an XID, so most files need no look into the lake at all."""
-    firsts = (
+def _held_firsts(good: pl.DataFrame) -> pl.DataFrame:
+    """The units (with the time) whose first sample in ``good`` (sorted by unit and time)
+    holds a non-zero code: only theirs are looked up in the lake.  A first reading of 0
+    makes no event whatever came before it, and most units never report an XID, so most
+    files need no look into the lake at all."""
+    return (
         good.group_by("unit_id")
         .agg(first_ts=pl.col("ts").first(), first_code=pl.col("code").first())
         .filter(pl.col("first_code") != 0)
         .drop("first_code")
     )
-    if firsts.height == 0:
-        return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
-    if lake_reads is not None:
-        lake_reads.append("events")
-    if ctx.ahead:  # parsed again in the batch's turn, when the batch before has stored its events
+
+
+def _prior_codes(ctx: IngestContext, firsts: pl.DataFrame) -> pl.DataFrame:
+    """Each unit's latest dcgm-xid code stored before its first sample (``firsts``:
+    :func:`_held_firsts`); none when parsed ahead of the batch's turn (``ctx.ahead``: the
+    batch before may still be storing its events)."""
+    if firsts.height == 0 or ctx.ahead:
         return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
     stored = _stored_xid_events(ctx)
     if stored.height == 0:

@@ -16,10 +16,12 @@ from dataclasses import replace
 from datetime import datetime
 
 from foreshock.config import Config
+from foreshock.ingest.context import IngestContext
 from foreshock.ingest.parsers import LAKE_FREE_FORMATS, PARSE_AHEAD_FORMATS
 from foreshock.ingest.parsing import ParsedBatch, parse_batch, parse_stage, report_outcome
 from foreshock.ingest.planning import PlannedFile
 from foreshock.ingest.report import FileReport
+from foreshock.ingest.staged import ParsedFile, conform_staged
 from foreshock.lake.read import read_table
 
 # The next batch of a run, parsed ahead on a thread while the current one is checked and
@@ -97,11 +99,16 @@ def take_prefetched(run_id: str, batch_number: int, files: list[PlannedFile]) ->
 def _parse_again_in_turn(batch: ParsedBatch, files: list[PlannedFile]) -> None:
     """Parse again, now, the files of ``batch`` whose parse ahead needed stored rows (it did
     not read them: the batch before may still have been storing; :attr:`IngestContext.ahead`):
-    their rows and reports are then those of a parse in the batch's turn."""
+    their rows and reports are then those of a parse in the batch's turn.  A file that says
+    which of its tables depend on the lake (:attr:`ParsedFile.in_turn`) has only those
+    staged again."""
     again = sorted(i for i, parsed in batch.parsed.items() if parsed.reads_lake)
-    if not again:
-        return
-    outcomes, _ = parse_batch([files[i] for i in again], batch.ctx, 1, again)
+    outcomes: dict[int, ParsedFile | Exception] = {}
+    for i in [i for i in again if batch.parsed[i].in_turn is not None]:
+        outcomes[i] = _restage_in_turn(batch.parsed[i], batch.ctx)
+    rest = [i for i in again if i not in outcomes]
+    if rest:
+        outcomes.update(parse_batch([files[i] for i in rest], batch.ctx, 1, rest)[0])
     for i in again:
         batch.reports[i] = FileReport(files[i].path, files[i].format, "ingested")
         outcome = report_outcome(batch.reports[i], outcomes[i])
@@ -109,6 +116,20 @@ def _parse_again_in_turn(batch: ParsedBatch, files: list[PlannedFile]) -> None:
             del batch.parsed[i]
         else:
             batch.parsed[i] = outcome
+
+
+def _restage_in_turn(parsed: ParsedFile, ctx: IngestContext) -> ParsedFile | Exception:
+    """``parsed`` with the tables its :attr:`~ParsedFile.in_turn` stages with ``ctx`` (a
+    parse's error, as :func:`parse_batch` reports it: ``OSError`` propagates)."""
+    try:
+        tables = parsed.in_turn(ctx)
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the file's rejection, as a parse in turn would report it
+        return exc
+    parsed.tables.update({table: conform_staged(frame, table) for table, frame in tables.items()})
+    parsed.in_turn = None
+    return parsed
 
 
 def drop_prefetched() -> None:

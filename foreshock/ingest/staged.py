@@ -19,10 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from foreshock.contract import SCHEMAS
+
+if TYPE_CHECKING:
+    from foreshock.ingest.context import IngestContext
 
 PROVENANCE: dict[str, pl.DataType] = {
     "_line": pl.Int64(),
@@ -83,8 +87,12 @@ class ParsedFile:
     # searching the rows again (ids and metric names repeat on every row).
     distinct: dict[str, dict[str, pl.Series]] = field(default_factory=dict)
     # The parse looked at rows stored in the lake (other than the inventory): a file parsed
-    # ahead of its batch's turn (:mod:`~foreshock.ingest.parse_ahead`) is parsed again then.
+    # ahead of its batch's turn (:mod:`~foreshock.ingest.parse_ahead`) is parsed again then,
+    # or, given ``in_turn``, only has the tables that depend on the lake staged again.
     reads_lake: bool = False
+    # Of a file parsed ahead whose parse reads the lake: its tables that depend on stored rows,
+    # staged as a parse with the context given (the batch's, in its turn) would stage them.
+    in_turn: Callable[[IngestContext], dict[str, pl.DataFrame]] | None = None
 
     def add(self, table: str, frame: pl.DataFrame, distinct: dict[str, pl.Series] | None = None) -> None:
         frame = conform_staged(frame, table)

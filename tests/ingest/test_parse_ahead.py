@@ -2,8 +2,8 @@
 (``ingest_batch(next_files=...)``): the lake, quarantine, change log and per-file counts are
 those of parsing each batch in its own turn; only batches whose parsers read nothing of the
 lake but the inventory are parsed ahead, and a file whose parse read stored rows (a DCGM XID
-gauge held from the day before) is parsed again in its turn; a parse error reaches the call
-that takes the batch."""
+gauge held from the day before) has those rows staged again in its turn; a parse error
+reaches the call that takes the batch."""
 
 from __future__ import annotations
 
@@ -96,10 +96,18 @@ def json_parses(monkeypatch):
     return seen
 
 
-def test_parsing_ahead_stores_exactly_what_parsing_in_turn_does(tmp_path, parses, json_parses):
+def test_parsing_ahead_stores_exactly_what_parsing_in_turn_does(tmp_path, parses, json_parses, monkeypatch):
     """Four days with DCGM files every day: the XID gauge of unit 0 holds code 79 from the
     first day on, so from the second day its file's parse looks up the stored events (the
-    batch before stores them meanwhile): parsed ahead, then again in its turn."""
+    batch before stores them meanwhile): parsed ahead, its events staged again in its turn."""
+    restaged = []
+    real_restage = run._restage_in_turn
+
+    def restage(parsed, ctx):
+        restaged.append(parsed.path.name)
+        return real_restage(parsed, ctx)
+
+    monkeypatch.setattr(run, "_restage_in_turn", restage)
     landing = write_messy_landing(tmp_path / "raw", days=4)
     ahead = ingest_path(landing.root, _config(tmp_path / "ahead"))
     plan = plan_ingest(landing.root, _config(tmp_path / "probe"))
@@ -113,11 +121,12 @@ def test_parsing_ahead_stores_exactly_what_parsing_in_turn_does(tmp_path, parses
         if number >= 2 and formats[number] <= run.PARSE_AHEAD_FORMATS
     ]
     assert len(expected) == 4 and on_threads == expected
-    # the XID files whose first code is held from the day before: parsed again in their turn
+    # the XID files whose first code is held from the day before: parsed ahead only, their
+    # events staged again in their turn (the lake then holds the day before's)
     xid = sorted(p for p, _ in json_parses if p.endswith("XID_ERRORS.json"))
-    again = sorted(p for p, thread in json_parses if p.endswith("XID_ERRORS.json") and thread == "MainThread")
-    assert len(set(xid)) == 4 and again == sorted(set(xid))[1:]  # the first day's was parsed in turn only
-    assert not [p for p, thread in json_parses if thread == "MainThread" and not p.endswith("XID_ERRORS.json")]
+    assert len(xid) == len(set(xid)) == 4  # each parsed once
+    assert not [p for p, thread in json_parses if thread == "MainThread"]  # none parsed again in turn
+    assert restaged == [Path(p).name for p in xid[1:]]
     assert run._prefetched == {}  # nothing left behind
 
     parses.clear()

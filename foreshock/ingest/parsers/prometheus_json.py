@@ -150,7 +150,7 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
         ts_reason=ts_reason, _raw=pl.format('[{}, "{}"]', pl.col("t").fill_null("?"), pl.col("value_text"))
     )
     parsed = ParsedFile(path=path)
-    lake_reads: list[str] = []
+    lake_reads: list = []
     for table, staged in dcgm.stage_series(frame, ctx, lake_reads=lake_reads).items():
         # the file's units and metric names, found on its few rows (later steps would
         # search a whole batch's rows for them)
@@ -169,4 +169,6 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
 
     parsed.raw_lookup = lookup
     parsed.reads_lake = bool(lake_reads)
+    if lake_reads and ctx.ahead:  # the XID events again in the batch's turn (the lake as it is then)
+        parsed.in_turn = lambda turn: {"events": lake_reads[0](turn)}
     return parsed

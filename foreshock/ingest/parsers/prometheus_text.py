@@ -132,20 +132,22 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         .otherwise(pl.lit(None, dtype=pl.String)),
         name=pl.col("name").fill_null("<malformed>"),
     )
-    lake_reads: list[str] = []
+    lake_reads: list = []
     staged = dcgm.stage_series(frame, ctx, declared_units(text), lake_reads)
     parsed = ParsedFile(path=path, raw_lines=source.raw_lines, notes=notes, reads_lake=bool(lake_reads))
     if source.bad.height:
         parsed.add("samples", source.bad)
     for table, rows in staged.items():
-        parsed.add(
-            table,
-            rows.with_columns(
-                _field=pl.when(
-                    pl.col("_reason").str.starts_with("malformed") | pl.col("_reason").str.starts_with("line ")
-                )
-                .then(pl.lit("line"))
-                .otherwise(pl.col("_field"))
-            ),
-        )
+        parsed.add(table, _line_fields(rows))
+    if lake_reads and ctx.ahead:  # the XID events again in the batch's turn (the lake as it is then)
+        parsed.in_turn = lambda turn: {"events": _line_fields(lake_reads[0](turn))}
     return parsed
+
+
+def _line_fields(rows: pl.DataFrame) -> pl.DataFrame:
+    """Staged rows whose reason is the line's (malformed, after ``# EOF``) with ``line`` as their field."""
+    return rows.with_columns(
+        _field=pl.when(pl.col("_reason").str.starts_with("malformed") | pl.col("_reason").str.starts_with("line "))
+        .then(pl.lit("line"))
+        .otherwise(pl.col("_field"))
+    )
