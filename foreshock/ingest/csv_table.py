@@ -9,6 +9,7 @@ quoted field spanning lines is not supported (the line shows up as malformed).
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import polars as pl
@@ -63,10 +64,27 @@ def read_csv_header(path: Path, limit: int = 65536) -> list[str] | None:
     try:
         with open(path, "rb") as handle:
             head = handle.read(limit)
-        first = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()
     except OSError:
         return None
-    for line in first:
-        if line.strip():
-            return [c.strip() for c in next(csv.reader([line]), [])]
-    return None
+    line = first_line(head.decode("utf-8", errors="replace").lstrip("\ufeff"))
+    return None if line is None else csv_fields(line)
+
+
+def csv_fields(line: str) -> list[str]:
+    """A line split as CSV, each field stripped of blank space."""
+    return [c.strip() for c in next(csv.reader([line]), [])]
+
+
+# What ``str.splitlines`` ends a line at.
+LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+NON_BLANK = re.compile(r"\S")
+
+
+def first_line(text: str) -> str | None:
+    """The first line of ``text`` that is not blank (``splitlines``' lines), None if none;
+    without splitting the rest of the text."""
+    found = NON_BLANK.search(text)
+    if found is None:
+        return None
+    end = LINE_BREAK.search(text, found.start())
+    return text[: end.start() if end else len(text)].splitlines()[-1]

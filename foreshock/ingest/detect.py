@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from foreshock.ingest.csv_table import read_csv_header
+from foreshock.ingest.csv_table import csv_fields, first_line
 from foreshock.ingest.parsers.canonical import table_of
 from foreshock.ingest.parsers.rasdaemon import SQLITE_MAGIC
 
@@ -50,7 +50,7 @@ def detect_format(path: Path) -> str | None:
     stripped = text.lstrip()
     if suffix == ".json" or stripped.startswith("{"):
         return "prometheus-json" if '"resultType"' in text or '"status"' in text else None
-    first = _first_line(text)
+    first = first_line(text)
     if first is None:
         return _by_name(path)
     if (
@@ -63,7 +63,7 @@ def detect_format(path: Path) -> str | None:
         return "xid-log"
     if NOHEADER_SMI.match(first):
         return "nvidia-smi"  # without a header: its parser rejects it with the reason
-    header = [re.sub(r"\s*\[.*\]$", "", h) for h in (read_csv_header(path) or [])]
+    header = [re.sub(r"\s*\[.*\]$", "", h) for h in csv_fields(first)]  # as read_csv_header reads it
     fields = set(header)
     if "timestamp" in fields and fields & {"index", "uuid", "pci.bus_id"}:
         return "nvidia-smi"
@@ -74,21 +74,6 @@ def detect_format(path: Path) -> str | None:
     if table_of(path, header):
         return "canonical"
     return _by_name(path)
-
-
-# What ``str.splitlines`` ends a line at.
-LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
-NON_BLANK = re.compile(r"\S")
-
-
-def _first_line(text: str) -> str | None:
-    """The first line of ``text`` that is not blank (``splitlines``' lines), None if none;
-    without splitting the rest of the text."""
-    found = NON_BLANK.search(text)
-    if found is None:
-        return None
-    end = LINE_BREAK.search(text, found.start())
-    return text[: end.start() if end else len(text)].splitlines()[-1]
 
 
 def _by_name(path: Path) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -196,6 +197,7 @@ def plan_ingest(
     seen, unchanged = _ingested(config, force)
     in_run: dict[tuple[str, str], str] = {}
     planned: list[PlannedFile] = []
+    to_read: list[tuple[Path, str, bytes, str, os.stat_result]] = []
     for file in candidates:
         shown = manifest.shown_name(file)
         try:
@@ -215,7 +217,11 @@ def plan_ingest(
         if (shown, stat.st_size, stat.st_mtime_ns) in unchanged:
             plan.reports.append(FileReport(shown, fmt, "already ingested"))
             continue
-        digest = manifest.file_sha256(file)
+        to_read.append((file, shown, raw_name, fmt, stat))
+    # Hashing reads every byte of the landing: on the run's threads (hashlib releases the GIL).
+    with ThreadPoolExecutor(max_workers=max(1, config.local_workers)) as pool:
+        digests = list(pool.map(manifest.file_sha256, [file for file, *_ in to_read]))
+    for (file, shown, raw_name, fmt, stat), digest in zip(to_read, digests, strict=True):
         context = manifest.file_context(file, fmt)
         key = (digest, context)
         if key in seen:
