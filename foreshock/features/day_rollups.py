@@ -11,7 +11,9 @@ reads are removed after a run (:mod:`foreshock.features.rollup_cache`).
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -21,7 +23,14 @@ import pyarrow.parquet as pq
 
 from foreshock.contract import SCHEMAS
 from foreshock.features import store
-from foreshock.features.rollups import Rollup, combine_pieces, combine_scrapes, rollup_events, rollup_samples
+from foreshock.features.rollups import (
+    Rollup,
+    combine_edges,
+    combine_scrapes,
+    inner_pieces,
+    rollup_events,
+    rollup_samples,
+)
 from foreshock.features.spec import FeatureSpec
 from foreshock.lake.layout import lake_shards, partition_files, shard_of
 
@@ -159,22 +168,43 @@ def shard_rollup(
     days = days_between(lo, last)
     files = _shard_files(lake_dir, shard, days)
     shard_failures = _shard_failures(lake_dir, shard, failures) if cache_dir is not None else failures
-    # Two files at a time: Polars releases the GIL, and one file alone does not keep two
-    # cores busy; more would hold more raw partitions in memory at once.
-    with ThreadPoolExecutor(max_workers=ROLLUP_THREADS) as pool:
-        parts = list(
-            pool.map(
-                lambda day: cached_day_rollup(files[day], cache_dir, spec, shard, day, failures, shard_failures), days
-            )
-        )
-    rollup = Rollup.concat(parts)
 
     # Whole days are rolled up; buckets outside (lo, last] are data no snapshot here sees.
     def in_range(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.filter((pl.col("bucket") > lo) & (pl.col("bucket") <= last))
+        inside = (pl.col("bucket") > lo) & (pl.col("bucket") <= last)
+        return frame if frame.select(inside.all()).item() else frame.filter(inside)
 
+    # Each date's pieces are reduced as they come (combine_pieces, date by date): only its
+    # edge pieces are kept whole for the merge across dates, so the run never holds every
+    # date's full rollup and a copy of it at once (over a lookback of three weeks, most of
+    # a first pass's memory otherwise).
+    inner, edges, scrapes, events = [], [], [], []
+    for part in _in_order(
+        lambda day: cached_day_rollup(files[day], cache_dir, spec, shard, day, failures, shard_failures), days
+    ):
+        inner.append(in_range(inner_pieces(part.pieces)))
+        edges.append(part.pieces.filter(pl.col("edge")))
+        scrapes.append(part.scrapes)
+        events.append(part.events)
+        del part
+    merged = combine_edges(pl.concat(edges), spec.longest)
     return Rollup(
-        in_range(combine_pieces(rollup.pieces, spec.longest)),
-        in_range(combine_scrapes(rollup.scrapes)),
-        in_range(rollup.events),
+        pl.concat(inner + [in_range(frame) for frame in merged]),
+        in_range(combine_scrapes(pl.concat(scrapes))),
+        in_range(pl.concat(events)),
     )
+
+
+def _in_order(rollup: Callable[[date], Rollup], days: list[date]) -> Iterator[Rollup]:
+    """``rollup(day)`` of each date, in date order, ``ROLLUP_THREADS`` dates at a time:
+    Polars releases the GIL, and one file alone does not keep two cores busy.  At most one
+    date more than that is computed ahead of the caller, who so holds a few dates' rollups
+    at a time, not the whole span's."""
+    with ThreadPoolExecutor(max_workers=ROLLUP_THREADS) as pool:
+        pending: deque[Future[Rollup]] = deque()
+        for day in days:
+            pending.append(pool.submit(rollup, day))
+            if len(pending) > ROLLUP_THREADS:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()

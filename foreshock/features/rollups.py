@@ -101,16 +101,6 @@ class Rollup:
             pl.DataFrame(schema=EVENT_SCHEMA),
         )
 
-    @classmethod
-    def concat(cls, parts: list[Rollup]) -> Rollup:
-        if not parts:
-            return cls.empty()
-        return cls(
-            pl.concat([p.pieces for p in parts]),
-            pl.concat([p.scrapes for p in parts]),
-            pl.concat([p.events for p in parts]),
-        )
-
 
 def bucket_of(ts: pl.Expr, every: timedelta) -> pl.Expr:
     """The snapshot that owns a timestamp: the first multiple of ``every`` at or after it."""
@@ -391,21 +381,28 @@ def combine_pieces(pieces: pl.DataFrame, max_gap: timedelta) -> pl.DataFrame:
     # first piece is the last piece of an earlier file, and a bucket split between files
     # ends one and opens the next.  So only those (a tenth of an hourly rollup) are sorted
     # and merged; the others are whole as they are.
-    edges = _combine_edges(pieces.filter(pl.col("edge")), max_gap)
+    return pl.concat([inner_pieces(pieces), *combine_edges(pieces.filter(pl.col("edge")), max_gap)])
+
+
+def inner_pieces(pieces: pl.DataFrame) -> pl.DataFrame:
+    """The pieces no piece of another file can meet (not ``edge``), as
+    :func:`combine_pieces` returns them.  A row's result depends on that row alone, so the
+    pieces of several files give the rows of each file's in turn: a caller may take them
+    file by file, holding only the few ``edge`` pieces until all files are read."""
     inner = pieces.filter(~pl.col("edge")).select(_COMBINED)
     # What the merge does to a piece without a bridged step: a counter's increase + 0.0, a
     # gauge's missing increase 0.0.
     inner = inner.with_columns(
         pl.when(pl.col("first_ts").is_not_null()).then(pl.col("inc").fill_null(0.0) + 0.0).fill_null(0.0).alias("inc")
     )
-    return pl.concat([inner.drop("first_ts"), *edges])
+    return inner.drop("first_ts")
 
 
 _COMBINED = ["unit_id", "life", "metric", "bucket", "n", "sum", "sumsq", "max", "last_v", "last_ts", "inc"]
 _COMBINED += ["first_inc_ts", "last_inc_ts", "first_ts"]
 
 
-def _combine_edges(pieces: pl.DataFrame, max_gap: timedelta) -> list[pl.DataFrame]:
+def combine_edges(pieces: pl.DataFrame, max_gap: timedelta) -> list[pl.DataFrame]:
     """:func:`combine_pieces` of the pieces that open or close a series in their file: the
     pieces whole after the bridge, and those of split buckets merged."""
     # Pieces of one series never overlap in time, so ordering by their last sample orders
