@@ -167,7 +167,7 @@ def shard_block_features(
     computed from the same rows as when it runs alone, so the results are the same."""
     rollup = shard_rollup(lake_dir, spec, shard, blocks[0][0], blocks[-1][1], failures, cache_dir)
     lives = life_table(inventory, failures)
-    grids, firsts = [], []
+    grids, keeps = [], []
     for first, last in blocks:
         lo = first - spec.lookback
         buckets = rollup.scrapes.filter((pl.col("bucket") > lo) & (pl.col("bucket") <= last))
@@ -177,21 +177,18 @@ def shard_block_features(
         grid_start = min(first, max(first - spec.lookback + spec.every, earliest_data))
         units = buckets.get_column("unit_id").unique().to_list()
         grid = snapshot_grid(units, grid_start, last, spec.every, failures, lives)
-        grids.append(grid.with_columns(pl.lit(len(firsts), pl.Int32).alias(SEGMENT)))
-        firsts.append(first)
+        grids.append(grid.with_columns(pl.lit(len(grids), pl.Int32).alias(SEGMENT)))
+        keeps.append(grid.get_column("bucket") >= first)  # the block's snapshots; before them its lookback
     if not grids:
         return pl.DataFrame()
-    grid = grids[0] if len(grids) == 1 else pl.concat(grids)
-    frame = add_health_features(window_features(grid, rollup.pieces, rollup.scrapes, rollup.events, spec), spec)
-    starts = pl.DataFrame({SEGMENT: list(range(len(firsts))), "_first": firsts}).with_columns(
-        pl.col(SEGMENT).cast(pl.Int32), pl.col("_first").cast(UTC_TS)
-    )
-    frame = (
-        frame.join(starts, on=SEGMENT, how="left", maintain_order="left")
-        .filter((pl.col("bucket") >= pl.col("_first")) & pl.col("_in_service"))
-        .drop("_in_service", SEGMENT, "_first")
-        .rename({"bucket": "ts"})
-    )
+    grid, keep = (grids[0], keeps[0]) if len(grids) == 1 else (pl.concat(grids), pl.concat(keeps))
+    frame = window_features(grid, rollup.pieces, rollup.scrapes, rollup.events, spec, keep)
+    del rollup, grid, grids
+    frame = add_health_features(frame, spec)
+    in_service = pl.col("_in_service")
+    if not frame.select(in_service.all()).item():  # a copy of the wide rows only when some must go
+        frame = frame.filter(in_service)
+    frame = frame.drop("_in_service", SEGMENT).rename({"bucket": "ts"})
     frame = add_inventory_context(frame, inventory)
     frame = add_lot_failure_rates(frame, inventory, failures, spec)
     return add_peer_weight(add_cohort_hazard(frame, inventory, failures), inventory, spec)
@@ -327,8 +324,10 @@ def stage_shard(config: Config, shard: int, blocks: list[tuple[datetime, datetim
     cache_dir = store.rollup_cache_dir(config.features_dir)
     with cache_in_use(cache_dir):  # no prune removes a cached date under this pass
         frame = shard_block_features(config.lake_dir, spec, shard, blocks, inventory, failures, cache_dir)
+    parts = _by_date(frame)
+    del frame  # the dates' rows are a copy when they had to be put in date order
     written = []
-    for day, part in _by_date(frame):
+    for day, part in parts:
         path = store.staging_path(config.features_dir, day, shard)
         store.write_staged(part, path)
         written.append(str(path))

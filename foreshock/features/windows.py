@@ -12,10 +12,14 @@ event was logged).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import timedelta
+
 import numpy as np
 import polars as pl
 
 from foreshock.catalog import Metric
+from foreshock.features.packed_key import BUCKET_SLOTS, LIFE_SLOTS, bucket_number
 from foreshock.features.rollups import UNIT_LIFE_BUCKET
 from foreshock.features.spec import FeatureSpec
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES, XID_CLASSES, XID_SOURCES
@@ -53,22 +57,30 @@ class _GridKeys:
     maintain_order="left")`` for a ``part`` with one row per key (every rollup here has
     it): each grid row gets its key's row of ``part``, or nulls."""
 
-    def __init__(self, grid: pl.DataFrame):
+    def __init__(self, grid: pl.DataFrame, every: timedelta):
+        self.every_us = int(every.total_seconds() * 1_000_000)
         keys = grid.select(UNIT_LIFE_BUCKET)
-        self.distinct = keys.unique(maintain_order=True).with_row_index(KEY_ROW)
-        if self.distinct.height == grid.height:  # one grid (no stacked segments): keys in row order
+        distinct = keys.unique(maintain_order=True).with_row_index(KEY_ROW)
+        self.size = distinct.height
+        self.numbered = distinct.select(self._packed(), KEY_ROW)
+        if self.size == grid.height:  # one grid (no stacked segments): keys in row order
             self.grid_rows = np.arange(grid.height, dtype=np.int64)
         else:
             self.grid_rows = self.rows(keys)
 
+    def _packed(self) -> pl.Expr:
+        # One integer per key (packed_key's layout, with the unit's Categorical code): a
+        # join on it holds a fraction of what one on the three columns does (their rows
+        # encoded per row of a rollup of millions).
+        unit = pl.col("unit_id").cast(pl.Categorical).to_physical().cast(pl.UInt64)
+        number = bucket_number(pl.col("bucket"), self.every_us).cast(pl.UInt64)
+        return ((unit * LIFE_SLOTS + pl.col("life").cast(pl.UInt64)) * BUCKET_SLOTS + number).alias("_key")
+
     def rows(self, part: pl.DataFrame) -> np.ndarray:
         """The key number of each row of ``part`` (-1: a key the grid does not hold).
-        The rollups' ids are Categorical: the grid's few keys are coded to match, not
-        every rollup row turned into text."""
-        distinct = self.distinct
-        if part.schema["unit_id"] != distinct.schema["unit_id"]:
-            distinct = distinct.with_columns(pl.col("unit_id").cast(part.schema["unit_id"]))
-        found = part.select(UNIT_LIFE_BUCKET).join(distinct, on=UNIT_LIFE_BUCKET, how="left", maintain_order="left")
+        The rollups' ids are Categorical: their codes are packed as they are, not every
+        rollup row turned into text."""
+        found = part.select(self._packed()).join(self.numbered, on="_key", how="left", maintain_order="left")
         return found.get_column(KEY_ROW).fill_null(-1).to_numpy().astype(np.int64)
 
     def attach(
@@ -79,7 +91,7 @@ class _GridKeys:
         (:meth:`rows` once for all the metrics' pieces), else looked up here."""
         if rows is None:
             rows = part.get_column(KEY_ROW).to_numpy() if KEY_ROW in part.columns else self.rows(part)
-        at = np.full(self.distinct.height, -1, dtype=np.int64)
+        at = np.full(self.size, -1, dtype=np.int64)
         found = rows >= 0
         at[rows[found]] = np.flatnonzero(found)
         take = at[self.grid_rows]
@@ -195,12 +207,13 @@ def _event_features(
     )
     names = [f"xid_{code}" for code in KNOWN_XID_CODES] + [f"xid_class_{c}" for c in XID_CLASS_NAMES] + ["events_total"]
     grid = keys.attach(grid, per_bucket, [f"_{n}" for n in names], "")
-    out = [
-        _rolling_sum(pl.col(f"_{n}"), spec.buckets(w), over).cast(pl.Float64).alias(f"{n}_count_{spec.name(w)}")
+    counts = [f"{n}_count_{spec.name(w)}" for w in spec.windows for n in names]
+    windows = [
+        _rolling_sum(pl.col(f"_{n}"), spec.buckets(w), over).cast(pl.Float64).alias(f"_{n}_count_{spec.name(w)}")
         for w in spec.windows
         for n in names
     ]
-    return grid, [], out
+    return grid, windows, [pl.col(f"_{c}").alias(c) for c in counts]
 
 
 def _scrape_features(
@@ -258,8 +271,9 @@ def window_features(
     scrapes: pl.DataFrame,
     events: pl.DataFrame,
     spec: FeatureSpec,
+    keep: pl.Series | None = None,
 ) -> pl.DataFrame:
-    """Window features for every row of ``grid``.
+    """Window features for the rows of ``grid`` (those ``keep`` marks).
 
     Parameters
     ----------
@@ -271,38 +285,54 @@ def window_features(
         Combined rollups (one row per unit, life, [metric,] bucket).
     spec : FeatureSpec
         What to compute.
+    keep : pl.Series of bool, optional
+        The grid rows whose features are wanted (default: every row).  The windows roll
+        over every row; the others (a lookback, which is most of a block's grid) only feed
+        them.
 
     Returns
     -------
     pl.DataFrame
-        ``grid``'s columns (``_segment`` too), the feature columns, ``_in_service`` (the unit reported within
-        the longest window) and ``_error_any_<w>`` (any error-family counter increase or
-        event in the window, used for fault-domain rates).
+        ``grid``'s columns (``_segment`` too) of the kept rows, in their order, the
+        feature columns, ``_in_service`` (the unit reported within the longest window)
+        and ``_error_any_<w>`` (any error-family counter increase or event in the window,
+        used for fault-domain rates).
     """
     grid, over = _life_runs(grid)
-    keys = _GridKeys(grid)
-    present = set(pieces.get_column("metric").unique().to_list())
-    # Each builder attaches its rollup's columns and returns the windows over them
-    # (``staged``) and the features computed from those (``features``).  All the windows
-    # run in one context: they share its groups of ``over`` (computed once, not once per
-    # metric), and sorted runs (:func:`_life_runs`) are grouped without hashing.
-    staged: list[pl.Expr] = []
-    features: list[pl.Expr] = []
+    keys = _GridKeys(grid, spec.every)
+    kept = grid if keep is None else grid.filter(keep)
     pieces = pieces.with_columns(pl.Series(KEY_ROW, keys.rows(pieces)))
-    by_metric = {name: part for (name,), part in pieces.group_by("metric")}
+    # Each metric's rows, gathered only when its features are computed (a partition of all
+    # the pieces up front would hold a second copy of them through the whole pass).
+    rows = pieces.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"), "metric").group_by("metric")
+    found = rows.agg("_row")
+    rows_of = dict(zip(found.get_column("metric").to_list(), found.get_column("_row"), strict=True))
+
+    # Each builder attaches its rollup's columns to the grid and returns the windows over
+    # them (``staged``, rolled over every grid row) and the features computed from those
+    # (row by row, so only on the kept rows).  One builder at a time: its helper columns
+    # are dropped once its features are taken, so no more than one metric's are held over
+    # the whole grid (all in one context hold ~400 columns over the lookback too, for no
+    # less CPU: sorted runs, :func:`_life_runs`, are grouped without hashing).
+    def features_of(build: Callable[[pl.DataFrame], tuple[pl.DataFrame, list[pl.Expr], list[pl.Expr]]]) -> pl.DataFrame:
+        attached, staged, features = build(grid)
+        rolled = attached.with_columns(staged)
+        rolled = rolled if keep is None else rolled.filter(keep)
+        return rolled.with_columns(features).select([e.meta.output_name() for e in features])
+
+    parts = []
     for metric in spec.catalog:
-        if metric.name not in present:
-            features += [pl.lit(None, pl.Float64).alias(n) for n in metric_feature_names(metric, spec)]
+        if metric.name not in rows_of:
+            names = metric_feature_names(metric, spec)
+            parts.append(kept.with_columns(pl.lit(None, pl.Float64).alias(n) for n in names).select(names))
             continue
         build = _counter_features if metric.is_counter else _gauge_features
-        grid, windows, exprs = build(grid, by_metric[metric.name], metric, spec, over, keys)
-        staged += windows
-        features += exprs
-    for build_rest in (_event_features, _scrape_features):
-        grid, windows, exprs = build_rest(grid, events if build_rest is _event_features else scrapes, spec, over, keys)
-        staged += windows
-        features += exprs
-    out = grid.with_columns(staged).with_columns(features)
+        part = pieces[rows_of.pop(metric.name)]
+        parts.append(features_of(lambda g, b=build, p=part, m=metric: b(g, p, m, spec, over, keys)))
+        del part
+    parts.append(features_of(lambda g: _event_features(g, events, spec, over, keys)))
+    parts.append(features_of(lambda g: _scrape_features(g, scrapes, spec, over, keys)))
+    out = pl.concat([kept, *parts], how="horizontal")
     error_counters = [m.name for m in spec.counters() if m.family == "error"]
     activity = []
     for w in spec.windows:
@@ -311,10 +341,10 @@ def window_features(
         signals.append(pl.col(f"events_total_count_{name}") > 0)
         activity.append(pl.any_horizontal(signals).alias(f"_error_any_{name}"))
     out = out.with_columns(activity)
-    keep = [
+    keep_columns = [
         c for c in out.columns if not c.startswith("_") or c in ("_in_service", SEGMENT) or c.startswith("_error_any_")
     ]
-    return out.select(keep)
+    return out.select(keep_columns)
 
 
 def metric_feature_names(metric: Metric, spec: FeatureSpec) -> list[str]:
