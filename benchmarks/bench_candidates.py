@@ -67,6 +67,8 @@ CANDIDATES: dict[str, dict] = {
     "hard_neg": {"hard_negative_weight": 1.0},
     "hard_neg3": {"hard_negative_weight": 3.0},
     "hard_neg_near": {"hard_negative_weight": 1.0, "hard_negative_window": 2.0},
+    # a counter's 6-hour increase over its 1-day one (and each consecutive pair): a burst from a trend
+    "shares": {"window_shares": True},
 }
 
 

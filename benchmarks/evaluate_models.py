@@ -20,7 +20,8 @@ Data sets (each prepared once under ``--work``, then reused):
     (its prospective operating point: the threshold chosen on earlier folds).  Heavy: the
     simulation writes ~7 GB of raw telemetry (removed once ingested, but the ground truth,
     unless ``--keep-raw``) and the features' roll-ups ~5 GB; give it ~20 GB of free disk and
-    run it on its own (``--only gpu-real-rate``; ``--gpu-units 2048`` for half the fleet).
+    run it on its own (``--only gpu-real-rate``; ``--gpu-units 2048`` for half the fleet, ``--gpu-seed 1``
+    for another fleet of the same kind).
 
 Each step runs as its own ``foreshock`` process (what a user runs), timed: wall time, CPU
 time and peak RSS of that process.  After each backtest the report's tables are printed,
@@ -71,7 +72,7 @@ class DataSet:
     raw: str | None = None  # raw telemetry removed once ingested (but the ground truth), unless --keep-raw
 
 
-def datasets(work: Path, days_1024: int, gpu_units: int = 4096) -> dict[str, DataSet]:
+def datasets(work: Path, days_1024: int, gpu_units: int = 4096, gpu_seed: int = 0) -> dict[str, DataSet]:
     demo, big, smart, real = work / "demo", work / "fleet1024", work / "smart", work / "gpu-real-rate"
     return {
         "demo-7d": DataSet(
@@ -111,7 +112,7 @@ def datasets(work: Path, days_1024: int, gpu_units: int = 4096) -> dict[str, Dat
             [
                 [
                     "simulate",
-                    *("--units", str(gpu_units), "--days", "60", "--failure-rate", "0.5"),
+                    *("--units", str(gpu_units), "--days", "60", "--failure-rate", "0.5", "--seed", str(gpu_seed)),
                     *("--out", str(real / "raw/sim")),
                 ],
                 ["ingest", "--path", str(real / "raw/sim"), "--timezone", "UTC"],
@@ -238,11 +239,12 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="data set names (default: all)")
     parser.add_argument("--days-1024", type=int, default=14)
     parser.add_argument("--gpu-units", type=int, default=4096, help="GPUs of gpu-real-rate (2048: half the work)")
+    parser.add_argument("--gpu-seed", type=int, default=0, help="simulator seed of gpu-real-rate (another fleet)")
     parser.add_argument(
         "--keep-raw", action="store_true", help="keep gpu-real-rate's raw telemetry after ingest (7 GB at 4,096 GPUs)"
     )
     args = parser.parse_args()
-    sets = datasets(args.work, args.days_1024, args.gpu_units)
+    sets = datasets(args.work, args.days_1024, args.gpu_units, args.gpu_seed)
     chosen = args.only or list(sets)
     summary = []
     for name in chosen:

@@ -84,3 +84,37 @@ def test_a_view_of_the_past_reads_nothing_from_the_cut_on(rng, tmp_path):
     until = cut + timedelta(days=2)  # labels as known later (a review's window start), rows from before the cut
     expected = training_frame(in_memory, fleet.failures, until, sample, columns=wanted)
     assert training_frame(past, fleet.failures, until, sample, columns=wanted).equals(expected)
+
+
+def test_healthy_rows_where_an_operator_rule_fires_are_kept_whole(rng, tmp_path):
+    """``[models] sample_rule_firing``: a healthy GPU's burst of corrected errors (the
+    negatives that look most like a precursor) is kept row for row at weight 1, where a
+    uniform draw keeps a few of them at a large weight; the weights still add up to the
+    fleet's healthy rows."""
+    from foreshock.models.estimators.baseline import ThresholdBaseline
+
+    fleet = synthetic_fleet(rng, units=40, days=8)
+    failed = set(fleet.failures.get_column("unit_id").to_list())
+    healthy_unit = next(u for u in sorted(set(fleet.features.get_column("unit_id"))) if u not in failed)
+    burst = (pl.col("unit_id") == healthy_unit) & (pl.col("ts").dt.day() % 2 == 0)
+    features = fleet.features.with_columns(
+        pl.when(burst).then(500.0).otherwise(0.0).alias("ecc_sbe_volatile_total_increase_1d")
+    )
+    source = FrameSource(features)
+    until = features.get_column("ts").max() - timedelta(hours=12)
+    wanted = ["unit_id", "ts", "ecc_sbe_volatile_total_increase_1d"]
+    uniform = TrainingSample(max_healthy_rows=300, adjacent=timedelta(hours=48))
+    hard = TrainingSample(max_healthy_rows=300, adjacent=timedelta(hours=48), rules=ThresholdBaseline(["24h"]))
+
+    bursting = features.filter(burst & (pl.col("ts") < until)).height
+    kept_uniform = training_frame(source, fleet.failures, until, uniform, columns=wanted)
+    kept_hard = training_frame(source, fleet.failures, until, hard, columns=wanted)
+    in_burst = pl.col("ecc_sbe_volatile_total_increase_1d") > 0
+    assert bursting > 50
+    assert kept_uniform.filter(in_burst).height < bursting / 3
+    assert kept_hard.filter(in_burst).height == bursting
+    assert kept_hard.filter(in_burst).get_column("sample_weight").to_list() == [1.0] * bursting
+    # Both samples stand for the same fleet: their weights add up to every row before the cut.
+    fleet_rows = features.filter(pl.col("ts") < until).height
+    for kept in (kept_uniform, kept_hard):
+        assert abs(kept.get_column("sample_weight").sum() - fleet_rows) / fleet_rows < 0.1

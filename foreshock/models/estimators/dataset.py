@@ -16,6 +16,13 @@ ends in a known failure within ``adjacent`` of the snapshot) and a random share 
 healthy unit-hours, at most ``max_healthy_rows`` of them, each weighted by the inverse of
 its sampling rate (``sample_weight``), so weighted sums over the sample estimate sums over
 the fleet (Horvitz & Thompson, 1952).  Memory then grows with the sample, not the fleet.
+
+With ``[models] sample_rule_firing`` the healthy rows where an operator rule fires (the
+fixed-threshold rules of :mod:`~foreshock.models.estimators.baseline`: a correctable-error
+burst, a remapped row, an Xid) are a second stratum, kept whole at weight 1; the
+``max_healthy_rows`` are then drawn from the quiet rest.  Those are the negatives that look
+most like a precursor (the hard negatives); a uniform draw keeps one in ten of them at a
+weight of ten, this keeps all, and the weighted sums stay unbiased either way.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from foreshock.durations import parse_duration
 from foreshock.features.labels import CENSORED_AT, drain_censoring, outcome_labels
 from foreshock.features.store import feature_files
 from foreshock.models.estimators.base import SAMPLE_WEIGHT
+from foreshock.models.estimators.baseline import ThresholdBaseline
 
 KEYS = ("unit_id", "ts")
 # Columns read with the keys (life bookkeeping), never cast.
@@ -259,34 +267,58 @@ class TrainingSample:
     max_healthy_rows: int = 400_000
     adjacent: timedelta = timedelta(days=7)
     seed: int = 0
+    rules: ThresholdBaseline | None = None  # keep every healthy row where one of these fires
 
     @classmethod
     def from_config(cls, config, horizons: list[str]) -> TrainingSample:
-        """``[models] max_healthy_rows`` and ``sample_adjacent`` (default: twice the longest horizon)."""
+        """``[models] max_healthy_rows``, ``sample_adjacent`` (default: twice the longest
+        horizon) and ``sample_rule_firing`` (the operators' rules of ``[baseline]``)."""
         section = config.section("models")
         longest = max((parse_duration(h) for h in horizons), default=timedelta(days=3))
         adjacent = parse_duration(section["sample_adjacent"]) if section.get("sample_adjacent") else 2 * longest
+        rules = ThresholdBaseline.from_config(config) if section.get("sample_rule_firing") else None
         return cls(
-            max_healthy_rows=int(section["max_healthy_rows"]), adjacent=adjacent, seed=int(section["sample_seed"])
+            max_healthy_rows=int(section["max_healthy_rows"]),
+            adjacent=adjacent,
+            seed=int(section["sample_seed"]),
+            rules=rules,
         )
 
-    def choose(self, keys: pl.DataFrame, failures: pl.DataFrame, until: datetime) -> pl.DataFrame:
+    def choose(
+        self, keys: pl.DataFrame, failures: pl.DataFrame, until: datetime, firing: np.ndarray | None = None
+    ) -> pl.DataFrame:
         """``keys`` of the rows kept, with ``sample_weight`` (1 for adjacent rows, the inverse
-        sampling rate for healthy ones).  ``keys`` must be sorted by ``unit_id, ts``."""
+        sampling rate for healthy ones).  ``keys`` must be sorted by ``unit_id, ts``;
+        ``firing`` (aligned with ``keys``): healthy rows kept whole, at weight 1, the draw of
+        ``max_healthy_rows`` taken from the other healthy rows."""
         lives = outcome_labels(keys, failures, [], until)
         ttf = lives.get_column("time_to_failure_h").to_numpy()
         adjacent = np.nan_to_num(ttf, nan=np.inf) <= self.adjacent.total_seconds() / 3600
-        healthy = ~adjacent
-        n_healthy = int(healthy.sum())
+        whole = adjacent if firing is None else adjacent | firing
+        drawn = ~whole
+        n_drawn = int(drawn.sum())
         rate = (
-            1.0
-            if self.max_healthy_rows <= 0 or n_healthy <= self.max_healthy_rows
-            else self.max_healthy_rows / n_healthy
+            1.0 if self.max_healthy_rows <= 0 or n_drawn <= self.max_healthy_rows else self.max_healthy_rows / n_drawn
         )
         draw = np.random.default_rng(self.seed).random(keys.height) < rate
-        keep = adjacent | (healthy & draw)
-        weight = np.where(adjacent, 1.0, 1.0 / rate)[keep]
+        keep = whole | (drawn & draw)
+        weight = np.where(whole, 1.0, 1.0 / rate)[keep]
         return keys.filter(pl.Series(keep)).with_columns(pl.Series(SAMPLE_WEIGHT, weight, dtype=pl.Float32))
+
+    def firing(self, source: FeatureSource | FrameSource, keys: pl.DataFrame, until: datetime) -> np.ndarray | None:
+        """Where one of :attr:`rules`' fixed-threshold rules fires, aligned with ``keys``
+        (None without rules).  Reads only the rules' columns, one day at a time."""
+        if self.rules is None:
+            return None
+        rules = self.rules._fresh().resolve(pl.DataFrame(schema=source.schema))
+        rules.rules_ = [r for r in rules.rules_ if not r.name.endswith("_growth")]  # limits need a fit
+        wanted = sorted({c for r in rules.rules_ for c in r.columns})
+        if not wanted:
+            return np.zeros(keys.height, dtype=bool)
+        frame = source.rows(None, until, [*KEYS, *wanted], keys=keys.select(KEYS))
+        if frame.height != keys.height:
+            raise ValueError(f"rule columns read for {frame.height} of {keys.height} training keys")
+        return rules.fires(frame)
 
 
 def training_frame(
@@ -368,7 +400,7 @@ def training_sample(
     keys = source.keys(None, until)
     if keys.height == 0:
         raise ValueError(f"no feature snapshots before {until}")
-    chosen = sample.choose(keys, failures, until)
+    chosen = sample.choose(keys, failures, until, sample.firing(source, keys, until))
     del keys
     chosen = chosen.with_columns(drain_censoring(chosen, drains))
     wanted = [c for c in (columns or list(source.schema)) if c not in (SAMPLE_WEIGHT, CENSORED_AT)]

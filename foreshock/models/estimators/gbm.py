@@ -95,6 +95,7 @@ from foreshock.models.estimators.ranking import query_groups, varying_columns
 from foreshock.models.estimators.recipes import builtin_recipe, recipe_default
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
 from foreshock.models.estimators.training_weights import class_weights, horizon_targets
+from foreshock.models.estimators.window_shares import share_names
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ SETTINGS = (
     *("max_holdout_fraction", "max_pos_weight", "refit_full", "min_holdout_failures", "fallback_rounds"),
     *("min_rounds", "seed", "monotone_increasing", "exclude", "rules", "error_counters", "fleet_weighted"),
     *("rank_by_snapshot", "drop_constant", "tune_num_leaves", "hard_negative_weight", "hard_negative_window"),
+    "window_shares",
 )
 
 
@@ -177,6 +179,9 @@ class GradientBoostedRisk:
     hard_negative_weight, hard_negative_window
         Negatives of units failing 1 to ``hard_negative_window`` horizons later weigh this
         many times the positives in the trees' fit (0: off; :mod:`.training_weights`).
+    window_shares
+        Add each error counter's window shares, ``<m>_share_6h_1d`` = its 6-hour increase
+        over its 1-day one (:mod:`.window_shares`): a burst from a trend in one split.
     unit_weights
         ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
         for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
@@ -213,6 +218,7 @@ class GradientBoostedRisk:
     tune_num_leaves: list[int] = recipe_default("gbm", "tune_num_leaves")
     hard_negative_weight: float = recipe_default("gbm", "hard_negative_weight")
     hard_negative_window: float = recipe_default("gbm", "hard_negative_window")
+    window_shares: bool = recipe_default("gbm", "window_shares")
     unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
@@ -402,6 +408,8 @@ class GradientBoostedRisk:
             self.feature_names_ = varying_columns(data, self.feature_names_)
         if not self.feature_names_:
             raise ValueError("no numeric feature columns to train on")
+        if self.window_shares:
+            self.feature_names_ += share_names(self.feature_names_)
         self.rules_ = None
         if self.rules is not None:  # the growth rules' limits from their columns' values in data
             self.rules_ = self._baseline().resolve_on(names, data)
