@@ -9,6 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from foreshock.lake import latest as lake_latest
+from foreshock.lake.atomic import atomic_write_parquet, written_together
 from foreshock.lake.changes import read_changes, record_split, record_stored_rows
 from foreshock.lake.columns import stable_order
 from foreshock.lake.layout import partition_files, shard_of
@@ -73,6 +75,26 @@ def test_no_partial_files_are_visible(tmp_path):
     merge_into_lake(tmp_path, "samples", _samples(["a", "b"], 30))
     leftovers = [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
     assert leftovers == []
+
+
+def test_files_written_together_are_in_place_and_known_only_when_the_block_ends(tmp_path):
+    """Inside ``written_together`` a written file waits at its temp name (the fsyncs go side
+    by side at the end); the latest rows remembered for it hold once it is in place, and a
+    block that raises leaves neither the file nor its temp file."""
+    rows = _samples(["a"], 3)
+    latest = lake_latest.Latest(rows.tail(1), T0 + timedelta(hours=2))
+    first, second = tmp_path / "d=1" / "part.parquet", tmp_path / "d=2" / "part.parquet"
+    with written_together():
+        atomic_write_parquet(rows, first)
+        atomic_write_parquet(rows.head(1), second)
+        lake_latest.remember(first, latest)
+        assert not first.exists() and not second.exists()
+    assert pl.read_parquet(first).equals(rows) and pl.read_parquet(second).equals(rows.head(1))
+    assert lake_latest.known(first) == latest
+    with pytest.raises(RuntimeError), written_together():
+        atomic_write_parquet(rows, tmp_path / "d=3" / "part.parquet")
+        raise RuntimeError("a failed merge")
+    assert [p.name for p in (tmp_path / "d=3").iterdir()] == []
 
 
 def test_summary_counts_rows_and_units(tmp_path):

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import polars as pl
 
+from foreshock.lake.atomic import written_file
+
 MAX_FILES = 256
 
 
@@ -54,8 +56,9 @@ def _identity(path: Path) -> tuple[int, int, int, int] | None:
 
 
 def remember(path: Path, latest: Latest) -> None:
-    """Keep ``latest`` for the file just written at ``path`` (as it is now)."""
-    identity = _identity(path)
+    """Keep ``latest`` for the file just written at ``path`` (as it is now; perhaps still
+    at its temporary name, :func:`~foreshock.lake.atomic.written_together`)."""
+    identity = _identity(written_file(path))
     with _lock:
         _files.pop(Path(path), None)
         if identity is not None:

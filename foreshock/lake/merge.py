@@ -27,7 +27,7 @@ import polars as pl
 
 from foreshock.contract import KEYS, TIME_COLUMN, conform
 from foreshock.lake import latest as lake_latest
-from foreshock.lake.atomic import atomic_write_parquet
+from foreshock.lake.atomic import atomic_write_parquet, written_together
 from foreshock.lake.changes import record_change
 from foreshock.lake.latest import Latest
 from foreshock.lake.layout import lake_shards, partition_path, record_shards
@@ -236,7 +236,8 @@ def merge_split(lake_dir: Path, split: SplitRows, compression_level: int | None 
     with lake_lock(lake_dir):
         if split.rows_in:
             record_shards(Path(lake_dir), split.shards)
-        result = _merge_split(Path(lake_dir), split, True, True, False, compression_level)
+        with written_together():  # the partitions fsynced side by side (they are logged already)
+            result = _merge_split(Path(lake_dir), split, True, True, False, compression_level)
     result.duplicates_dropped = result.rows_in - result.rows_stored - result.rows_updated
     return result
 

@@ -20,11 +20,12 @@ from foreshock.ingest.manifest import read_manifest
 ROOT = Path(__file__).resolve().parents[2]
 
 # Runs an ingest in a child process; with KILL_AFTER=N the process SIGKILLs itself right
-# after the N-th partition file is written: mid-merge, before its files reach the manifest.
+# after the N-th partition file is in place (or the files written together that hold it,
+# foreshock.lake.atomic.written_together): mid-merge, before its files reach the manifest.
 CHILD = textwrap.dedent(
     """
     import os, signal, sys, time
-    import foreshock.lake.merge as lake
+    import foreshock.lake.atomic as atomic
     from foreshock.config import load_config
     from foreshock.ingest import ingest_path
 
@@ -32,17 +33,23 @@ CHILD = textwrap.dedent(
     if os.environ.get("SPLIT"):  # check and merge every batch shard by shard on two threads
         import foreshock.ingest.store as run
         run.SPLIT_MIN_ROWS = 0
-    real_write = lake.atomic_write_parquet
+    real_replace, real_in_place = atomic._replace_durably, atomic._put_in_place
     written = [0]
 
-    def write_then_maybe_die(df, path, **options):
-        real_write(df, path, **options)
-        if path.name == "part.parquet":
-            written[0] += 1
-            if written[0] == kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
+    def maybe_die(paths):
+        written[0] += sum(path.name == "part.parquet" for path in paths)
+        if kill_after and written[0] >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
 
-    lake.atomic_write_parquet = write_then_maybe_die
+    def replace_then_maybe_die(tmp, path):
+        real_replace(tmp, path)
+        maybe_die([path])
+
+    def in_place_then_maybe_die(files):
+        real_in_place(files)
+        maybe_die([path for _, path in files])
+
+    atomic._replace_durably, atomic._put_in_place = replace_then_maybe_die, in_place_then_maybe_die
     barrier = os.environ.get("BARRIER")
     if barrier:  # start both ingests at the same moment, after their imports
         open(f"{barrier}.{os.getpid()}", "w").close()
