@@ -1,0 +1,116 @@
+"""Why a model's alerts on a simulated fleet were false: each alert against what the simulator did.
+
+A backtest on ``foreshock simulate``'s fleet says how many alerts were false; the simulator
+knows why.  This re-draws the fleet's schedule from its parameters (the same seed gives the
+same lives, :func:`foreshock.simulate.fleet.schedule_lives`), replays the alerts of one
+model at the policy threshold (entry at ``[policy] enter_risk``, the policy's hysteresis,
+no daily cap) over the backtest's test period, and classifies each by the GPU life it fell
+on:
+
+* ``true``: the life failed within the horizon of the alert's start;
+* ``early``: it failed, but later than the horizon (the alert also catches the failure
+  when within ``[backtest] alert_window``);
+* ``healthy, benign burst``: the life never failed, and a benign burst of corrected ECC
+  errors (``SimulationParams.benign_burst_share``) started within a week before the
+  alert or during it;
+* ``healthy, other``: the life never failed, no burst near the alert (its planted
+  nuisances are named: a marginal PCIe link, a noisy NVLink).
+
+Usage (the work directory of ``benchmarks/evaluate_models.py --only gpu-real-rate``)::
+
+    uv run python benchmarks/why_false_alerts.py --work /tmp/rr/gpu-real-rate --units 4096 \\
+        [--backtest DIR] [--model gbm] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from foreshock.config import load_config
+from foreshock.durations import parse_duration
+from foreshock.models.evaluation.alert_replay import AlertRule, Period, policy_alerts
+from foreshock.simulate.fleet import build_fleet, schedule_lives
+from foreshock.simulate.params import SimulationParams
+
+WEEK_S = 7 * 86_400
+
+
+def classify(alert_s: float, life, horizon_s: float) -> str:
+    """What the simulator did to the GPU life an alert fell on (see the module docstring)."""
+    if life.failed_at_s is not None:
+        return "true" if life.failed_at_s - alert_s <= horizon_s else "early"
+    near = [b for b in life.sbe_bursts if b[0] - WEEK_S <= alert_s <= b[0] + b[1] * 3600 + WEEK_S]
+    if near:
+        return "healthy, benign burst"
+    return "healthy, other"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, required=True, help="the data set's work directory")
+    parser.add_argument("--backtest", type=Path, help="backtest output (default WORK/backtest-evaluate)")
+    parser.add_argument("--units", type=int, required=True)
+    parser.add_argument("--days", type=float, default=60.0)
+    parser.add_argument("--failure-rate", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="gbm")
+    args = parser.parse_args()
+
+    backtest = args.backtest or args.work / "backtest-evaluate"
+    report = json.loads((backtest / "report.json").read_text())
+    config = load_config(args.work / "evaluate.toml")
+    policy = config.section("policy")
+    horizon = parse_duration(config.section("models")["horizon"])
+    start = datetime.fromisoformat(report["folds"][0]["cutoff"])
+    end = datetime.fromisoformat(report["folds"][-1]["test_end"])
+    scores = pl.read_parquet(backtest / "scores.parquet").filter(pl.col("model") == args.model)
+    rule = AlertRule(exit_ratio=float(policy["exit_risk"]) / float(policy["enter_risk"]))
+    alerts = policy_alerts(scores, [(Period(start, end), float(policy["enter_risk"]))], rule, timedelta(hours=1))
+
+    params = SimulationParams.build(
+        units=args.units, days=args.days, failure_rate=args.failure_rate, seed=args.seed, sample_every="10m"
+    )
+    fleet = build_fleet(params)
+    lives: dict[str, list] = {}
+    for life in schedule_lives(fleet, params):
+        lives.setdefault(fleet.unit_id[life.slot], []).append(life)
+    rows = []
+    for alert in alerts.iter_rows(named=True):
+        at = alert["alert_start"].timestamp()
+        life = next(
+            x for x in lives[alert["unit_id"]] if x.start_s <= at and (x.failed_at_s is None or at < x.failed_at_s)
+        )
+        rows.append(
+            {
+                "unit_id": alert["unit_id"],
+                "alert_start": alert["alert_start"],
+                "risk": round(alert["risk"], 3),
+                "kind": classify(at, life, horizon.total_seconds()),
+                "mode": life.mode,
+                "days_to_failure": None if life.failed_at_s is None else round((life.failed_at_s - at) / 86_400, 1),
+                "marginal_pcie": life.pcie_replay_per_h > 0.5,
+                "noisy_nvlink": life.nvlink_crc_per_h > 0.5,
+            }
+        )
+    table = pl.DataFrame(rows).sort("kind", "alert_start")
+    period = f"{start:%Y-%m-%d} to {end:%Y-%m-%d}"
+    print(f"{args.model}: {table.height} alerts at risk >= {policy['enter_risk']} over {period} (UTC)")
+    with pl.Config(tbl_rows=500, tbl_width_chars=200, fmt_str_lengths=40):
+        print(
+            table.group_by("kind")
+            .agg(pl.len().alias("alerts"), pl.col("unit_id").n_unique().alias("gpus"))
+            .sort("kind")
+        )
+        print(table.filter(pl.col("kind") != "true"))
+    print(f"(generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
