@@ -111,10 +111,30 @@ def parse_local_column(text: pl.Series, timezone: str, naive_format: str) -> pl.
     if text.str.contains(":60", literal=True).any():
         ts, reason = parse_local(pl.col("_text"), timezone, naive_format)
         return pl.DataFrame({"_text": text}).select(ts.alias("ts"), reason.alias("reason"))
-    naive = text.str.to_datetime(naive_format, strict=False, time_unit="us")
+    naive = naive_times(text, naive_format)
     ts = naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
     frame = pl.DataFrame({"_naive": naive, "ts": ts.cast(UTC_TS)})
     return frame.select("ts", _local_reason(pl.col("_naive"), pl.col("ts"), timezone, naive_format).alias("reason"))
+
+
+# Naive formats ending in seconds and a fraction, with the texts (a regular expression)
+# that hold exactly three digits of it: Polars parses ``%.f`` ten times slower than the
+# fields before it (a day of a 1,024-GPU fleet's nvidia-smi lines: 45 against 4 ms), so
+# such texts are parsed without it and their milliseconds added (:func:`naive_times`).
+MILLISECOND_TEXTS = {"%Y/%m/%d %H:%M:%S%.f": r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}\.\d{3}$"}
+
+
+def naive_times(text: pl.Series, naive_format: str) -> pl.Series:
+    """``text.str.to_datetime(naive_format, strict=False, time_unit="us")``: when the
+    format is one of :data:`MILLISECOND_TEXTS` and every text has its three digits of
+    milliseconds, from the texts without them plus their milliseconds (the same times and
+    nulls: a text that does not parse has fields that do not, whatever its fraction)."""
+    pattern = MILLISECOND_TEXTS.get(naive_format)
+    if pattern is None or not text.len() or text.null_count() or not text.str.contains(pattern).all():
+        return text.str.to_datetime(naive_format, strict=False, time_unit="us")
+    seconds = text.str.slice(0, len(text[0]) - 4).str.to_datetime(naive_format[:-3], strict=False, time_unit="us")
+    millis = text.str.slice(len(text[0]) - 3).cast(pl.Int64)
+    return pl.select(seconds + pl.duration(milliseconds=millis, time_unit="us")).to_series().alias(text.name)
 
 
 def _parse_local(text: pl.Expr, timezone: str, naive_format: str) -> tuple[pl.Expr, pl.Expr]:

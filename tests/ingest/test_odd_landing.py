@@ -11,7 +11,7 @@ import pytest
 from landing_files import START, node_name, smi_line, write_landing
 
 from foreshock.ingest import ingest_path
-from foreshock.ingest.timestamps import parse_utc
+from foreshock.ingest.timestamps import naive_times, parse_utc
 from foreshock.lake.read import read_table
 
 XID = "kernel: [123456.789012] NVRM: Xid (PCI:0000:3b:00): 79, pid=2817, name=python3, GPU has fallen off the bus."
@@ -81,3 +81,20 @@ def test_a_real_leap_second_is_kept_within_its_day():
     got = frame.select(ts=ts, reason=reason)
     assert got["ts"].dt.to_string("%Y-%m-%d %H:%M:%S%.6f").to_list()[:2] == ["2016-12-31 23:59:59.999999"] * 2
     assert got["ts"][2] is None and "leap second" in got["reason"][2]
+
+
+@pytest.mark.parametrize("odd", [None, "2026/11/01 00:00:00.5", "2026/11/01 00:00:00"])
+def test_nvidia_smi_times_read_without_their_milliseconds_are_the_times_of_one_parse(odd):
+    """Dates and times that exist and do not (Feb 29 of 2026, hour 24, second 61, month 13)
+    with three digits of milliseconds, and a column with one text of another width."""
+    texts = ["2026/11/01 00:10:00.123", "2024/02/29 23:59:59.999", "2026/02/29 00:00:00.001", "2026/11/01 24:00:00.000"]
+    texts += [
+        "2026/11/01 00:00:61.000",
+        "2026/13/01 00:00:00.000",
+        "0000/01/01 00:00:00.000",
+        "2026/1x/01 00:00:00.000",
+    ]
+    column = pl.Series("timestamp", texts + ([odd] if odd else []))
+    expected = column.str.to_datetime("%Y/%m/%d %H:%M:%S%.f", strict=False, time_unit="us")
+    assert naive_times(column, "%Y/%m/%d %H:%M:%S%.f").equals(expected)
+    assert expected.null_count() >= 4 and expected[0] is not None
