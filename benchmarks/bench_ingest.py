@@ -5,7 +5,7 @@ the simulator's mixed landing.
     uv run python benchmarks/bench_ingest.py --gpus 512 --days 2   # a quick look
     uv run python benchmarks/bench_ingest.py --formats simulator --gpus 1024 --days 14  # the issue-28 landing
     uv run python benchmarks/bench_ingest.py --before main~5       # also the code of an older revision
-    uv run python benchmarks/bench_ingest.py --no-parse-ahead      # also this tree without parsing ahead
+    uv run python benchmarks/bench_ingest.py --parse-ahead         # also this tree parsing ahead
 
 Writes ``nvidia-smi --query-gpu=... --format=csv`` files (one per node and day, 8 GPUs per
 node, as ``nvidia-smi -l 60`` would) and canonical ``samples-<day>.parquet`` files with the
@@ -265,13 +265,13 @@ def run_child(
     mode: str, raw: Path, data: Path, code: Path | None = None, workers: int | None = None, keep: Path | None = None
 ) -> dict:
     """Run ``--child`` (ingest ``raw`` into a fresh lake; ``code``: an older package tree;
-    ``mode`` ``--child-no-parse-ahead``: with ``[ingest] parse_ahead = false``) or
+    ``mode`` ``--child-parse-ahead``: with ``[ingest] parse_ahead = true``) or
     ``--floor-child`` in a child process; its JSON line.  ``keep``: the data directory is
     moved there (when nothing is there yet) instead of deleted."""
     shutil.rmtree(data, ignore_errors=True)
     env = dict(os.environ)
-    if mode == "--child-no-parse-ahead":  # the child's config reads it (FORESHOCK_<SECTION>_<KEY>)
-        mode, env["FORESHOCK_INGEST_PARSE_AHEAD"] = "--child", "false"
+    if mode == "--child-parse-ahead":  # the child's config reads it (FORESHOCK_<SECTION>_<KEY>)
+        mode, env["FORESHOCK_INGEST_PARSE_AHEAD"] = "--child", "true"
     if code is not None:
         env["PYTHONPATH"] = str(code)
     child = subprocess.run(
@@ -405,9 +405,7 @@ def main() -> None:
         metavar="N",
         help="rounds of runs (this tree, the floor, --before; in turn): medians and paired ratios (default 3)",
     )
-    parser.add_argument(
-        "--no-parse-ahead", action="store_true", help="also this tree with [ingest] parse_ahead = false"
-    )
+    parser.add_argument("--parse-ahead", action="store_true", help="also this tree with [ingest] parse_ahead = true")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
@@ -444,13 +442,13 @@ def main() -> None:
             # Rounds of runs next to each other, their order turned each round: the machine is
             # shared, and a ratio of two runs of one round is steadier than either figure.
             kinds = ["after"] + (["floor"] if fmt == "parquet" else []) + (["before"] if before_code else [])
-            kinds += ["no-parse-ahead"] if args.no_parse_ahead else []
+            kinds += ["parse-ahead"] if args.parse_ahead else []
 
             def run(kind: str, raw: Path = raw) -> dict:
                 if kind == "floor":
                     return run_child("--floor-child", raw, args.work / "floor")
-                if kind == "no-parse-ahead":
-                    return run_child("--child-no-parse-ahead", raw, args.work / "data")
+                if kind == "parse-ahead":
+                    return run_child("--child-parse-ahead", raw, args.work / "data")
                 code = before_code if kind == "before" else None
                 return run_ingest(raw, args.work / "data", code, keep=args.work / f"kept-{kind}")
 
@@ -465,11 +463,11 @@ def main() -> None:
                     f"{floor['peak_mb']:,.0f} MB | ingest = {paired(runs['after'], runs['floor'], 'seconds'):.2f}x "
                     f"the floor (wall), {paired(runs['after'], runs['floor'], 'cpu'):.2f}x (CPU)"
                 )
-            if args.no_parse_ahead:
-                report_ingest("this tree, [ingest] parse_ahead = false", typical(runs["no-parse-ahead"]), TARGETS[fmt])
+            if args.parse_ahead:
+                report_ingest("this tree, [ingest] parse_ahead = true", typical(runs["parse-ahead"]), TARGETS[fmt])
                 print(
-                    f"    parsing ahead: {paired(runs['no-parse-ahead'], runs['after'], 'seconds'):.2f}x faster (wall), "
-                    f"{paired(runs['no-parse-ahead'], runs['after'], 'cpu'):.2f}x less CPU (medians of paired runs)"
+                    f"    parsing ahead: {paired(runs['after'], runs['parse-ahead'], 'seconds'):.2f}x faster (wall), "
+                    f"{paired(runs['after'], runs['parse-ahead'], 'cpu'):.2f}x less CPU (medians of paired runs)"
                 )
             for workers in args.workers or []:
                 report_ingest(

@@ -36,7 +36,7 @@ def _landing(root: Path):
 
 def _config(data_dir: Path):
     return load_config(data_dir=data_dir).with_overrides(
-        {"ingest": {"timezone": "UTC"}, "runner": {"local_workers": 2}, "lake": {"shards": 4}}
+        {"ingest": {"timezone": "UTC", "parse_ahead": True}, "runner": {"local_workers": 2}, "lake": {"shards": 4}}
     )
 
 
@@ -181,7 +181,7 @@ def test_the_flow_parses_ahead_on_the_local_runner(tmp_path, prefect_server, par
 
     landing = _landing(tmp_path / "raw")
     toml = tmp_path / "foreshock.toml"
-    toml.write_text('[ingest]\ntimezone = "UTC"\n[lake]\nshards = 4\n[runner]\nlocal_workers = 2\n')
+    toml.write_text('[ingest]\ntimezone = "UTC"\nparse_ahead = true\n[lake]\nshards = 4\n[runner]\nlocal_workers = 2\n')
     assert (
         main(["--config", str(toml), "--data-dir", str(tmp_path / "flow"), "ingest", "--path", str(landing.root)]) == 0
     )

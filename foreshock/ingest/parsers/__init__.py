@@ -50,7 +50,7 @@ FORMATS = tuple(sorted(PARSERS))
 # or says when it did (``ParsedFile.reads_lake``: a DCGM XID gauge whose first code is not 0
 # looks up the codes already stored as events, foreshock.ingest.dcgm): a batch of them may
 # be parsed while the batch before it is still being stored, and a file whose parse read
-# the lake is parsed again in its batch's turn (foreshock.ingest.parse_ahead).
+# the lake has those rows staged again in its batch's turn (foreshock.ingest.parse_ahead).
 PARSE_AHEAD_FORMATS = frozenset(
     {"canonical", "nvidia-smi", "prometheus-json", "prometheus-text", "rasdaemon", "tickets", "xid-log"}
 )
