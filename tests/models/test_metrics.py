@@ -153,6 +153,17 @@ def test_a_catch_by_an_alert_earlier_than_the_horizon_is_counted_apart():
     r = lead_time_report(scores, fails, 0.5, "24h", WINDOW, step=HOUR)
     assert (r.caught, r.caught_within_horizon) == (2, 1)
     assert (r.true_alerts, r.false_alerts) == (1, 1)
+    assert r.early_alerts == 1  # A's false alert drained a GPU that failed 40 h later
+
+
+def test_early_alerts_are_the_false_alerts_on_units_failing_within_the_alert_window():
+    """H = 24 h, W = 7 d: a false alert 3 days before its unit's failure is early; one 9 days
+    before it, or on a unit that never fails, is not."""
+    scores = series({"A": peaks(300, [10]), "B": peaks(300, [10]), "C": peaks(300, [10])})
+    fails = failures([("A", 10 + 72, "memory"), ("B", 10 + 216, "memory")])
+    r = lead_time_report(scores, fails, 0.5, "24h", WINDOW, step=HOUR)
+    assert (r.true_alerts, r.false_alerts, r.early_alerts) == (0, 3, 1)
+    assert r.to_dict()["early_alerts"] == 1
 
 
 def test_unresolved_alerts_count_in_neither_precision_nor_false_alerts():

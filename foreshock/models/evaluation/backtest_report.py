@@ -98,12 +98,12 @@ def _thresholds(r: dict) -> str:
 
 def _point_row(label: str, r: dict | None) -> str:
     if r is None:
-        return f"| {label} | not reached | | | | | | | | | | | | |"
+        return f"| {label} | not reached | | | | | | | | | | | | | |"
     return (
         f"| {label} | {_thresholds(r)} | {_fmt(r['alerts_per_day'])} | {r['caught']} / {r['failures']} "
         f"| {r.get('caught_within_horizon', '–')} "
         f"| {_fmt(r['recall'])} | {_fmt(r['recall_with_precursor'])} / {_fmt(r['recall_without_precursor'])} "
-        f"| {_fmt(r['precision'])} | {_fmt(r['precision_per_unit'])} | {r['late_alerts']} "
+        f"| {_fmt(r['precision'])} | {r.get('early_alerts', '–')} | {_fmt(r['precision_per_unit'])} | {r['late_alerts']} "
         f"| {r.get('drained_then_failed', 0)} "
         f"| {_fmt(r['lead_time_p10_h'], 0)} / {_fmt(r['lead_time_p50_h'], 0)} / {_fmt(r['lead_time_p90_h'], 0)} "
         f"| {_fmt(r['false_alerts_per_1000_unit_days'])} | {_fmt(r['gpu_hours_saved'], 0)} |"
@@ -121,7 +121,7 @@ def render_markdown(report: dict) -> str:
         f"{s['alert_window']} and {s['min_lead_time']} before it (one alert credits one failure); an alert "
         "is true when its unit fails within the horizon, late when it fails sooner than "
         f"{s['min_lead_time']} (neither caught nor true); *caught within the horizon* counts the catches "
-        "made by an alert that was also true (an earlier one catches its failure but counts as false). Only snapshots and alerts whose horizon ended "
+        "made by an alert that was also true (an earlier one catches its failure but counts as false), and *of the false: early* the false alerts on units that failed later than the horizon but within the alert window. Only snapshots and alerts whose horizon ended "
         "within the data are labelled. Metric definitions: docs/metrics.md.",
         "",
     ]
@@ -152,10 +152,11 @@ def render_markdown(report: dict) -> str:
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [
                 "| model | threshold per fold | alerts/day | caught / failures | caught within the horizon "
-                "| recall | recall with / without precursor | precision per alert | precision per unit | late alerts "
+                "| recall | recall with / without precursor | precision per alert | of the false: early "
+                "| precision per unit | late alerts "
                 "| drained then failed | lead time p10 / p50 / p90 (h) | false alerts per 1000 unit-days "
                 "| GPU-hours saved |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             for model, per_h in models.items():
                 points = per_h.get(horizon, {}).get("operating_points", {})

@@ -149,6 +149,7 @@ class LeadTimeReport:
     late_alerts: int
     alerts_unresolved: int
     drained_then_failed: int
+    early_alerts: int  # false alerts whose unit failed later than H but within W (each also catches it)
     precision: float | None
     alerted_units: int
     true_units: int
@@ -325,6 +326,9 @@ def judge_alerts(
     true_alerts = int((outcome == "true").sum())
     false_alerts = int((outcome == "false").sum())
     late_alerts = int((outcome == "late").sum())
+    # W may be longer than H: a false alert whose unit failed within W anyway drained a failing unit early
+    delay = classified.get_column("failed_at") - classified.get_column("alert_start")
+    early_alerts = int(((outcome == "false") & (delay <= window.alert_window)).fill_null(False).sum())
     unresolved = alerts.height - true_alerts - false_alerts - late_alerts
     alerted_units, true_units, alerted_w, true_units_w = _alerted_units(classified)
     weight = classified.get_column("weight")
@@ -357,6 +361,7 @@ def judge_alerts(
         late_alerts=late_alerts,
         alerts_unresolved=unresolved,
         drained_then_failed=drained_then_failed.height,
+        early_alerts=early_alerts,
         precision=_ratio(true_w, true_w + false_w),
         alerted_units=alerted_units,
         true_units=true_units,
