@@ -69,6 +69,8 @@ CANDIDATES: dict[str, dict] = {
     "hard_neg_near": {"hard_negative_weight": 1.0, "hard_negative_window": 2.0},
     # a counter's 6-hour increase over its 1-day one (and each consecutive pair): a burst from a trend
     "shares": {"window_shares": True},
+    # both: a burst told from a trend, and the rows days ahead of a failure told from those within the horizon
+    "shares_hard3": {"window_shares": True, "hard_negative_weight": 3.0},
 }
 
 
