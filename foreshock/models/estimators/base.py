@@ -12,6 +12,7 @@ NumPy only inside a model.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -102,6 +103,21 @@ def frame_feature_columns(frame: pl.DataFrame) -> list[str]:
         for name, dtype in frame.schema.items()
         if name not in excluded and not is_label_column(name) and dtype.is_numeric()
     ]
+
+
+# A windowed feature's name: ``<metric>_<kind>_<window>`` (``ecc_sbe_volatile_total_increase_6h``).
+_WINDOWED = re.compile(r"^(?P<metric>.+)_(?P<kind>increase|count|max)_(?P<window>\d+(?:\.\d+)?[smhdw])$")
+
+
+def windowed_columns(names: list[str], kind: str) -> dict[str, dict[timedelta, str]]:
+    """The windowed features of one ``kind`` (``increase``, ``count``, ``max``) among
+    ``names``: metric -> window -> column name."""
+    out: dict[str, dict[timedelta, str]] = {}
+    for name in names:
+        match = _WINDOWED.match(name)
+        if match and match["kind"] == kind:
+            out.setdefault(match["metric"], {})[parse_duration(match["window"])] = name
+    return out
 
 
 def feature_matrix(frame: pl.DataFrame, names: list[str], dtype: type = np.float64) -> np.ndarray:

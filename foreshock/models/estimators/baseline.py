@@ -25,7 +25,6 @@ next to the learned models.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -46,12 +45,11 @@ from foreshock.models.estimators.base import (
     risk_frame,
     sample_weights,
     top_contributions,
+    windowed_columns,
 )
 from foreshock.models.estimators.calibration import PlattCalibrator
 from foreshock.models.estimators.recipes import builtin_recipe, config_recipes_dir, load_recipe
 from foreshock.models.estimators.training import labelled_until
-
-_WINDOWED = re.compile(r"^(?P<metric>.+)_(?P<kind>increase|count|max)_(?P<window>\d+(?:\.\d+)?[smhdw])$")
 
 
 def default_rules() -> dict:
@@ -98,12 +96,7 @@ class Rule:
 
 
 def _window_columns(names: list[str], metric: str, kind: str) -> dict[timedelta, str]:
-    out = {}
-    for name in names:
-        match = _WINDOWED.match(name)
-        if match and match["metric"] == metric and match["kind"] == kind:
-            out[parse_duration(match["window"])] = name
-    return out
+    return windowed_columns(names, kind).get(metric, {})
 
 
 def _closest(windows: dict[timedelta, str], target: timedelta) -> tuple[timedelta, str] | None:
@@ -244,6 +237,14 @@ class ThresholdBaseline:
             learnt = {r.name: r for r in self._fresh().resolve(data).rules_ if r.name.endswith("_growth")}
             self.rules_ = [learnt.get(r.name, r) for r in self.rules_]
         return self
+
+    def fixed_rules(self, names: pl.DataFrame) -> ThresholdBaseline:
+        """These rules bound to the columns of ``names`` (which may have no rows), only those
+        whose limits need no data: all but the generic growth rules, whose limit is a
+        quantile over a training period."""
+        bound = self._fresh().resolve(names)
+        bound.rules_ = [r for r in bound.rules_ if not r.name.endswith("_growth")]
+        return bound
 
     def _fresh(self) -> ThresholdBaseline:
         return ThresholdBaseline(self.horizons, dict(self.rules), list(self.error_counters))

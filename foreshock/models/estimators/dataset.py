@@ -130,10 +130,14 @@ class FeatureSource:
                 out.append(pl.col(name))
         return out
 
-    def keys(self, start: datetime | None = None, end: datetime | None = None) -> pl.DataFrame:
-        """``unit_id, ts`` (+ ``life_start`` when stored) of the range, sorted."""
-        wanted = [c for c in ("unit_id", "ts", "life_start") if c in self.schema]
-        return self.scan(start, end).select(wanted).collect(engine="streaming").sort(list(KEYS))
+    def keys(
+        self, start: datetime | None = None, end: datetime | None = None, extra: list[str] | None = None
+    ) -> pl.DataFrame:
+        """``unit_id, ts`` (+ ``life_start`` when stored) of the range, sorted; with ``extra``
+        those columns too, read in the same scan (features as Float32)."""
+        wanted = [pl.col(c) for c in ("unit_id", "ts", "life_start") if c in self.schema]
+        columns = self.columns(extra) if extra else []
+        return self.scan(start, end).select(*wanted, *columns).collect(engine="streaming").sort(list(KEYS))
 
     def span(self) -> tuple[datetime, datetime]:
         """First and last snapshot time (reads only ``ts``; of the store, only the first and
@@ -305,21 +309,6 @@ class TrainingSample:
         weight = np.where(whole, 1.0, 1.0 / rate)[keep]
         return keys.filter(pl.Series(keep)).with_columns(pl.Series(SAMPLE_WEIGHT, weight, dtype=pl.Float32))
 
-    def firing(self, source: FeatureSource | FrameSource, keys: pl.DataFrame, until: datetime) -> np.ndarray | None:
-        """Where one of :attr:`rules`' fixed-threshold rules fires, aligned with ``keys``
-        (None without rules).  Reads only the rules' columns, one day at a time."""
-        if self.rules is None:
-            return None
-        rules = self.rules._fresh().resolve(pl.DataFrame(schema=source.schema))
-        rules.rules_ = [r for r in rules.rules_ if not r.name.endswith("_growth")]  # limits need a fit
-        wanted = sorted({c for r in rules.rules_ for c in r.columns})
-        if not wanted:
-            return np.zeros(keys.height, dtype=bool)
-        frame = source.rows(None, until, [*KEYS, *wanted], keys=keys.select(KEYS))
-        if frame.height != keys.height:
-            raise ValueError(f"rule columns read for {frame.height} of {keys.height} training keys")
-        return rules.fires(frame)
-
 
 def training_frame(
     source: FeatureSource,
@@ -397,10 +386,14 @@ def training_sample(
     ValueError
         When no snapshot precedes ``until``.
     """
-    keys = source.keys(None, until)
+    # the rules of a rule-firing stratum read their few columns in the keys' own scan
+    rules = None if sample.rules is None else sample.rules.fixed_rules(pl.DataFrame(schema=source.schema))
+    extra = sorted({c for r in rules.rules_ for c in r.columns}) if rules is not None else []
+    keys = source.keys(None, until, extra)
     if keys.height == 0:
         raise ValueError(f"no feature snapshots before {until}")
-    chosen = sample.choose(keys, failures, until, sample.firing(source, keys, until))
+    firing = rules.fires(keys) if rules is not None else None
+    chosen = sample.choose(keys.drop(extra), failures, until, firing)
     del keys
     chosen = chosen.with_columns(drain_censoring(chosen, drains))
     wanted = [c for c in (columns or list(source.schema)) if c not in (SAMPLE_WEIGHT, CENSORED_AT)]

@@ -21,21 +21,16 @@ import re
 import numpy as np
 import polars as pl
 
-from foreshock.durations import parse_duration
+from foreshock.models.estimators.base import windowed_columns
 
-_INCREASE = re.compile(r"^(?P<metric>.+)_increase_(?P<window>\d+(?:\.\d+)?[smhdw])$")
 _SHARE = re.compile(r"^(?P<metric>.+)_share_(?P<a>\d+(?:\.\d+)?[smhdw])_(?P<b>\d+(?:\.\d+)?[smhdw])$")
 
 
 def share_names(columns: list[str]) -> list[str]:
     """The share of each counter's consecutive increase windows among ``columns``."""
-    windows: dict[str, list[str]] = {}
-    for name in columns:
-        if m := _INCREASE.match(name):
-            windows.setdefault(m["metric"], []).append(m["window"])
     out = []
-    for metric, found in windows.items():
-        ordered = sorted(found, key=parse_duration)
+    for metric, windows in windowed_columns(columns, "increase").items():
+        ordered = [windows[w].removeprefix(f"{metric}_increase_") for w in sorted(windows)]
         out += [f"{metric}_share_{a}_{b}" for a, b in zip(ordered, ordered[1:])]
     return out
 
@@ -45,9 +40,10 @@ def share_columns(frame: pl.DataFrame, names: list[str]) -> dict[str, np.ndarray
     holds, Float32 with NaN where the longer window saw no increase."""
     out: dict[str, np.ndarray] = {}
     for name in names:
-        m = _SHARE.match(name)
-        short, long = (f"{m['metric']}_increase_{m['a']}", f"{m['metric']}_increase_{m['b']}") if m else ("", "")
-        if not m or short not in frame.columns or long not in frame.columns:
+        if not (m := _SHARE.match(name)):
+            continue
+        short, long = f"{m['metric']}_increase_{m['a']}", f"{m['metric']}_increase_{m['b']}"
+        if short not in frame.columns or long not in frame.columns:
             continue
         num = frame.get_column(short).cast(pl.Float32).to_numpy()
         den = frame.get_column(long).cast(pl.Float32).to_numpy()
