@@ -27,14 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
 from foreshock.config import load_config
 from foreshock.durations import parse_duration
-from foreshock.models.evaluation.alert_replay import AlertRule, Period, policy_alerts
+from foreshock.models.estimators.base import decision_horizon
+from foreshock.models.evaluation.alert_replay import Period, policy_alerts
+from foreshock.models.evaluation.operating_points import OperatingPoints
 from foreshock.simulate.fleet import build_fleet, schedule_lives
 from foreshock.simulate.params import SimulationParams
 
@@ -65,13 +67,12 @@ def main() -> int:
     backtest = args.backtest or args.work / "backtest-evaluate"
     report = json.loads((backtest / "report.json").read_text())
     config = load_config(args.work / "evaluate.toml")
-    policy = config.section("policy")
-    horizon = parse_duration(config.section("models")["horizon"])
+    points = OperatingPoints.from_config(config)
+    horizon = parse_duration(decision_horizon(config))
     start = datetime.fromisoformat(report["folds"][0]["cutoff"])
     end = datetime.fromisoformat(report["folds"][-1]["test_end"])
     scores = pl.read_parquet(backtest / "scores.parquet").filter(pl.col("model") == args.model)
-    rule = AlertRule(exit_ratio=float(policy["exit_risk"]) / float(policy["enter_risk"]))
-    alerts = policy_alerts(scores, [(Period(start, end), float(policy["enter_risk"]))], rule, timedelta(hours=1))
+    alerts = policy_alerts(scores, [(Period(start, end), points.enter_risk)], points.threshold_rule)
 
     params = SimulationParams.build(
         units=args.units, days=args.days, failure_rate=args.failure_rate, seed=args.seed, sample_every="10m"
@@ -100,7 +101,7 @@ def main() -> int:
         )
     table = pl.DataFrame(rows).sort("kind", "alert_start")
     period = f"{start:%Y-%m-%d} to {end:%Y-%m-%d}"
-    print(f"{args.model}: {table.height} alerts at risk >= {policy['enter_risk']} over {period} (UTC)")
+    print(f"{args.model}: {table.height} alerts at risk >= {points.enter_risk:g} over {period} (UTC)")
     with pl.Config(tbl_rows=500, tbl_width_chars=200, fmt_str_lengths=40):
         print(
             table.group_by("kind")
