@@ -72,8 +72,7 @@ def fsync_directory(directory: Path) -> None:
 
 def _replace_durably(tmp: Path, path: Path) -> None:
     try:
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
+        _fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
