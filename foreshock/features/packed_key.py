@@ -19,7 +19,6 @@ def bucket_number(ts: pl.Expr, every_us: int) -> pl.Expr:
 # Rows are grouped by one integer key packing a dense unit index, the life and the bucket
 # number (one u64 hashes much faster than a string, an int and a datetime); the key is
 # unpacked and unit ids are joined back onto the much smaller rollups.
-SERIES = ["_key"]
 LIFE_SLOTS = 256
 BUCKET_SLOTS = 2**32
 
@@ -44,15 +43,3 @@ def unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:
 def new_unit() -> pl.Expr:
     """The row starts a unit's rows (rows grouped by the unit's run number ``_unit``)."""
     return (pl.col("_unit") != pl.col("_unit").shift(1)).fill_null(True)
-
-
-def same_series() -> pl.Expr:
-    """The row before is the previous sample of the same series (same unit and life), given
-    rows of one metric in unit-then-time order keyed by the packed key."""
-    return ((pl.col("_key") // BUCKET_SLOTS) == (pl.col("_key").shift(1) // BUCKET_SLOTS)).fill_null(False)
-
-
-def ends_series() -> pl.Expr:
-    """The row after is not the same series (the row is a series' last in its file): the
-    counterpart of :func:`same_series` one row on."""
-    return ((pl.col("_key") // BUCKET_SLOTS) != (pl.col("_key").shift(-1) // BUCKET_SLOTS)).fill_null(True)

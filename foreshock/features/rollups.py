@@ -22,27 +22,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
 
 import numpy as np
 import polars as pl
 
 from foreshock.catalog import Catalog
 from foreshock.contract import UTC_TS
+from foreshock.features.metric_runs import metric_run_pieces
 from foreshock.features.packed_key import (
     LIFE_SLOTS,
-    SERIES,
     bucket_number,
-    ends_series,
     new_unit,
-    packed_key,
-    same_series,
     unpacked,
 )
 from foreshock.features.whole_scrapes import regular_pieces, scrape_times
 
 UNIT_LIFE_BUCKET = ["unit_id", "life", "bucket"]
-FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 # Per (unit, life, metric, bucket) piece of one raw file.  Ids and metric names are
 # Categorical (codes shared by every frame of the process): the rollups are sorted, grouped
@@ -131,67 +126,6 @@ def _counter_step(value: pl.Expr, previous: pl.Expr) -> pl.Expr:
     return pl.when(value >= previous).then(value - previous).otherwise(value)
 
 
-def _with_steps(frame: FrameT, values: list[tuple[str, str]], max_gap: timedelta) -> FrameT:
-    """``frame`` (rows in unit-then-time order keyed by the packed key) with ``_head`` (the
-    row starts a series) and, for each counter column ``(value, suffix)``, its step from
-    the previous sample (``_delta<suffix>``) and the time of each increase
-    (``_inc_ts<suffix>``).  A step is taken only from the previous sample of the same
-    series at most ``max_gap`` earlier (one link column for all counters)."""
-    same = same_series()
-    linked = same & ((pl.col("ts") - pl.col("ts").shift(1)) <= max_gap)
-    frame = frame.with_columns(linked.alias("_link"), (~same).alias("_head"), ends_series().alias("_tail"))
-    frame = frame.with_columns(
-        pl.when(pl.col("_link")).then(_counter_step(pl.col(value), pl.col(value).shift(1))).alias(f"_delta{suffix}")
-        for value, suffix in values
-    )
-    increased = [
-        pl.when(pl.col(f"_delta{suffix}") > 0).then(pl.col("ts")).alias(f"_inc_ts{suffix}") for _, suffix in values
-    ]
-    return frame.with_columns(increased).drop("_link")
-
-
-def _piece_aggs(value: str, counter: bool, suffix: str = "") -> list[pl.Expr]:
-    """Aggregations of one metric's pieces over a group of its rows (a run of the packed
-    key, first and last rows its first and last samples); output names end in ``suffix``."""
-    v = pl.col(value)
-    aggs = [
-        pl.len().cast(pl.Int64).alias("n"),
-        v.sum().alias("sum"),
-        (v * v).sum().alias("sumsq"),
-        v.max().alias("max"),
-        pl.col("ts").last().alias("last_ts"),
-        v.last().alias("last_v"),
-        # A series' first row opens its group and its last row closes one.
-        (pl.col("_head").first() | pl.col("_tail").last()).alias("edge"),
-    ]
-    if counter:
-        aggs += [
-            pl.col("ts").first().alias("first_ts"),
-            v.first().alias("first_v"),
-            pl.col(f"_delta{suffix}").sum().alias("inc"),
-            pl.col(f"_inc_ts{suffix}").min().alias("first_inc_ts"),
-            pl.col(f"_inc_ts{suffix}").max().alias("last_inc_ts"),
-            # Only a series' first row can start it, and that row opens its group.
-            pl.col("_head").first().alias("head"),
-        ]
-    return [agg.name.suffix(suffix) for agg in aggs]
-
-
-def _counter_pieces(samples: pl.LazyFrame, max_gap: timedelta) -> pl.LazyFrame:
-    """Pieces of one counter metric; ``samples`` holds only that metric in unit-then-time
-    order, so the row before a sample is the previous sample of the same series when the
-    packed key says it is the same unit and life, and each (unit, life, bucket) group is a
-    contiguous run whose first and last rows are its first and last samples."""
-    stepped = _with_steps(samples, [("value", "")], max_gap)
-    return stepped.group_by(SERIES).agg(_piece_aggs("value", counter=True))
-
-
-def _gauge_pieces(samples: pl.LazyFrame) -> pl.LazyFrame:
-    """Pieces of one gauge metric (rows of that metric only, unit-then-time order)."""
-    ends = samples.with_columns((~same_series()).alias("_head"), ends_series().alias("_tail"))
-    return ends.group_by(SERIES).agg(_piece_aggs("value", counter=False))
-
-
 def _with_sample_lives(
     samples: pl.DataFrame, units: pl.DataFrame, starts: pl.Series, failures: pl.DataFrame
 ) -> pl.DataFrame:
@@ -224,38 +158,6 @@ def _unit_runs(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Se
         }
     )
     return samples, units, starts
-
-
-def _split_pieces(
-    samples: pl.DataFrame, names: list[str], counters: set[str], every: timedelta, max_gap: timedelta
-) -> tuple[list[pl.DataFrame], pl.DataFrame, list[str]]:
-    """Pieces per metric and scrape counts of any partition in unit-then-time order: the
-    rows are split by metric (each part keeps the order a counter step needs)."""
-    new_ts = ((pl.col("ts") != pl.col("ts").shift(1)) | new_unit()).fill_null(True)
-    work = samples.select(packed_key(every).set_sorted(), "ts", "_metric", "value", new_ts.alias("_new_ts"))
-    scrapes = (
-        work.lazy()
-        .group_by(SERIES)
-        .agg(pl.col("_new_ts").sum().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts"))
-    )
-    queries, present = [], []
-    # The rows grouped by metric, each metric's rows in their order, with one gather: a
-    # stable sort of the small metric codes (numpy's radix sort for 16 bits or less, one
-    # linear pass) and a slice per metric, instead of a filter over every row per metric.
-    codes = work.get_column("_metric").to_numpy().astype(np.uint8 if len(names) <= 256 else np.uint16)
-    order = np.argsort(codes, kind="stable")
-    grouped = work.select(pl.col("_key", "ts", "value").gather(order))
-    counts = np.bincount(codes, minlength=len(names))
-    offsets = np.concatenate(([0], np.cumsum(counts)))
-    for code in np.flatnonzero(counts):
-        name = names[code]
-        part = grouped.slice(int(offsets[code]), int(counts[code]))
-        sorted_part = part.lazy().with_columns(pl.col("_key").set_sorted())
-        queries.append(_counter_pieces(sorted_part, max_gap) if name in counters else _gauge_pieces(sorted_part))
-        present.append(name)
-    queries.append(scrapes)
-    *pieces, scrapes_frame = pl.collect_all(queries, engine="in-memory")
-    return pieces, scrapes_frame, present
 
 
 def _in_unit_order(samples: pl.DataFrame, names: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
@@ -324,9 +226,9 @@ def rollup_samples(
     counters = {m.name for m in catalog if m.is_counter}
     # Whole scrapes (the lake's usual shape) are rolled up one row per sample time: tried
     # on the rows as they come, then on the rows a rollup uses in unit-then-time order;
-    # any other partition is split by metric.  Either way the packed key is sorted (units
-    # in order, then time, and life and bucket grow with time): group-bys over it run as
-    # one linear pass over contiguous runs, no hashing.
+    # any other partition's rows are put in metric order (metric_runs).  Either way the
+    # packed key is sorted (units in order, then time, and life and bucket grow with
+    # time): each group is a run of rows, reduced in one linear pass, no hashing.
     scraped = scrape_times(samples, names)
     if scraped is None:
         samples, units, starts = _in_unit_order(samples, names)
@@ -339,13 +241,19 @@ def rollup_samples(
         times = _with_sample_lives(times, units, starts, failures)
         counter = [name in counters for name in present]
         parts, scrapes_frame = regular_pieces(times, samples.get_column("value"), counter, every, max_gap)
+        pieces = pl.concat(
+            [
+                p.with_columns(pl.lit(name, pl.Categorical).alias("metric"))
+                for name, p in zip(present, parts, strict=True)
+            ],
+            how="diagonal_relaxed",
+        )
     else:
         samples = _with_sample_lives(samples, units, starts, failures)
-        parts, scrapes_frame, present = _split_pieces(samples, names, counters, every, max_gap)
-    pieces = pl.concat(
-        [p.with_columns(pl.lit(name, pl.Categorical).alias("metric")) for name, p in zip(present, parts, strict=True)],
-        how="diagonal_relaxed",
-    )
+        counter = np.array([name in counters for name in names], dtype=bool)
+        pieces, scrapes_frame = metric_run_pieces(samples, counter, every, max_gap)
+        metric = pl.Series("metric", names, dtype=pl.Categorical)
+        pieces = pieces.with_columns(metric.gather(pieces.get_column("_metric")))
     pieces = unpacked(pieces, every).join(units, on="_unit")
     pieces = pieces.select(
         [pl.col(c).cast(t) if c in pieces.columns else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]
