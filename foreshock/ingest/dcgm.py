@@ -22,6 +22,7 @@ series sample with the series' labels already extracted.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -45,21 +46,37 @@ def resolve_series_name(ctx: IngestContext, name: str) -> str | None:
     return metric
 
 
+@dataclass
+class LakeRead:
+    """XID events that depend on the stored ones (:attr:`ParsedFile.reads_lake`), staged
+    again when called with another context (its view of the lake); ``files``: the files
+    (``_file``) whose events they are, when the rows are several files'."""
+
+    again: Callable[[IngestContext], pl.DataFrame]
+    files: frozenset[int] = frozenset()
+
+    def __call__(self, turn: IngestContext) -> pl.DataFrame:
+        return self.again(turn)
+
+
 def stage_series(
     frame: pl.DataFrame,
     ctx: IngestContext,
-    declared_units: dict[str, str] | None = None,
-    lake_reads: list[Callable[[IngestContext], pl.DataFrame]] | None = None,
+    declared_units: dict | None = None,
+    lake_reads: list[LakeRead] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """Samples and XID events from long series rows.
 
     ``frame`` columns: ``name, gpu, Hostname, UUID, ts, ts_reason, value_text, _line``
-    (and optionally ``_raw``).  Returns staged ``samples`` and ``events``.  ``lake_reads``:
-    given a list, when the events depend on the stored XID events (:attr:`ParsedFile.reads_lake`),
-    a function is appended that stages them again with another context's view of the lake
-    (:func:`xid_events`).
+    (and optionally ``_raw``, and ``_file`` for the rows of several files parsed together:
+    each file's series are then its own, and ``_file`` is kept).  Returns staged ``samples``
+    and ``events``.  ``declared_units``: time units declared by series name
+    (:func:`_time_unit_factors`); with ``_file``, by file index first.  ``lake_reads``:
+    given a list, when the events depend on the stored XID events, a :class:`LakeRead` is
+    appended (:func:`xid_events`).
     """
     declared_units = declared_units or {}
+    by_file = "_file" in frame.columns
     uuid_map = ctx.unit_by_uuid()
     unit_from_labels = pl.when(pl.col("Hostname").is_not_null() & pl.col("gpu").is_not_null()).then(
         pl.format("{}-gpu{}", pl.col("Hostname"), pl.col("gpu"))
@@ -72,8 +89,6 @@ def stage_series(
 
     names = frame.get_column("name").unique().drop_nulls().to_list()
     resolved = {n: resolve_series_name(ctx, n) for n in names if n != XID_GAUGE}
-    factors = _time_unit_factors(ctx, resolved, declared_units)
-
     unit_reason = (
         pl.when(pl.col("unit_id").is_null())
         .then(pl.lit("cannot tell the unit: no Hostname/gpu labels and the UUID label is not in the inventory"))
@@ -92,11 +107,8 @@ def stage_series(
         .then(pl.lit("labels"))
     )
 
-    series = frame.filter(pl.col("name") != XID_GAUGE)
     metric_map = {n: m for n, m in resolved.items() if m is not None}
-    factor_expr = (
-        pl.col("name").replace_strict(factors, default=1.0, return_dtype=pl.Float64) if factors else pl.lit(1.0)
-    )
+    series, factor_expr = _with_factors(frame.filter(pl.col("name") != XID_GAUGE), ctx, resolved, declared_units)
     samples = series.with_columns(
         metric=pl.col("name").replace_strict(metric_map, default=None, return_dtype=pl.String),
     )
@@ -111,6 +123,7 @@ def stage_series(
             "_field",
             "_reason",
             *(["_raw"] if "_raw" in samples.columns else []),
+            *(["_file"] if by_file else []),
         )
     }
     xid = frame.filter(pl.col("name") == XID_GAUGE)
@@ -153,6 +166,30 @@ def _with_reasons(
     )
 
 
+def _with_factors(
+    series: pl.DataFrame, ctx: IngestContext, resolved: dict[str, str | None], declared_units: dict
+) -> tuple[pl.DataFrame, pl.Expr]:
+    """``series`` and the factor of each row's value into the catalog's unit
+    (:func:`_time_unit_factors`); with ``_file``, each file's own declarations
+    (``declared_units`` by file), joined as a column ``_factor``."""
+    if "_file" not in series.columns:
+        factors = _time_unit_factors(ctx, resolved, declared_units)
+        if not factors:
+            return series, pl.lit(1.0)
+        return series, pl.col("name").replace_strict(factors, default=1.0, return_dtype=pl.Float64)
+    rows = [
+        (file, name, factor)
+        for file in series.get_column("_file").unique().to_list()
+        for name, factor in _time_unit_factors(ctx, resolved, declared_units.get(file, {})).items()
+    ]
+    if not rows:
+        return series, pl.lit(1.0)
+    schema = {"_file": series.schema["_file"], "name": pl.String, "_factor": pl.Float64}
+    factors = pl.DataFrame(rows, schema=schema, orient="row")
+    series = series.join(factors, on=["_file", "name"], how="left", maintain_order="left")
+    return series, pl.col("_factor").fill_null(1.0)
+
+
 def _time_unit_factors(
     ctx: IngestContext, resolved: dict[str, str | None], declared_units: dict[str, str]
 ) -> dict[str, float]:
@@ -174,15 +211,17 @@ def xid_events(
     ctx: IngestContext,
     common_reason: pl.Expr,
     common_field: pl.Expr,
-    lake_reads: list[Callable[[IngestContext], pl.DataFrame]] | None = None,
+    lake_reads: list[LakeRead] | None = None,
 ) -> pl.DataFrame:
-    """Events where the XID gauge changes to a non-zero code (see module notes).
+    """Events where the XID gauge changes to a non-zero code (see module notes); with
+    ``_file`` (several files' rows), each file's series on their own.
 
     ``lake_reads``: given a list, when some unit's first code is not 0 (its events depend on
-    the stored ones), a function is appended that returns the events again as a context
-    ``turn`` sees the lake: a file parsed ahead of its batch's turn (``ctx.ahead``: nothing
-    stored is read) gets its events from it in its turn, without being parsed again
+    the stored ones), a :class:`LakeRead` is appended that returns the events again as a
+    context ``turn`` sees the lake: a file parsed ahead of its batch's turn (``ctx.ahead``:
+    nothing stored is read) gets its events from it in its turn, without being parsed again
     (:attr:`ParsedFile.in_turn`)."""
+    keys = ["_file", "unit_id"] if "_file" in xid.columns else ["unit_id"]
     xid = xid.with_columns(
         code=pl.col("value").cast(pl.Int64, strict=False),
         _reason=pl.coalesce(
@@ -197,8 +236,9 @@ def xid_events(
         _field=pl.coalesce(common_field, pl.when(pl.col("value").is_null()).then(pl.lit("value"))),
     )
     bad = xid.filter(pl.col("_reason").is_not_null()).with_columns(code=pl.lit(None, dtype=pl.Int64))
-    good = xid.filter(pl.col("_reason").is_null()).sort("unit_id", "ts", "_line")
+    good = xid.filter(pl.col("_reason").is_null()).sort(*keys, "ts", "_line")
     columns = ["unit_id", "ts", "code", "_line", "_field", "_reason", *(["_raw"] if "_raw" in xid.columns else [])]
+    columns += keys[:-1]
 
     def events(prior: pl.DataFrame | None) -> pl.DataFrame:
         """The events of ``good`` and ``bad``, given each unit's stored code before its
@@ -206,49 +246,52 @@ def xid_events(
         changes = good
         if prior is not None:
             changes = (
-                good.join(prior, on="unit_id", how="left")
-                .with_columns(previous=pl.col("code").shift(1).over("unit_id"))
+                good.join(prior, on=keys, how="left", maintain_order="left")
+                .with_columns(previous=pl.col("code").shift(1).over(keys))
                 .with_columns(previous=pl.coalesce("previous", "prior_code", pl.lit(0, dtype=pl.Int64)))
                 .filter((pl.col("code") != 0) & (pl.col("code") != pl.col("previous")))
             )
         found = pl.concat([changes.select(columns), bad.select(columns)], how="vertical_relaxed")
+        if len(keys) > 1:  # file by file, as each file's own parse gives them
+            found = found.sort("_file", maintain_order=True)
         return found.with_columns(source=pl.lit(XID_SOURCE), count=pl.lit(1, dtype=pl.Int64))
 
     if not good.height:
         return events(None)
-    firsts = _held_firsts(good)
+    firsts = _held_firsts(good, keys)
     if firsts.height and lake_reads is not None:
-        lake_reads.append(lambda turn: events(_prior_codes(turn, firsts)))
-    return events(_prior_codes(ctx, firsts))
+        files = frozenset(firsts.get_column("_file").to_list()) if len(keys) > 1 else frozenset()
+        lake_reads.append(LakeRead(lambda turn: events(_prior_codes(turn, firsts, keys)), files))
+    return events(_prior_codes(ctx, firsts, keys))
 
 
-def _held_firsts(good: pl.DataFrame) -> pl.DataFrame:
+def _held_firsts(good: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """The units (with the time) whose first sample in ``good`` (sorted by unit and time)
     holds a non-zero code: only theirs are looked up in the lake.  A first reading of 0
     makes no event whatever came before it, and most units never report an XID, so most
     files need no look into the lake at all."""
     return (
-        good.group_by("unit_id")
+        good.group_by(keys)
         .agg(first_ts=pl.col("ts").first(), first_code=pl.col("code").first())
         .filter(pl.col("first_code") != 0)
         .drop("first_code")
     )
 
 
-def _prior_codes(ctx: IngestContext, firsts: pl.DataFrame) -> pl.DataFrame:
-    """Each unit's latest dcgm-xid code stored before its first sample (``firsts``:
-    :func:`_held_firsts`); none when parsed ahead of the batch's turn (``ctx.ahead``: the
-    batch before may still be storing its events)."""
+def _prior_codes(ctx: IngestContext, firsts: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Each unit's (per ``keys``) latest dcgm-xid code stored before its first sample
+    (``firsts``: :func:`_held_firsts`); none when parsed ahead of the batch's turn
+    (``ctx.ahead``: the batch before may still be storing its events)."""
     if firsts.height == 0 or ctx.ahead:
-        return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
+        return firsts.select(keys).clear().with_columns(prior_code=pl.lit(None, dtype=pl.Int64))
     stored = _stored_xid_events(ctx)
     if stored.height == 0:
-        return pl.DataFrame(schema={"unit_id": pl.String, "prior_code": pl.Int64})
+        return firsts.select(keys).clear().with_columns(prior_code=pl.lit(None, dtype=pl.Int64))
     return (
         stored.join(firsts, on="unit_id", how="inner")
         .filter(pl.col("ts") < pl.col("first_ts"))
         .sort("unit_id", "ts")
-        .group_by("unit_id")
+        .group_by(keys)
         .agg(prior_code=pl.col("code").last())
         .with_columns(pl.col("unit_id").cast(pl.String))
     )

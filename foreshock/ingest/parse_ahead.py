@@ -21,7 +21,7 @@ from foreshock.ingest.parsers import LAKE_FREE_FORMATS, PARSE_AHEAD_FORMATS
 from foreshock.ingest.parsing import ParsedBatch, parse_batch, parse_stage, report_outcome
 from foreshock.ingest.planning import PlannedFile
 from foreshock.ingest.report import FileReport
-from foreshock.ingest.staged import ParsedFile, conform_staged
+from foreshock.ingest.staged import ParsedFile, conform_staged, own_tables
 from foreshock.lake.read import read_table
 
 # The next batch of a run, parsed ahead on a thread while the current one is checked and
@@ -108,7 +108,9 @@ def _parse_again_in_turn(batch: ParsedBatch, files: list[PlannedFile]) -> None:
         outcomes[i] = _restage_in_turn(batch.parsed[i], batch.ctx)
     rest = [i for i in again if i not in outcomes]
     if rest:
-        outcomes.update(parse_batch([files[i] for i in rest], batch.ctx, 1, rest)[0])
+        parsed, shared = parse_batch([files[i] for i in rest], batch.ctx, 1, rest)
+        own_tables(parsed, shared)  # a batch parser's rows, as the file's own
+        outcomes.update(parsed)
     for i in again:
         batch.reports[i] = FileReport(files[i].path, files[i].format, "ingested")
         outcome = report_outcome(batch.reports[i], outcomes[i])

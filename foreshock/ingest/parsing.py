@@ -145,7 +145,7 @@ def parse_batch(
         except Exception as exc:  # noqa: BLE001 - reported as the file's rejection
             outcomes[index] = exc
 
-    def parse_together(fmt: str, run_indices: list[int]) -> list[pl.DataFrame]:
+    def parse_together(fmt: str, run_indices: list[int]) -> dict[str, list[pl.DataFrame]]:
         results, frames = BATCH_PARSERS[fmt]([by_index[i].open_path() for i in run_indices], run_indices, ctx)
         outcomes.update(results)
         return frames
@@ -166,8 +166,9 @@ def parse_batch(
             staged = [(fmt, future.result()) for fmt, future in pending]
             for future in singles:
                 future.result()
-    for _, frames in staged:
-        shared.setdefault("samples", []).extend(frames)
+    for _, by_table in staged:
+        for table, frames in by_table.items():
+            shared.setdefault(table, []).extend(frames)
     return outcomes, shared
 
 

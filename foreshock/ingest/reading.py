@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from foreshock.ingest.staged import UnreadableFile
+from foreshock.ingest.staged import ParsedFile, RawLookup, UnreadableFile
 
 # Bytes shown escaped in the quarantine: C0 controls (but tab) and DEL.
 CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -153,3 +153,79 @@ def _frame(lines: list[str], carriage_returns: bool = True) -> pl.DataFrame:
     frame = pl.DataFrame({"_text": lines}, schema={"_text": pl.String}).with_row_index("_line", offset=1)
     text = pl.col("_text").str.strip_chars_end("\r") if carriage_returns else pl.col("_text")
     return frame.with_columns(pl.col("_line").cast(pl.Int64), text)
+
+
+FILE_INDEX = pl.Int32()
+
+
+@dataclass
+class ManyLines:
+    """The lines of several text files as one frame, for parsers that read a batch's files
+    together (:func:`read_many_lines`).
+
+    ``lines``: ``_file`` (the file's index in the batch), ``_line`` and ``_text`` as
+    :attr:`SourceLines.lines` has them, file after file.  ``bad``: the lines that are not
+    text, as :attr:`SourceLines.bad` with ``_file``.  ``errors``: the files that cannot be
+    read at all, by index, with the :class:`UnreadableFile` that says why.
+    """
+
+    lines: pl.DataFrame
+    bad: pl.DataFrame
+    errors: dict[int, UnreadableFile]
+
+
+def read_many_lines(paths: list[Path], indices: list[int]) -> ManyLines:
+    """:func:`read_lines` of every file, as one frame (see :class:`ManyLines`).
+
+    The clean files (UTF-8, no NUL: nearly all) are split into lines by one Polars pass
+    over their texts, which costs less than a frame per file; the others are read line by
+    line as :func:`read_lines` reads them.  ``OSError`` propagates.
+    """
+    texts, clean, frames, bad, errors = [], [], [], [], {}
+    for path, index in zip(paths, indices):
+        data = Path(path).read_bytes()
+        if not data.strip():
+            errors[index] = UnreadableFile("empty file")
+            continue
+        data = data.removeprefix(b"\xef\xbb\xbf")
+        try:
+            if b"\x00" in data:
+                raise ValueError
+            text = data.decode("utf-8")
+        except (UnicodeDecodeError, ValueError):
+            try:
+                read = _read_lines_slowly(data)
+            except UnreadableFile as exc:
+                errors[index] = exc
+                continue
+            frames.append((index, read.lines.with_columns(_file=pl.lit(index, dtype=FILE_INDEX))))
+            bad.append(read.bad.with_columns(_file=pl.lit(index, dtype=FILE_INDEX)))
+            continue
+        texts.append(text.removesuffix("\n"))  # as text_lines: no line after the last line end
+        clean.append(index)
+    if texts:
+        split = (
+            pl.DataFrame({"_file": pl.Series(clean, dtype=FILE_INDEX), "_text": texts})
+            .with_columns(pl.col("_text").str.split("\n"))
+            .with_columns(_line=pl.int_ranges(1, pl.col("_text").list.len() + 1, dtype=pl.Int64))
+            .explode("_text", "_line")
+            .with_columns(pl.col("_text").str.strip_chars_end("\r"))
+        )
+        frames.append((clean[0], split))
+    columns = ["_file", "_line", "_text"]
+    lines = pl.concat(
+        [pl.DataFrame(schema={"_file": FILE_INDEX, "_line": pl.Int64, "_text": pl.String})]
+        + [frame.select(columns) for _, frame in frames]
+    )
+    if len(frames) > 1:  # files read line by line among the clean ones: back in file order
+        lines = lines.sort("_file", maintain_order=True)
+    bad_schema = {**BAD_SCHEMA, "_file": FILE_INDEX}
+    return ManyLines(
+        lines, pl.concat([pl.DataFrame(schema=bad_schema), *[b.select(list(bad_schema)) for b in bad]]), errors
+    )
+
+
+def raw_lines_later(path: Path) -> RawLookup:
+    """A :attr:`ParsedFile.raw_lookup` that reads the file's lines again, when a row of it
+    is quarantined (rarely): a file parsed with others keeps no lines of its own."""
+    return lambda rows: ParsedFile(path=path, raw_lines=read_lines(path).raw_lines).raw_text(rows)

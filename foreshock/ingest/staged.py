@@ -126,3 +126,35 @@ class ParsedFile:
             looked_up = looked_up.zip_with(valid, pl.Series([None] * rows.height, dtype=pl.String))
             return rows.get_column("_raw").fill_null(looked_up) if "_raw" in rows.columns else looked_up
         return rows.get_column("_raw")
+
+
+def conform_shared(df: pl.DataFrame, table: str) -> pl.DataFrame:
+    """:func:`conform_staged` for rows of several files, keeping their ``_file``."""
+    return conform_staged(df, table).with_columns(df.get_column("_file"))
+
+
+def rows_by_file(shared: dict[str, list[pl.DataFrame]]) -> dict[int, int]:
+    """Rows per file (``_file``) in frames staged for several files (a batch parser's)."""
+    counts: dict[int, int] = {}
+    for frames in shared.values():
+        for frame in frames:
+            for index, rows in frame.group_by("_file").len().iter_rows():
+                counts[index] = counts.get(index, 0) + rows
+    return counts
+
+
+def own_tables(outcomes: dict, shared: dict[str, list[pl.DataFrame]]) -> None:
+    """Each parsed file of ``outcomes`` (index -> ParsedFile or error) given its rows of
+    ``shared`` (frames of several files, by table, with ``_file``) as its own tables: what
+    parsing it alone gives (a table the batch staged is there even when the file has no row
+    in it)."""
+    for table, frames in shared.items():
+        parts = [frame.partition_by("_file", as_dict=True, include_key=False) for frame in frames]
+        for index, parsed in outcomes.items():
+            if not isinstance(parsed, ParsedFile):
+                continue
+            mine = [part[(index,)] for part in parts if (index,) in part]
+            frame = pl.concat(mine) if mine else empty_staged(table)
+            parsed.tables[table] = frame
+            parsed.distinct.pop(table, None)
+            parsed.row_count = None

@@ -139,3 +139,74 @@ def test_files_parsed_together_store_and_quarantine_exactly_what_file_by_file_do
         "undecodable bytes",
     ):
         assert expected in reasons
+
+
+def _scrapes_and_logs(root):
+    """Scrapes and kernel logs whose per-file rules differ: declared units, ``_created``
+    families, OpenMetrics and its ``# EOF``, timestamp units, an XID gauge held across
+    files, undecodable lines, files rejected for several reasons."""
+    ms, s = 1793491800000, 1793491800
+    labels = 'gpu="0",UUID="GPU-x",Hostname="gpu-node001"'
+    files = {
+        "a.prom": "# HELP DCGM_FI_DEV_POWER_VIOLATION Throttling (in ns).\n"
+        f"DCGM_FI_DEV_POWER_VIOLATION{{{labels}}} 5000 {ms}\n"
+        f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} 40 {s}\n"  # seconds in the Prometheus text format
+        f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} 0 {ms}\nDCGM_FI_DEV_XID_ERRORS{{{labels}}} 79 {ms + 1000}\n"
+        f"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL_created{{{labels}}} 5 {ms}\n"  # no such family here: unknown
+        "garbage here\n",
+        "b.om": "# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL counter\n"
+        f"DCGM_FI_DEV_POWER_VIOLATION{{{labels}}} 7000 {s}\n"
+        f"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL_total{{{labels}}} 3 {s}\n"
+        f"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL_created{{{labels}}} 1700000000 {s}\n"
+        f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} 79 {s + 60}\n# EOF\n"
+        f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} 41 {s}\n",
+        "c.prom": "# HELP DCGM_FI_DEV_GPU_TEMP only comments\n\n",
+        "d.prom": f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} 42\n",
+        "e.prom": f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} 43 {ms}\n".encode() + b"DCGM_FI_DEV_GPU_TEMP \xff 1\n",
+        "k1.log": "2026-11-01T12:00:03+00:00 gpu-node001 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1\n"
+        "2026-11-01T12:00:04+00:00 gpu-node001 systemd[1]: noise\n"
+        "2026-11-01T12:00:05+00:00 gpu-node001 kernel: NVRM: Xid (PCI:zz): 48, pid=1\n",
+        "k2.log": "2026-11-01T12:00:04+00:00 gpu-node001 systemd[1]: noise only\n",
+        "k3.log": "\n",
+        "k4.log": b"2026-11-01T12:00:03+00:00 gpu-node002 kernel: NVRM: Xid (PCI:0000:3b:00): 7\xff\n"
+        b"2026-11-01T13:00:03+00:00 gpu-node002 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=1\n",
+        "k5.log": b"\x00\x01\x02\n\x00\x00\n",
+    }
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    return sorted(root / name for name in files)
+
+
+def test_scrapes_and_kernel_logs_parsed_together_give_each_file_what_its_own_parse_gives(tmp_path, config):
+    from foreshock.ingest.context import IngestContext
+    from foreshock.ingest.parsers import prometheus_text, xid_log
+
+    paths = _scrapes_and_logs(tmp_path / "raw")
+    ctx = IngestContext.from_config(config)
+    seen = {}
+    for parser, suffixes in ((prometheus_text, (".prom", ".om")), (xid_log, (".log",))):
+        mine = [p for p in paths if p.suffix in suffixes]
+        together, shared = parser.parse_files(mine, list(range(len(mine))), ctx)
+        for index, path in enumerate(mine):
+            try:
+                alone = parser.parse(path, ctx)
+            except Exception as exc:  # noqa: BLE001 - the same rejection expected
+                assert type(together[index]) is type(exc) and str(together[index]) == str(exc)
+                seen[path.name] = str(exc)
+                continue
+            assert together[index].notes == alone.notes and together[index].rows == alone.rows
+            for table, frames in shared.items():
+                rows = pl.concat([f.filter(pl.col("_file") == index).drop("_file") for f in frames])
+                own = alone.tables.get(table)  # none when the file alone stages no such rows
+                assert rows.equals(own) if own is not None else rows.height == 0, (path.name, table)
+            seen[path.name] = (alone.notes, {t: f.get_column("_reason").to_list() for t, f in alone.tables.items()})
+    # each file's own rules held (not those of the file next to it)
+    assert "seconds" in seen["a.prom"][0][0] and "_created" in seen["b.om"][0][0]
+    assert any(r and "unknown metric" in r for r in seen["a.prom"][1]["samples"])
+    assert any(r and "after '# EOF'" in r for r in seen["b.om"][1]["samples"])
+    assert len(seen["b.om"][1]["events"]) == 1  # the code held from a.prom is b.om's own first reading
+    assert "--scrape-time" in seen["d.prom"] and "no samples" in seen["c.prom"]
+    assert any(r and "undecodable" in r for r in seen["e.prom"][1]["samples"])
+    assert seen["k2.log"][0] == ["no NVRM Xid lines"] and "empty" in seen["k3.log"] and "binary" in seen["k5.log"]
+    assert any(r and "undecodable" in r for r in seen["k4.log"][1]["events"])

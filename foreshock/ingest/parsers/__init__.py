@@ -4,7 +4,8 @@ Every parser has the signature ``parse(path, ctx) -> ParsedFile`` and raises
 :class:`~foreshock.ingest.staged.UnreadableFile` when the file cannot be read at all.
 Formats in ``BATCH_PARSERS`` also parse a batch's files together (many small files of
 one format and day as one frame): ``parse_files(paths, indices, ctx) -> (per index a
-ParsedFile or the error that rejects the file, staged frames with a ``_file`` column)``.
+ParsedFile or the error that rejects the file, staged frames by table with a ``_file``
+column)``.
 """
 
 from __future__ import annotations
@@ -39,10 +40,14 @@ PARSERS: dict[str, Parser] = {
 }
 
 BatchParser = Callable[
-    [list[Path], list[int], IngestContext], tuple[dict[int, ParsedFile | Exception], list[pl.DataFrame]]
+    [list[Path], list[int], IngestContext], tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]
 ]
 
-BATCH_PARSERS: dict[str, BatchParser] = {"nvidia-smi": nvidia_smi.parse_files}
+BATCH_PARSERS: dict[str, BatchParser] = {
+    "nvidia-smi": nvidia_smi.parse_files,
+    "prometheus-text": prometheus_text.parse_files,
+    "xid-log": xid_log.parse_files,
+}
 
 FORMATS = tuple(sorted(PARSERS))
 

@@ -28,7 +28,7 @@ import polars as pl
 from foreshock.contract import ID_PATTERN
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.manifest import shown_name
-from foreshock.ingest.reading import read_lines
+from foreshock.ingest.reading import raw_lines_later, read_lines
 from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_staged, staged_schema
 from foreshock.ingest.timestamps import parse_local_column, resolve_fall_back
 
@@ -112,12 +112,7 @@ class _Source:
         when a row of a clean file is quarantined)."""
         if self.raw is not None:
             return ParsedFile(path=self.path, raw_lines=self.raw, row_count=row_count)
-        path = self.path
-        return ParsedFile(
-            path=path,
-            raw_lookup=lambda rows: ParsedFile(path=path, raw_lines=read_lines(path).raw_lines).raw_text(rows),
-            row_count=row_count,
-        )
+        return ParsedFile(path=self.path, raw_lookup=raw_lines_later(self.path), row_count=row_count)
 
 
 def _clean_text(data: bytes) -> bool:
@@ -196,9 +191,10 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
 
 def parse_files(
     paths: list[Path], indices: list[int], ctx: IngestContext
-) -> tuple[dict[int, ParsedFile | Exception], list[pl.DataFrame]]:
+) -> tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]:
     """Parse several files as one frame per header: ``(per index: ParsedFile or the error
-    that rejects the file, staged samples of the parsed files with ``_file`` = their index)``.
+    that rejects the file, {"samples": staged samples of the parsed files with ``_file`` =
+    their index})``.
 
     The same rows, reasons and row order per file as :func:`parse` file by file; the
     per-file work is reading the bytes, checking the header and counting each line's
@@ -235,7 +231,7 @@ def parse_files(
             results[index] = source.parsed(row_count=counts.get(index, 0))
             results[index].distinct["samples"] = distinct  # those of the group: a superset
         frames.append(frame)
-    return results, frames
+    return results, {"samples": frames}
 
 
 def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> tuple[pl.DataFrame, dict[str, pl.Series]]:

@@ -9,6 +9,9 @@ Every other line is noise and is not counted.  The GPU is found through the inve
 (host, PCI bus id) -> unit, with the bus id normalised (domain of 4 or 8 hex digits, any
 case, function suffix optional).  Each Xid line is one event: source ``xid``, code = the
 Xid number, count 1.
+
+A batch's files are parsed together (:func:`parse_files`): their lines are read into one
+frame and every step runs once over it; a file alone is a batch of one.
 """
 
 from __future__ import annotations
@@ -18,17 +21,32 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.ingest.context import IngestContext, normalise_pci
-from foreshock.ingest.reading import read_lines
-from foreshock.ingest.staged import ParsedFile
+from foreshock.ingest.reading import raw_lines_later, read_many_lines
+from foreshock.ingest.staged import ParsedFile, conform_shared, own_tables, rows_by_file
 from foreshock.ingest.timestamps import parse_utc
 
 XID_LINE = r"^(\S+)\s+(\S+)\s+kernel:\s*(?:\[\s*[\d.]+\]\s*)?NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\):\s*(\d+)\b"
 
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
-    source = read_lines(path)
-    lines = source.lines
-    xid = lines.filter(pl.col("_text").str.contains("NVRM: Xid", literal=True))
+    """One file (:func:`parse_files` of it alone); raises its :class:`UnreadableFile`."""
+    results, shared = parse_files([path], [0], ctx)
+    own_tables(results, shared)
+    if isinstance(results[0], Exception):
+        raise results[0]
+    return results[0]
+
+
+def parse_files(
+    paths: list[Path], indices: list[int], ctx: IngestContext
+) -> tuple[dict[int, ParsedFile | Exception], dict[str, list[pl.DataFrame]]]:
+    """Several kernel logs at once: ``(per index a ParsedFile or the error that rejects
+    the file, {"events": [staged rows of every file, with _file = its index]})``, each
+    file's rows in the order its own parse gives them (undecodable Xid lines, then its Xid
+    lines).  ``OSError`` propagates."""
+    source = read_many_lines(paths, indices)
+    results: dict[int, ParsedFile | Exception] = dict(source.errors)
+    xid = source.lines.filter(pl.col("_text").str.contains("NVRM: Xid", literal=True))
     xid = xid.with_columns(pl.col("_text").str.extract_groups(XID_LINE).alias("m")).unnest("m")
     xid = xid.rename({"1": "stamp", "2": "host", "3": "pci", "4": "code_text"})
     pci_map = {p: normalise_pci(p) for p in xid.get_column("pci").drop_nulls().unique().to_list()}
@@ -71,13 +89,19 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         source=pl.lit("xid"),
         count=pl.lit(1, dtype=pl.Int64),
     )
-    parsed = ParsedFile(path=path, raw_lines=source.raw_lines)
+    events = conform_shared(staged, "events")
     # A line that is not text is quarantined when it is an Xid report; other kernel
     # noise with stray bytes is not counted, like any other noise line.
     xid_bad = source.bad.filter(pl.col("_raw").str.contains("NVRM: Xid", literal=True))
-    if xid_bad.height:
-        parsed.add("events", xid_bad)
-    parsed.add("events", staged.select("unit_id", "ts", "source", "code", "count", "_line", "_field", "_reason"))
-    if xid.height == 0:
-        parsed.notes.append("no NVRM Xid lines")
-    return parsed
+    if xid_bad.height:  # each file's undecodable Xid lines before its other rows
+        events = pl.concat([conform_shared(xid_bad, "events"), events]).sort("_file", maintain_order=True)
+    shared = {"events": [events]}
+    counts = rows_by_file(shared)
+    with_xid = set(xid.get_column("_file").unique().to_list())
+    for path, index in zip(paths, indices):
+        if index not in results:
+            parsed = ParsedFile(path=path, raw_lookup=raw_lines_later(path), row_count=counts.get(index, 0))
+            if index not in with_xid:
+                parsed.notes.append("no NVRM Xid lines")
+            results[index] = parsed
+    return results, shared
