@@ -3,8 +3,8 @@
 A backtest on ``foreshock simulate``'s fleet says how many alerts were false; the simulator
 knows why.  This re-draws the fleet's schedule from its parameters (the same seed gives the
 same lives, :func:`foreshock.simulate.fleet.schedule_lives`), replays the alerts of one
-model at the policy threshold (entry at ``[policy] enter_risk``, the policy's hysteresis,
-no daily cap) over the backtest's test period, and classifies each by the GPU life it fell
+model at the policy threshold (entry at ``[policy] enter_risk`` held for ``enter_for``,
+the policy's hysteresis, no daily cap) over the backtest's test period, and classifies each by the GPU life it fell
 on:
 
 * ``true``: the life failed within the horizon of the alert's start;
@@ -72,7 +72,7 @@ def main() -> int:
     start = datetime.fromisoformat(report["folds"][0]["cutoff"])
     end = datetime.fromisoformat(report["folds"][-1]["test_end"])
     scores = pl.read_parquet(backtest / "scores.parquet").filter(pl.col("model") == args.model)
-    alerts = policy_alerts(scores, [(Period(start, end), points.enter_risk)], points.threshold_rule)
+    alerts = policy_alerts(scores, [(Period(start, end), points.enter_risk)], points.policy_rule)
 
     params = SimulationParams.build(
         units=args.units, days=args.days, failure_rate=args.failure_rate, seed=args.seed, sample_every="10m"

@@ -15,7 +15,9 @@ How a unit's action is chosen (``DrainPolicy.decide``):
    horizon)) places the unit on a level: watch at ``watch_risk``, diagnostics at
    ``diagnostics_risk``, drain at ``enter_risk``.  A unit keeps its level until ``p`` falls
    below that level's exit threshold (its entry threshold times ``exit_risk / enter_risk``),
-   so a risk series that oscillates around a threshold does not flap the action.
+   so a risk series that oscillates around a threshold does not flap the action.  A unit
+   enters the drain level only once its risk has been at or above ``enter_risk`` for
+   ``enter_for`` (its held risk, :mod:`foreshock.hold`); until then it gets diagnostics.
 4. **Expected cost.** A drain is recommended only when the expected loss of not draining,
    ``p * job_gpus * (checkpoint_interval/2 + restart_time)``, exceeds the expected drain
    cost, ``job_gpus * drain_overhead + (1 - p) * repair_turnaround`` (see
@@ -66,6 +68,7 @@ from foreshock.drain.risk_table import fleet_table
 from foreshock.drain.settings import LEVEL_DIAGNOSTICS, LEVEL_DRAIN, LEVEL_NONE, LEVEL_WATCH, PolicySettings
 from foreshock.drain.state import PolicyState, UnitState
 from foreshock.durations import format_duration
+from foreshock.hold import HELD_COLUMN
 
 
 @dataclass
@@ -357,13 +360,20 @@ class DrainPolicy:
         if level == LEVEL_DRAIN and previous == LEVEL_DRAIN:
             return level  # a drain under way lasts until its risk falls below exit_risk
         if self.chooser is None:
-            return LEVEL_DIAGNOSTICS if level == LEVEL_DRAIN and not self._drain_pays(row["risk"]) else level
+            waits = not (self._held(row) and self._drain_pays(row["risk"]))
+            return LEVEL_DIAGNOSTICS if level == LEVEL_DRAIN and waits else level
         if self.chooser.arm(row["risk"]) == "drain":
             return LEVEL_DRAIN
         if level >= LEVEL_WATCH and self.chooser.explores(row["unit_id"], row["risk"], run.now):
             run.explored.add(row["unit_id"])
             return LEVEL_DRAIN
         return min(level, LEVEL_DIAGNOSTICS)
+
+    def _held(self, row: dict) -> bool:
+        """The risk has stayed at or above ``enter_risk`` for ``enter_for`` (scores without
+        a held risk, written before it existed, are taken as held)."""
+        held = row.get(HELD_COLUMN, row["risk"])
+        return held is not None and held >= self.settings.enter_risk
 
     def _drain_pays(self, risk: float) -> bool:
         costs = self.settings.costs
@@ -407,7 +417,13 @@ class DrainPolicy:
                 base = f"cleared: risk fell below {_fmt_risk(s.exit_threshold(previous))}"
             return f"{base}: {self._risk_phrase(row)}" if risk is not None else "no risk score"
         if level == LEVEL_DIAGNOSTICS:
-            if risk >= s.enter_risk and not self._drain_pays(risk):
+            if risk >= s.enter_risk and not self._held(row):
+                since = format_duration(s.enter_for)
+                text = (
+                    f"run `{DIAGNOSTICS_COMMAND}`: {self._risk_phrase(row)}, above {_fmt_risk(s.enter_risk)} "
+                    f"for less than {since} ([policy] enter_for): drain once it holds"
+                )
+            elif risk >= s.enter_risk and not self._drain_pays(risk):
                 costs = s.costs
                 text = (
                     f"run `{DIAGNOSTICS_COMMAND}`: a drain would cost more than it saves "

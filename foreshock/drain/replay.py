@@ -53,6 +53,7 @@ from foreshock.drain.lemons import REPLACE
 from foreshock.drain.replay_sim import Simulation, simulate_policy, units_reporting
 from foreshock.drain.risk_table import fleet_table, unit_risk_table
 from foreshock.drain.settings import PolicySettings
+from foreshock.hold import with_held_risk
 from foreshock.models.evaluation.alerts import AlertWindow  # the lead-time metrics' own definition
 from foreshock.models.evaluation.caught import match_failures, split_drained, with_precursor_flags
 from foreshock.models.evaluation.metrics import gpu_hours_saved
@@ -328,7 +329,13 @@ def replay(
     fleet_parts = []
     variants = models or sorted(scores.get_column("model").unique().to_list())
     for model in variants:
-        risks = unit_risk_table(scores.filter(pl.col("model") == model), settings.horizon, latest_only=False)
+        series = with_held_risk(
+            scores.filter(pl.col("model") == model),
+            settings.enter_for,
+            settings.snapshot_every,
+            by=("unit_id", "horizon"),
+        )
+        risks = unit_risk_table(series, settings.horizon, latest_only=False)
         all_risks[model] = risks
         fleet_parts.append(risks)
     fleet = fleet_table(pl.concat(fleet_parts, how="diagonal_relaxed"), inventory)

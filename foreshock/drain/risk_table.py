@@ -7,6 +7,7 @@ import polars as pl
 
 from foreshock.contract import UTC_TS
 from foreshock.durations import parse_duration
+from foreshock.hold import HELD_COLUMN
 
 # Columns of the table the policy returns (the risk list adds schema/version columns).
 DECISION_META = ("model_name", "model_version", "run_id")
@@ -22,7 +23,7 @@ def unit_risk_table(scores: pl.DataFrame, horizon: str, *, latest_only: bool = T
 
     Keeps each unit's latest snapshot (all snapshots with ``latest_only=False``, for a
     replay), spreads the horizons into ``risk_<h>`` columns, adds ``risk`` (the decision
-    horizon's), ``lead_time_h`` (expected time to failure) and carries ``node``, ``rack``,
+    horizon's) and its held risk ``risk_held`` when the scores carry one, ``lead_time_h`` (expected time to failure) and carries ``node``, ``rack``,
     model identity and ``top_signals`` from the decision horizon's row when present.
 
     Raises
@@ -40,9 +41,11 @@ def unit_risk_table(scores: pl.DataFrame, horizon: str, *, latest_only: bool = T
     if horizon not in horizons:
         raise ValueError(f"scores: no rows for the decision horizon {horizon!r} (have {horizons})")
     keys = ["unit_id", "ts"]
+    decision = pl.col("horizon") == horizon
+    held = [pl.col(HELD_COLUMN).filter(decision).max()] if HELD_COLUMN in latest.columns else []
     wide = (
         latest.group_by(keys)
-        .agg([pl.col("risk").filter(pl.col("horizon") == h).max().alias(risk_column(h)) for h in horizons])
+        .agg([pl.col("risk").filter(pl.col("horizon") == h).max().alias(risk_column(h)) for h in horizons] + held)
         .sort(keys)
     )
     carried = [c for c in ("node", "rack", *DECISION_META, "top_signals") if c in latest.columns]

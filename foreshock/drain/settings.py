@@ -26,6 +26,12 @@ class PolicySettings:
         Hysteresis of the drain level: a unit enters at ``enter_risk`` and leaves below
         ``exit_risk``.  The ratio ``exit_risk / enter_risk`` sets every lower level's exit
         threshold too.
+    enter_for
+        The hold: a unit enters drain only once its risk has been at or above
+        ``enter_risk`` at each of its snapshots over this long (its held risk,
+        :mod:`foreshock.hold`; the scores carry it).
+    snapshot_every
+        The snapshot interval (``[features] snapshot_every``), which sizes the hold.
     watch_risk, diagnostics_risk
         Entry thresholds of the watch and diagnostics levels.
     max_drained_share_cluster, max_drained_share_per_domain
@@ -51,6 +57,8 @@ class PolicySettings:
 
     enter_risk: float = policy_default("enter_risk", float)
     exit_risk: float = policy_default("exit_risk", float)
+    enter_for: timedelta = policy_default("enter_for", timedelta)
+    snapshot_every: timedelta = builtin_field("features", "snapshot_every", timedelta)
     watch_risk: float = policy_default("watch_risk", float)
     diagnostics_risk: float = policy_default("diagnostics_risk", float)
     max_drained_share_cluster: float = policy_default("max_drained_share_cluster", float)
@@ -83,13 +91,15 @@ class PolicySettings:
 
     @classmethod
     def from_config(cls, config: Any) -> PolicySettings:
-        """Read ``[policy]``, ``[models] horizon`` and ``[fleet] fault_domains`` (the schema
-        has checked their types; the built-in file supplies every key a user leaves out)."""
+        """Read ``[policy]``, ``[models] horizon``, ``[fleet] fault_domains`` and ``[features]
+        snapshot_every`` (the schema has checked their types; the built-in file supplies
+        every key a user leaves out)."""
         policy = config.section("policy")
         return cls(
             **section_values(cls, "policy", policy),
             **section_values(cls, "models", config.section("models")),
             **section_values(cls, "fleet", config.section("fleet")),
+            **section_values(cls, "features", config.section("features")),
             costs=DrainCosts.from_policy(policy),
             daily_budget=DailyBudget.from_section(policy),
             lemons=LemonSettings.from_config(config),

@@ -12,12 +12,14 @@ from pathlib import Path
 
 from foreshock.config import Config
 from foreshock.errors import missing
+from foreshock.hold import hold_snapshots
 from foreshock.pipelines import inputs
 from foreshock.pipelines.runtime import stamp
 
 
 def score_latest(settings: dict) -> str:
-    """Score the newest snapshot of every unit with the champion; returns the path of
+    """Score the newest snapshot of every unit with the champion (and the snapshots before
+    it that the policy's hold spans, for its held risk); returns the path of
     ``scores/latest.parquet``."""
     from foreshock.models.registry.registry import load_champion
     from foreshock.models.registry.score_files import write_scores
@@ -25,10 +27,13 @@ def score_latest(settings: dict) -> str:
 
     config = Config.from_settings(settings)
     champion = load_champion(config.model_name, **trust_settings(config))
-    snapshots = inputs.feature_source(config).latest()  # the last days' partitions only
+    hold, step = config.duration("policy", "enter_for"), config.snapshot_every
+    # the last days' partitions only
+    snapshots = inputs.feature_source(config).latest(count=hold_snapshots(hold, step))
     if snapshots.height == 0:
         raise missing("no feature snapshots", config.features_dir, "features")
-    return str(write_scores(live_scores(champion, snapshots), config.scores_dir, stamp()))
+    scores = live_scores(champion, snapshots, hold=hold, step=step)
+    return str(write_scores(scores, config.scores_dir, stamp()))
 
 
 def trust_settings(config: Config) -> dict:

@@ -42,7 +42,11 @@ def small_case():
         pl.col("failed_at").dt.cast_time_unit("us")
     )
     settings = PolicySettings(
-        costs=HAND_COSTS, max_drained_share_cluster=1.0, max_drained_share_per_domain=1.0, fault_domains=("node",)
+        costs=HAND_COSTS,
+        max_drained_share_cluster=1.0,
+        max_drained_share_per_domain=1.0,
+        fault_domains=("node",),
+        enter_for=timedelta(hours=6),
     )
     return scores, failures, settings
 
@@ -60,15 +64,16 @@ def test_gpu_hours_match_a_hand_computation(small_case, tmp_path):
     assert gbm.gpu_hours_saved == pytest.approx(2 * 150 - 194)
     assert gbm.effective_training_time == pytest.approx(1 - 194 / (4 * 119))
     assert gbm.drains_per_day == pytest.approx(2 / (119 / 24))
-    # drain_at_checkpoint takes effect half a checkpoint interval after the decision.
-    assert gbm.median_lead_time_h == pytest.approx(72 - 25)
+    # The decision comes at A's sixth hourly snapshot above enter_risk (hour 29: the hold,
+    # enter_for = 6h); drain_at_checkpoint takes effect half a checkpoint interval later.
+    assert gbm.median_lead_time_h == pytest.approx(72 - 30)
     none = by[NO_PREDICTION]
     assert (none.drains, none.gpu_hours_lost, none.gpu_hours_saved) == (0, pytest.approx(300), 0)
     assert by["baseline"].gpu_hours_saved == 0 and by["baseline"].drains == 0
 
     log = report.drains.filter(pl.col("variant") == "gbm").sort("unit_id")
     assert log.select("unit_id", "outcome").rows() == [(A, "drained_ahead"), (B, "healthy")]
-    assert log.get_column("decided_at").to_list() == [T0 + timedelta(hours=24), T0 + timedelta(hours=10)]
+    assert log.get_column("decided_at").to_list() == [T0 + timedelta(hours=29), T0 + timedelta(hours=15)]
 
     files = write_report(report, tmp_path / "replay")
     payload = json.loads(files["replay.json"].read_text())

@@ -117,3 +117,8 @@ def test_latest_snapshots_read_only_the_newest_partitions(rng, tmp_path, monkeyp
     expected = FrameSource(fleet.features).latest(lookback=timedelta(days=2))
     assert latest.height > 0
     assert latest.select("unit_id", "ts").equals(expected.select("unit_id", "ts"))
+    # The drain policy's hold scores each unit's last few snapshots: the newest 3 of each.
+    last3 = source.latest(lookback=timedelta(days=2), count=3)
+    reporting = fleet.features.filter(pl.col("unit_id").is_in(latest.get_column("unit_id").implode()))
+    newest3 = reporting.sort("ts", descending=True).group_by("unit_id", maintain_order=True).head(3)
+    assert last3.select("unit_id", "ts").equals(newest3.select("unit_id", "ts").sort("unit_id", "ts"))

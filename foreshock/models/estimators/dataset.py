@@ -214,18 +214,19 @@ class FeatureSource:
                 yield part
             t = stop
 
-    def latest(self, lookback: timedelta = timedelta(days=7)) -> pl.DataFrame:
-        """The most recent snapshot of every unit (units silent for longer than ``lookback``
-        before the newest snapshot are left out); reads only the last days' partitions."""
+    def latest(self, lookback: timedelta = timedelta(days=7), count: int = 1) -> pl.DataFrame:
+        """The ``count`` most recent snapshots of every unit (units silent for longer than
+        ``lookback`` before the newest snapshot are left out); reads only the last days'
+        partitions.  Sorted by unit and time."""
         files = getattr(self, "files", None)
         # the newest date's partitions only (a view of the past: its newest snapshot)
         last = _edge_time(files, max) if files and self.until is None else self.span()[1]
         recent = self.scan(last - lookback, None).select(self.columns())
         return (
-            recent.filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
+            recent.filter(pl.col("ts").rank("dense", descending=True).over("unit_id") <= count)
             .collect(engine="streaming")
-            .unique(["unit_id"], keep="last")
-            .sort("unit_id")
+            .unique(["unit_id", "ts"], keep="last")
+            .sort("unit_id", "ts")
         )
 
 

@@ -3,6 +3,9 @@
 :func:`policy_alerts` replays a series snapshot by snapshot:
 
 * a unit **enters** alert when its risk is at or above the entry threshold;
+* with a **hold** (``[policy] enter_for``), a unit enters only once its risk has been at or
+  above the entry threshold at each of its last ``ceil(hold / step)`` snapshots, with no gap
+  between them (its held risk, :mod:`foreshock.hold`);
 * it **stays** in alert until its risk falls below ``exit_ratio`` times that threshold
   (the policy's hysteresis, ``[policy] exit_risk / enter_risk``), or its snapshots stop for
   more than 1.5 intervals (it was taken out);
@@ -36,6 +39,7 @@ import polars as pl
 
 from foreshock.budget import WEIGHT_COLUMN, DailyBudget, accrue, spend
 from foreshock.contract import UTC_TS
+from foreshock.hold import HELD_COLUMN, MAX_GAP_STEPS, hold_snapshots, with_held_risk
 from foreshock.models.estimators.base import require_columns
 from foreshock.models.estimators.training import snapshot_step
 
@@ -63,11 +67,15 @@ class AlertRule:
         At most this many units enter alert per UTC day (None: no cap).
     daily_share
         Instead of ``daily_cap``: at most this share of the units reporting that day.
+    hold
+        How long the risk must have stayed at or above the entry threshold before the unit
+        enters (``[policy] enter_for``; zero: at once).
     """
 
     exit_ratio: float = 1.0
     daily_cap: float | None = None
     daily_share: float | None = None
+    hold: timedelta = timedelta(0)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.exit_ratio <= 1.0:
@@ -76,6 +84,8 @@ class AlertRule:
             raise ValueError(f"daily_cap must be positive, got {self.daily_cap}")
         if self.daily_cap is not None and self.daily_share is not None:
             raise ValueError("an alert rule has a daily_cap or a daily_share, not both")
+        if self.hold < timedelta(0):
+            raise ValueError(f"hold must not be negative, got {self.hold}")
         self.budget  # noqa: B018 -- validates the share
 
     @property
@@ -108,7 +118,7 @@ class RiskReplay:
     risk: np.ndarray
     unit_code: np.ndarray
     units: np.ndarray
-    counts: dict = field(default_factory=dict, compare=False, repr=False)  # alert counts by (threshold, rule, step)
+    counts: dict = field(default_factory=dict, compare=False, repr=False)  # alert counts, held risks (memo)
     weight: np.ndarray | None = field(default=None, compare=False, repr=False)  # per row; None: every unit 1
     days: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)
     reporting: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)  # per day, weighted
@@ -149,6 +159,25 @@ class RiskReplay:
             days=per_day.get_column("day").to_numpy(),
             reporting=per_day.get_column("weight").to_numpy().astype(np.float64),
         )
+
+    def held(self, hold: timedelta, step: timedelta) -> np.ndarray:
+        """The held risk of each row under ``hold`` (:mod:`foreshock.hold`; ``-inf`` where a
+        unit has too few consecutive snapshots); the risk itself when the hold spans one
+        snapshot.  Remembered per hold and step."""
+        if hold_snapshots(hold, step) == 1:
+            return self.risk
+        key = ("held", hold, step)
+        if key not in self.counts:
+            frame = pl.DataFrame(
+                {
+                    "unit_id": self.unit_code,
+                    "ts": pl.Series(self.ts_us, dtype=pl.Int64).cast(pl.Datetime("us")),
+                    "risk": self.risk,
+                }
+            )
+            held = with_held_risk(frame, hold, step).get_column(HELD_COLUMN)
+            self.counts[key] = held.fill_null(-np.inf).to_numpy()
+        return self.counts[key]
 
     def allowances(self, budget: DailyBudget) -> np.ndarray:
         """The budget of each day of :attr:`days` (units that may enter alert)."""
@@ -223,7 +252,8 @@ def _replay(
         entry = _thresholds_per_row(ts_us, periods)
     exit_level = entry * rule.exit_ratio if rule.exit_ratio != 1.0 else entry
     exit_level = np.where(np.isneginf(entry), -np.inf, exit_level)
-    max_gap = 1.5 * step.total_seconds() * 1e6
+    max_gap = MAX_GAP_STEPS * step.total_seconds() * 1e6
+    entering = series.held(rule.hold, step)  # the risk, or the held risk with a hold
 
     in_alert = np.zeros(units.size, dtype=bool)
     last_seen = np.full(units.size, -np.inf)
@@ -240,7 +270,7 @@ def _replay(
         # A gap ends an alert (the unit was out); falling below the exit level ends it too.
         in_alert[u] &= (now - last_seen[u]) <= max_gap
         in_alert[u] &= risk[lo:hi] >= exit_level[lo:hi]
-        waiting = ~in_alert[u] & (risk[lo:hi] >= entry[lo:hi])  # NaN entry: never
+        waiting = ~in_alert[u] & (entering[lo:hi] >= entry[lo:hi])  # NaN entry: never
         last_seen[u] = now
         if not waiting.any():
             continue

@@ -76,6 +76,7 @@ def judge_point(
             "chosen_on": point.chosen_on,
             "daily_cap": point.rule.daily_cap,
             "exit_ratio": point.rule.exit_ratio,
+            "hold_h": point.rule.hold.total_seconds() / 3600.0,
             "judged_periods": len(judged),
         }
     )

@@ -35,7 +35,8 @@ Operating points (:func:`choose_thresholds`):
     at the period's start, reaches ``[backtest] target_precision``.  No alerts in a period
     without such history (the first one); those periods are not judged.
 ``policy``
-    ``[policy] enter_risk`` / ``exit_risk``: fixed in advance, so also a calibration test.
+    ``[policy] enter_risk`` / ``exit_risk`` and the hold ``enter_for``: fixed in advance, so
+    also a calibration test.
 
 The operators' binary rules (:meth:`~foreshock.models.estimators.baseline.ThresholdBaseline.fires`)
 are scored as they run today: an alert at each rising edge of "some rule fires", no cap.
@@ -53,6 +54,7 @@ import polars as pl
 
 from foreshock.budget import DailyBudget
 from foreshock.contract import UTC_TS
+from foreshock.durations import format_duration
 from foreshock.models.estimators.training import snapshot_step
 from foreshock.models.evaluation.alert_replay import AlertRule, Period, RiskReplay, alert_count
 from foreshock.models.evaluation.alerts import threshold_for_precision
@@ -144,6 +146,7 @@ class OperatingPoints:
     min_lead_time: timedelta
     daily_share: float | None = None  # replaces alerts_per_day when set
     entry_floor: float = 0.0  # the budget_floor point's calibrated risk floor (0: no such point)
+    hold: timedelta = timedelta(0)  # [policy] enter_for: the policy point's hold before entry
 
     @classmethod
     def from_config(cls, config) -> OperatingPoints:
@@ -157,6 +160,7 @@ class OperatingPoints:
             min_lead_time=config.duration("backtest", "min_lead_time"),
             daily_share=None if share is None else float(share),
             entry_floor=float(backtest.get("entry_floor", 0.0)),
+            hold=config.duration("policy", "enter_for"),
         )
 
     @property
@@ -177,6 +181,11 @@ class OperatingPoints:
     @property
     def threshold_rule(self) -> AlertRule:
         return AlertRule(self.exit_ratio, None)
+
+    @property
+    def policy_rule(self) -> AlertRule:
+        """The drain policy's own rule: hysteresis and the hold ``[policy] enter_for``."""
+        return AlertRule(self.exit_ratio, None, hold=self.hold)
 
 
 @dataclass
@@ -281,8 +290,8 @@ def choose_thresholds(
         "policy": ChosenPoint(
             "policy",
             [(p, settings.enter_risk) for p in periods],
-            settings.threshold_rule,
-            "fixed ([policy] enter_risk)",
+            settings.policy_rule,
+            "fixed ([policy] enter_risk" + (f", held {format_duration(settings.hold)})" if settings.hold else ")"),
         ),
         "budget_upper_bound": ChosenPoint(
             "budget_upper_bound", hindsight[0].periods, settings.budget_rule, hindsight[0].chosen_on, hindsight

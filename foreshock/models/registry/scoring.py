@@ -2,14 +2,19 @@
 
 :func:`latest_snapshots` picks the newest snapshot of every unit; :func:`live_scores`
 scores them with the primary model of a loaded bundle and attaches the top signals and
-the provenance (model name, version, MLflow run) to every row.
+the provenance (model name, version, MLflow run) to every row.  Given each unit's last few
+snapshots, it scores them all and keeps the newest with its held risk (the lowest risk over
+the drain policy's hold ``[policy] enter_for``, :mod:`foreshock.hold`).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import polars as pl
 
 from foreshock.contract import LOCATION_COLUMNS
+from foreshock.hold import HELD_COLUMN, with_held_risk
 from foreshock.models.registry.registry import LoadedBundle
 
 
@@ -24,7 +29,14 @@ def latest_snapshots(features: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def live_scores(loaded: LoadedBundle, snapshots: pl.DataFrame, top: int = 3) -> pl.DataFrame:
+def live_scores(
+    loaded: LoadedBundle,
+    snapshots: pl.DataFrame,
+    top: int = 3,
+    *,
+    hold: timedelta = timedelta(0),
+    step: timedelta = timedelta(hours=1),
+) -> pl.DataFrame:
     """Risk of the primary model per unit and horizon, with its top signals and provenance.
 
     Parameters
@@ -32,20 +44,26 @@ def live_scores(loaded: LoadedBundle, snapshots: pl.DataFrame, top: int = 3) -> 
     loaded
         A registered version (:func:`load_champion`).
     snapshots
-        Feature snapshots to score (usually :func:`latest_snapshots`).
+        Feature snapshots to score: the newest of every unit (:func:`latest_snapshots`), or
+        its last ``ceil(hold / step)`` for a held risk.
     top
         How many signals to keep per unit and horizon.
+    hold, step
+        ``[policy] enter_for`` and the snapshot interval.
 
     Returns
     -------
     pl.DataFrame
-        ``unit_id, ts, node, rack, model, horizon, risk, top_signals, model_name,
-        model_version, run_id``; ``top_signals`` is a list of
+        ``unit_id, ts, node, rack, model, horizon, risk, risk_held, top_signals,
+        model_name, model_version, run_id``, each unit's newest snapshot; ``top_signals`` is a list of
         ``{signal, value, contribution}`` structs, largest contribution first.  Sorted by
         horizon, then risk (highest first).
     """
     bundle = loaded.bundle
-    risk = bundle.score(snapshots).filter(pl.col("model") == bundle.primary)
+    risk = with_held_risk(
+        bundle.score(snapshots).filter(pl.col("model") == bundle.primary), hold, step, by=("unit_id", "horizon")
+    ).filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
+    snapshots = latest_snapshots(snapshots)
     reasons = (
         bundle.explain(snapshots, top=top)
         .sort("contribution", descending=True)
@@ -71,6 +89,7 @@ def live_scores(loaded: LoadedBundle, snapshots: pl.DataFrame, top: int = 3) -> 
         "model",
         "horizon",
         "risk",
+        HELD_COLUMN,
         "top_signals",
         "model_name",
         "model_version",
