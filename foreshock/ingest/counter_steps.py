@@ -105,12 +105,18 @@ def step_check(frame: pl.DataFrame) -> tuple[pl.Expr, pl.Expr, str]:
     )
 
 
-def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext, metrics: MetricPositions | None = None) -> pl.DataFrame:
+def with_counter_steps(
+    frame: pl.DataFrame,
+    ctx: IngestContext,
+    metrics: MetricPositions | None = None,
+    extremes: tuple[np.ndarray, np.ndarray] | None = None,
+) -> pl.DataFrame:
     """``frame`` with, for each counter reading that grew faster than its ``_max_rate`` from
     the unit's previous one, that growth rate (``_step_rate``), the previous value and the
     seconds between them (``STEP_COLUMNS``; null on the other rows); ``frame`` as it is when
     no reading did (the step check then has nothing to find).  ``metrics``: the rows'
-    metric positions (:class:`MetricPositions`) when the caller has them."""
+    metric positions (:class:`MetricPositions`) when the caller has them; ``extremes``:
+    their :meth:`MetricPositions.extremes` of the values, when the caller has them."""
     limits = {m.name: m.max_rate for m in ctx.catalog if m.is_counter and m.max_rate is not None}
     if not limits:
         return frame
@@ -143,6 +149,14 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext, metrics: MetricP
         else runs[1].get_column("unit_id").unique(maintain_order=True)
     )
     stored = _stored_counters(ctx, units, sorted(limits), first, last)  # read once, for either path
+    flat = _flat_counters(metrics, extremes or metrics.extremes(frame.get_column("value")), stored, limits)
+    if flat:  # no reading of theirs grew: their rows are left out of the look for steps
+        candidates = candidates.filter(~pl.col("_position").is_in(flat))
+        stored = stored.filter(~pl.col("metric").is_in([metrics.present[p] for p in flat]))
+        if candidates.height == 0:
+            return frame
+        if runs is not None:
+            runs = _series_runs(candidates, candidates.get_column("_position"))
     if runs is not None and stored.filter(pl.col("ts") >= first).height == 0:
         steps = _steps_along_runs(candidates, runs, stored, limits)
     else:  # series interleaved, or stored readings among the new ones: sorted
@@ -154,6 +168,30 @@ def with_counter_steps(frame: pl.DataFrame, ctx: IngestContext, metrics: MetricP
         pl.Series(name, [], dtype=pl.Float64).extend_constant(None, frame.height).scatter(rows, steps.get_column(name))
         for name in STEP_COLUMNS
     )
+
+
+def _flat_counters(
+    metrics: MetricPositions, extremes: tuple[np.ndarray, np.ndarray], stored: pl.DataFrame, limits: dict[str, float]
+) -> list[int]:
+    """The positions of the counters whose readings, this batch's (``extremes``: each
+    position's smallest and largest value) and the ``stored`` ones they can follow, all
+    have one value: none of them grew, so none is a step, whatever the order.  Many
+    counters sit at 0 on every GPU (double-bit errors, uncorrectable remaps): about half a
+    batch's counter readings need no sort then."""
+    low, high = extremes
+    flat = {metrics.present[p]: p for p in np.flatnonzero(low == high) if metrics.present[p] in limits}
+    if not flat or stored.height == 0:
+        return sorted(flat.values())
+    seen = (
+        stored.filter(pl.col("metric").is_in(list(flat)))
+        .group_by("metric")
+        .agg(low=pl.col("value").min(), high=pl.col("value").max())
+    )
+    for name, stored_low, stored_high in seen.iter_rows():
+        value = low[flat[name]]
+        if not (stored_low == stored_high == value):  # a stored reading below: the first may be a step
+            del flat[name]
+    return sorted(flat.values())
 
 
 def _steps_sorted(

@@ -96,8 +96,9 @@ def validate(
         checks.append(_unknown_unit(frame, ctx, units))
     if table == "samples":
         metrics = MetricPositions.of(frame, distinct_of(frame, "metric", distinct))
-        frame = with_counter_steps(frame, ctx, metrics)
-        frame, sample_checks = _sample_checks(frame, ctx, metrics)
+        extremes = metrics.extremes(frame.get_column("value"))  # each metric's smallest and largest value
+        frame = with_counter_steps(frame, ctx, metrics, extremes)
+        frame, sample_checks = _sample_checks(frame, ctx, metrics, extremes)
         checks += sample_checks
     if table == "events":
         checks += _event_checks()
@@ -226,13 +227,13 @@ def _apply(frame: pl.DataFrame, checks: list[tuple[pl.Expr, pl.Expr, str]]) -> t
 
 
 def _sample_checks(
-    frame: pl.DataFrame, ctx: IngestContext, metrics: MetricPositions
+    frame: pl.DataFrame, ctx: IngestContext, metrics: MetricPositions, extremes: tuple[np.ndarray, np.ndarray]
 ) -> tuple[pl.DataFrame, list[tuple[pl.Expr, pl.Expr, str]]]:
     """``frame``, with each row's catalog bounds and counter flag (``BOUND_COLUMNS``: the
     caller drops them) when some metric has a value out of them, and the checks of
     samples.  ``metrics``: each row's metric as its position among the frame's metric names
     (:class:`MetricPositions`): the bounds are looked up by position, not by comparing
-    every row's name with each metric."""
+    every row's name with each metric; ``extremes``: :meth:`MetricPositions.extremes` of the values."""
     catalog = ctx.catalog
     metric = pl.col("metric")
     value = pl.col("value")
@@ -244,7 +245,7 @@ def _sample_checks(
     counters = np.array([s is not None and s.is_counter for s in specs] or [False])
     # Most batches hold no absurd value: each metric's smallest and largest value say so
     # at once, and then no row needs its bounds.
-    low_seen, high_seen = metrics.extremes(frame.get_column("value"))
+    low_seen, high_seen = extremes
     if ((low_seen >= lows) & (high_seen <= highs) & ~(counters & (low_seen < 0))).all():
         negative, absurd = pl.lit(False), pl.lit(False)
     else:

@@ -141,3 +141,35 @@ def test_catalog_bounds_found_per_metric_then_per_row(tmp_path, bad):
         assert good.height == 199 and failed.height == 1
         assert failed.get_column("_reason").item().startswith(reason)
         assert failed.get_column("value").item() == value
+
+
+def test_a_counter_holding_one_value_is_a_step_only_from_a_lower_stored_reading(ctx, seed, monkeypatch):
+    """A counter at one value through the batch cannot step within it: its rows are left out
+    of the look when the stored readings it follows hold that value too (remapped rows at
+    0), not when they are lower (the first reading of each series jumps from them)."""
+    held = "remapped_rows_uncorrectable"
+    before = pl.DataFrame({"unit_id": UNITS, "ts": START - timedelta(minutes=10), "metric": held, "value": 0.0})
+    merge_into_lake(ctx.lake_dir, "samples", before.with_columns(ts=pl.col("ts").dt.cast_time_unit("us")), shards=4)
+    frame = readings(np.random.default_rng(seed + 3), START, 36, 0)
+    frame = pl.concat(
+        [
+            frame.with_columns(value=pl.when(pl.col("metric") == COUNTERS[1]).then(1e10).otherwise("value")),
+            frame.filter(pl.col("metric") == COUNTERS[0]).with_columns(metric=pl.lit(held), value=pl.lit(0.0)),
+        ]
+    )
+    left_out = []
+    real = counter_steps._flat_counters
+
+    def recorded(metrics, *args):
+        flat = real(metrics, *args)
+        left_out.extend(metrics.present[p] for p in flat)
+        return flat
+
+    monkeypatch.setattr(counter_steps, "_flat_counters", recorded)
+    found = counter_steps.with_counter_steps(staged(frame), ctx)
+    monkeypatch.setattr(counter_steps, "_flat_counters", lambda *args: [])
+    assert found.equals(counter_steps.with_counter_steps(staged(frame), ctx))  # as if every row were looked at
+    assert left_out == [held]
+    steps = found.filter(pl.col("_step_rate").is_not_null())
+    assert steps.get_column("metric").unique().to_list() == [COUNTERS[1]]
+    assert steps.height == len(UNITS) and (steps.get_column("ts") == START).all()
