@@ -58,16 +58,14 @@ from foreshock.drain.actions import (
     FORESHOCK_REASON_PREFIX,
     OUT_STATES,
     SEVERITY,
-    format_hours,
-    signals_text,
 )
 from foreshock.drain.capacity import Capacity
 from foreshock.drain.learned import LearnedChoice
 from foreshock.drain.lemons import LEMON_SCHEMA, REPLACE, lemon_reason
+from foreshock.drain.reasons import Reasons
 from foreshock.drain.risk_table import fleet_table
 from foreshock.drain.settings import LEVEL_DIAGNOSTICS, LEVEL_DRAIN, LEVEL_NONE, LEVEL_WATCH, PolicySettings
 from foreshock.drain.state import PolicyState, UnitState
-from foreshock.durations import format_duration
 from foreshock.hold import HELD_COLUMN
 
 
@@ -97,10 +95,6 @@ class Decision:
     new_drains: list[str]
     notes: list[str]
     released: list[str] = field(default_factory=list)
-
-
-def _fmt_risk(value: float) -> str:
-    return f"{value:.2f}"
 
 
 def _out_node_reason(state: str | None, reason: str | None) -> str | None:
@@ -183,6 +177,7 @@ class DrainPolicy:
     def __init__(self, settings: PolicySettings | None = None, chooser: LearnedChoice | None = None) -> None:
         self.settings = settings or PolicySettings()
         self.chooser = chooser
+        self.reasons = Reasons(self.settings)
 
     def decide(
         self,
@@ -280,11 +275,15 @@ class DrainPolicy:
             run.capacity.mark_out(unit_id)
             unit.drain_since = prev.drain_since or run.now
             unit.drain_action = self._drain_action(row, prev.drain_action)
-            run.record(self._row(row, unit.drain_action, self._drain_reason(row, unit, True), None))
+            run.record(
+                self._row(
+                    row, unit.drain_action, self.reasons.drain(row, unit.drain_action, True, self._saving(row)), None
+                )
+            )
         elif unit.level == LEVEL_DRAIN:
             run.candidates.append(row)
         else:
-            reason = self._level_reason(row, unit.level, prev.level)
+            reason = self.reasons.level(row, unit.level, prev.level, self._held(row))
             run.record(self._row(row, ACTIONS[unit.level], reason, None))
             if prev.level == LEVEL_DRAIN and row["risk"] < self.settings.exit_risk:
                 run.released.append(unit_id)
@@ -386,58 +385,6 @@ class DrainPolicy:
         interval_h = self.settings.costs.checkpoint_interval.total_seconds() / 3600
         return "drain_now" if lead is not None and lead <= interval_h else "drain_at_checkpoint"
 
-    # --- reasons ----------------------------------------------------------------------
-
-    def _risk_phrase(self, row: dict) -> str:
-        return f"P(fail<{self.settings.horizon})={_fmt_risk(row['risk'])}, lead ~{format_hours(row.get('lead_time_h'))}"
-
-    def _with_signals(self, text: str, row: dict) -> str:
-        signals = signals_text(row.get("top_signals"))
-        return f"{text}; signals: {signals}" if signals else text
-
-    def _drain_reason(self, row: dict, unit: UnitState, continuing: bool) -> str:
-        costs = self.settings.costs
-        interval = format_duration(costs.checkpoint_interval)
-        when = (
-            f"expected before the next checkpoint (every {interval})"
-            if unit.drain_action == "drain_now"
-            else f"after the next checkpoint (every {interval})"
-        )
-        saving = self._saving(row)
-        lead = "continuing drain" if continuing else "drain"
-        text = f"{lead} {when}: {self._risk_phrase(row)}, expected saving {saving:.0f} GPU-h"
-        return self._with_signals(text, row)
-
-    def _level_reason(self, row: dict, level: int, previous: int) -> str:
-        s = self.settings
-        risk = row["risk"]
-        if level == LEVEL_NONE:
-            base = f"below watch ({_fmt_risk(s.watch_risk)})"
-            if previous > LEVEL_NONE:
-                base = f"cleared: risk fell below {_fmt_risk(s.exit_threshold(previous))}"
-            return f"{base}: {self._risk_phrase(row)}" if risk is not None else "no risk score"
-        if level == LEVEL_DIAGNOSTICS:
-            if risk >= s.enter_risk and not self._held(row):
-                since = format_duration(s.enter_for)
-                text = (
-                    f"run `{DIAGNOSTICS_COMMAND}`: {self._risk_phrase(row)}, above {_fmt_risk(s.enter_risk)} "
-                    f"for less than {since} ([policy] enter_for): drain once it holds"
-                )
-            elif risk >= s.enter_risk and not self._drain_pays(risk):
-                costs = s.costs
-                text = (
-                    f"run `{DIAGNOSTICS_COMMAND}`: a drain would cost more than it saves "
-                    f"({costs.expected_drain_cost(risk):.0f} vs {costs.expected_loss(risk):.0f} GPU-h); "
-                    f"{self._risk_phrase(row)}"
-                )
-            else:
-                text = f"run `{DIAGNOSTICS_COMMAND}`: {self._risk_phrase(row)} above {_fmt_risk(s.diagnostics_risk)}"
-        else:
-            text = f"watch: {self._risk_phrase(row)} above {_fmt_risk(s.watch_risk)}"
-        if level < previous:
-            text += " (lowered, hysteresis)"
-        return self._with_signals(text, row)
-
     # --- guards -----------------------------------------------------------------------
 
     def _saving(self, row: dict) -> float:
@@ -463,7 +410,7 @@ class DrainPolicy:
                 unit.drain_action = (
                     REPLACE if replace else self._drain_action(row, run.previous.get(unit.unit_id).drain_action)
                 )
-                reason = self._drain_reason(row, unit, False)
+                reason = self.reasons.drain(row, unit.drain_action, False, self._saving(row))
                 if replace:
                     reason = f"{lemon_reason(lemon, self.settings.lemons)}; {reason}"
                 if self.chooser is not None:
@@ -473,7 +420,7 @@ class DrainPolicy:
                 run.record(decided, unit)
             else:
                 unit.level = LEVEL_DIAGNOSTICS  # held back one level lower, so the next run asks again
-                text = self._with_signals(f"drain deferred by {guard}; {self._risk_phrase(row)}", row)
+                text = self.reasons.with_signals(f"drain deferred by {guard}; {self.reasons.risk_phrase(row)}", row)
                 run.record(self._row(row, "watch", text, guard.split(":", 1)[0]), unit)
 
     # --- output -----------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""The one-line reasons the drain policy gives operators for each unit's action.
+
+Each reason says what the policy saw (the risk within the decision horizon, the expected
+lead time, the top signals) and which rule decided: a threshold, the hold, the cost model.
+"""
+
+from __future__ import annotations
+
+from foreshock.drain.actions import DIAGNOSTICS_COMMAND, format_hours, signals_text
+from foreshock.drain.settings import LEVEL_DIAGNOSTICS, LEVEL_NONE, PolicySettings
+from foreshock.durations import format_duration
+
+
+def fmt_risk(value: float) -> str:
+    return f"{value:.2f}"
+
+
+class Reasons:
+    """Reason texts under one policy's settings."""
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self.settings = settings
+
+    def risk_phrase(self, row: dict) -> str:
+        return f"P(fail<{self.settings.horizon})={fmt_risk(row['risk'])}, lead ~{format_hours(row.get('lead_time_h'))}"
+
+    def with_signals(self, text: str, row: dict) -> str:
+        signals = signals_text(row.get("top_signals"))
+        return f"{text}; signals: {signals}" if signals else text
+
+    def drain(self, row: dict, drain_action: str | None, continuing: bool, saving: float) -> str:
+        """A drain: now or after the next checkpoint, with its expected saving."""
+        interval = format_duration(self.settings.costs.checkpoint_interval)
+        when = (
+            f"expected before the next checkpoint (every {interval})"
+            if drain_action == "drain_now"
+            else f"after the next checkpoint (every {interval})"
+        )
+        lead = "continuing drain" if continuing else "drain"
+        text = f"{lead} {when}: {self.risk_phrase(row)}, expected saving {saving:.0f} GPU-h"
+        return self.with_signals(text, row)
+
+    def level(self, row: dict, level: int, previous: int, held: bool) -> str:
+        """A level below drain: why the unit is there (``held``: its risk has stayed at or
+        above ``enter_risk`` for ``enter_for``)."""
+        s = self.settings
+        risk = row["risk"]
+        if level == LEVEL_NONE:
+            base = f"below watch ({fmt_risk(s.watch_risk)})"
+            if previous > LEVEL_NONE:
+                base = f"cleared: risk fell below {fmt_risk(s.exit_threshold(previous))}"
+            return f"{base}: {self.risk_phrase(row)}" if risk is not None else "no risk score"
+        if level == LEVEL_DIAGNOSTICS:
+            costs = s.costs
+            if risk >= s.enter_risk and not held:
+                text = (
+                    f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {fmt_risk(s.enter_risk)} "
+                    f"for less than {format_duration(s.enter_for)} ([policy] enter_for): drain once it holds"
+                )
+            elif risk >= s.enter_risk and costs.expected_loss(risk) <= costs.expected_drain_cost(risk):
+                text = (
+                    f"run `{DIAGNOSTICS_COMMAND}`: a drain would cost more than it saves "
+                    f"({costs.expected_drain_cost(risk):.0f} vs {costs.expected_loss(risk):.0f} GPU-h); "
+                    f"{self.risk_phrase(row)}"
+                )
+            else:
+                text = f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)} above {fmt_risk(s.diagnostics_risk)}"
+        else:
+            text = f"watch: {self.risk_phrase(row)} above {fmt_risk(s.watch_risk)}"
+        if level < previous:
+            text += " (lowered, hysteresis)"
+        return self.with_signals(text, row)
