@@ -32,11 +32,12 @@ def check_and_split(
     config: Config,
     mask: pl.Series | None = None,
     distinct: dict[str, pl.Series] | None = None,
-) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame], SplitRows]:
+) -> tuple[tuple[int, pl.DataFrame, pl.DataFrame, pl.DataFrame], SplitRows]:
     """:func:`check_shard`, then the new rows split into their partitions and sorted
     (:func:`split_for_merge`), on the same thread; of the rows ``mask`` selects, if given
     (the filter runs on this thread too).  ``distinct``: distinct values of text columns
-    of ``staged`` (:func:`_batch_distinct`), for the checks and the split.
+    of ``staged`` (:func:`_batch_distinct`), for the checks and the split.  The new rows
+    are those of the split: in their place, their count.
 
     Most batches hold no stored key and repeat none: when the lake holds none of the keys
     of the rows that pass the checks, those rows are split first, and when the split finds
@@ -56,14 +57,14 @@ def check_and_split(
         rows = good.select(lake_columns(table, good))
         split = split_for_merge(config.lake_dir, table, rows, config.shards, distinct, drop_repeats=True)
         if split.repeated is False:
-            return (good, bad, good.head(0), good.head(0)), split
+            return (good.height, bad, good.head(0), good.head(0)), split
         if split.dropped is not None:  # the split kept each key's first row: judge the others
-            unique, duplicates, conflicts = _judge_repeats(table, good, *split.dropped)
-            return (unique, bad, duplicates, conflicts), split
+            duplicates, conflicts = _judge_repeats(table, good, *split.dropped)
+            return (good.height - len(split.dropped[0]), bad, duplicates, conflicts), split
     unique, duplicates, conflicts = _deduplicate(table, good, ctx, stored)
     lake_rows = unique.select(lake_columns(table, unique))
     split = split_for_merge(config.lake_dir, table, lake_rows, config.shards, distinct)
-    return (unique, bad, duplicates, conflicts), split
+    return (unique.height, bad, duplicates, conflicts), split
 
 
 def check_shard(
@@ -157,21 +158,19 @@ def _conflicts(rows: pl.DataFrame, reason: str, values: list[str]) -> pl.DataFra
 
 def _judge_repeats(
     table: str, good: pl.DataFrame, later: np.ndarray, first: np.ndarray
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """:func:`_deduplicate` without stored rows, given which rows of ``good`` have the key
-    of an earlier row (``later``, in order) and that key's first row (``first``): ``(the
-    other rows, later rows with the first row's values, later rows with other values)``."""
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`_deduplicate`'s duplicates and conflicts without stored rows, given which rows
+    of ``good`` have the key of an earlier row (``later``, in order) and that key's first
+    row (``first``): ``(later rows with the first row's values, later rows with other
+    values)``.  The other rows are the split's already (not filtered out of ``good`` again)."""
     values = _value_columns(table)
     later_rows = good[later]
     kept = good.select(pl.col(values).name.suffix("_kept"))[first]
     clash = pl.concat([later_rows.select(values), kept], how="horizontal").select(_differs(table, "", "_kept"))
     clash = clash.to_series()
-    is_later = np.zeros(good.height, dtype=bool)
-    is_later[later] = True
-    unique = good.filter(~pl.Series(is_later))
     duplicates = later_rows.filter(~clash)
     conflicts = _conflicts(later_rows.filter(clash), BATCH_CONFLICT, values)
-    return unique, duplicates, conflicts
+    return duplicates, conflicts
 
 
 def _stored_rows(table: str, rows: pl.DataFrame, ctx: IngestContext) -> pl.DataFrame | None:

@@ -142,7 +142,7 @@ def _check_and_merge(
         )
         checked = [found for found, _ in done]
         splits = [split for _, split in done]
-        unique = [rows for rows, _, _, _ in checked]
+        new_rows = [count for count, _, _, _ in checked]
         # Logged before any partition is written (a crash cannot store rows the log misses).
         record_split(config.lake_dir, splits)
         # check_shard checked the batch and the lake under this lock: written as they are.
@@ -150,9 +150,9 @@ def _check_and_merge(
         results = _run_parallel(
             [partial(merge_split, config.lake_dir, split, level) for split in splits], config, workers
         )
-    for rows, result in zip(unique, results):
-        if result.rows_stored != rows.height:  # cannot happen under the lock: fail loudly
-            raise RuntimeError(f"{table}: {rows.height} new rows checked but {result.rows_stored} stored")
+    for count, result in zip(new_rows, results):
+        if result.rows_stored != count:  # cannot happen under the lock: fail loudly
+            raise RuntimeError(f"{table}: {count} new rows checked but {result.rows_stored} stored")
     for _, _, duplicates, _ in checked:
         for i, count in count_by_file(duplicates).items():
             reports[i].duplicates_dropped += count
