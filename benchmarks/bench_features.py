@@ -58,7 +58,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # The targets (issue 28): the whole command within 4x the floor's wall time (2x the goal),
 # peak RSS within 4 GB, time linear in the fleet (size exponent at most 1.05).
 TARGET_X_FLOOR, GOAL_X_FLOOR, TARGET_RSS_MB, TARGET_EXPONENT = 4.0, 2.0, 4096, 1.05
-CLI = [sys.executable, "-c", "import sys; from foreshock.pipelines.cli import main; sys.exit(main())"]
+# -P: the working directory is not put first on sys.path, so ``PYTHONPATH`` decides whose
+# ``foreshock`` a run imports (run from the checkout, ``-c`` alone imported the checkout's
+# code for ``--before`` too).
+CLI = [sys.executable, "-P", "-c", "import sys; from foreshock.pipelines.cli import main; sys.exit(main())"]
 
 
 def _child_usage(command: list[str], env: dict[str, str]) -> dict:

@@ -22,7 +22,7 @@ from datetime import timedelta
 import numpy as np
 import polars as pl
 
-from foreshock.features.packed_key import BUCKET_SLOTS, packed_key
+from foreshock.features.packed_key import BUCKET_SLOTS, packed_key_array
 
 _NO_TIME_LOW, _NO_TIME_HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
@@ -55,15 +55,23 @@ def _float_aggregates(
     rare longer runs are left to Polars itself."""
     sample, squares = value, value * value
     steps = np.where(stepped, step, -0.0)  # -0.0 + x is x for every x: a null adds nothing
-    out = {"sum": sample[starts], "sumsq": squares[starts], "max": sample[starts], "inc": steps[starts]}
-    live = np.flatnonzero(lengths > 1)
-    for offset in range(1, min(int(lengths.max(initial=1)), _SEQUENTIAL_RUN)):
-        live = live[lengths[live] > offset]
-        at = starts[live] + offset
-        out["sum"][live] += sample[at]
-        out["sumsq"][live] += squares[at]
-        out["inc"][live] += steps[at]
-        out["max"][live] = np.maximum(out["max"][live], sample[at])
+    # Runs longest first, so that those with a row at each offset are a prefix (added to in
+    # place, no scatter); the order undone at the end.
+    by_length = np.argsort(-np.minimum(lengths, _SEQUENTIAL_RUN).astype(np.int16), kind="stable")
+    first = starts[by_length]
+    totals = [sample[first], squares[first], steps[first], sample[first]]
+    live = np.bincount(np.minimum(lengths, _SEQUENTIAL_RUN))[::-1].cumsum()[::-1]  # runs longer than each offset
+    for offset in range(1, len(live) - 1):
+        n = int(live[offset + 1])
+        at = first[:n] + offset
+        totals[0][:n] += sample[at]
+        totals[1][:n] += squares[at]
+        totals[2][:n] += steps[at]
+        np.maximum(totals[3][:n], sample[at], out=totals[3][:n])
+    out = {}
+    for name, total in zip(("sum", "sumsq", "inc", "max"), totals, strict=True):
+        out[name] = np.empty_like(total)
+        out[name][by_length] = total
     several = lengths > 1
     for name in ("sum", "sumsq"):
         out[name][several] += 0.0  # the fold starts from 0.0: a -0.0 total is 0.0
@@ -76,7 +84,8 @@ def _float_aggregates(
         left |= np.logical_or.reduceat(negative_zero, starts) & (lengths >= _LANES)
     long = np.flatnonzero(left)
     if len(long):
-        rows = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in long])
+        sizes = lengths[long]
+        rows = np.arange(sizes.sum()) + np.repeat(starts[long] - (np.cumsum(sizes) - sizes), sizes)
         frame = pl.DataFrame(
             {
                 "_run": np.repeat(np.arange(len(long)), lengths[long]),
@@ -126,8 +135,9 @@ def metric_run_pieces(
         a gauge), metrics in catalog order, then key order; ``scrapes``: ``_key``, ``n_ts``
         (distinct sample times) and ``last_ts`` per key.
     """
-    key = samples.select(packed_key(every)).to_series().to_numpy()
     ts = samples.get_column("ts").rechunk().to_numpy().view("int64")
+    unit, life = (samples.get_column(c).rechunk().to_numpy() for c in ("_unit", "life"))
+    key = packed_key_array(unit, life, ts, every)
     rows = len(key)
 
     # Scrape counts: the rows as they are, one run per (unit, life, bucket).
@@ -150,12 +160,14 @@ def metric_run_pieces(
     codes = samples.get_column("_metric").rechunk().to_numpy()
     codes = codes.astype(np.uint8 if codes.max(initial=0) < 256 else np.uint16)
     order = np.argsort(codes, kind="stable")
-    m, k, t = codes[order], key[order], ts[order]
+    counts = np.bincount(codes)
+    m = np.repeat(np.arange(len(counts), dtype=codes.dtype), counts)
+    k, t = key[order], ts[order]
     v = samples.get_column("value").rechunk().to_numpy()[order]
-    series = k // BUCKET_SLOTS  # unit and life
+    series = k >> np.uint64(BUCKET_SLOTS.bit_length() - 1)  # unit and life
     same = np.zeros(rows, dtype=bool)  # the row before is the same series' previous sample
     np.equal(series[1:], series[:-1], out=same[1:])
-    same[1:] &= m[1:] == m[:-1]
+    same[np.cumsum(counts)[:-1]] = False  # nor across metrics
     opens = np.ones(rows, dtype=bool)
     np.not_equal(k[1:], k[:-1], out=opens[1:])
     opens |= ~same
@@ -170,10 +182,8 @@ def metric_run_pieces(
     linked = same.copy()
     linked[1:] &= (t[1:] - t[:-1]) <= max_gap // timedelta(microseconds=1)
     linked &= counter[m]
-    previous = np.empty_like(v)
-    previous[0] = 0.0
-    previous[1:] = v[:-1]
-    step = np.where(v >= previous, v - previous, v)
+    step = v.copy()  # the first row takes no step
+    step[1:] = np.where(v[1:] >= v[:-1], v[1:] - v[:-1], v[1:])
     lengths = np.diff(np.append(starts, rows))
     floats = _float_aggregates(starts, lengths, v, step, linked)
     increased = linked & (step > 0)

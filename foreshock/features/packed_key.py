@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import numpy as np
 import polars as pl
 
 from foreshock.contract import UTC_TS
@@ -29,6 +30,13 @@ def packed_key(every: timedelta) -> pl.Expr:
     return (
         (pl.col("_unit").cast(pl.UInt64) * LIFE_SLOTS + pl.col("life").cast(pl.UInt64)) * BUCKET_SLOTS + number
     ).alias("_key")
+
+
+def packed_key_array(unit: np.ndarray, life: np.ndarray, ts_us: np.ndarray, every: timedelta) -> np.ndarray:
+    """:func:`packed_key` of arrays (unit run numbers, lives, times in microseconds)."""
+    every_us = int(every.total_seconds() * 1_000_000)
+    number = ((ts_us - 1) // every_us + 1).astype(np.uint64)
+    return (unit.astype(np.uint64) * LIFE_SLOTS + life.astype(np.uint64)) * BUCKET_SLOTS + number
 
 
 def unpacked(frame: pl.DataFrame, every: timedelta) -> pl.DataFrame:

@@ -254,11 +254,16 @@ def rollup_samples(
         pieces, scrapes_frame = metric_run_pieces(samples, counter, every, max_gap)
         metric = pl.Series("metric", names, dtype=pl.Categorical)
         pieces = pieces.with_columns(metric.gather(pieces.get_column("_metric")))
-    pieces = unpacked(pieces, every).join(units, on="_unit")
+    # ``_unit`` numbers the units 0, 1, ...: the unit of a row is a gather, not a join.
+    unit_ids = units.get_column("unit_id")
+    pieces = unpacked(pieces, every)
+    pieces = pieces.with_columns(unit_ids.gather(pieces.get_column("_unit")))
     pieces = pieces.select(
         [pl.col(c).cast(t) if c in pieces.columns else pl.lit(None, t).alias(c) for c, t in PIECE_SCHEMA.items()]
     )
-    return pieces, unpacked(scrapes_frame, every).join(units, on="_unit").select(list(SCRAPE_SCHEMA))
+    scrapes = unpacked(scrapes_frame, every)
+    scrapes = scrapes.with_columns(unit_ids.gather(scrapes.get_column("_unit")))
+    return pieces, scrapes.select(list(SCRAPE_SCHEMA))
 
 
 def rollup_events(events: pl.DataFrame, failures: pl.DataFrame, every: timedelta) -> pl.DataFrame:

@@ -316,9 +316,10 @@ def window_features(
     # less CPU: sorted runs, :func:`_life_runs`, are grouped without hashing).
     def features_of(build: Callable[[pl.DataFrame], tuple[pl.DataFrame, list[pl.Expr], list[pl.Expr]]]) -> pl.DataFrame:
         attached, staged, features = build(grid)
-        rolled = attached.with_columns(staged)
+        # One query: only the columns the features read are carried through the filter.
+        rolled = attached.lazy().with_columns(staged)
         rolled = rolled if keep is None else rolled.filter(keep)
-        return rolled.with_columns(features).select([e.meta.output_name() for e in features])
+        return rolled.select(features).collect(engine="in-memory")
 
     parts = []
     for metric in spec.catalog:
