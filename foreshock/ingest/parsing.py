@@ -21,7 +21,7 @@ from foreshock.ingest.context import IngestContext
 from foreshock.ingest.parsers import BATCH_PARSERS, PARSERS
 from foreshock.ingest.planning import PlannedFile
 from foreshock.ingest.report import FileReport
-from foreshock.ingest.staged import ParsedFile, UnreadableFile
+from foreshock.ingest.staged import ParsedFile, UnreadableFile, file_counts
 
 
 def load_run_catalog(config: Config, catalog_path: str | None) -> Catalog:
@@ -207,7 +207,5 @@ def in_file_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def count_by_file(frame: pl.DataFrame) -> dict[int, int]:
-    if frame.height == 0:
-        return {}
-    counts = frame.group_by("_file").len()
-    return dict(zip(counts.get_column("_file").to_list(), counts.get_column("len").to_list()))
+    """Rows per file of staged rows (:func:`file_counts`)."""
+    return file_counts(frame)

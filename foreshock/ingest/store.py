@@ -19,7 +19,7 @@ from foreshock.ingest.checks import check_and_split, lake_columns
 from foreshock.ingest.context import IngestContext, lake_compression_level
 from foreshock.ingest.parsing import ParsedBatch, count_by_file, in_file_order, table_frames
 from foreshock.ingest.report import FileReport
-from foreshock.ingest.staged import ParsedFile
+from foreshock.ingest.staged import ParsedFile, file_counts
 from foreshock.ingest.staging import clear_staging
 from foreshock.ingest.validate import validate
 from foreshock.lake.changes import record_split
@@ -94,7 +94,7 @@ def _batch_distinct(
     frame several files share (a batch parser's) counts as its files'."""
     files = [p for p in parsed.values() if table in p.tables]
     if shared.get(table):  # rows of several files in one frame: each file's parser must give them
-        sharing = {i for frame in shared[table] for i in frame.get_column("_file").unique().to_list()}
+        sharing = {i for frame in shared[table] for i in file_counts(frame)}
         if not all(i in parsed and table in parsed[i].distinct for i in sharing):
             return {}
         files += [parsed[i] for i in sorted(sharing)]

@@ -29,7 +29,7 @@ from foreshock.contract import ID_PATTERN
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.manifest import shown_name
 from foreshock.ingest.reading import raw_lines_later, read_lines
-from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_staged, staged_schema
+from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_staged, file_counts, staged_schema
 from foreshock.ingest.timestamps import parse_local_column, resolve_fall_back
 
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
@@ -226,7 +226,7 @@ def parse_files(
                 except Exception as exc:  # noqa: BLE001
                     results[index] = exc
             continue
-        counts = dict(frame.group_by("_file").len().iter_rows())
+        counts = file_counts(frame)
         for index, source in members:
             results[index] = source.parsed(row_count=counts.get(index, 0))
             results[index].distinct["samples"] = distinct  # those of the group: a superset
