@@ -150,7 +150,7 @@ def metric_run_pieces(
     scrapes = pl.DataFrame(
         {
             "_key": key[scrape_starts],
-            "n_ts": np.add.reduceat(new_ts.astype(np.int64), scrape_starts),
+            "n_ts": np.add.reduceat(new_ts, scrape_starts, dtype=np.int64),
             "last_ts": _times(ts[scrape_ends]),  # times rise within a unit
         }
     )
@@ -162,11 +162,16 @@ def metric_run_pieces(
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes)
     m = np.repeat(np.arange(len(counts), dtype=codes.dtype), counts)
-    k, t = key[order], ts[order]
+    # (the row-sized arrays dropped once used: a first pass rolls up a few partitions at once)
+    k = key[order]
+    del key
+    t = ts[order]
     v = samples.get_column("value").rechunk().to_numpy()[order]
+    del order
     series = k >> np.uint64(BUCKET_SLOTS.bit_length() - 1)  # unit and life
     same = np.zeros(rows, dtype=bool)  # the row before is the same series' previous sample
     np.equal(series[1:], series[:-1], out=same[1:])
+    del series
     same[np.cumsum(counts)[:-1]] = False  # nor across metrics
     opens = np.ones(rows, dtype=bool)
     np.not_equal(k[1:], k[:-1], out=opens[1:])
@@ -183,7 +188,8 @@ def metric_run_pieces(
     linked[1:] &= (t[1:] - t[:-1]) <= max_gap // timedelta(microseconds=1)
     linked &= counter[m]
     step = v.copy()  # the first row takes no step
-    step[1:] = np.where(v[1:] >= v[:-1], v[1:] - v[:-1], v[1:])
+    np.subtract(v[1:], v[:-1], out=step[1:])
+    np.copyto(step[1:], v[1:], where=v[1:] < v[:-1])  # a drop: all the counter shows is new
     lengths = np.diff(np.append(starts, rows))
     floats = _float_aggregates(starts, lengths, v, step, linked)
     increased = linked & (step > 0)
