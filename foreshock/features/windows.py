@@ -32,16 +32,25 @@ _HOUR_US = 3_600_000_000.0
 KEY_ROW = "_key_row"  # a rollup row's grid key number (_GridKeys)
 
 
+# A window of one bucket is the bucket itself: no rolling pass over the grid's groups (a
+# quarter of them with hourly snapshots and a 1h window).  The same values bit for bit: a
+# sum of one value is the value but for -0.0, which sums to 0.0; a maximum or minimum the
+# value.
+
+
 def _rolling_sum(expr: pl.Expr, k: int, over: list[str]) -> pl.Expr:
+    if k == 1:  # (not ``+ 0``, which the optimizer drops)
+        filled = expr.fill_null(0)
+        return pl.when(filled != 0).then(filled).otherwise(0)
     return expr.fill_null(0).rolling_sum(k, min_samples=1).over(over)
 
 
 def _rolling_max(expr: pl.Expr, k: int, over: list[str]) -> pl.Expr:
-    return expr.rolling_max(k, min_samples=1).over(over)
+    return expr if k == 1 else expr.rolling_max(k, min_samples=1).over(over)
 
 
 def _rolling_min(expr: pl.Expr, k: int, over: list[str]) -> pl.Expr:
-    return expr.rolling_min(k, min_samples=1).over(over)
+    return expr if k == 1 else expr.rolling_min(k, min_samples=1).over(over)
 
 
 def _hours_before_snapshot(ts: pl.Expr) -> pl.Expr:

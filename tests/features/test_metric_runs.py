@@ -1,5 +1,6 @@
-"""The rollup of a partition of any shape (rows put in metric order, runs reduced with numpy)
-gives the pieces a Polars group-by of each metric's rows gives, bit for bit."""
+"""Shortcuts give what the Polars passes they replace give, bit for bit: the rollup of a
+partition of any shape (rows put in metric order, runs reduced with numpy) and a window of
+one bucket."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from polars.testing import assert_frame_equal
 from foreshock.contract import UTC_TS
 from foreshock.features.metric_runs import metric_run_pieces
 from foreshock.features.packed_key import BUCKET_SLOTS, packed_key
+from foreshock.features.windows import _rolling_max, _rolling_min, _rolling_sum
 
 EVERY, MAX_GAP = timedelta(hours=1), timedelta(hours=6)
 
@@ -100,3 +102,30 @@ def test_runs_in_metric_order_give_the_per_metric_group_by_bit_for_bit():
             new_ts.sum().cast(pl.Int64).alias("n_ts"), pl.col("ts").max().alias("last_ts")
         )
         assert_frame_equal(scrapes, reference, check_exact=True)
+
+
+def test_a_window_of_one_bucket_is_the_rolling_window_bit_for_bit():
+    """The windows take a one-bucket window as the bucket itself (no rolling pass): the
+    same bits as Polars' rolling sum, maximum and minimum over one row, -0.0, nulls and
+    integers included."""
+    frame = pl.DataFrame(
+        {
+            "g": [0, 0, 0, 1, 1],
+            "x": [-0.0, 1.5, None, -0.0, 0.0],
+            "i": [1, None, 3, 0, 2],
+        }
+    )
+    for column in ("x", "i"):
+        got = frame.select(
+            _rolling_sum(pl.col(column), 1, ["g"]).alias("sum"),
+            _rolling_max(pl.col(column), 1, ["g"]).alias("max"),
+            _rolling_min(pl.col(column), 1, ["g"]).alias("min"),
+        )
+        polars = frame.select(
+            pl.col(column).fill_null(0).rolling_sum(1, min_samples=1).over("g").alias("sum"),
+            pl.col(column).rolling_max(1, min_samples=1).over("g").alias("max"),
+            pl.col(column).rolling_min(1, min_samples=1).over("g").alias("min"),
+        )
+        assert got.schema == polars.schema
+        # compared as text: 0.0 and -0.0 are equal as numbers
+        assert got.cast(pl.String).equals(polars.cast(pl.String))
