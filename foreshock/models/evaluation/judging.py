@@ -143,6 +143,7 @@ def judge_scores(
             "target_precision": settings.target_precision,
             "enter_risk": settings.enter_risk,
             "exit_risk": settings.exit_risk,
+            "enter_for": format_duration(settings.hold) if settings.hold else None,
         },
         "scored": {
             "snapshots": lazy.select("unit_id", "ts").unique().select(pl.len()).collect(engine="streaming").item(),
