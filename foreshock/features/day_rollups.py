@@ -10,6 +10,7 @@ reads are removed after a run (:mod:`foreshock.features.rollup_cache`).
 
 from __future__ import annotations
 
+import ctypes
 import json
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -188,11 +189,35 @@ def shard_rollup(
         events.append(part.events)
         del part
     merged = combine_edges(pl.concat(edges), spec.longest)
-    return Rollup(
+    rollup = Rollup(
         pl.concat(inner + [in_range(frame) for frame in merged]),
         in_range(combine_scrapes(pl.concat(scrapes))),
         in_range(pl.concat(events)),
     )
+    release_freed_memory()
+    return rollup
+
+
+def _trim() -> Callable[[], object] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # the C library the process runs on
+    except (OSError, AttributeError):  # not glibc: nothing to release this way
+        return None
+
+
+_MALLOC_TRIM = _trim()
+
+
+def release_freed_memory() -> None:
+    """Give back to the system what the rollups' numpy arrays freed (glibc only).
+
+    numpy allocates through the C library's malloc, which keeps freed memory in one arena
+    per thread for its next allocations; the windows and the peer pass that follow a
+    shard's rollups allocate through Polars' own allocator and never reuse it, so without
+    this the rollup threads' arenas would add their largest partitions' arrays to a run's
+    peak (about 100 MB at 1,024 GPUs, four times that at 4,096)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _in_order(rollup: Callable[[date], Rollup], days: list[date]) -> Iterator[Rollup]:
