@@ -73,17 +73,25 @@ def read_lines(path: Path) -> SourceLines:
     UnreadableFile
         Empty file, or binary content (no line is text, or most lines are not).
     """
+    data, text = _file_text(path)
+    if text is None:
+        return _read_lines_slowly(data)
+    return SourceLines(lines=text_lines(text), bad=pl.DataFrame(schema=BAD_SCHEMA))
+
+
+def _file_text(path: Path) -> tuple[bytes, str | None]:
+    """The file's bytes (a BOM dropped) and its text when it is clean UTF-8 without NUL
+    (None: read it line by line).  An empty file raises :class:`UnreadableFile`."""
     data = Path(path).read_bytes()
     if not data.strip():
         raise UnreadableFile("empty file")
     data = data.removeprefix(b"\xef\xbb\xbf")
+    if b"\x00" in data:
+        return data, None
     try:
-        if b"\x00" in data:
-            raise ValueError
-        text = data.decode("utf-8")
-    except (UnicodeDecodeError, ValueError):
-        return _read_lines_slowly(data)
-    return SourceLines(lines=text_lines(text), bad=pl.DataFrame(schema=BAD_SCHEMA))
+        return data, data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data, None
 
 
 def _read_lines_slowly(data: bytes) -> SourceLines:
@@ -183,21 +191,13 @@ def read_many_lines(paths: list[Path], indices: list[int]) -> ManyLines:
     """
     texts, clean, frames, bad, errors = [], [], [], [], {}
     for path, index in zip(paths, indices):
-        data = Path(path).read_bytes()
-        if not data.strip():
-            errors[index] = UnreadableFile("empty file")
-            continue
-        data = data.removeprefix(b"\xef\xbb\xbf")
         try:
-            if b"\x00" in data:
-                raise ValueError
-            text = data.decode("utf-8")
-        except (UnicodeDecodeError, ValueError):
-            try:
-                read = _read_lines_slowly(data)
-            except UnreadableFile as exc:
-                errors[index] = exc
-                continue
+            data, text = _file_text(path)
+            read = _read_lines_slowly(data) if text is None else None
+        except UnreadableFile as exc:
+            errors[index] = exc
+            continue
+        if read is not None:
             frames.append((index, read.lines.with_columns(_file=pl.lit(index, dtype=FILE_INDEX))))
             bad.append(read.bad.with_columns(_file=pl.lit(index, dtype=FILE_INDEX)))
             continue
