@@ -111,6 +111,25 @@ def _float_aggregates(
     return out
 
 
+def _scrape_counts(key: np.ndarray, ts: np.ndarray) -> pl.DataFrame:
+    """Distinct sample times and the last one per packed key, over the rows as they are
+    (unit-then-time order: one run per unit, life and bucket)."""
+    rows = len(key)
+    opens = np.ones(rows, dtype=bool)
+    np.not_equal(key[1:], key[:-1], out=opens[1:])
+    starts = np.flatnonzero(opens)
+    new_ts = opens.copy()  # a new unit always opens a run
+    new_ts[1:] |= ts[1:] != ts[:-1]
+    ends = np.append(starts[1:], rows) - 1
+    return pl.DataFrame(
+        {
+            "_key": key[starts],
+            "n_ts": np.add.reduceat(new_ts, starts, dtype=np.int64),
+            "last_ts": _times(ts[ends]),  # times rise within a unit
+        }
+    )
+
+
 def metric_run_pieces(
     samples: pl.DataFrame, counter: np.ndarray, every: timedelta, max_gap: timedelta
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -140,20 +159,7 @@ def metric_run_pieces(
     key = packed_key_array(unit, life, ts, every)
     rows = len(key)
 
-    # Scrape counts: the rows as they are, one run per (unit, life, bucket).
-    opens = np.ones(rows, dtype=bool)
-    np.not_equal(key[1:], key[:-1], out=opens[1:])
-    scrape_starts = np.flatnonzero(opens)
-    new_ts = opens.copy()  # a new unit always opens a run
-    new_ts[1:] |= ts[1:] != ts[:-1]
-    scrape_ends = np.append(scrape_starts[1:], rows) - 1
-    scrapes = pl.DataFrame(
-        {
-            "_key": key[scrape_starts],
-            "n_ts": np.add.reduceat(new_ts, scrape_starts, dtype=np.int64),
-            "last_ts": _times(ts[scrape_ends]),  # times rise within a unit
-        }
-    )
+    scrapes = _scrape_counts(key, ts)
 
     # Pieces: the rows in metric order, each metric's rows still in unit-then-time order
     # (numpy's stable sort of 8- or 16-bit codes is a radix sort: one linear pass).
