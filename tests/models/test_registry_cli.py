@@ -21,6 +21,9 @@ CONFIG = f"""
 name = "{NAME}"
 gbm = {{ params = {{ num_threads = 1 }}, num_boost_round = 80, early_stopping_rounds = 15 }}
 
+[features]
+snapshot_every = "2h"   # the synthetic fleet's interval
+
 [backtest]
 drain_budget_per_day = 1
 folds = 1
@@ -77,6 +80,21 @@ def test_train_review_score_and_roll_back(workspace, capsys):
     assert set(latest["horizon"]) == {"24h", "72h"}
     assert {"model_name", "model_version", "run_id", "top_signals", "node", "rack"} <= set(latest.columns)
     assert len(list((data_dir / "scores").glob("scores-*.parquet"))) == 1
+    # The drain policy's hold ([policy] enter_for = 6h): each unit's last ceil(6h / 2h) = 3
+    # snapshots are scored and its newest row carries the lowest of their risks.
+    assert not latest.select("unit_id", "horizon").is_duplicated().any()
+    bundle = registry.load_champion(NAME).bundle
+    last3 = recent.sort("ts").group_by("unit_id", maintain_order=True).tail(3)
+    expected = (
+        bundle.score(last3)
+        .filter(pl.col("model") == bundle.primary)
+        .group_by("unit_id", "horizon")
+        .agg(pl.col("risk").min(), (pl.col("ts").max() - pl.col("ts").min()).alias("span"), pl.len())
+        .with_columns(pl.when((pl.col("len") == 3) & (pl.col("span") == timedelta(hours=4))).then("risk").alias("held"))
+    )
+    held = latest.join(expected, on=["unit_id", "horizon"], how="left")
+    assert held.height == latest.height and held.get_column("held").drop_nulls().len() > 0
+    assert held.select(pl.col("risk_held").eq_missing(pl.col("held")).all()).item()
 
     assert main([*args, "review", "--approve", "2", "--by", "alice", "--reason", "same data, newer code"]) == 0
     capsys.readouterr()
