@@ -23,8 +23,10 @@ def unit_risk_table(scores: pl.DataFrame, horizon: str, *, latest_only: bool = T
 
     Keeps each unit's latest snapshot (all snapshots with ``latest_only=False``, for a
     replay), spreads the horizons into ``risk_<h>`` columns, adds ``risk`` (the decision
-    horizon's) and its held risk ``risk_held`` when the scores carry one, ``lead_time_h`` (expected time to failure) and carries ``node``, ``rack``,
-    model identity and ``top_signals`` from the decision horizon's row when present.
+    horizon's; with its held risk ``risk_held`` when the scores carry one, see
+    :mod:`foreshock.hold`) and ``lead_time_h`` (expected time to failure), and carries
+    ``node``, ``rack``, model identity and ``top_signals`` from the decision horizon's row
+    when present.
 
     Raises
     ------
