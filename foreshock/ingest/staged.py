@@ -172,3 +172,14 @@ def own_tables(outcomes: dict, shared: dict[str, list[pl.DataFrame]]) -> None:
             parsed.tables[table] = frame
             parsed.distinct.pop(table, None)
             parsed.row_count = None
+
+
+def parse_alone(parse_files, path, ctx) -> ParsedFile:
+    """One file through a batch parser (``parse_files([path], [0], ctx)``) with its rows
+    as its own tables: what a format's single-file ``parse`` gives; raises the file's
+    :class:`UnreadableFile`."""
+    results, shared = parse_files([path], [0], ctx)
+    own_tables(results, shared)
+    if isinstance(results[0], Exception):
+        raise results[0]
+    return results[0]

@@ -33,7 +33,7 @@ import polars as pl
 from foreshock.ingest import dcgm
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.reading import raw_lines_later, read_many_lines
-from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_shared, own_tables, rows_by_file
+from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_shared, own_tables, parse_alone, rows_by_file
 from foreshock.ingest.timestamps import unix_seconds_to_utc
 
 NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -96,12 +96,7 @@ def created_families(lines: pl.DataFrame, parts: pl.DataFrame) -> pl.DataFrame:
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     """One scrape (:func:`parse_files` of it alone); raises its :class:`UnreadableFile`."""
-    results, shared = parse_files([path], [0], ctx)
-    if isinstance(results[0], Exception):
-        raise results[0]
-    if shared:  # parsed ahead, its tables are its own already
-        own_tables(results, shared)
-    return results[0]
+    return parse_alone(parse_files, path, ctx)
 
 
 def parse_files(

@@ -22,7 +22,7 @@ import polars as pl
 
 from foreshock.ingest.context import IngestContext, normalise_pci
 from foreshock.ingest.reading import raw_lines_later, read_many_lines
-from foreshock.ingest.staged import ParsedFile, conform_shared, own_tables, rows_by_file
+from foreshock.ingest.staged import ParsedFile, conform_shared, parse_alone, rows_by_file
 from foreshock.ingest.timestamps import parse_utc
 
 XID_LINE = r"^(\S+)\s+(\S+)\s+kernel:\s*(?:\[\s*[\d.]+\]\s*)?NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\):\s*(\d+)\b"
@@ -30,11 +30,7 @@ XID_LINE = r"^(\S+)\s+(\S+)\s+kernel:\s*(?:\[\s*[\d.]+\]\s*)?NVRM: Xid \(PCI:([0
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     """One file (:func:`parse_files` of it alone); raises its :class:`UnreadableFile`."""
-    results, shared = parse_files([path], [0], ctx)
-    own_tables(results, shared)
-    if isinstance(results[0], Exception):
-        raise results[0]
-    return results[0]
+    return parse_alone(parse_files, path, ctx)
 
 
 def parse_files(
