@@ -44,7 +44,7 @@ def parse_again(
     """The files with quarantined rows that were not parsed in this process (but by
     ``parse`` tasks), parsed here: the quarantine shows each row's raw text, which only
     the parsed file knows (:meth:`ParsedFile.raw_text`).  Usually none."""
-    missing = sorted({i for _, bad in bad_rows for i in count_by_file(bad)} - set(parsed))
+    missing = sorted({i for _, bad in bad_rows for i in file_counts(bad)} - set(parsed))
     if not missing:
         return {}
     outcomes, _ = parse_batch([files[i] for i in missing], ctx, config.local_workers, missing)
@@ -204,8 +204,3 @@ def in_file_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
     if any(first[0][1] >= second[0][0] for first, second in zip(ranges, ranges[1:])):
         staged = staged.sort("_file", maintain_order=True)
     return staged
-
-
-def count_by_file(frame: pl.DataFrame) -> dict[int, int]:
-    """Rows per file of staged rows (:func:`file_counts`)."""
-    return file_counts(frame)

@@ -30,10 +30,10 @@ from foreshock.config import Config
 from foreshock.ingest import manifest
 from foreshock.ingest.context import lake_compression_level
 from foreshock.ingest.parse_ahead import drop_prefetched, may_parse_ahead, prefetch, take_prefetched
-from foreshock.ingest.parsing import count_by_file, parse_again, parse_stage
+from foreshock.ingest.parsing import parse_again, parse_stage
 from foreshock.ingest.planning import IngestPlan, PlannedFile, parse_scrape_time, plan_ingest
 from foreshock.ingest.report import FileReport, IngestReport
-from foreshock.ingest.staged import ParsedFile
+from foreshock.ingest.staged import ParsedFile, file_counts
 from foreshock.ingest.store import store_batch
 from foreshock.ingest.tasks import GroupTasks, store_as_tasks
 from foreshock.lake.atomic import atomic_write_parquet, atomic_write_text
@@ -92,7 +92,7 @@ def ingest_batch(
     ctx, reports, parsed = parsed_batch.ctx, parsed_batch.reports, parsed_batch.parsed
 
     for _, bad in bad_rows:
-        for i, count in count_by_file(bad).items():
+        for i, count in file_counts(bad).items():
             reports[i].rows_quarantined += count
     # Files parsed on the workers are parsed again here for their quarantined rows' text.
     sources = {**parsed, **parse_again(files, bad_rows, parsed, ctx, config)}

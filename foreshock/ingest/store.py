@@ -17,7 +17,7 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.ingest.checks import check_and_split, lake_columns
 from foreshock.ingest.context import IngestContext, lake_compression_level
-from foreshock.ingest.parsing import ParsedBatch, count_by_file, in_file_order, table_frames
+from foreshock.ingest.parsing import ParsedBatch, in_file_order, table_frames
 from foreshock.ingest.report import FileReport
 from foreshock.ingest.staged import ParsedFile, file_counts
 from foreshock.ingest.staging import clear_staging
@@ -154,7 +154,7 @@ def _check_and_merge(
         if result.rows_stored != count:  # cannot happen under the lock: fail loudly
             raise RuntimeError(f"{table}: {count} new rows checked but {result.rows_stored} stored")
     for _, _, duplicates, _ in checked:
-        for i, count in count_by_file(duplicates).items():
+        for i, count in file_counts(duplicates).items():
             reports[i].duplicates_dropped += count
     bad = [frame for _, found, _, conflicts in checked for frame in (found, conflicts) if frame.height]
     return pl.concat(bad, how="diagonal_relaxed") if bad else checked[0][1]

@@ -28,7 +28,6 @@ from foreshock.ingest.checks import check_shard, lake_columns
 from foreshock.ingest.context import IngestContext, lake_compression_level
 from foreshock.ingest.parsing import (
     ParsedBatch,
-    count_by_file,
     in_file_order,
     parse_batch,
     report_outcome,
@@ -36,7 +35,7 @@ from foreshock.ingest.parsing import (
 )
 from foreshock.ingest.planning import PlannedFile, planned_from_dict, planned_to_dict
 from foreshock.ingest.report import FileReport
-from foreshock.ingest.staged import ParsedFile
+from foreshock.ingest.staged import ParsedFile, file_counts
 from foreshock.ingest.staging import STAGING_PARQUET, clear_staging, staging_root
 from foreshock.ingest.store import TABLE_ORDER, group_masks, store_inventory
 from foreshock.lake.changes import record_stored_rows
@@ -307,7 +306,7 @@ def check_group(job: dict) -> dict:
         "new": str(new),
         "new_rows": unique.height,
         "bad": bad,
-        "duplicates": [[i, n] for i, n in sorted(count_by_file(duplicates).items())],
+        "duplicates": [[i, n] for i, n in sorted(file_counts(duplicates).items())],
     }
 
 
