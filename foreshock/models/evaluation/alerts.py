@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from foreshock.contract import UTC_TS, label_column
+from foreshock.hold import MAX_GAP_STEPS
 from foreshock.models.estimators.base import require_columns
 from foreshock.models.estimators.training import labelled_until, snapshot_step
 
@@ -58,7 +59,7 @@ def _series(scores: pl.DataFrame, step: timedelta | None = None) -> _Series:
     require_columns(scores, ("unit_id", "ts", "risk"), "risk series")
     frame = scores.select("unit_id", pl.col("ts").cast(UTC_TS), pl.col("risk").cast(pl.Float64)).sort("unit_id", "ts")
     step = step or snapshot_step(frame)
-    max_gap_us = 1.5 * step.total_seconds() * 1e6
+    max_gap_us = MAX_GAP_STEPS * step.total_seconds() * 1e6
     ts_us = frame.get_column("ts").dt.epoch("us").to_numpy()
     units = frame.get_column("unit_id").to_numpy()
     risk = np.nan_to_num(frame.get_column("risk").to_numpy(), nan=0.0)
