@@ -126,6 +126,10 @@ def test_serve_cycles_one_at_a_time_lands_every_row_once_and_publishes_every_cyc
         second = create_run(api, cycle["id"])
         runs = soak.follow(run, found, feeder, len(feed.chunks), None, timeout=600, min_cycles=2)
         trigger.stopped.set()
+        # an outbox is written before its run reports its end: serve is stopped only once both
+        # cycles have a final state (else stopping it may cancel the second)
+        for sent in (first, second):
+            _wait_state(api, sent["id"], {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}, 120)
         figures = soak.report(run, runs, feed, len(feed.chunks))
         print(figures)
         problems = soak._phase_problems(figures, run, feed, len(feed.chunks))
