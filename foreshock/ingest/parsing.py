@@ -152,7 +152,9 @@ def parse_batch(
 
     runs = []
     for fmt, indices_of_format in together.items():
-        count = max(1, min(workers, len(indices_of_format) // BATCH_PARSE_MIN_FILES))
+        # More runs than workers when files are parsed one by one beside them (see below).
+        per_worker = RUNS_PER_WORKER if single else 1
+        count = max(1, min(workers * per_worker, len(indices_of_format) // BATCH_PARSE_MIN_FILES))
         size = -(-len(indices_of_format) // count)
         runs += [(fmt, indices_of_format[k : k + size]) for k in range(0, len(indices_of_format), size)]
     if workers < 2 or len(runs) + len(single) < 2:
@@ -161,8 +163,16 @@ def parse_batch(
         staged = [(fmt, parse_together(fmt, run_indices)) for fmt, run_indices in runs]
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
+            # The files parsed one by one (Prometheus JSON: Python holding the GIL) go first,
+            # in one task beside the batch parsers' runs (Polars, which lets go of the GIL),
+            # so the two overlap; spread over the threads after the runs, they left a core
+            # idle while they took turns on the GIL.  The runs are smaller than a worker's
+            # share so that the thread freed by the one-by-one files takes its part of them.
+            if runs and single:
+                singles = [pool.submit(lambda: [parse_one(index) for index in single])]
+            else:
+                singles = [pool.submit(parse_one, index) for index in single]
             pending = [(fmt, pool.submit(parse_together, fmt, run_indices)) for fmt, run_indices in runs]
-            singles = [pool.submit(parse_one, index) for index in single]
             staged = [(fmt, future.result()) for fmt, future in pending]
             for future in singles:
                 future.result()
@@ -172,8 +182,10 @@ def parse_batch(
     return outcomes, shared
 
 
-# A format's batch parse is split into runs of at least this many files (one per worker).
+# A format's batch parse is split into runs of at least this many files (one per worker, or
+# RUNS_PER_WORKER per worker when other files are parsed one by one beside them).
 BATCH_PARSE_MIN_FILES = 8
+RUNS_PER_WORKER = 2
 
 
 def table_frames(

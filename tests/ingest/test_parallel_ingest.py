@@ -14,6 +14,8 @@ import foreshock.ingest.store as run
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
 from foreshock.ingest.manifest import read_manifest
+from foreshock.ingest.parsers import BATCH_PARSERS, PARSERS
+from foreshock.ingest.planning import plan_ingest
 from foreshock.lake.changes import read_changes
 
 
@@ -93,3 +95,33 @@ def test_a_failed_shard_leaves_no_row_twice_and_the_retry_completes_the_lake(tmp
     assert retry.totals["rows_quarantined"] == clean.totals["rows_quarantined"]
     recorded = read_manifest(config.lake_dir)
     assert recorded.height == recorded.select("sha256", "context").unique().height == len(clean.by_status("ingested"))
+
+
+def test_files_parsed_one_by_one_take_one_thread_beside_the_batch_parsers_runs(tmp_path, monkeypatch):
+    """A day's DCGM JSON exports (parsed one by one, in Python) are parsed in turn on one
+    thread while the nvidia-smi files (one frame per run of files) are parsed in runs on
+    the others, two runs per worker: the thread the exports free takes its share of runs."""
+    landing = write_messy_landing(tmp_path / "raw")
+    config = load_config(data_dir=tmp_path / "data").with_overrides(
+        {"ingest": {"timezone": "UTC"}, "runner": {"local_workers": 2}}
+    )
+    batch = next(b for b in plan_ingest(landing.root, config).batches if "prometheus-json" in {f.format for f in b})
+    json_threads, smi_runs = set(), []
+    real_json, real_smi = PARSERS["prometheus-json"], BATCH_PARSERS["nvidia-smi"]
+
+    def json_parse(*args):
+        json_threads.add(threading.current_thread().name)
+        return real_json(*args)
+
+    def smi_parse(paths, *args):
+        smi_runs.append(len(paths))
+        return real_smi(paths, *args)
+
+    monkeypatch.setitem(PARSERS, "prometheus-json", json_parse)
+    monkeypatch.setitem(BATCH_PARSERS, "nvidia-smi", smi_parse)
+    monkeypatch.setattr(parsing, "BATCH_PARSE_MIN_FILES", 1)
+    parsed = parsing.parse_stage(batch, config, None, "UTC", None)
+    smi_files = sum(f.format == "nvidia-smi" for f in batch)
+    assert len(json_threads) == 1 and len([f for f in batch if f.format == "prometheus-json"]) > 1
+    assert len(smi_runs) == min(4, smi_files) and sum(smi_runs) == smi_files
+    assert all(r.status == "ingested" for r in parsed.reports)
