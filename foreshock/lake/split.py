@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from foreshock.contract import KEYS, TIME_COLUMN, conform
-from foreshock.lake.columns import distinct_values, gathered, stable_order
+from foreshock.lake.columns import distinct_values, gathered, long_runs, stable_order
 from foreshock.lake.latest import Latest
 from foreshock.lake.layout import lake_shards, with_shard
 
@@ -48,7 +48,7 @@ def _rank_parts(
             return None
         if column.dtype == pl.String:
             values = _distinct_of(column, distinct).sort()
-            rank = _rank_of(name, values)
+            rank = _rank_of(column, values)
             span = values.len() - 1
             info: object = values
         elif column.dtype.is_temporal() or column.dtype.is_integer():
@@ -94,11 +94,18 @@ def _unrank(name: str, info: object, ranks: np.ndarray) -> pl.Series:
     return values.cast(physical).cast(dtype)
 
 
-def _rank_of(name: str, distinct: pl.Series) -> pl.Expr:
-    """Each value of the string column ``name`` as its position in ``distinct`` (which
-    holds every value of the column, once): a cast to an enum of those values, cheaper
-    than a lookup by value."""
-    return pl.col(name).cast(pl.Enum(distinct)).to_physical().cast(pl.UInt64)
+def _rank_of(column: pl.Series, distinct: pl.Series) -> pl.Expr:
+    """Each value of the string ``column`` as its position in ``distinct`` (which holds
+    every value of the column, once): a cast to an enum of those values, cheaper than a
+    lookup by value; once per run of one value when the column comes in long runs
+    (:func:`long_runs`: a batch lists each metric's samples together), a tenth of the
+    cast of every row."""
+    runs = long_runs(column)
+    if runs is None:
+        return pl.col(column.name).cast(pl.Enum(distinct)).to_physical().cast(pl.UInt64)
+    values, lengths = runs
+    ranks = values.cast(pl.Enum(distinct)).to_physical().cast(pl.UInt64).to_numpy()
+    return pl.lit(pl.Series(column.name, np.repeat(ranks, lengths)))
 
 
 def _packed(parts: list[tuple[pl.Expr, int]]) -> pl.Expr:
@@ -181,7 +188,7 @@ def _split_sorted(
     by_shard = with_shard(pl.DataFrame({"unit_id": units}), shards).sort("shard", "unit_id")
     unit_shard = by_shard.get_column("shard").to_numpy().astype(np.int64)
     unit_bits = max(units.len() - 1, 0).bit_length()
-    unit_rank = _rank_of("unit_id", by_shard.get_column("unit_id"))
+    unit_rank = _rank_of(frame.get_column("unit_id"), by_shard.get_column("unit_id"))
     dtype = frame.schema[time_col]
     per_day = {"us": 86_400_000_000, "ns": 86_400_000_000_000, "ms": 86_400_000}.get(getattr(dtype, "time_unit", None))
     if isinstance(dtype, pl.Datetime) and dtype.time_zone in (None, "UTC") and per_day:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
@@ -269,3 +269,37 @@ def test_an_unsorted_messy_ingest_gives_what_the_plain_splits_and_sorts_give(tmp
     assert len(quarantine) == len(old[1]) and all(a.equals(b) for a, b in zip(quarantine, old[1]))
     assert accounting == old[2]
     assert changes == old[3]
+
+
+def test_rows_in_long_runs_of_a_metric_or_unit_split_and_sort_as_the_plain_operations_do():
+    """Samples listed metric after metric (nvidia-smi's frames), unit after unit, and
+    shuffled, over two days: the split (strings ranked once per run when they come in runs)
+    gives the partitions and row order of ``partition_by`` and a sort, and ``sort_rows``
+    the order of a sort."""
+    from foreshock.lake.split import sort_rows, split_conformed
+
+    rng = np.random.default_rng(5)
+    units = pl.DataFrame({"unit_id": [f"node{n:02d}-gpu{g}" for n in range(10) for g in range(4)]})
+    times = pl.DataFrame({"ts": [T0 + timedelta(hours=20, minutes=14 * k) for k in range(30)]})  # two days
+    grid = units.join(times, how="cross")
+    metric_major = pl.concat(
+        grid.with_columns(metric=pl.lit(f"m{k:02d}"), value=pl.Series(rng.uniform(0, 9, grid.height)))
+        for k in (3, 0, 12, 7, 1)
+    ).filter(pl.Series(rng.uniform(0, 1, 5 * grid.height) < 0.9))  # runs of unequal lengths
+    unit_major = metric_major.sort("unit_id", maintain_order=True)
+    shuffled = metric_major.sample(fraction=1.0, shuffle=True, seed=3)
+    order = ["unit_id", "ts", "metric"]
+    assert long_runs(metric_major.get_column("metric")) is not None
+    assert long_runs(unit_major.get_column("unit_id")) is not None
+    for frame in (metric_major, unit_major, shuffled):
+        split = split_conformed(frame, "samples", 4, in_frame_order=False)
+        assert split.presorted
+        keyed = with_shard(frame, 4).with_columns(day=pl.col("ts").dt.date())
+        expected = {
+            (day, shard): part.drop("day", "shard").sort(order, maintain_order=True)
+            for (day, shard), part in keyed.partition_by("day", "shard", as_dict=True).items()
+        }
+        assert len(expected) == len(split.pieces) > 4  # both days, every shard
+        for day, shard, rows in split.pieces:
+            assert rows.equals(expected[day, shard])
+        assert sort_rows(frame, "samples").equals(frame.sort(order, maintain_order=True))
