@@ -152,8 +152,9 @@ def parse_batch(
 
     runs = []
     for fmt, indices_of_format in together.items():
-        # More runs than workers when files are parsed one by one beside them (see below).
-        per_worker = RUNS_PER_WORKER if single else 1
+        # More runs than workers when files are parsed one by one beside them (see below);
+        # one or two such files (a tickets export) take a thread only briefly.
+        per_worker = RUNS_PER_WORKER if len(single) >= max(workers, 2) else 1
         count = max(1, min(workers * per_worker, len(indices_of_format) // BATCH_PARSE_MIN_FILES))
         size = -(-len(indices_of_format) // count)
         runs += [(fmt, indices_of_format[k : k + size]) for k in range(0, len(indices_of_format), size)]
