@@ -1,0 +1,95 @@
+"""The policy point of a backtest at other policy settings, judged on its stored scores (no refits).
+
+A backtest keeps every model's out-of-sample scores (``scores.parquet``).  This judges them
+again, with the backtest's own judge, at each combination of ``[policy] enter_risk`` (the
+exit level stays at the configured ``exit_risk / enter_risk`` of it) and ``enter_for`` given,
+and prints the policy point of each model: alerts, true alerts, precision per alert and per
+unit, caught, recall of the failures with a precursor (with a ground truth), early alerts and
+GPU-hours saved.
+
+**Honesty.** Each row is out of sample for the models (nothing was refitted), but a setting
+*picked* because its row looks best here was chosen on the test period: its figures are an
+upper bound, not an operating result.  Use it to see how far an operating point alone can
+go, or to judge a setting fixed in advance on a fleet that has not seen it.
+
+Usage::
+
+    uv run python benchmarks/rejudge_policy.py --backtest DIR/backtest --data-dir DIR \\
+        [--config DIR/evaluate.toml] [--ground-truth DIR/raw/sim/ground_truth.parquet] \\
+        [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+
+
+def judge(args: argparse.Namespace, enter_risk: float, enter_for: str) -> dict:
+    """The backtest's judge on its stored scores with the two policy settings replaced."""
+    from foreshock.config import load_config
+    from foreshock.contract import UTC_TS
+    from foreshock.models.evaluation.alert_replay import Period
+    from foreshock.models.evaluation.backtest import read_ground_truth
+    from foreshock.models.evaluation.judging import judge_scores
+    from foreshock.pipelines import inputs
+
+    report = json.loads((args.backtest / "report.json").read_text())
+    periods = [
+        Period(datetime.fromisoformat(f["cutoff"]), datetime.fromisoformat(f["test_end"])) for f in report["folds"]
+    ]
+    config = load_config(args.config, data_dir=args.data_dir)
+    policy = config.settings["policy"]
+    ratio = float(policy["exit_risk"]) / float(policy["enter_risk"])
+    policy.update(enter_risk=enter_risk, exit_risk=ratio * enter_risk, enter_for=enter_for)
+    failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
+    truth = read_ground_truth(str(args.ground_truth)) if args.ground_truth else None
+    scores = pl.scan_parquet(args.backtest / "scores.parquet").filter(pl.col("model").is_in(args.models))
+    return judge_scores(scores, failures, config, ground_truth=truth, periods=periods)
+
+
+def row(model: str, horizon: str, enter_risk: float, enter_for: str, point: dict) -> str:
+    def num(key: str, digits: int = 2) -> str:
+        value = point.get(key)
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    return (
+        f"| {model} | {horizon} | {enter_risk:g} | {enter_for} | {point['alerts']} | {point['true_alerts']} "
+        f"| {num('precision')} | {num('precision_per_unit')} | {point['caught']} of {point['failures']} "
+        f"| {num('recall_with_precursor')} | {point.get('early_alerts', '-')} | {num('gpu_hours_saved', 0)} |"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backtest", type=Path, required=True, help="a backtest's output directory")
+    parser.add_argument("--data-dir", type=Path, required=True, help="the data directory it ran on")
+    parser.add_argument("--config", type=Path, help="the configuration it ran with (default: built-in)")
+    parser.add_argument("--ground-truth", type=Path, help="the simulator's ground_truth.parquet")
+    parser.add_argument("--models", nargs="+", default=["gbm"])
+    parser.add_argument("--enter-risk", nargs="+", type=float, default=[0.5])
+    parser.add_argument("--enter-for", nargs="+", default=["1h", "6h"])
+    args = parser.parse_args()
+    print(
+        "| model | horizon | enter_risk | enter_for | alerts | true | precision | per unit | caught "
+        "| recall (precursor) | early | GPU-hours saved |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for enter_for in args.enter_for:
+        for enter_risk in args.enter_risk:
+            judged = judge(args, enter_risk, enter_for)
+            for model, horizons in judged["models"].items():
+                for horizon, metrics in horizons.items():
+                    point = metrics["operating_points"].get("policy")
+                    if point:
+                        print(row(model, horizon, enter_risk, enter_for, point), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
