@@ -71,6 +71,8 @@ CANDIDATES: dict[str, dict] = {
     "shares": {"window_shares": True},
     # both: a burst told from a trend, and the rows days ahead of a failure told from those within the horizon
     "shares_hard3": {"window_shares": True, "hard_negative_weight": 3.0},
+    # the power's spread over the utilization's (power_w_spread_<w>): a failing power supply from a changing load
+    "power": {"power_spread": True},
 }
 
 

@@ -91,6 +91,7 @@ from foreshock.models.estimators.calibration import PlattCalibrator, uncalibrate
 from foreshock.models.estimators.dataset import FeatureSource, StoredSample
 from foreshock.models.estimators.gbm_dask import dask_client, feature_matrix_of, train_on_dask
 from foreshock.models.estimators.gbm_store import fit_from_store
+from foreshock.models.estimators.power_spread import spread_names
 from foreshock.models.estimators.ranking import query_groups, varying_columns
 from foreshock.models.estimators.recipes import builtin_recipe, recipe_default
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
@@ -108,7 +109,7 @@ SETTINGS = (
     *("max_holdout_fraction", "max_pos_weight", "refit_full", "min_holdout_failures", "fallback_rounds"),
     *("min_rounds", "seed", "monotone_increasing", "exclude", "rules", "error_counters", "fleet_weighted"),
     *("rank_by_snapshot", "drop_constant", "tune_num_leaves", "hard_negative_weight", "hard_negative_window"),
-    "window_shares",
+    *("window_shares", "power_spread"),
 )
 
 
@@ -182,6 +183,9 @@ class GradientBoostedRisk:
     window_shares
         Add each error counter's window shares, ``<m>_share_6h_1d`` = its 6-hour increase
         over its 1-day one (:mod:`.window_shares`): a burst from a trend in one split.
+    power_spread
+        Add ``power_w_spread_<w>``, the power's spread over the utilization's
+        (:mod:`.power_spread`): a failing power supply from a changing load in one split.
     unit_weights
         ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
         for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
@@ -219,6 +223,7 @@ class GradientBoostedRisk:
     hard_negative_weight: float = recipe_default("gbm", "hard_negative_weight")
     hard_negative_window: float = recipe_default("gbm", "hard_negative_window")
     window_shares: bool = recipe_default("gbm", "window_shares")
+    power_spread: bool = recipe_default("gbm", "power_spread")
     unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
@@ -410,6 +415,8 @@ class GradientBoostedRisk:
             raise ValueError("no numeric feature columns to train on")
         if self.window_shares:
             self.feature_names_ += share_names(self.feature_names_)
+        if self.power_spread:
+            self.feature_names_ += spread_names(self.feature_names_)
         self.rules_ = None
         if self.rules is not None:  # the growth rules' limits from their columns' values in data
             self.rules_ = self._baseline().resolve_on(names, data)

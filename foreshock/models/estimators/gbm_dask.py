@@ -39,6 +39,7 @@ import lightgbm as lgb
 import numpy as np
 import polars as pl
 
+from foreshock.models.estimators.power_spread import spread_columns
 from foreshock.models.estimators.window_shares import share_columns
 
 if TYPE_CHECKING:
@@ -213,6 +214,7 @@ def feature_matrix_of(frame: pl.DataFrame, names: list[str], rules: ThresholdBas
     what a Dask worker builds from its share of the feature store."""
     derived = rules.rule_features(frame) if rules is not None else {}
     derived.update(share_columns(frame, [n for n in names if "_share_" in n and n not in frame.columns]))
+    derived.update(spread_columns(frame, [n for n in names if "_spread_" in n and n not in frame.columns]))
     columns = [
         pl.Series(name, derived[name]).cast(pl.Float32)
         if name in derived

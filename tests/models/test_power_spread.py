@@ -1,0 +1,61 @@
+"""Power spread (``power_w_spread_<w>``): a failing power supply's noise at a steady load
+told from a healthy GPU's swings with its load (models/lightgbm.toml ``power_spread``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from foreshock.contract import label_column
+from foreshock.models.estimators.gbm import GradientBoostedRisk
+from foreshock.models.estimators.power_spread import spread_columns, spread_names
+from foreshock.models.estimators.training import labelled_until
+from tests.models.synthetic_fleet import synthetic_fleet
+
+
+def test_spreads_are_named_for_windows_with_both_inputs_and_computed_from_them():
+    names = ["power_w_std_1h", "power_w_std_6h", "gpu_util_pct_std_1h", "power_w_mean_1h"]
+    assert spread_names(names) == ["power_w_spread_1h"]  # no utilization spread over 6 hours
+    frame = pl.DataFrame({"power_w_std_1h": [60.0, 60.0, None], "gpu_util_pct_std_1h": [0.0, 9.0, 3.0]})
+    spread = spread_columns(frame, ["power_w_spread_1h", "power_w_spread_6h"])
+    assert list(spread) == ["power_w_spread_1h"]
+    assert np.allclose(spread["power_w_spread_1h"], [60.0, 6.0, np.nan], equal_nan=True)
+
+
+def _with_power(features: pl.DataFrame, failures: pl.DataFrame, rng: np.random.Generator) -> pl.DataFrame:
+    """The fleet with an hour's power and utilization spreads: a load that changes moves
+    both (about 6 W a percentage point); the last day before a failure adds power noise at
+    a steady load."""
+    near = (
+        features.join(failures.select("unit_id", "failed_at"), on="unit_id", how="left")
+        .select(((pl.col("failed_at") - pl.col("ts")).dt.total_hours().is_between(0, 24)).fill_null(False))
+        .to_series()
+        .to_numpy()
+    )
+    util_std = rng.gamma(1.5, 5.0, features.height)
+    power_std = 6.0 * util_std + rng.normal(0, 3, features.height).clip(0)
+    util_std[near] = rng.uniform(0, 2, near.sum())
+    power_std[near] = rng.uniform(40, 90, near.sum())
+    return features.with_columns(
+        pl.Series("gpu_util_pct_std_1h", util_std, dtype=pl.Float32),
+        pl.Series("power_w_std_1h", power_std, dtype=pl.Float32),
+    )
+
+
+def test_with_spread_power_noise_at_a_steady_load_ranks_above_the_same_swing_with_the_load(tmp_path):
+    rng = np.random.default_rng(3)
+    fleet = synthetic_fleet(rng, units=60, days=14)
+    features = _with_power(fleet.features, fleet.failures, rng)
+    model = GradientBoostedRisk(horizons=["24h"], power_spread=True).fit(features, fleet.failures)
+    assert "power_w_spread_1h" in model.feature_names_
+    known = labelled_until(features, fleet.failures, ["24h"]).filter(pl.col(label_column("24h")) == 0)
+    probe = known.head(300).with_columns(pl.lit(60.0, dtype=pl.Float32).alias("power_w_std_1h"))
+    steady = probe.with_columns(pl.lit(1.0, dtype=pl.Float32).alias("gpu_util_pct_std_1h"))
+    swinging = probe.with_columns(pl.lit(10.0, dtype=pl.Float32).alias("gpu_util_pct_std_1h"))
+    risk_steady = model.predict_risk(steady).get_column("risk").to_numpy()
+    risk_swinging = model.predict_risk(swinging).get_column("risk").to_numpy()
+    assert np.median(risk_steady / risk_swinging) > 1.5
+    # a saved model computes its spreads again from the feature names alone
+    model.save(tmp_path / "m")
+    again = GradientBoostedRisk.load(tmp_path / "m")
+    assert again.predict_risk(steady).equals(model.predict_risk(steady))
