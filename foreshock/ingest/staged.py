@@ -42,13 +42,6 @@ class UnreadableFile(Exception):
     """A file that cannot be parsed at all (empty, truncated, binary, wrong format)."""
 
 
-# A column a batch parser may add to its shared frames: each row's lake shard (Int32, null
-# where it did not find one), found once per line of a file whose line holds many samples
-# of one unit (nvidia-smi), so the store's split into shard groups needs no lookup per row
-# (``store.group_masks``).  Found with the lake's shard count, which never changes.
-SHARD_HINT = "_shard"
-
-
 def staged_schema(table: str) -> dict[str, pl.DataType]:
     return {**SCHEMAS[table], **PROVENANCE}
 

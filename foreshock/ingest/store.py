@@ -19,7 +19,7 @@ from foreshock.ingest.checks import check_and_split, lake_columns
 from foreshock.ingest.context import IngestContext, lake_compression_level
 from foreshock.ingest.parsing import ParsedBatch, in_file_order, table_frames
 from foreshock.ingest.report import FileReport
-from foreshock.ingest.staged import SHARD_HINT, ParsedFile, file_counts
+from foreshock.ingest.staged import ParsedFile, file_counts
 from foreshock.ingest.staging import clear_staging
 from foreshock.ingest.validate import validate
 from foreshock.lake.changes import record_split
@@ -206,42 +206,15 @@ def group_masks(
     # When the units come in long runs (a file lists a unit's readings together), the
     # groups are found per run and the masks repeated along the runs.
     units = staged.get_column("unit_id").cast(pl.String)
-    if SHARD_HINT in staged.columns:  # the parsers found most rows' shards (per line)
-        return _small_masks(_hinted_shards(staged, units, shards, distinct) % workers, workers)
     runs = long_runs(units)
     numbers = shard_numbers(units if runs is None else runs[0], shards, distinct) % workers
-    masks = _masks(numbers)
-    if runs is None:
-        return masks
-    return {number: pl.Series(np.repeat(mask.to_numpy(), runs[1])) for number, mask in masks.items()}
-
-
-def _masks(numbers: pl.Series) -> dict[int | None, pl.Series]:
-    """Which rows each group number holds, in the order of the groups' first rows."""
-    return {
+    masks = {
         number: numbers.is_null() if number is None else (numbers == number).fill_null(False)
         for number in numbers.unique(maintain_order=True).to_list()
     }
-
-
-def _small_masks(numbers: pl.Series, workers: int) -> dict[int | None, pl.Series]:
-    """:func:`_masks` of numbers from 0 to ``workers - 1`` (or null): one comparison per
-    number instead of a search for the distinct ones."""
-    masks = {number: (numbers == number).fill_null(False) for number in range(workers)}
-    masks[None] = numbers.is_null()
-    first = {number: mask.arg_max() for number, mask in masks.items() if mask.any()}
-    return {number: masks[number] for number in sorted(first, key=first.__getitem__)}
-
-
-def _hinted_shards(staged: pl.DataFrame, units: pl.Series, shards: int, distinct: pl.Series | None) -> pl.Series:
-    """Each row's shard: the parsers' (``SHARD_HINT``), else looked up (rows of frames
-    without the hint: other formats' files)."""
-    hinted = staged.get_column(SHARD_HINT)
-    missing = hinted.is_null() & units.is_not_null()
-    if not missing.any():
-        return hinted
-    rows = missing.arg_true()
-    return hinted.scatter(rows, shard_numbers(units.gather(rows), shards, distinct))
+    if runs is None:
+        return masks
+    return {number: pl.Series(np.repeat(mask.to_numpy(), runs[1])) for number, mask in masks.items()}
 
 
 def _run_parallel(calls: list, config: Config, workers: int) -> list:

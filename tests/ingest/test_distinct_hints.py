@@ -17,11 +17,7 @@ from landing_files import node_name, write_canonical_inventory, write_messy_land
 import foreshock.ingest.store as run
 from foreshock.config import load_config
 from foreshock.ingest import ingest_path
-from foreshock.ingest.parsing import in_file_order, parse_stage, table_frames
-from foreshock.ingest.planning import plan_ingest
-from foreshock.ingest.staged import SHARD_HINT
 from foreshock.lake.changes import read_changes
-from foreshock.lake.layout import record_shards
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -156,25 +152,3 @@ def test_nvidia_smi_and_json_batches_give_the_values_they_read_and_the_same_lake
     assert quarantine.equals(without[2])
     assert counts == without[3]
     assert changes == without[4]
-
-
-def test_shards_nvidia_smi_finds_per_line_make_the_groups_a_lookup_per_row_makes(tmp_path):
-    """nvidia-smi gives each sample its line's lake shard (``SHARD_HINT``), with the lake's
-    own shard count, not the configured one; the store's shard groups made from it (the
-    other files' rows looked up) are those of a lookup of every row."""
-    landing = write_messy_landing(tmp_path / "raw")
-    config = load_config(data_dir=tmp_path / "data").with_overrides(
-        {"ingest": {"timezone": "UTC"}, "lake": {"shards": 8}}
-    )
-    config.lake_dir.mkdir(parents=True)
-    record_shards(config.lake_dir, 5)  # a lake made with 5 shards
-    plan = plan_ingest(landing.root, config)
-    batch = next(b for b in plan.batches if {"nvidia-smi", "prometheus-json"} <= {f.format for f in b})
-    parsed = parse_stage(batch, config, None, "UTC", None)
-    staged = in_file_order(table_frames("samples", parsed.parsed, parsed.shared))
-    assert 0 < staged.get_column(SHARD_HINT).null_count() < staged.height  # JSON rows have none
-    for workers in (2, 3):
-        hinted = run.group_masks(staged, config, workers, min_rows=0)
-        looked_up = run.group_masks(staged.drop(SHARD_HINT), config, workers, min_rows=0)
-        assert list(hinted) == list(looked_up) and len(hinted) > 1
-        assert all(hinted[number].equals(looked_up[number]) for number in looked_up)

@@ -29,9 +29,8 @@ from foreshock.contract import ID_PATTERN
 from foreshock.ingest.context import IngestContext
 from foreshock.ingest.manifest import shown_name
 from foreshock.ingest.reading import raw_lines_later, read_lines
-from foreshock.ingest.staged import SHARD_HINT, ParsedFile, UnreadableFile, conform_staged, file_counts, staged_schema
+from foreshock.ingest.staged import ParsedFile, UnreadableFile, conform_staged, file_counts, staged_schema
 from foreshock.ingest.timestamps import parse_local_column, resolve_fall_back
-from foreshock.lake.layout import lake_shards, shard_numbers
 
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
 # Fields that describe the GPU rather than measure it: read for identity or ignored.
@@ -277,10 +276,7 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> tu
     resolved = {n: ctx.catalog.resolve(n) for n in metrics}
     line_bad = good.get_column("_line_reason").is_not_null()
     any_line_bad = bool(line_bad.any())
-    # Each line's lake shard, found once per line and carried by its samples (``SHARD_HINT``):
-    # the store's split into shard groups then needs no lookup per sample.
-    shards = lake_shards(ctx.lake_dir, ctx.shards)
-    kept = good.select("_unit_id", "ts", "_line", "_file", shard_numbers(good.get_column("_unit_id"), shards))
+    kept = good.select("_unit_id", "ts", "_line", "_file")
     samples, failing = [], []
     for name in metrics:
         text = good.get_column(name)
@@ -319,20 +315,15 @@ def _stage(sources: list[_Source], indices: list[int], ctx: IngestContext) -> tu
     if samples:
         parts.append(
             pl.concat(samples)
-            .rename({"_unit_id": "unit_id", "shard": SHARD_HINT})
+            .rename({"_unit_id": "unit_id"})
             .with_columns(_reason=pl.lit(None, dtype=pl.String), _field=pl.lit(None, dtype=pl.String))
-            .select(*columns, SHARD_HINT)
+            .select(columns)
         )
     if failing:  # reason texts only for the failing rows (they are built for every row a branch sees)
         parts.append(_with_reasons(pl.concat(failing), ctx).select(columns))
     if not samples and not failing:
         parts.append(pl.DataFrame(schema={**staged_schema("samples"), "_file": FILE_INDEX}).select(columns))
-    # (rows without the hint, failing ones, get null: their shard is looked up if they are stored)
-    hinted = [[name for name in ("_file", SHARD_HINT) if name in part.columns] for part in parts]
-    staged = pl.concat(
-        [conform_staged(part, "samples").hstack(part.select(names)) for part, names in zip(parts, hinted)],
-        how="diagonal",
-    )
+    staged = pl.concat([conform_staged(part, "samples").with_columns(part.get_column("_file")) for part in parts])
     distinct = {
         "unit_id": good.get_column("_unit_id").drop_nulls().unique(maintain_order=True).alias("unit_id"),
         "metric": pl.Series("metric", list(dict.fromkeys(resolved[n] or n for n in metrics)), dtype=pl.String),
