@@ -21,6 +21,8 @@ import re
 import numpy as np
 import polars as pl
 
+from foreshock.models.estimators.window_shares import ratio_columns
+
 POWER_STD = "power_w_std_"
 UTIL_STD = "gpu_util_pct_std_"
 _SPREAD = re.compile(r"^power_w_spread_(?P<w>\d+(?:\.\d+)?[smhdw])$")
@@ -36,14 +38,10 @@ def spread_names(columns: list[str]) -> list[str]:
 def spread_columns(frame: pl.DataFrame, names: list[str]) -> dict[str, np.ndarray]:
     """Values of the spread ``names`` (of :func:`spread_names`) whose inputs ``frame`` holds,
     Float32 (NaN where either input is missing)."""
-    out: dict[str, np.ndarray] = {}
-    for name in names:
-        if not (m := _SPREAD.match(name)):
-            continue
-        power, util = f"{POWER_STD}{m['w']}", f"{UTIL_STD}{m['w']}"
-        if power not in frame.columns or util not in frame.columns:
-            continue
-        num = frame.get_column(power).cast(pl.Float32).to_numpy()
-        den = frame.get_column(util).cast(pl.Float32).to_numpy()
-        out[name] = (num / (np.maximum(den, 0.0) + 1.0)).astype(np.float32)
-    return out
+    return ratio_columns(
+        frame,
+        names,
+        _SPREAD,
+        lambda m: (f"{POWER_STD}{m['w']}", f"{UTIL_STD}{m['w']}"),
+        lambda power, util: power / (np.maximum(util, 0.0) + 1.0),
+    )

@@ -17,6 +17,7 @@ says how to compute it, so a saved model needs no other state to compute its inp
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -38,15 +39,33 @@ def share_names(columns: list[str]) -> list[str]:
 def share_columns(frame: pl.DataFrame, names: list[str]) -> dict[str, np.ndarray]:
     """Values of the share ``names`` (of :func:`share_names`) whose increases ``frame``
     holds, Float32 with NaN where the longer window saw no increase."""
+
+    def share(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(den > 0, num / den, np.nan)
+
+    def inputs(m: re.Match) -> tuple[str, str]:
+        return f"{m['metric']}_increase_{m['a']}", f"{m['metric']}_increase_{m['b']}"
+
+    return ratio_columns(frame, names, _SHARE, inputs, share)
+
+
+def ratio_columns(
+    frame: pl.DataFrame,
+    names: list[str],
+    pattern: re.Pattern,
+    inputs: Callable[[re.Match], tuple[str, str]],
+    ratio: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Derived columns computed from their names: each of ``names`` that ``pattern`` matches
+    and whose two ``inputs`` (named from the match) ``frame`` holds, as ``ratio`` of their
+    Float32 values (also :mod:`.power_spread`)."""
     out: dict[str, np.ndarray] = {}
     for name in names:
-        if not (m := _SHARE.match(name)):
+        if not (m := pattern.match(name)):
             continue
-        short, long = f"{m['metric']}_increase_{m['a']}", f"{m['metric']}_increase_{m['b']}"
-        if short not in frame.columns or long not in frame.columns:
-            continue
-        num = frame.get_column(short).cast(pl.Float32).to_numpy()
-        den = frame.get_column(long).cast(pl.Float32).to_numpy()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out[name] = np.where(den > 0, num / den, np.nan).astype(np.float32)
+        first, second = inputs(m)
+        if first in frame.columns and second in frame.columns:
+            num, den = (frame.get_column(c).cast(pl.Float32).to_numpy() for c in (first, second))
+            out[name] = ratio(num, den).astype(np.float32)
     return out
