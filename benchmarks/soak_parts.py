@@ -207,6 +207,34 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
+def run_processes(pid: int, run_ids: set[str]) -> list[int]:
+    """The processes below ``pid`` that execute one of the flow runs ``run_ids`` (the
+    runner starts each run as a child with ``PREFECT__FLOW_RUN_ID`` in its environment)."""
+    out = []
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and child.environ().get("PREFECT__FLOW_RUN_ID") in run_ids:
+                out.append(child.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def wait_runs_exited(pid: int, run_ids: set[str], timeout: float = 120.0) -> list[int]:
+    """Wait until no process below ``pid`` executes one of ``run_ids``; those still there
+    at ``timeout``.  A run reports its final state before its process exits, and a runner
+    that shuts down forces every run whose process it still tracks to Cancelled, a
+    completed one included: stop serve only once its runs' processes are gone."""
+    deadline = time.monotonic() + timeout
+    while (left := run_processes(pid, run_ids)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
 def still_running(pids: list[int], wait: float = 15.0) -> list[int]:
     """Those of ``pids`` that still run (not zombies) after ``wait`` seconds."""
 

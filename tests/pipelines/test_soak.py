@@ -130,6 +130,9 @@ def test_serve_cycles_one_at_a_time_lands_every_row_once_and_publishes_every_cyc
         # cycles have a final state (else stopping it may cancel the second)
         for sent in (first, second):
             _wait_state(api, sent["id"], {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}, 120)
+        # ... and once their processes have exited: serve's runner forces every run whose
+        # process it still tracks to Cancelled when it stops, a completed one included
+        assert soak_parts.wait_runs_exited(run.serve.pid, {first["id"], second["id"]}) == []
         figures = soak.report(run, runs, feed, len(feed.chunks))
         print(figures)
         problems = soak._phase_problems(figures, run, feed, len(feed.chunks))
@@ -166,7 +169,11 @@ def test_serve_cycles_one_at_a_time_lands_every_row_once_and_publishes_every_cyc
         for r in soak_parts.flow_runs(api, found)
         if r["deployment"] == "foreshock-cycle"
     }
-    assert done["state_type"] == later["state_type"] == "COMPLETED", (first["id"], second["id"], history)
+    assert done["state_type"] == later["state_type"] == "COMPLETED", (
+        history.get(second["id"]),  # the second's states first: a long message is cut in the middle
+        history.get(first["id"]),
+        history,
+    )
     assert len(history) == 2, history  # the two sent, each made once
     assert datetime.fromisoformat(later["start_time"]) >= datetime.fromisoformat(done["end_time"])
     waited = {state["name"] for state in api_call(api, f"/flow_run_states/?flow_run_id={second['id']}")}
