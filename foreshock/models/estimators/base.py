@@ -13,6 +13,7 @@ NumPy only inside a model.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -117,6 +118,27 @@ def windowed_columns(names: list[str], kind: str) -> dict[str, dict[timedelta, s
         match = _WINDOWED.match(name)
         if match and match["kind"] == kind:
             out.setdefault(match["metric"], {})[parse_duration(match["window"])] = name
+    return out
+
+
+def ratio_columns(
+    frame: pl.DataFrame,
+    names: list[str],
+    pattern: re.Pattern,
+    inputs: Callable[[re.Match], tuple[str, str]],
+    ratio: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Derived columns computed from their names: each of ``names`` that ``pattern`` matches
+    and whose two ``inputs`` (named from the match) ``frame`` holds, as ``ratio`` of their
+    Float32 values (:mod:`.window_shares`, :mod:`.power_spread`)."""
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        if not (m := pattern.match(name)):
+            continue
+        first, second = inputs(m)
+        if first in frame.columns and second in frame.columns:
+            num, den = (frame.get_column(c).cast(pl.Float32).to_numpy() for c in (first, second))
+            out[name] = ratio(num, den).astype(np.float32)
     return out
 
 

@@ -21,7 +21,7 @@ import re
 import numpy as np
 import polars as pl
 
-from foreshock.models.estimators.window_shares import ratio_columns
+from foreshock.models.estimators.base import ratio_columns
 
 POWER_STD = "power_w_std_"
 UTIL_STD = "gpu_util_pct_std_"

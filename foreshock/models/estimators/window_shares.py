@@ -17,12 +17,11 @@ says how to compute it, so a saved model needs no other state to compute its inp
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import numpy as np
 import polars as pl
 
-from foreshock.models.estimators.base import windowed_columns
+from foreshock.models.estimators.base import ratio_columns, windowed_columns
 
 _SHARE = re.compile(r"^(?P<metric>.+)_share_(?P<a>\d+(?:\.\d+)?[smhdw])_(?P<b>\d+(?:\.\d+)?[smhdw])$")
 
@@ -48,24 +47,3 @@ def share_columns(frame: pl.DataFrame, names: list[str]) -> dict[str, np.ndarray
         return f"{m['metric']}_increase_{m['a']}", f"{m['metric']}_increase_{m['b']}"
 
     return ratio_columns(frame, names, _SHARE, inputs, share)
-
-
-def ratio_columns(
-    frame: pl.DataFrame,
-    names: list[str],
-    pattern: re.Pattern,
-    inputs: Callable[[re.Match], tuple[str, str]],
-    ratio: Callable[[np.ndarray, np.ndarray], np.ndarray],
-) -> dict[str, np.ndarray]:
-    """Derived columns computed from their names: each of ``names`` that ``pattern`` matches
-    and whose two ``inputs`` (named from the match) ``frame`` holds, as ``ratio`` of their
-    Float32 values (also :mod:`.power_spread`)."""
-    out: dict[str, np.ndarray] = {}
-    for name in names:
-        if not (m := pattern.match(name)):
-            continue
-        first, second = inputs(m)
-        if first in frame.columns and second in frame.columns:
-            num, den = (frame.get_column(c).cast(pl.Float32).to_numpy() for c in (first, second))
-            out[name] = ratio(num, den).astype(np.float32)
-    return out
