@@ -210,18 +210,15 @@ def descendants(pid: int) -> list[int]:
 def run_processes(pid: int, run_ids: set[str]) -> list[int]:
     """The processes below ``pid`` that execute one of the flow runs ``run_ids`` (the
     runner starts each run as a child with ``PREFECT__FLOW_RUN_ID`` in its environment)."""
-    out = []
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    for child in children:
+
+    def runs_one(child: int) -> bool:
         try:
-            if child.status() != psutil.STATUS_ZOMBIE and child.environ().get("PREFECT__FLOW_RUN_ID") in run_ids:
-                out.append(child.pid)
-        except psutil.Error:
-            continue
-    return out
+            process = psutil.Process(child)
+            return process.status() != psutil.STATUS_ZOMBIE and process.environ().get("PREFECT__FLOW_RUN_ID") in run_ids
+        except psutil.Error:  # gone meanwhile
+            return False
+
+    return [child for child in descendants(pid) if runs_one(child)]
 
 
 def wait_runs_exited(pid: int, run_ids: set[str], timeout: float = 120.0) -> list[int]:
