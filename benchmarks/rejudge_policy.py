@@ -22,9 +22,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -36,20 +34,22 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str) -> dict:
     from foreshock.contract import UTC_TS
     from foreshock.models.evaluation.alert_replay import Period
     from foreshock.models.evaluation.backtest import read_ground_truth
+    from foreshock.models.evaluation.backtest_folds import Fold
+    from foreshock.models.evaluation.backtest_report import read_report, scores_path
     from foreshock.models.evaluation.judging import judge_scores
     from foreshock.pipelines import inputs
 
-    report = json.loads((args.backtest / "report.json").read_text())
-    periods = [
-        Period(datetime.fromisoformat(f["cutoff"]), datetime.fromisoformat(f["test_end"])) for f in report["folds"]
-    ]
+    report = read_report(args.backtest)
+    if report is None:
+        raise SystemExit(f"{args.backtest}: no backtest report (report.json) there")
+    periods = [Period(fold.cutoff, fold.test_end) for fold in map(Fold.from_dict, report["folds"])]
     config = load_config(args.config, data_dir=args.data_dir)
     policy = config.settings["policy"]
     ratio = float(policy["exit_risk"]) / float(policy["enter_risk"])
     policy.update(enter_risk=enter_risk, exit_risk=ratio * enter_risk, enter_for=enter_for)
     failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
     truth = read_ground_truth(str(args.ground_truth)) if args.ground_truth else None
-    scores = pl.scan_parquet(args.backtest / "scores.parquet").filter(pl.col("model").is_in(args.models))
+    scores = pl.scan_parquet(scores_path(args.backtest)).filter(pl.col("model").is_in(args.models))
     return judge_scores(scores, failures, config, ground_truth=truth, periods=periods)
 
 
