@@ -2,8 +2,9 @@
 
 A backtest keeps every model's out-of-sample scores (``scores.parquet``).  This judges them
 again, with the backtest's own judge, at each combination of ``[policy] enter_risk`` (the
-exit level stays at the configured ``exit_risk / enter_risk`` of it) and ``enter_for`` given,
-and prints the policy point of each model: alerts, true alerts, precision per alert and per
+exit level stays at the configured ``exit_risk / enter_risk`` of it), ``enter_for`` and, with
+``--second-horizon`` (a horizon the backtest scored), ``second_enter_risk`` given, and prints
+the policy point of each model: alerts, true alerts, precision per alert and per
 unit, caught, recall of the failures with a precursor (with a ground truth), early alerts and
 GPU-hours saved.
 
@@ -16,7 +17,8 @@ Usage::
 
     uv run python benchmarks/rejudge_policy.py --backtest DIR/backtest --data-dir DIR \\
         [--config DIR/evaluate.toml] [--ground-truth DIR/raw/sim/ground_truth.parquet] \\
-        [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h]
+        [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h] \\
+        [--second-horizon 24h --second-enter-risk 0.4 0.5]
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from pathlib import Path
 import polars as pl
 
 
-def judge(args: argparse.Namespace, enter_risk: float, enter_for: str) -> dict:
-    """The backtest's judge on its stored scores with the two policy settings replaced."""
+def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_risk: float | None = None) -> dict:
+    """The backtest's judge on its stored scores with the policy settings replaced."""
     from foreshock.config import load_config
     from foreshock.contract import UTC_TS
     from foreshock.models.evaluation.alert_replay import Period
@@ -47,19 +49,21 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str) -> dict:
     policy = config.settings["policy"]
     ratio = float(policy["exit_risk"]) / float(policy["enter_risk"])
     policy.update(enter_risk=enter_risk, exit_risk=ratio * enter_risk, enter_for=enter_for)
+    if second_risk is not None:
+        policy.update(second_horizon=args.second_horizon, second_enter_risk=second_risk)
     failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
     truth = read_ground_truth(str(args.ground_truth)) if args.ground_truth else None
     scores = pl.scan_parquet(scores_path(args.backtest)).filter(pl.col("model").is_in(args.models))
     return judge_scores(scores, failures, config, ground_truth=truth, periods=periods)
 
 
-def row(model: str, horizon: str, enter_risk: float, enter_for: str, point: dict) -> str:
+def row(model: str, horizon: str, enter_risk: float, enter_for: str, second: str, point: dict) -> str:
     def num(key: str, digits: int = 2) -> str:
         value = point.get(key)
         return "-" if value is None else f"{value:.{digits}f}"
 
     return (
-        f"| {model} | {horizon} | {enter_risk:g} | {enter_for} | {point['alerts']} | {point['true_alerts']} "
+        f"| {model} | {horizon} | {enter_risk:g} | {enter_for} | {second} | {point['alerts']} | {point['true_alerts']} "
         f"| {num('precision')} | {num('precision_per_unit')} | {point['caught']} of {point['failures']} "
         f"| {num('recall_with_precursor')} | {point.get('early_alerts', '-')} | {num('gpu_hours_saved', 0)} |"
     )
@@ -74,20 +78,25 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=["gbm"])
     parser.add_argument("--enter-risk", nargs="+", type=float, default=[0.5])
     parser.add_argument("--enter-for", nargs="+", default=["1h", "6h"])
+    parser.add_argument("--second-horizon", help="[policy] second_horizon (a horizon the backtest scored)")
+    parser.add_argument("--second-enter-risk", nargs="+", type=float, default=[0.5])
     args = parser.parse_args()
+    seconds = args.second_enter_risk if args.second_horizon else [None]
     print(
-        "| model | horizon | enter_risk | enter_for | alerts | true | precision | per unit | caught "
+        "| model | horizon | enter_risk | enter_for | second horizon | alerts | true | precision | per unit | caught "
         "| recall (precursor) | early | GPU-hours saved |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for enter_for in args.enter_for:
         for enter_risk in args.enter_risk:
-            judged = judge(args, enter_risk, enter_for)
-            for model, horizons in judged["models"].items():
-                for horizon, metrics in horizons.items():
-                    point = metrics["operating_points"].get("policy")
-                    if point:
-                        print(row(model, horizon, enter_risk, enter_for, point), flush=True)
+            for second_risk in seconds:
+                judged = judge(args, enter_risk, enter_for, second_risk)
+                for model, horizons in judged["models"].items():
+                    for horizon, metrics in horizons.items():
+                        point = metrics["operating_points"].get("policy")
+                        if point:
+                            second = point.get("entry", "").split(" or ")[-1] if "entry" in point else "-"
+                            print(row(model, horizon, enter_risk, enter_for, second, point), flush=True)
     return 0
 
 

@@ -17,17 +17,30 @@ never delayed by an hours-long hold.
 One function computes it for the three places that decide entry: the backtest's replay of
 the policy (:mod:`foreshock.models.evaluation.alert_replay`), live scoring (which scores
 each unit's last ``k`` snapshots) and the drain replay, so all three agree.
+
+**A second way in** (``[policy] second_horizon``, :class:`Entry`): a unit may also enter drain
+once its risk at a shorter horizon (``24h`` beside the decision horizon ``72h``) has held at
+or above its own threshold ``second_enter_risk`` for the same ``enter_for``.  Both readings
+are put on the decision threshold's scale, the second one multiplied by ``enter_risk /
+second_enter_risk``, and the larger is the unit's **entry risk**: it reaches ``enter_risk``
+exactly when one of the two reaches its own threshold, and the hysteresis (leave below
+``exit_risk``) applies to it the same way.  Its held value is the larger of the two held
+risks (each held on its own horizon's series).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 import polars as pl
 
 HELD_COLUMN = "risk_held"
+# The entry risk and its held value (the decision risk and held risk without a second horizon).
+ENTRY_COLUMN = "entry_risk"
+ENTRY_HELD_COLUMN = "entry_risk_held"
 # A gap longer than this many snapshot intervals breaks a run (the replay's own rule for
 # "the unit was out").
 MAX_GAP_STEPS = 1.5
@@ -75,4 +88,62 @@ def with_held_risk(
         .with_columns(held.alias(HELD_COLUMN))
         .sort("_order")
         .drop("_order", "_gap")
+    )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """How a unit's risk enters the drain level: the decision horizon's risk against
+    ``enter_risk``, or also (``second_horizon`` set) the second horizon's risk against
+    ``second_enter_risk`` (see the module docstring)."""
+
+    horizon: str
+    enter_risk: float
+    second_horizon: str = ""
+    second_enter_risk: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.second_horizon and not 0.0 < self.second_enter_risk <= 1.0:
+            raise ValueError(f"[policy] second_enter_risk must be in (0, 1], got {self.second_enter_risk}")
+
+    @property
+    def horizons(self) -> tuple[str, ...]:
+        """The horizons the entry reads, the decision horizon first."""
+        return (self.horizon, self.second_horizon) if self.second_horizon else (self.horizon,)
+
+    def risk(self, of: Callable[[str], pl.Expr]) -> pl.Expr:
+        """The entry risk from ``of(horizon)``, each horizon's risk (or held risk) column:
+        the larger of the decision risk and the second one on its scale (a missing second
+        reading leaves the decision risk)."""
+        first = of(self.horizon)
+        if not self.second_horizon:
+            return first
+        return pl.max_horizontal(first, of(self.second_horizon) * (self.enter_risk / self.second_enter_risk))
+
+    def describe(self) -> str:
+        """``risk >= 0.5`` or ``risk_72h >= 0.5 or risk_24h >= 0.4`` (for reports and reasons)."""
+        if not self.second_horizon:
+            return f"risk >= {self.enter_risk:g}"
+        return f"risk_{self.horizon} >= {self.enter_risk:g} or risk_{self.second_horizon} >= {self.second_enter_risk:g}"
+
+
+def entry_series(scores: pl.DataFrame, entry: Entry, hold: timedelta, step: timedelta) -> pl.DataFrame:
+    """One unit's entry risk per snapshot from long scores (``unit_id, ts, horizon, risk``
+    with a row per horizon): ``unit_id, ts, risk`` (the entry risk) and :data:`HELD_COLUMN`
+    (its held value, each horizon held on its own series), on the decision horizon's
+    snapshots.  The backtest replays the two-horizon policy on it."""
+    held = with_held_risk(
+        scores.filter(pl.col("horizon").is_in(list(entry.horizons))), hold, step, by=("unit_id", "horizon")
+    )
+    wide = held.filter(pl.col("horizon") == entry.horizon).select("unit_id", "ts", "risk", HELD_COLUMN)
+    if entry.second_horizon:
+        second = held.filter(pl.col("horizon") == entry.second_horizon).select(
+            "unit_id", "ts", pl.col("risk").alias("_risk2"), pl.col(HELD_COLUMN).alias("_held2")
+        )
+        wide = wide.join(second, on=["unit_id", "ts"], how="left")
+    return wide.select(
+        "unit_id",
+        "ts",
+        entry.risk(lambda h: pl.col("risk" if h == entry.horizon else "_risk2")).alias("risk"),
+        entry.risk(lambda h: pl.col(HELD_COLUMN if h == entry.horizon else "_held2")).alias(HELD_COLUMN),
     )

@@ -243,7 +243,7 @@ def build_list(
     """Step 1: read and check the scores, run the policy, shape the risk list."""
     settings = PolicySettings.from_config(config)
     scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
-    risks = unit_risk_table(scores, settings.horizon)
+    risks = unit_risk_table(scores, settings.horizon, entry=settings.entry)
     decision_time = risks.get_column("ts").max() if risks.height else None
     now = decision_time or generated_at
     inventory, failures = _lake_table(config.lake_dir, "inventory"), _lake_table(config.lake_dir, "failures")

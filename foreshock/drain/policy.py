@@ -18,10 +18,14 @@ How a unit's action is chosen (``DrainPolicy.decide``):
    so a risk series that oscillates around a threshold does not flap the action.  A unit
    enters the drain level only once its risk has been at or above ``enter_risk`` for
    ``enter_for`` (its held risk, :mod:`foreshock.hold`); until then it gets diagnostics.
+   With ``second_horizon`` the level is placed by the entry risk instead: the larger of
+   ``p`` and the second horizon's risk scaled by ``enter_risk / second_enter_risk``, so a
+   unit also enters once its 24-hour risk has held at ``second_enter_risk``.
 4. **Expected cost.** A drain is recommended only when the expected loss of not draining,
    ``p * job_gpus * (checkpoint_interval/2 + restart_time)``, exceeds the expected drain
    cost, ``job_gpus * drain_overhead + (1 - p) * repair_turnaround`` (see
-   :class:`~foreshock.costs.DrainCosts`); otherwise the unit gets diagnostics.
+   :class:`~foreshock.costs.DrainCosts`); otherwise the unit gets diagnostics.  With a
+   second horizon, ``p`` is at least that horizon's risk.
 5. **Now or at the next checkpoint.** The expected lead time (expected time to failure,
    from the hazard implied by the risks at every horizon) decides: shorter than one
    checkpoint interval means the failure is expected before the next checkpoint, so
@@ -63,10 +67,9 @@ from foreshock.drain.capacity import Capacity
 from foreshock.drain.learned import LearnedChoice
 from foreshock.drain.lemons import LEMON_SCHEMA, REPLACE, lemon_reason
 from foreshock.drain.reasons import Reasons
-from foreshock.drain.risk_table import fleet_table
+from foreshock.drain.risk_table import entry_held_of, entry_of, failure_risk, fleet_table
 from foreshock.drain.settings import LEVEL_DIAGNOSTICS, LEVEL_DRAIN, LEVEL_NONE, LEVEL_WATCH, PolicySettings
 from foreshock.drain.state import PolicyState, UnitState
-from foreshock.hold import HELD_COLUMN
 
 
 @dataclass
@@ -270,7 +273,7 @@ class DrainPolicy:
         if not _has_risk(row):
             run.record(self._row(row, "none", f"no risk score for horizon {self.settings.horizon}", None))
             return
-        unit.level = self._chosen_level(row, self._level(row["risk"], prev.level), prev.level, run)
+        unit.level = self._chosen_level(row, self._level(entry_of(row), prev.level), prev.level, run)
         if unit.level == LEVEL_DRAIN and prev.level == LEVEL_DRAIN:
             run.capacity.mark_out(unit_id)
             unit.drain_since = prev.drain_since or run.now
@@ -285,7 +288,7 @@ class DrainPolicy:
         else:
             reason = self.reasons.level(row, unit.level, prev.level, self._held(row))
             run.record(self._row(row, ACTIONS[unit.level], reason, None))
-            if prev.level == LEVEL_DRAIN and row["risk"] < self.settings.exit_risk:
+            if prev.level == LEVEL_DRAIN and entry_of(row) < self.settings.exit_risk:
                 run.released.append(unit_id)
         if unit.level > LEVEL_NONE or self._remember_return(unit, run.now):
             run.state.units[unit_id] = unit
@@ -359,7 +362,7 @@ class DrainPolicy:
         if level == LEVEL_DRAIN and previous == LEVEL_DRAIN:
             return level  # a drain under way lasts until its risk falls below exit_risk
         if self.chooser is None:
-            waits = not (self._held(row) and self._drain_pays(row["risk"]))
+            waits = not (self._held(row) and self._drain_pays(failure_risk(row, self.settings.entry)))
             return LEVEL_DIAGNOSTICS if level == LEVEL_DRAIN and waits else level
         if self.chooser.arm(row["risk"]) == "drain":
             return LEVEL_DRAIN
@@ -369,9 +372,9 @@ class DrainPolicy:
         return min(level, LEVEL_DIAGNOSTICS)
 
     def _held(self, row: dict) -> bool:
-        """The risk has stayed at or above ``enter_risk`` for ``enter_for`` (scores without
-        a held risk, written before it existed, are taken as held)."""
-        held = row.get(HELD_COLUMN, row["risk"])
+        """The entry risk has stayed at or above ``enter_risk`` for ``enter_for`` (scores
+        without a held risk, written before it existed, are taken as held)."""
+        held = entry_held_of(row)
         return held is not None and held >= self.settings.enter_risk
 
     def _drain_pays(self, risk: float) -> bool:
@@ -388,8 +391,8 @@ class DrainPolicy:
     # --- guards -----------------------------------------------------------------------
 
     def _saving(self, row: dict) -> float:
-        costs = self.settings.costs
-        return costs.expected_loss(row["risk"]) - costs.expected_drain_cost(row["risk"])
+        costs, p = self.settings.costs, failure_risk(row, self.settings.entry)
+        return costs.expected_loss(p) - costs.expected_drain_cost(p)
 
     def _grant(self, run: _Run) -> None:
         """Step 6: grant new drains, largest expected saving first, while the guards allow."""
@@ -426,7 +429,7 @@ class DrainPolicy:
     # --- output -----------------------------------------------------------------------
 
     def _row(self, row: dict, action: str, reason: str, guard: str | None) -> dict:
-        risk = row.get("risk")
+        risk = None if row.get("risk") is None else failure_risk(row, self.settings.entry)
         costs = self.settings.costs
         return {
             "unit_id": row["unit_id"],

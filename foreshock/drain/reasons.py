@@ -7,6 +7,7 @@ lead time, the top signals) and which rule decided: a threshold, the hold, the c
 from __future__ import annotations
 
 from foreshock.drain.actions import DIAGNOSTICS_COMMAND, format_hours, signals_text
+from foreshock.drain.risk_table import entry_of, failure_risk, risk_column
 from foreshock.drain.settings import LEVEL_DIAGNOSTICS, LEVEL_NONE, PolicySettings
 from foreshock.durations import format_duration
 
@@ -22,7 +23,19 @@ class Reasons:
         self.settings = settings
 
     def risk_phrase(self, row: dict) -> str:
-        return f"P(fail<{self.settings.horizon})={fmt_risk(row['risk'])}, lead ~{format_hours(row.get('lead_time_h'))}"
+        second = self.settings.second_horizon
+        also = row.get(risk_column(second)) if second else None
+        extra = f", P(fail<{second})={fmt_risk(also)}" if also is not None else ""
+        return (
+            f"P(fail<{self.settings.horizon})={fmt_risk(row['risk'])}{extra}, "
+            f"lead ~{format_hours(row.get('lead_time_h'))}"
+        )
+
+    def threshold_phrase(self) -> str:
+        """``0.50``, or ``0.50 (or 0.40 at 24h)`` with a second horizon."""
+        s = self.settings
+        also = f" (or {fmt_risk(s.second_enter_risk)} at {s.second_horizon})" if s.second_horizon else ""
+        return f"{fmt_risk(s.enter_risk)}{also}"
 
     def with_signals(self, text: str, row: dict) -> str:
         signals = signals_text(row.get("top_signals"))
@@ -45,6 +58,7 @@ class Reasons:
         above ``enter_risk`` for ``enter_for``)."""
         s = self.settings
         risk = row["risk"]
+        entry = entry_of(row)
         if level == LEVEL_NONE:
             base = f"below watch ({fmt_risk(s.watch_risk)})"
             if previous > LEVEL_NONE:
@@ -52,15 +66,16 @@ class Reasons:
             return f"{base}: {self.risk_phrase(row)}" if risk is not None else "no risk score"
         if level == LEVEL_DIAGNOSTICS:
             costs = s.costs
-            if risk >= s.enter_risk and not held:
+            p = failure_risk(row, s.entry)
+            if entry >= s.enter_risk and not held:
                 text = (
-                    f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {fmt_risk(s.enter_risk)} "
+                    f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {self.threshold_phrase()} "
                     f"for less than {format_duration(s.enter_for)} ([policy] enter_for): drain once it holds"
                 )
-            elif risk >= s.enter_risk and costs.expected_loss(risk) <= costs.expected_drain_cost(risk):
+            elif entry >= s.enter_risk and costs.expected_loss(p) <= costs.expected_drain_cost(p):
                 text = (
                     f"run `{DIAGNOSTICS_COMMAND}`: a drain would cost more than it saves "
-                    f"({costs.expected_drain_cost(risk):.0f} vs {costs.expected_loss(risk):.0f} GPU-h); "
+                    f"({costs.expected_drain_cost(p):.0f} vs {costs.expected_loss(p):.0f} GPU-h); "
                     f"{self.risk_phrase(row)}"
                 )
             else:

@@ -335,7 +335,7 @@ def replay(
             settings.snapshot_every,
             by=("unit_id", "horizon"),
         )
-        risks = unit_risk_table(series, settings.horizon, latest_only=False)
+        risks = unit_risk_table(series, settings.horizon, latest_only=False, entry=settings.entry)
         all_risks[model] = risks
         fleet_parts.append(risks)
     fleet = fleet_table(pl.concat(fleet_parts, how="diagonal_relaxed"), inventory)

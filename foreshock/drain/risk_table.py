@@ -7,7 +7,7 @@ import polars as pl
 
 from foreshock.contract import UTC_TS
 from foreshock.durations import parse_duration
-from foreshock.hold import HELD_COLUMN
+from foreshock.hold import ENTRY_COLUMN, ENTRY_HELD_COLUMN, HELD_COLUMN, Entry
 
 # Columns of the table the policy returns (the risk list adds schema/version columns).
 DECISION_META = ("model_name", "model_version", "run_id")
@@ -18,20 +18,24 @@ def risk_column(horizon: str) -> str:
     return f"risk_{horizon}"
 
 
-def unit_risk_table(scores: pl.DataFrame, horizon: str, *, latest_only: bool = True) -> pl.DataFrame:
+def unit_risk_table(
+    scores: pl.DataFrame, horizon: str, *, latest_only: bool = True, entry: Entry | None = None
+) -> pl.DataFrame:
     """One row per unit (and snapshot) from long scores (a row per unit, snapshot, horizon).
 
     Keeps each unit's latest snapshot (all snapshots with ``latest_only=False``, for a
     replay), spreads the horizons into ``risk_<h>`` columns, adds ``risk`` (the decision
     horizon's; with its held risk ``risk_held`` when the scores carry one, see
-    :mod:`foreshock.hold`) and ``lead_time_h`` (expected time to failure), and carries
-    ``node``, ``rack``, model identity and ``top_signals`` from the decision horizon's row
-    when present.
+    :mod:`foreshock.hold`), the drain level's ``entry_risk`` and ``entry_risk_held`` (the
+    same, or with ``entry``'s second horizon the larger of the two on the decision scale)
+    and ``lead_time_h`` (expected time to failure), and carries ``node``, ``rack``, model
+    identity and ``top_signals`` from the decision horizon's row when present.
 
     Raises
     ------
     ValueError
-        When required columns are missing or no row has the decision horizon.
+        When required columns are missing, no row has the decision horizon, or ``entry``
+        names a second horizon the scores lack.
     """
     missing = [c for c in ("unit_id", "ts", "horizon", "risk") if c not in scores.columns]
     if missing:
@@ -42,14 +46,23 @@ def unit_risk_table(scores: pl.DataFrame, horizon: str, *, latest_only: bool = T
     horizons = sorted(latest.get_column("horizon").unique().to_list(), key=lambda h: parse_duration(h))
     if horizon not in horizons:
         raise ValueError(f"scores: no rows for the decision horizon {horizon!r} (have {horizons})")
+    entry = _spelled(entry or Entry(horizon, 1.0), horizon, horizons)
     keys = ["unit_id", "ts"]
-    decision = pl.col("horizon") == horizon
-    held = [pl.col(HELD_COLUMN).filter(decision).max()] if HELD_COLUMN in latest.columns else []
+    has_held = HELD_COLUMN in latest.columns
+    held = [pl.col(HELD_COLUMN).filter(pl.col("horizon") == h).max().alias(f"_held_{h}") for h in entry.horizons]
     wide = (
         latest.group_by(keys)
-        .agg([pl.col("risk").filter(pl.col("horizon") == h).max().alias(risk_column(h)) for h in horizons] + held)
+        .agg(
+            [pl.col("risk").filter(pl.col("horizon") == h).max().alias(risk_column(h)) for h in horizons]
+            + (held if has_held else [])
+        )
         .sort(keys)
     )
+    wide = wide.with_columns(
+        entry.risk(lambda h: pl.col(risk_column(h))).alias(ENTRY_COLUMN),
+        entry.risk(lambda h: pl.col(f"_held_{h}" if has_held else risk_column(h))).alias(ENTRY_HELD_COLUMN),
+        *([pl.col(f"_held_{horizon}").alias(HELD_COLUMN)] if has_held else []),
+    ).drop([f"_held_{h}" for h in entry.horizons if has_held])
     carried = [c for c in ("node", "rack", *DECISION_META, "top_signals") if c in latest.columns]
     if carried:
         meta = latest.filter(pl.col("horizon") == horizon).unique(keys, keep="first").select(*keys, *carried)
@@ -67,6 +80,41 @@ def unit_risk_table(scores: pl.DataFrame, horizon: str, *, latest_only: bool = T
     )
 
 
+def entry_of(row: dict) -> float:
+    """A risk-table row's entry risk (its decision risk in a table written without one)."""
+    value = row.get(ENTRY_COLUMN)
+    return row["risk"] if value is None else value
+
+
+def entry_held_of(row: dict) -> float | None:
+    """A row's held entry risk (its held risk, or its risk, in a table without one)."""
+    if ENTRY_HELD_COLUMN in row:
+        return row[ENTRY_HELD_COLUMN]
+    return row.get(HELD_COLUMN, row["risk"])
+
+
+def failure_risk(row: dict, entry: Entry) -> float:
+    """P(fail within the decision horizon) for the costs: with a second horizon, at least
+    its risk too (failing within 24 hours is failing within 72)."""
+    second = row.get(risk_column(entry.second_horizon)) if entry.second_horizon else None
+    return row["risk"] if second is None else max(row["risk"], second)
+
+
+def _spelled(entry: Entry, horizon: str, horizons: list[str]) -> Entry:
+    """``entry`` on the scores' spelling of its horizons (``1d`` in the configuration is
+    ``24h`` in scores labelled ``24h``)."""
+    if not entry.second_horizon:
+        return Entry(horizon, entry.enter_risk)
+    wanted = parse_duration(entry.second_horizon)
+    second = next((h for h in horizons if parse_duration(h) == wanted), None)
+    if second is None:
+        raise ValueError(
+            f"scores: no rows for [policy] second_horizon {entry.second_horizon!r} (have {horizons}); "
+            "it must be one of [labels] horizons"
+        )
+    return Entry(horizon, entry.enter_risk, second, entry.second_enter_risk)
+
+
 def _empty_risk_table(horizon: str) -> pl.DataFrame:
     return pl.DataFrame(
         schema={
@@ -74,6 +122,8 @@ def _empty_risk_table(horizon: str) -> pl.DataFrame:
             risk_column(horizon): pl.Float64,
             "ts": UTC_TS,
             "risk": pl.Float64,
+            ENTRY_COLUMN: pl.Float64,
+            ENTRY_HELD_COLUMN: pl.Float64,
             "lead_time_h": pl.Float64,
         }
     )

@@ -12,6 +12,7 @@ from foreshock.costs import DrainCosts, policy_default
 from foreshock.drain.learned import LearnedSettings
 from foreshock.drain.lemons import LemonSettings
 from foreshock.durations import parse_duration
+from foreshock.hold import Entry
 
 LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
 
@@ -30,6 +31,9 @@ class PolicySettings:
         The hold: a unit enters drain only once its risk has been at or above
         ``enter_risk`` at each of its snapshots over this long (its held risk,
         :mod:`foreshock.hold`; the scores carry it).
+    second_horizon, second_enter_risk
+        A second way into drain (``""``: none): the risk at this shorter horizon held at or
+        above ``second_enter_risk`` for ``enter_for`` (:class:`foreshock.hold.Entry`).
     snapshot_every
         The snapshot interval (``[features] snapshot_every``), which sizes the hold.
     watch_risk, diagnostics_risk
@@ -58,6 +62,8 @@ class PolicySettings:
     enter_risk: float = policy_default("enter_risk", float)
     exit_risk: float = policy_default("exit_risk", float)
     enter_for: timedelta = policy_default("enter_for", timedelta)
+    second_horizon: str = policy_default("second_horizon", str)
+    second_enter_risk: float = policy_default("second_enter_risk", float)
     snapshot_every: timedelta = builtin_field("features", "snapshot_every", timedelta)
     watch_risk: float = policy_default("watch_risk", float)
     diagnostics_risk: float = policy_default("diagnostics_risk", float)
@@ -88,6 +94,17 @@ class PolicySettings:
         if self.max_new_drains_per_run < 0:
             raise ValueError("[policy] max_new_drains_per_run must not be negative")
         parse_duration(self.horizon)
+        if self.second_horizon:
+            try:
+                second = parse_duration(self.second_horizon)
+            except ValueError as exc:
+                raise ValueError(f"[policy] second_horizon: {exc}") from None
+            if second >= parse_duration(self.horizon):
+                raise ValueError(
+                    f"[policy] second_horizon = {self.second_horizon!r} must be shorter than the decision horizon "
+                    f"{self.horizon!r} ([models] horizon)"
+                )
+        self.entry  # noqa: B018 -- validates second_enter_risk
 
     @classmethod
     def from_config(cls, config: Any) -> PolicySettings:
@@ -95,6 +112,12 @@ class PolicySettings:
         snapshot_every`` (the schema has checked their types; the built-in file supplies
         every key a user leaves out)."""
         policy = config.section("policy")
+        second = policy.get("second_horizon")
+        if second and parse_duration(second) not in config.horizons:
+            raise ValueError(
+                f"[policy] second_horizon = {second!r} is not one of [labels] horizons "
+                f"{list(config.settings['labels']['horizons'])}: the models score only those"
+            )
         return cls(
             **section_values(cls, "policy", policy),
             **section_values(cls, "models", config.section("models")),
@@ -105,6 +128,11 @@ class PolicySettings:
             lemons=LemonSettings.from_config(config),
             learned=LearnedSettings.from_policy(policy),
         )
+
+    @property
+    def entry(self) -> Entry:
+        """How a unit's risk enters the drain level (one horizon, or two)."""
+        return Entry(self.horizon, self.enter_risk, self.second_horizon, self.second_enter_risk)
 
     @property
     def hysteresis_ratio(self) -> float:

@@ -122,21 +122,28 @@ class RiskReplay:
     weight: np.ndarray | None = field(default=None, compare=False, repr=False)  # per row; None: every unit 1
     days: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)
     reporting: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)  # per day, weighted
+    given_held: np.ndarray | None = field(default=None, compare=False, repr=False)  # per row: the series' own held risk
 
     @classmethod
     def of(cls, scores: pl.DataFrame, weights: pl.DataFrame | None = None) -> RiskReplay:
         """``unit_id, ts, risk`` (+ optional ``margin``, the raw score, to break ties, and
-        ``fleet_weight``); ``weights``: ``unit_id, fleet_weight`` (a unit without one counts 1)."""
+        ``fleet_weight``); ``weights``: ``unit_id, fleet_weight`` (a unit without one counts 1).
+
+        A series that carries its own held risk (:data:`~foreshock.hold.HELD_COLUMN`: the
+        two-horizon entry of :func:`foreshock.hold.entry_series`, held per horizon) enters
+        on it, whatever hold a rule names."""
         require_columns(scores, ("unit_id", "ts", "risk"), "risk series")
         tiebreak = pl.col("margin").cast(pl.Float64) if "margin" in scores.columns else pl.lit(0.0)
         scores = with_weights(scores, weights)
         weighted = WEIGHT_COLUMN in scores.columns
+        given = HELD_COLUMN in scores.columns
         frame = scores.select(
             pl.col("unit_id").cast(pl.String),
             pl.col("ts").cast(UTC_TS).dt.epoch("us").alias("ts_us"),
             pl.col("risk").cast(pl.Float64).fill_nan(None).fill_null(-np.inf),
             tiebreak.fill_nan(None).fill_null(-np.inf).alias("margin"),
             (pl.col(WEIGHT_COLUMN) if weighted else pl.lit(1.0)).alias("weight"),
+            (pl.col(HELD_COLUMN) if given else pl.lit(None)).cast(pl.Float64).fill_nan(None).fill_null(-np.inf),
         ).sort(["ts_us", "risk", "margin", "unit_id"], descending=[False, True, True, False])
         unit_id = frame.get_column("unit_id")
         # codes into the sorted distinct units (numpy's unique on strings sorts objects: slow)
@@ -158,12 +165,15 @@ class RiskReplay:
             weight=frame.get_column("weight").to_numpy() if weighted else None,
             days=per_day.get_column("day").to_numpy(),
             reporting=per_day.get_column("weight").to_numpy().astype(np.float64),
+            given_held=frame.get_column(HELD_COLUMN).to_numpy() if given else None,
         )
 
     def held(self, hold: timedelta, step: timedelta) -> np.ndarray:
         """The held risk of each row under ``hold`` (:mod:`foreshock.hold`; ``-inf`` where a
         unit has too few consecutive snapshots); the risk itself when the hold spans one
-        snapshot.  Remembered per hold and step."""
+        snapshot; the series' own held risk when it carries one.  Remembered per hold and step."""
+        if self.given_held is not None:
+            return self.given_held
         if hold_snapshots(hold, step) == 1:
             return self.risk
         key = ("held", hold, step)

@@ -17,7 +17,9 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
-from foreshock.durations import format_duration
+from foreshock.durations import format_duration, parse_duration
+from foreshock.hold import Entry, entry_series
+from foreshock.models.estimators.base import decision_horizon
 from foreshock.models.estimators.training import snapshot_step
 from foreshock.models.evaluation.alert_replay import Period, RiskReplay, mean_allowance, policy_alerts
 from foreshock.models.evaluation.alerts import AlertWindow
@@ -144,6 +146,8 @@ def judge_scores(
             "enter_risk": settings.enter_risk,
             "exit_risk": settings.exit_risk,
             "enter_for": format_duration(settings.hold) if settings.hold else None,
+            "second_horizon": settings.second_horizon or None,
+            "second_enter_risk": settings.second_enter_risk if settings.second_horizon else None,
         },
         "scored": {
             "snapshots": lazy.select("unit_id", "ts").unique().select(pl.len()).collect(engine="streaming").item(),
@@ -172,6 +176,7 @@ def judge_scores(
         else:
             chosen = choose_thresholds(series, failures, horizon, periods, settings, step, context["replay"])
         points = {}
+        two = None if model == RULES_MODEL else _two_horizon_entry(lazy, model, horizon, pairs, settings, config, step)
         for name, point in chosen.items():
             if not point.judged:
                 points[name] = None
@@ -179,6 +184,10 @@ def judge_scores(
                 # The upper bound: the alternative that did best on the test period itself.
                 tried = [judge_point(series, p, failures, horizon, **context) for p in point.hindsight]
                 points[name] = max(tried, key=lambda r: (r["caught"], -r["alerts"]))
+            elif name == "policy" and two is not None:
+                # The policy enters on either horizon: replay its entry series instead.
+                points[name] = judge_point(series, point, failures, horizon, **{**context, "replay": two})
+                points[name]["entry"] = settings.entry(horizon).describe()
             else:
                 points[name] = judge_point(series, point, failures, horizon, **context)
         report["models"].setdefault(model, {})[horizon] = {
@@ -194,3 +203,30 @@ def judge_scores(
         report["settings"]["entry_floor"] = settings.entry_floor
         report["against_rules_at_floor"] = against_rules(report, "budget_floor")
     return report
+
+
+def _two_horizon_entry(
+    lazy: pl.LazyFrame,
+    model: str,
+    horizon: str,
+    pairs: list[tuple[str, str]],
+    settings: OperatingPoints,
+    config: Config,
+    step: timedelta,
+) -> RiskReplay | None:
+    """The policy's entry series of ``model`` at the decision horizon when ``[policy]
+    second_horizon`` is set and scored (:func:`foreshock.hold.entry_series`), prepared
+    for the replay; None otherwise (the policy point replays the horizon's own risk)."""
+    if not settings.second_horizon or horizon != decision_horizon(config):
+        return None
+    wanted = parse_duration(settings.second_horizon)
+    second = next((h for m, h in pairs if m == model and parse_duration(h) == wanted), None)
+    if second is None:
+        return None
+    entry = Entry(horizon, settings.enter_risk, second, settings.second_enter_risk)
+    long = (
+        lazy.filter((pl.col("model") == model) & pl.col("horizon").is_in([horizon, second]))
+        .select("unit_id", "ts", "horizon", "risk")
+        .collect()
+    )
+    return RiskReplay.of(entry_series(long, entry, settings.hold, step))

@@ -55,6 +55,7 @@ import polars as pl
 from foreshock.budget import DailyBudget
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
+from foreshock.hold import Entry
 from foreshock.models.estimators.training import snapshot_step
 from foreshock.models.evaluation.alert_replay import AlertRule, Period, RiskReplay, alert_count
 from foreshock.models.evaluation.alerts import threshold_for_precision
@@ -147,6 +148,8 @@ class OperatingPoints:
     daily_share: float | None = None  # replaces alerts_per_day when set
     entry_floor: float = 0.0  # the budget_floor point's calibrated risk floor (0: no such point)
     hold: timedelta = timedelta(0)  # [policy] enter_for: the policy point's hold before entry
+    second_horizon: str = ""  # [policy] second_horizon: a second way into drain ("": none)
+    second_enter_risk: float = 1.0  # [policy] second_enter_risk: its threshold
 
     @classmethod
     def from_config(cls, config) -> OperatingPoints:
@@ -161,7 +164,13 @@ class OperatingPoints:
             daily_share=None if share is None else float(share),
             entry_floor=float(backtest.get("entry_floor", 0.0)),
             hold=config.duration("policy", "enter_for"),
+            second_horizon=str(policy.get("second_horizon", "")),
+            second_enter_risk=float(policy.get("second_enter_risk", 1.0)),
         )
+
+    def entry(self, horizon: str) -> Entry:
+        """The policy's entry at the decision ``horizon`` (with its second horizon, if any)."""
+        return Entry(horizon, self.enter_risk, self.second_horizon, self.second_enter_risk)
 
     @property
     def budget(self) -> DailyBudget:

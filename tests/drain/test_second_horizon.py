@@ -1,0 +1,132 @@
+"""A second way into drain (``[policy] second_horizon``): a unit whose 24-hour risk has held
+at or above its own threshold enters drain although its 72-hour risk is below
+``enter_risk``, the same in the live policy and in the backtest's policy point; a burst
+shorter than the hold still drains nothing, and the setting off changes nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+import pytest
+from drain_helpers import T0, score_rows
+
+from foreshock.config import load_config
+from foreshock.contract import UTC_TS
+from foreshock.drain.policy import DrainPolicy
+from foreshock.drain.risk_table import unit_risk_table
+from foreshock.drain.settings import PolicySettings
+from foreshock.hold import Entry, entry_series, with_held_risk
+from foreshock.models.evaluation.alert_replay import AlertRule, Period, policy_alerts
+from foreshock.models.evaluation.backtest_report import render_markdown
+from foreshock.models.evaluation.judging import judge_scores
+
+HOUR = timedelta(hours=1)
+SOON, BURST, QUIET = "gpu-node001-gpu0", "gpu-node002-gpu0", "gpu-node003-gpu0"
+HOLD = 6 * HOUR
+
+
+def _settings(second: str = "24h", **more) -> PolicySettings:
+    return PolicySettings(
+        max_drained_share_cluster=1.0,
+        max_drained_share_per_domain=1.0,
+        enter_for=HOLD,
+        second_horizon=second,
+        second_enter_risk=0.4,
+        **more,
+    )
+
+
+def _live(hours: int, settings: PolicySettings) -> dict:
+    """The live path for one unit whose 24-hour risk is 0.6 and 72-hour risk 0.3 for
+    ``hours`` snapshots: scores -> held risk per horizon -> risk table -> policy."""
+    frames = [score_rows({SOON: (0.6, 0.3)}, T0 + h * HOUR) for h in range(hours)]
+    scores = with_held_risk(pl.concat(frames), settings.enter_for, HOUR, by=("unit_id", "horizon"))
+    risks = unit_risk_table(scores, settings.horizon, entry=settings.entry)
+    decision = DrainPolicy(settings).decide(risks, T0 + (hours - 1) * HOUR, None)
+    return decision.recommendations.row(0, named=True)
+
+
+def test_the_live_policy_drains_on_a_held_24_hour_risk_and_names_both_risks():
+    held = _live(6, _settings())
+    assert held["action"] in ("drain_now", "drain_at_checkpoint")
+    assert "P(fail<72h)=0.30" in held["reason"] and "P(fail<24h)=0.60" in held["reason"]
+    # the costs read at least the 24-hour risk: failing within 24 h is failing within 72 h
+    assert held["expected_loss_gpu_h"] == pytest.approx(_settings().costs.expected_loss(0.6))
+    waiting = _live(4, _settings())
+    assert waiting["action"] == "run_diagnostics"
+    assert "0.50 (or 0.40 at 24h)" in waiting["reason"] and "for less than 6h" in waiting["reason"]
+    # without the second horizon the same unit is at 0.30: diagnostics, never a drain
+    alone = _live(6, _settings(second=""))
+    assert alone["action"] == "run_diagnostics" and "P(fail<24h)" not in alone["reason"]
+
+
+def test_a_second_horizon_must_be_shorter_and_scored():
+    with pytest.raises(ValueError, match="shorter than the decision horizon"):
+        _settings(second="96h")
+    with pytest.raises(ValueError, match="second_enter_risk"):
+        PolicySettings(second_horizon="24h", second_enter_risk=0.0)
+    scores = score_rows({SOON: (0.6, 0.3)}, T0).filter(pl.col("horizon") == "72h")
+    with pytest.raises(ValueError, match="second_horizon '24h'"):
+        unit_risk_table(scores, "72h", entry=_settings().entry)
+    # "1d" in the configuration is the scores' "24h"
+    risks = unit_risk_table(score_rows({SOON: (0.6, 0.3)}, T0), "72h", entry=Entry("72h", 0.5, "1d", 0.4))
+    assert risks.get_column("entry_risk").to_list() == [pytest.approx(0.75)]
+
+
+def _long_scores() -> pl.DataFrame:
+    """48 hourly snapshots of three units at both horizons: SOON's 24-hour risk is 0.6 from
+    hour 20 on (72-hour 0.3), BURST's 24-hour risk 0.9 for 3 hours, QUIET low throughout."""
+    rows = []
+    for h in range(48):
+        for unit, r24, r72 in (
+            (SOON, 0.6 if h >= 20 else 0.02, 0.3 if h >= 20 else 0.05),
+            (BURST, 0.9 if 30 <= h < 33 else 0.02, 0.05),
+            (QUIET, 0.02, 0.05),
+        ):
+            rows += [(unit, h, "24h", r24), (unit, h, "72h", r72)]
+    return pl.DataFrame(
+        {
+            "unit_id": [r[0] for r in rows],
+            "ts": [T0 + r[1] * HOUR for r in rows],
+            "horizon": [r[2] for r in rows],
+            "risk": [r[3] for r in rows],
+        }
+    ).with_columns(pl.col("ts").cast(UTC_TS))
+
+
+def test_the_backtest_replay_enters_once_the_24_hour_risk_has_held():
+    entry = Entry("72h", 0.5, "24h", 0.4)
+    series = entry_series(_long_scores(), entry, HOLD, HOUR)
+    alerts = policy_alerts(series, 0.5, AlertRule(0.6, None, hold=HOLD), HOUR)
+    # SOON enters at its sixth snapshot above 0.4 (hour 25); the 3-hour burst never holds
+    assert alerts.select("unit_id", "alert_start").rows() == [(SOON, T0 + 25 * HOUR)]
+    alone = entry_series(_long_scores(), Entry("72h", 0.5), HOLD, HOUR)
+    assert policy_alerts(alone, 0.5, AlertRule(0.6, None, hold=HOLD), HOUR).height == 0
+
+
+def test_the_backtest_policy_point_is_the_two_horizon_policy_when_set():
+    scores = _long_scores().with_columns(pl.lit("gbm").alias("model"))
+    failures = pl.DataFrame(
+        {"unit_id": [SOON], "failed_at": [T0 + 46 * HOUR]}, schema={"unit_id": pl.String, "failed_at": UTC_TS}
+    )
+    periods = [Period(T0, T0 + 48 * HOUR)]
+    base = {"backtest": {"alert_window": "3d", "min_lead_time": "1h"}, "policy": {"enter_for": "6h"}}
+    off = judge_scores(scores, failures, load_config().with_overrides(base), periods=periods)
+    assert off["models"]["gbm"]["72h"]["operating_points"]["policy"]["caught"] == 0
+    on_config = load_config().with_overrides(
+        {**base, "policy": {"enter_for": "6h", "second_horizon": "24h", "second_enter_risk": 0.4}}
+    )
+    on = judge_scores(scores, failures, on_config, periods=periods)
+    point = on["models"]["gbm"]["72h"]["operating_points"]["policy"]
+    assert (point["caught"], point["alerts"], point["entry"]) == (1, 1, "risk_72h >= 0.5 or risk_24h >= 0.4")
+    # the 24-hour series keeps its own policy point (one horizon), and the report says which
+    assert "entry" not in on["models"]["gbm"]["24h"]["operating_points"]["policy"]
+    assert "the 24h risk >= 0.4" in render_markdown(on)
+
+
+def test_the_configuration_names_a_second_horizon_the_models_do_not_score():
+    config = load_config().with_overrides({"policy": {"second_horizon": "12h"}})
+    with pytest.raises(ValueError, match=r"second_horizon = '12h' is not one of \[labels\] horizons"):
+        PolicySettings.from_config(config)
+    assert PolicySettings.from_config(load_config().with_overrides({"policy": {"second_horizon": "1d"}})).entry
