@@ -16,6 +16,9 @@ severity               Int32               0..4, the action's rank
 horizon                String              decision horizon (``72h``)
 risk                   Float64             P(fail within ``horizon``)
 risk_<h>               Float64             P(fail within h), one column per scored horizon
+risk_held              Float64             the lowest ``risk`` over the unit's last
+                                           ``[policy] enter_for`` of snapshots (null: fewer
+                                           consecutive ones); drains enter on it
 expected_lead_time_h   Float64             expected hours to failure (null: no hazard)
 expected_loss_gpu_h    Float64             expected GPU-hours lost by not draining
 drain_cost_gpu_h       Float64             expected GPU-hours a drain costs
@@ -47,6 +50,8 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.contract import UTC_TS
+from foreshock.drain.risk_table import horizon_columns
+from foreshock.hold import HELD_COLUMN
 from foreshock.lake.atomic import atomic_write_parquet, atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -91,7 +96,7 @@ def build_risk_list(recommendations: pl.DataFrame, generated_at: datetime) -> pl
     frame = recommendations
     if "lead_time_h" in frame.columns:
         frame = frame.rename({"lead_time_h": "expected_lead_time_h"})
-    horizons = [c for c in frame.columns if c.startswith("risk_")]
+    horizons = [*horizon_columns(frame.columns).values(), *([HELD_COLUMN] if HELD_COLUMN in frame.columns else [])]
     exprs = []
     for name, dtype in {**LEADING, **{h: pl.Float64() for h in horizons}, **TRAILING}.items():
         if name == "schema_version":

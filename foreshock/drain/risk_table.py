@@ -80,6 +80,20 @@ def unit_risk_table(
     )
 
 
+def horizon_columns(columns: list[str]) -> dict[str, str]:
+    """The ``risk_<h>`` columns among ``columns`` by horizon (``{"72h": "risk_72h"}``):
+    those whose suffix is a duration, so ``risk_held`` is not taken for a horizon."""
+    out = {}
+    for column in columns:
+        if column.startswith("risk_"):
+            try:
+                parse_duration(column.removeprefix("risk_"))
+            except ValueError:
+                continue
+            out[column.removeprefix("risk_")] = column
+    return out
+
+
 def entry_of(row: dict) -> float:
     """A risk-table row's entry risk (its decision risk in a table written without one)."""
     value = row.get(ENTRY_COLUMN)

@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from foreshock.drain.actions import ACTIONS, SEVERITY
 from foreshock.drain.lemons import offender_counts
+from foreshock.drain.risk_table import horizon_columns
 from foreshock.lake.atomic import atomic_write_text
 
 TEXTFILE_NAME = "foreshock.prom"
@@ -73,7 +74,7 @@ def render(risk_list: pl.DataFrame, *, generated_at: datetime, scores_at: dateti
         registry=registry,
     )
     units = Gauge("foreshock_units", "Units per recommended action", ["action"], registry=registry)
-    horizons = {c.removeprefix("risk_"): c for c in risk_list.columns if c.startswith("risk_")}
+    horizons = horizon_columns(risk_list.columns)
     for row in risk_list.iter_rows(named=True):
         where = [row[label] or "" for label in UNIT_LABELS]
         for horizon, column in horizons.items():

@@ -14,12 +14,14 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import polars as pl
 import pytest
 from drain_helpers import recent, score_rows, write_scores
 from prometheus_client.parser import text_string_to_metric_families
 
 from foreshock.drain.outbox import publish
 from foreshock.drain.textfile import TEXTFILE_NAME
+from foreshock.hold import HELD_COLUMN
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "pipelines" / "grafana" / "foreshock.json"
 
@@ -120,6 +122,18 @@ def test_unreachable_receiver_does_not_fail_the_publish(drain_config):
 
 def parse(path: Path) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(path.read_text())}
+
+
+def test_the_held_risk_is_a_column_of_the_list_and_not_a_horizon_of_the_textfile(drain_config):
+    scores = score_rows(RISKS)
+    write_scores(drain_config.data_dir, scores.with_columns((pl.col("risk") * 0.5).alias(HELD_COLUMN)))
+    result = publish(drain_config)
+    listed = pl.read_parquet(result.directory / "risk_list.parquet")
+    assert listed.columns[listed.columns.index("risk_72h") + 1] == HELD_COLUMN
+    row = listed.filter(pl.col("unit_id") == "gpu-node002-gpu3").row(0, named=True)
+    assert row[HELD_COLUMN] == pytest.approx(0.4)  # the decision horizon's (72h: 0.8 x 0.5)
+    horizons = {s.labels["horizon"] for s in parse(result.textfile)["foreshock_unit_risk"]}
+    assert horizons == {"24h", "72h"}
 
 
 def test_textfile_has_risk_action_and_freshness(drain_config):
