@@ -18,7 +18,7 @@ Usage::
     uv run python benchmarks/rejudge_policy.py --backtest DIR/backtest --data-dir DIR \\
         [--config DIR/evaluate.toml] [--ground-truth DIR/raw/sim/ground_truth.parquet] \\
         [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h] \\
-        [--second-horizon 24h --second-enter-risk 0.4 0.5]
+        [--second-horizon 24h --second-enter-risk 0.4 0.5] [--alert-window 72h]
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
     policy.update(enter_risk=enter_risk, exit_risk=ratio * enter_risk, enter_for=enter_for)
     if second_risk is not None:
         policy.update(second_horizon=args.second_horizon, second_enter_risk=second_risk)
+    if args.alert_window:  # W: how long before a failure an alert still catches it
+        config.settings["backtest"]["alert_window"] = args.alert_window
     failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
     truth = read_ground_truth(str(args.ground_truth)) if args.ground_truth else None
     scores = pl.scan_parquet(scores_path(args.backtest)).filter(pl.col("model").is_in(args.models))
@@ -80,6 +82,11 @@ def main() -> int:
     parser.add_argument("--enter-for", nargs="+", default=["1h", "6h"])
     parser.add_argument("--second-horizon", help="[policy] second_horizon (a horizon the backtest scored)")
     parser.add_argument("--second-enter-risk", nargs="+", type=float, default=[0.5])
+    parser.add_argument(
+        "--alert-window",
+        help="[backtest] alert_window W (default: the configuration's); the horizon itself counts a catch "
+        "only where the alert is also true",
+    )
     args = parser.parse_args()
     seconds = args.second_enter_risk if args.second_horizon else [None]
     print(
