@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def detect_format(path: Path) -> str | None:
         return "xid-log"
     if NOHEADER_SMI.match(first):
         return "nvidia-smi"  # without a header: its parser rejects it with the reason
-    header = [re.sub(r"\s*\[.*\]$", "", h) for h in csv_fields(first)]  # as read_csv_header reads it
+    header = list(_header_names(first))
     fields = set(header)
     if "timestamp" in fields and fields & {"index", "uuid", "pci.bus_id"}:
         return "nvidia-smi"
@@ -74,6 +75,16 @@ def detect_format(path: Path) -> str | None:
     if table_of(path, header):
         return "canonical"
     return _by_name(path)
+
+
+UNIT_SUFFIX = re.compile(r"\s*\[.*\]$")
+
+
+@functools.lru_cache(maxsize=256)
+def _header_names(first: str) -> tuple[str, ...]:
+    """A CSV header line's fields without their ``[unit]`` suffixes (as read_csv_header
+    reads them); remembered by line: a landing's nvidia-smi files share a few headers."""
+    return tuple(UNIT_SUFFIX.sub("", h) for h in csv_fields(first))
 
 
 def _by_name(path: Path) -> str | None:
