@@ -9,6 +9,8 @@ not finite).  A quarantined row's line is the series' position in ``result`` (1-
 from __future__ import annotations
 
 import json
+from itertools import chain
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +93,42 @@ def _description(labels: dict | str) -> str:
     return json.dumps(labels, sort_keys=True, ensure_ascii=False)[:300]
 
 
+def _plain_matrix(result: list) -> tuple[list[dict], dict[str, list], list[int], pl.Series, pl.Series] | None:
+    """``(descriptions, per_series, counts, times, values)`` as the loop of
+    :func:`_parse_document` gives them, for a matrix whose series are all plain: a dict
+    each, with a dict of labels (``__name__`` a text), a list of ``[time, value]`` lists,
+    the times integers (of 64 bits) or all texts; None otherwise (the loop then reads it).
+    Whole-document steps instead of a few per series (the per-series checks and texts
+    cost as much as ``json.loads`` itself): the same texts, ``str`` of each time and value."""
+    if not set(map(type, result)) <= {dict}:
+        return None
+    labels = [series.get("metric", {}) for series in result]
+    points = [series.get("values") for series in result]
+    if not set(map(type, labels)) <= {dict} or not set(map(type, points)) <= {list}:
+        return None
+    flat = list(chain.from_iterable(points))
+    if flat and not (set(map(type, flat)) <= {list} and set(map(len, flat)) <= {2}):
+        return None
+    per_series: dict[str, list] = {"name": [label.get("__name__") for label in labels]}
+    if not set(map(type, per_series["name"])) <= {str, type(None)}:
+        return None
+    for key in LABELS:
+        values = [label.get(key) for label in labels]
+        if not set(map(type, values)) <= {str, type(None)}:
+            values = [None if value is None else str(value) for value in values]
+        per_series[key] = values
+    times, values = list(map(itemgetter(0), flat)), list(map(itemgetter(1), flat))
+    if set(map(type, times)) <= {int}:
+        try:  # str of an integer is its Int64's text
+            time_texts = pl.Series(times, dtype=pl.Int64).cast(pl.String)
+        except TypeError:  # beyond 64 bits
+            time_texts = pl.Series(list(map(str, times)), dtype=pl.String)
+    else:
+        time_texts = pl.Series(list(map(str, times)), dtype=pl.String)
+    value_texts = pl.Series(values if set(map(type, values)) <= {str} else list(map(str, values)), dtype=pl.String)
+    return labels, per_series, list(map(len, points)), time_texts, value_texts
+
+
 def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFile:
     kind, result = _result_of(doc)
     # Per series its labels, described only for a quarantined row (rare; a json.dumps per
@@ -103,6 +141,10 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
     per_series: dict[str, list] = {"name": [], **{k: [] for k in LABELS}}
     counts: list[int] = []
     times_of, values_of = [], []
+    plain = _plain_matrix(result) if kind == "matrix" and not check_bytes else None
+    if plain is not None:
+        descriptions, per_series, counts, times_of, values_of = plain
+        result = []  # read
     for series in result:
         labels = series.get("metric", {}) if isinstance(series, dict) else {}
         labels = labels if isinstance(labels, dict) else {}
