@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -198,36 +198,29 @@ def plan_ingest(
     in_run: dict[tuple[str, str], str] = {}
     planned: list[PlannedFile] = []
     to_read: list[tuple[Path, str, bytes, str, os.stat_result]] = []
-    # Hashing reads every byte of the landing: on the run's threads (hashlib releases the
-    # GIL), a run of files at a time as soon as they are recognised, beside the recognition
-    # of the next ones (Python, on this thread).
-    hashing: list[Future] = []
+    for file in candidates:
+        shown = manifest.shown_name(file)
+        try:
+            raw_name = manifest.name_bytes(file)
+        except ValueError as exc:  # rejected before any row is merged
+            plan.reports.append(FileReport(shown, None, "rejected", reason=str(exc)))
+            continue
+        reason = skip_reason(file)
+        if reason:
+            plan.reports.append(FileReport(shown, None, "skipped", reason=reason))
+            continue
+        fmt = source if source != "auto" else detect_format(file)
+        if fmt is None:
+            plan.reports.append(FileReport(shown, None, "rejected", reason=_unreadable_reason(file)))
+            continue
+        stat = file.stat()
+        if (shown, stat.st_size, stat.st_mtime_ns) in unchanged:
+            plan.reports.append(FileReport(shown, fmt, "already ingested"))
+            continue
+        to_read.append((file, shown, raw_name, fmt, stat))
+    # Hashing reads every byte of the landing: on the run's threads (hashlib releases the GIL).
     with ThreadPoolExecutor(max_workers=max(1, config.local_workers)) as pool:
-        for file in candidates:
-            shown = manifest.shown_name(file)
-            try:
-                raw_name = manifest.name_bytes(file)
-            except ValueError as exc:  # rejected before any row is merged
-                plan.reports.append(FileReport(shown, None, "rejected", reason=str(exc)))
-                continue
-            reason = skip_reason(file)
-            if reason:
-                plan.reports.append(FileReport(shown, None, "skipped", reason=reason))
-                continue
-            fmt = source if source != "auto" else detect_format(file)
-            if fmt is None:
-                plan.reports.append(FileReport(shown, None, "rejected", reason=_unreadable_reason(file)))
-                continue
-            stat = file.stat()
-            if (shown, stat.st_size, stat.st_mtime_ns) in unchanged:
-                plan.reports.append(FileReport(shown, fmt, "already ingested"))
-                continue
-            to_read.append((file, shown, raw_name, fmt, stat))
-            if len(to_read) % HASH_RUN_FILES == 0:
-                hashing.append(pool.submit(_hashes, [f for f, *_ in to_read[-HASH_RUN_FILES:]]))
-        if len(to_read) % HASH_RUN_FILES:
-            hashing.append(pool.submit(_hashes, [f for f, *_ in to_read[-(len(to_read) % HASH_RUN_FILES) :]]))
-        digests = [digest for run in hashing for digest in run.result()]
+        digests = list(pool.map(manifest.file_sha256, [file for file, *_ in to_read]))
     for (file, shown, raw_name, fmt, stat), digest in zip(to_read, digests, strict=True):
         context = manifest.file_context(file, fmt)
         key = (digest, context)
@@ -255,15 +248,6 @@ def plan_ingest(
         )
     plan.batches = _batches(planned, max_batch_bytes)
     return plan
-
-
-# Files hashed per task of the planning's threads (a task per file cost more than the
-# overlap gave on a busy machine).
-HASH_RUN_FILES = 32
-
-
-def _hashes(files: list[Path]) -> list[str]:
-    return [manifest.file_sha256(file) for file in files]
 
 
 def _find_catalog(root: Path, plan: IngestPlan, config: Config) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
@@ -62,7 +61,6 @@ def ingest_batch(
     scrape_time: datetime | None = None,
     tasks: GroupTasks | None = None,
     next_files: list[PlannedFile] | None = None,
-    recorder: BatchRecorder | None = None,
 ) -> tuple[list[FileReport], str | None]:
     """Parse, check and merge one batch; record its files in the manifest.
 
@@ -75,9 +73,6 @@ def ingest_batch(
     one is checked and merged (:func:`prefetch`; not on Dask, nor with ``[ingest]
     parse_ahead = false``, nor when ``files`` store an inventory that ``next_files``'
     parsers read: :func:`may_parse_ahead`).
-    ``recorder``: the batch's records (catalog, quarantine file, manifest) are written on its
-    thread, beside the next batch's parse (:class:`BatchRecorder`); the records of the batch
-    before are waited for before this one stores a row.
     """
     if tasks is not None:
         # The inventory files here (their rows are upserted here), the others on the workers.
@@ -93,8 +88,6 @@ def ingest_batch(
         if ahead and may_parse_ahead(files, next_files):
             stale = any(f.inventory for f in files)  # the next batch's checks need the inventory stored now
             prefetch(run_id, batch_number + 1, next_files, config, catalog_path, timezone_name, scrape_time, stale)
-        if recorder is not None:
-            recorder.wait()
         bad_rows = store_batch(parsed_batch, config)
     ctx, reports, parsed = parsed_batch.ctx, parsed_batch.reports, parsed_batch.parsed
 
@@ -114,59 +107,19 @@ def ingest_batch(
                 report.rows_read - report.rows_quarantined - report.duplicates_dropped - report.rows_updated
             )
 
-    target = config.quarantine_dir / f"run={run_id}" / f"batch-{batch_number:04d}.parquet"
-
-    def record() -> None:
-        if any(r.status == "ingested" for r in reports):  # a file was parsed (here or on a worker)
-            record_catalog(config.lake_dir, ctx.catalog)
-        if quarantined:
-            atomic_write_parquet(
-                pl.concat(quarantined).sort("source_file", "line"),
-                target,
-                compression_level=lake_compression_level(config),
-            )
-        _record_in_manifest(files, reports, run_id, config)
-
-    if recorder is None:
-        record()
-    else:
-        recorder.submit(record)
-    return reports, str(target) if quarantined else None
-
-
-class BatchRecorder:
-    """Writes a batch's records (the lake's catalog, the batch's quarantine file, the
-    manifest) on a thread of its own while the run goes on with the next batch's parse: on
-    the driver they took 10-30 ms a batch with a core idle.  One batch's records at a time,
-    in batch order; each written after its batch's rows, as in one thread, and waited for
-    (their error raised) before the next batch stores a row (:meth:`wait`) and at the end
-    of the run (:meth:`close`).  A run killed meanwhile leaves the batch's files out of the
-    manifest: the next run reads them again, finding their rows stored (duplicates)."""
-
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-record")
-        self._pending: Future | None = None
-
-    def submit(self, record: Callable[[], None]) -> None:
-        self.wait()
-        self._pending = self._pool.submit(record)
-
-    def wait(self) -> None:
-        """Wait for the records submitted last; raise their error."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
-
-    def close(self, raising: bool = True) -> None:
-        """Wait for the records submitted last (raising their error unless not ``raising``),
-        then end the thread."""
-        try:
-            self.wait()
-        except Exception:
-            if raising:
-                raise
-        finally:
-            self._pool.shutdown()
+    if any(r.status == "ingested" for r in reports):  # a file was parsed (here or on a worker)
+        record_catalog(config.lake_dir, ctx.catalog)
+    quarantine_file = None
+    if quarantined:
+        target = config.quarantine_dir / f"run={run_id}" / f"batch-{batch_number:04d}.parquet"
+        atomic_write_parquet(
+            pl.concat(quarantined).sort("source_file", "line"),
+            target,
+            compression_level=lake_compression_level(config),
+        )
+        quarantine_file = str(target)
+    _record_in_manifest(files, reports, run_id, config)
+    return reports, quarantine_file
 
 
 def _record_in_manifest(files: list[PlannedFile], reports: list[FileReport], run_id: str, config: Config) -> None:
@@ -306,7 +259,6 @@ def ingest_path(
     plan = plan_ingest(path, config, source, force=force, follow_symlinks=follow_symlinks)
     reports: list[FileReport] = []
     quarantine_files: list[str] = []
-    recorder = BatchRecorder()
     try:
         batches = list(enumerate(plan.batches))
         for number, batch in progress(batches, "ingest: batches") if progress else batches:
@@ -319,15 +271,10 @@ def ingest_path(
                 timezone_name=timezone,
                 scrape_time=scrape_time,
                 next_files=plan.after(number),
-                recorder=recorder,
             )
             reports += batch_reports
             if quarantine_file:
                 quarantine_files.append(quarantine_file)
-    except BaseException:
-        recorder.close(raising=False)  # the records of the batches stored; this error is the run's
-        raise
     finally:
         drop_prefetched()
-    recorder.close()
     return finish_report(plan, reports, quarantine_files, started, config)

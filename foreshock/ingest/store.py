@@ -207,7 +207,7 @@ def group_masks(
     # groups are found per run and the masks repeated along the runs.
     units = staged.get_column("unit_id").cast(pl.String)
     runs = long_runs(units)
-    numbers = _shard_numbers_side_by_side(units if runs is None else runs[0], shards, distinct, workers) % workers
+    numbers = shard_numbers(units if runs is None else runs[0], shards, distinct) % workers
     masks = {
         number: numbers.is_null() if number is None else (numbers == number).fill_null(False)
         for number in numbers.unique(maintain_order=True).to_list()
@@ -215,28 +215,6 @@ def group_masks(
     if runs is None:
         return masks
     return {number: pl.Series(np.repeat(mask.to_numpy(), runs[1])) for number, mask in masks.items()}
-
-
-# From this many rows, the shard numbers of a batch's units are looked up in slices side by
-# side (``workers`` threads): the look-up (an enum cast of every row, 27 ms for a day batch's
-# 1.9 M samples) runs on the driver while the workers wait, one of the run's stretches on
-# one core.
-SIDE_BY_SIDE_ROWS = 200_000
-
-
-def _shard_numbers_side_by_side(units: pl.Series, shards: int, distinct: pl.Series | None, workers: int) -> pl.Series:
-    """``shard_numbers(units, shards, distinct)``, in ``workers`` slices on threads when
-    ``units`` has ``SIDE_BY_SIDE_ROWS`` rows or more (Polars lets go of the GIL): the same
-    numbers, in half the wall time on two idle cores."""
-    if workers < 2 or units.len() < SIDE_BY_SIDE_ROWS:
-        return shard_numbers(units, shards, distinct)
-    if distinct is None:  # found once, not once per slice
-        distinct = units.unique().drop_nulls()
-    size = -(-units.len() // workers)
-    slices = [units.slice(start, size) for start in range(0, units.len(), size)]
-    with ThreadPoolExecutor(max_workers=len(slices)) as pool:
-        parts = list(pool.map(lambda part: shard_numbers(part, shards, distinct), slices))
-    return pl.concat(parts, rechunk=True)
 
 
 def _run_parallel(calls: list, config: Config, workers: int) -> list:
