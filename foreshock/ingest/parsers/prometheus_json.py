@@ -118,33 +118,34 @@ def _plain_matrix(result: list) -> tuple[list[dict], dict[str, list], list[int],
             values = [None if value is None else str(value) for value in values]
         per_series[key] = values
     times, values = list(map(itemgetter(0), flat)), list(map(itemgetter(1), flat))
+    time_texts = None
     if set(map(type, times)) <= {int}:
         try:  # str of an integer is its Int64's text
             time_texts = pl.Series(times, dtype=pl.Int64).cast(pl.String)
-        except TypeError:  # beyond 64 bits
-            time_texts = pl.Series(list(map(str, times)), dtype=pl.String)
-    else:
+        except TypeError:  # beyond 64 bits: the texts below
+            pass
+    if time_texts is None:
         time_texts = pl.Series(list(map(str, times)), dtype=pl.String)
     value_texts = pl.Series(values if set(map(type, values)) <= {str} else list(map(str, values)), dtype=pl.String)
     return labels, per_series, list(map(len, points)), time_texts, value_texts
 
 
-def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFile:
-    kind, result = _result_of(doc)
-    # Per series its labels, described only for a quarantined row (rare; a json.dumps per
-    # series was a tenth of this parser's time), or its description's text.
+def _series_by_series(
+    result: list, kind: str, check_bytes: bool, undecodable: list[int]
+) -> tuple[list, dict[str, list], list[int], list, list]:
+    """``(descriptions, per_series, counts, times, values)`` of any ``result``, one series
+    at a time (the reading of every document :func:`_plain_matrix` does not take); the
+    lines of series holding bytes that are not UTF-8 go to ``undecodable``.
+
+    Per series its labels, described only for a quarantined row (rare; a json.dumps per
+    series was a tenth of this parser's time), or its description's text; the labels once
+    per series (repeated along its samples by one gather at the end, not by Python lists
+    as long as the samples); the samples' times and values as texts."""
     descriptions: list[dict | str] = []
-    undecodable: list[int] = []  # series holding bytes that are not UTF-8: quarantined whole
-    check_bytes = has_undecodable(text)
-    # The labels once per series (repeated along its samples by one gather at the end, not
-    # by Python lists as long as the samples); the samples' times and values as texts.
     per_series: dict[str, list] = {"name": [], **{k: [] for k in LABELS}}
     counts: list[int] = []
-    times_of, values_of = [], []
-    plain = _plain_matrix(result) if kind == "matrix" and not check_bytes else None
-    if plain is not None:
-        descriptions, per_series, counts, times_of, values_of = plain
-        result = []  # read
+    times_of: list = []
+    values_of: list = []
     for series in result:
         labels = series.get("metric", {}) if isinstance(series, dict) else {}
         labels = labels if isinstance(labels, dict) else {}
@@ -166,6 +167,17 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
         for key in LABELS:
             value = labels.get(key)
             per_series[key].append(None if value is None else str(value))
+    return descriptions, per_series, counts, times_of, values_of
+
+
+def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFile:
+    kind, result = _result_of(doc)
+    undecodable: list[int] = []  # series holding bytes that are not UTF-8: quarantined whole
+    check_bytes = has_undecodable(text)
+    plain = _plain_matrix(result) if kind == "matrix" and not check_bytes else None
+    descriptions, per_series, counts, times_of, values_of = plain or _series_by_series(
+        result, kind, check_bytes, undecodable
+    )
     series_rows = pl.DataFrame(
         {"_line": range(1, len(counts) + 1), **per_series},
         schema={"_line": pl.Int64, "name": pl.String, **{k: pl.String for k in LABELS}},
