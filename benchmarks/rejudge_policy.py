@@ -59,13 +59,13 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
     return judge_scores(scores, failures, config, ground_truth=truth, periods=periods)
 
 
-def row(model: str, horizon: str, enter_risk: float, enter_for: str, second: str, point: dict) -> str:
+def row(model: str, horizon: str, enter_risk: float, enter_for: str, entry: str, point: dict) -> str:
     def num(key: str, digits: int = 2) -> str:
         value = point.get(key)
         return "-" if value is None else f"{value:.{digits}f}"
 
     return (
-        f"| {model} | {horizon} | {enter_risk:g} | {enter_for} | {second} | {point['alerts']} | {point['true_alerts']} "
+        f"| {model} | {horizon} | {enter_risk:g} | {enter_for} | {entry} | {point['alerts']} | {point['true_alerts']} "
         f"| {num('precision')} | {num('precision_per_unit')} | {point['caught']} of {point['failures']} "
         f"| {num('recall_with_precursor')} | {point.get('early_alerts', '-')} | {num('gpu_hours_saved', 0)} |"
     )
@@ -90,7 +90,7 @@ def main() -> int:
     args = parser.parse_args()
     seconds = args.second_enter_risk if args.second_horizon else [None]
     print(
-        "| model | horizon | enter_risk | enter_for | second horizon | alerts | true | precision | per unit | caught "
+        "| model | horizon | enter_risk | enter_for | entry | alerts | true | precision | per unit | caught "
         "| recall (precursor) | early | GPU-hours saved |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -102,8 +102,9 @@ def main() -> int:
                     for horizon, metrics in horizons.items():
                         point = metrics["operating_points"].get("policy")
                         if point:
-                            second = point.get("entry", "").split(" or ")[-1] if "entry" in point else "-"
-                            print(row(model, horizon, enter_risk, enter_for, second, point), flush=True)
+                            print(
+                                row(model, horizon, enter_risk, enter_for, point.get("entry", "-"), point), flush=True
+                            )
     return 0
 
 

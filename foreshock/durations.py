@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import timedelta
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -41,6 +42,13 @@ def format_duration(delta: timedelta) -> str:
                 return f"{seconds // 86400}d"
             return f"{seconds // size}{suffix}"
     return f"{seconds}s"
+
+
+def spelled_as(wanted: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that spells the same duration as ``wanted`` (``"1d"`` among
+    ``["24h", "72h"]`` is ``"24h"``); None when none does."""
+    target = parse_duration(wanted)
+    return next((name for name in names if parse_duration(name) == target), None)
 
 
 def duration_seconds(text: str | timedelta) -> int:

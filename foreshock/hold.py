@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import polars as pl
+
+from foreshock.durations import spelled_as
 
 HELD_COLUMN = "risk_held"
 # The entry risk and its held value (the decision risk and held risk without a second horizon).
@@ -110,6 +112,14 @@ class Entry:
     def horizons(self) -> tuple[str, ...]:
         """The horizons the entry reads, the decision horizon first."""
         return (self.horizon, self.second_horizon) if self.second_horizon else (self.horizon,)
+
+    def on(self, horizon: str, horizons: Sequence[str]) -> Entry | None:
+        """This entry at the decision ``horizon``, its second horizon spelled as the scores'
+        ``horizons`` spell it (``1d`` is their ``24h``); None when they lack it."""
+        if not self.second_horizon:
+            return replace(self, horizon=horizon)
+        second = spelled_as(self.second_horizon, horizons)
+        return None if second is None else replace(self, horizon=horizon, second_horizon=second)
 
     def risk(self, of: Callable[[str], pl.Expr]) -> pl.Expr:
         """The entry risk from ``of(horizon)``, each horizon's risk (or held risk) column:

@@ -46,7 +46,13 @@ def unit_risk_table(
     horizons = sorted(latest.get_column("horizon").unique().to_list(), key=lambda h: parse_duration(h))
     if horizon not in horizons:
         raise ValueError(f"scores: no rows for the decision horizon {horizon!r} (have {horizons})")
-    entry = _spelled(entry or Entry(horizon, 1.0), horizon, horizons)
+    wanted = entry or Entry(horizon, 1.0)
+    entry = wanted.on(horizon, horizons)
+    if entry is None:
+        raise ValueError(
+            f"scores: no rows for [policy] second_horizon {wanted.second_horizon!r} (have {horizons}); "
+            "it must be one of [labels] horizons"
+        )
     keys = ["unit_id", "ts"]
     has_held = HELD_COLUMN in latest.columns
     held = [pl.col(HELD_COLUMN).filter(pl.col("horizon") == h).max().alias(f"_held_{h}") for h in entry.horizons]
@@ -112,21 +118,6 @@ def failure_risk(row: dict, entry: Entry) -> float:
     its risk too (failing within 24 hours is failing within 72)."""
     second = row.get(risk_column(entry.second_horizon)) if entry.second_horizon else None
     return row["risk"] if second is None else max(row["risk"], second)
-
-
-def _spelled(entry: Entry, horizon: str, horizons: list[str]) -> Entry:
-    """``entry`` on the scores' spelling of its horizons (``1d`` in the configuration is
-    ``24h`` in scores labelled ``24h``)."""
-    if not entry.second_horizon:
-        return Entry(horizon, entry.enter_risk)
-    wanted = parse_duration(entry.second_horizon)
-    second = next((h for h in horizons if parse_duration(h) == wanted), None)
-    if second is None:
-        raise ValueError(
-            f"scores: no rows for [policy] second_horizon {entry.second_horizon!r} (have {horizons}); "
-            "it must be one of [labels] horizons"
-        )
-    return Entry(horizon, entry.enter_risk, second, entry.second_enter_risk)
 
 
 def _empty_risk_table(horizon: str) -> pl.DataFrame:

@@ -11,7 +11,7 @@ from foreshock.config import builtin_field, section_values
 from foreshock.costs import DrainCosts, policy_default
 from foreshock.drain.learned import LearnedSettings
 from foreshock.drain.lemons import LemonSettings
-from foreshock.durations import parse_duration
+from foreshock.durations import parse_duration, spelled_as
 from foreshock.hold import Entry
 
 LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
@@ -111,13 +111,16 @@ class PolicySettings:
         """Read ``[policy]``, ``[models] horizon``, ``[fleet] fault_domains`` and ``[features]
         snapshot_every`` (the schema has checked their types; the built-in file supplies
         every key a user leaves out)."""
-        policy = config.section("policy")
-        second = policy.get("second_horizon")
-        if second and parse_duration(second) not in config.horizons:
-            raise ValueError(
-                f"[policy] second_horizon = {second!r} is not one of [labels] horizons "
-                f"{list(config.settings['labels']['horizons'])}: the models score only those"
-            )
+        policy = dict(config.section("policy"))
+        if second := policy.get("second_horizon"):
+            labels = list(config.settings["labels"]["horizons"])
+            # spelled as the scores spell it ("1d" is their "24h"), for reasons and costs
+            policy["second_horizon"] = spelled_as(second, labels)
+            if policy["second_horizon"] is None:
+                raise ValueError(
+                    f"[policy] second_horizon = {second!r} is not one of [labels] horizons {labels}: "
+                    "the models score only those"
+                )
         return cls(
             **section_values(cls, "policy", policy),
             **section_values(cls, "models", config.section("models")),

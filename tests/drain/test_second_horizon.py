@@ -129,4 +129,5 @@ def test_the_configuration_names_a_second_horizon_the_models_do_not_score():
     config = load_config().with_overrides({"policy": {"second_horizon": "12h"}})
     with pytest.raises(ValueError, match=r"second_horizon = '12h' is not one of \[labels\] horizons"):
         PolicySettings.from_config(config)
-    assert PolicySettings.from_config(load_config().with_overrides({"policy": {"second_horizon": "1d"}})).entry
+    spelled = PolicySettings.from_config(load_config().with_overrides({"policy": {"second_horizon": "1d"}}))
+    assert spelled.second_horizon == "24h"  # as the scores name it: reasons and costs find risk_24h

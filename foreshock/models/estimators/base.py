@@ -27,7 +27,7 @@ from foreshock.contract import (
     UTC_TS,
     is_label_column,
 )
-from foreshock.durations import format_duration, parse_duration
+from foreshock.durations import format_duration, parse_duration, spelled_as
 from foreshock.features.labels import AT_FAILURE, CENSORED_AT
 
 # Per-row training weight the training loader adds (models.dataset); never a model input.
@@ -253,7 +253,6 @@ def decision_horizon(config) -> str:
     horizons = config_horizons(config)
     if not wanted:
         return horizons[-1]
-    for horizon in horizons:
-        if parse_duration(horizon) == parse_duration(wanted):
-            return horizon
+    if spelled := spelled_as(wanted, horizons):
+        return spelled
     raise ValueError(f"[models] horizon = {wanted!r} is not one of [labels] horizons {horizons}")

@@ -143,7 +143,7 @@ class RiskReplay:
             pl.col("risk").cast(pl.Float64).fill_nan(None).fill_null(-np.inf),
             tiebreak.fill_nan(None).fill_null(-np.inf).alias("margin"),
             (pl.col(WEIGHT_COLUMN) if weighted else pl.lit(1.0)).alias("weight"),
-            (pl.col(HELD_COLUMN) if given else pl.lit(None)).cast(pl.Float64).fill_nan(None).fill_null(-np.inf),
+            *([pl.col(HELD_COLUMN).cast(pl.Float64).fill_nan(None).fill_null(-np.inf)] if given else []),
         ).sort(["ts_us", "risk", "margin", "unit_id"], descending=[False, True, True, False])
         unit_id = frame.get_column("unit_id")
         # codes into the sorted distinct units (numpy's unique on strings sorts objects: slow)

@@ -17,8 +17,8 @@ import polars as pl
 from foreshock.config import Config
 from foreshock.contract import UTC_TS
 from foreshock.costs import DrainCosts
-from foreshock.durations import format_duration, parse_duration
-from foreshock.hold import Entry, entry_series
+from foreshock.durations import format_duration
+from foreshock.hold import entry_series
 from foreshock.models.estimators.base import decision_horizon
 from foreshock.models.estimators.training import snapshot_step
 from foreshock.models.evaluation.alert_replay import Period, RiskReplay, mean_allowance, policy_alerts
@@ -176,7 +176,9 @@ def judge_scores(
         else:
             chosen = choose_thresholds(series, failures, horizon, periods, settings, step, context["replay"])
         points = {}
-        two = None if model == RULES_MODEL else _two_horizon_entry(lazy, model, horizon, pairs, settings, config, step)
+        two = None
+        if model != RULES_MODEL:
+            two = _two_horizon_entry(lazy, series, model, horizon, pairs, settings, config, step)
         for name, point in chosen.items():
             if not point.judged:
                 points[name] = None
@@ -207,6 +209,7 @@ def judge_scores(
 
 def _two_horizon_entry(
     lazy: pl.LazyFrame,
+    series: pl.DataFrame,
     model: str,
     horizon: str,
     pairs: list[tuple[str, str]],
@@ -214,19 +217,19 @@ def _two_horizon_entry(
     config: Config,
     step: timedelta,
 ) -> RiskReplay | None:
-    """The policy's entry series of ``model`` at the decision horizon when ``[policy]
-    second_horizon`` is set and scored (:func:`foreshock.hold.entry_series`), prepared
-    for the replay; None otherwise (the policy point replays the horizon's own risk)."""
+    """The policy's entry series of ``model`` at the decision horizon (its ``series``, read
+    already) when ``[policy] second_horizon`` is set and scored
+    (:func:`foreshock.hold.entry_series`), prepared for the replay; None otherwise (the
+    policy point replays the horizon's own risk)."""
     if not settings.second_horizon or horizon != decision_horizon(config):
         return None
-    wanted = parse_duration(settings.second_horizon)
-    second = next((h for m, h in pairs if m == model and parse_duration(h) == wanted), None)
-    if second is None:
+    entry = settings.entry(horizon).on(horizon, [h for m, h in pairs if m == model])
+    if entry is None:
         return None
-    entry = Entry(horizon, settings.enter_risk, second, settings.second_enter_risk)
-    long = (
-        lazy.filter((pl.col("model") == model) & pl.col("horizon").is_in([horizon, second]))
+    second = (
+        lazy.filter((pl.col("model") == model) & (pl.col("horizon") == entry.second_horizon))
         .select("unit_id", "ts", "horizon", "risk")
         .collect()
     )
-    return RiskReplay.of(entry_series(long, entry, settings.hold, step))
+    first = series.select("unit_id", "ts", pl.lit(horizon).alias("horizon"), "risk")
+    return RiskReplay.of(entry_series(pl.concat([first, second], how="vertical_relaxed"), entry, settings.hold, step))
