@@ -15,7 +15,8 @@ Data sets (each prepared once under ``--work``, then reused):
 ``gpu-real-rate``
     ``foreshock simulate --units 4096 --days 60 --failure-rate 0.5``: a GPU fleet
     failing as often as Llama 3's (0.5 per 1,000 GPU-days in service, about 120 failures,
-    the demo's modes and precursors), hourly snapshots, 72-hour horizon, a budget of 0.1 %
+    the demo's modes and precursors), hourly snapshots, the product's label horizons (24 and
+    72 hours: a unit enters drain on either risk) with the decision at 72 hours, a budget of 0.1 %
     of the GPUs reporting each day (about 4 a day), and the issue's target precision 0.8
     (its prospective operating point: the threshold chosen on earlier folds).  Heavy: the
     simulation writes ~7 GB of raw telemetry (removed once ingested, but the ground truth,
@@ -107,7 +108,7 @@ def datasets(work: Path, days_1024: int, gpu_units: int = 4096, gpu_seed: int = 
             # past the wall clock: without a wide max_future, ingest quarantines every reading
             # after "now" as a future timestamp (on 2026-12-06 that was 24 of the 60 days).
             '[ingest]\nmax_future = "3650d"\n\n'
-            '[features]\nsnapshot_every = "1h"\n\n[labels]\nhorizons = ["72h"]\n\n[models]\nhorizon = "72h"\n\n'
+            '[features]\nsnapshot_every = "1h"\n\n[labels]\nhorizons = ["24h", "72h"]\n\n[models]\nhorizon = "72h"\n\n'
             "[backtest]\ndaily_budget_share = 0.001\ntarget_precision = 0.8\n",
             [
                 [

@@ -3,7 +3,8 @@
 A backtest keeps every model's out-of-sample scores (``scores.parquet``).  This judges them
 again, with the backtest's own judge, at each combination of ``[policy] enter_risk`` (the
 exit level stays at the configured ``exit_risk / enter_risk`` of it), ``enter_for`` and, with
-``--second-horizon`` (a horizon the backtest scored), ``second_enter_risk`` given, and prints
+``--second-horizon`` (a horizon the backtest scored), ``second_enter_risk`` given (with
+``--second-only``, only that horizon's risk enters drain), and prints
 the policy point of each model: alerts, true alerts, precision per alert and per
 unit, caught, recall of the failures with a precursor (with a ground truth), early alerts and
 GPU-hours saved.
@@ -18,7 +19,7 @@ Usage::
     uv run python benchmarks/rejudge_policy.py --backtest DIR/backtest --data-dir DIR \\
         [--config DIR/evaluate.toml] [--ground-truth DIR/raw/sim/ground_truth.parquet] \\
         [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h] \\
-        [--second-horizon 24h --second-enter-risk 0.4 0.5] [--alert-window 72h]
+        [--second-horizon 24h --second-enter-risk 0.4 0.5 [--second-only]] [--alert-window 72h]
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
     ratio = float(policy["exit_risk"]) / float(policy["enter_risk"])
     policy.update(enter_risk=enter_risk, exit_risk=ratio * enter_risk, enter_for=enter_for)
     if second_risk is not None:
-        policy.update(second_horizon=args.second_horizon, second_enter_risk=second_risk)
+        policy.update(second_horizon=args.second_horizon, second_enter_risk=second_risk, second_only=args.second_only)
     if args.alert_window:  # W: how long before a failure an alert still catches it
         config.settings["backtest"]["alert_window"] = args.alert_window
     failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
@@ -82,6 +83,9 @@ def main() -> int:
     parser.add_argument("--enter-for", nargs="+", default=["1h", "6h"])
     parser.add_argument("--second-horizon", help="[policy] second_horizon (a horizon the backtest scored)")
     parser.add_argument("--second-enter-risk", nargs="+", type=float, default=[0.5])
+    parser.add_argument(
+        "--second-only", action="store_true", help="[policy] second_only: only the second horizon's risk enters"
+    )
     parser.add_argument(
         "--alert-window",
         help="[backtest] alert_window W (default: the configuration's); the horizon itself counts a catch "

@@ -26,6 +26,13 @@ second_enter_risk``, and the larger is the unit's **entry risk**: it reaches ``e
 exactly when one of the two reaches its own threshold, and the hysteresis (leave below
 ``exit_risk``) applies to it the same way.  Its held value is the larger of the two held
 risks (each held on its own horizon's series).
+
+**The second horizon alone** (``[policy] second_only``): only the second risk enters drain.
+The decision risk still places the lower levels (watch, diagnostics) and keeps a drained
+unit in drain while it stays at or above ``exit_risk``, but it is held just below
+``enter_risk`` in the entry risk, so it never enters a unit by itself.  A fleet whose
+72-hour risk is too coarse to drain on at a real failure rate can then drain on its 24-hour
+risk and still be judged, and watched, at 72 hours.
 """
 
 from __future__ import annotations
@@ -103,10 +110,13 @@ class Entry:
     enter_risk: float
     second_horizon: str = ""
     second_enter_risk: float = 1.0
+    second_only: bool = False
 
     def __post_init__(self) -> None:
         if self.second_horizon and not 0.0 < self.second_enter_risk <= 1.0:
             raise ValueError(f"[policy] second_enter_risk must be in (0, 1], got {self.second_enter_risk}")
+        if self.second_only and not self.second_horizon:
+            raise ValueError("[policy] second_only = true needs a second_horizon: it names the risk that enters drain")
 
     @property
     def horizons(self) -> tuple[str, ...]:
@@ -128,12 +138,17 @@ class Entry:
         first = of(self.horizon)
         if not self.second_horizon:
             return first
+        if self.second_only:  # held just below enter_risk: the decision risk never enters alone
+            first = pl.min_horizontal(first, pl.lit(math.nextafter(self.enter_risk, 0.0)))
         return pl.max_horizontal(first, of(self.second_horizon) * (self.enter_risk / self.second_enter_risk))
 
     def describe(self) -> str:
-        """``risk >= 0.5`` or ``risk_72h >= 0.5 or risk_24h >= 0.4`` (for reports and reasons)."""
+        """``risk >= 0.5``, ``risk_72h >= 0.5 or risk_24h >= 0.4`` or ``risk_24h >= 0.4``
+        (for reports and reasons)."""
         if not self.second_horizon:
             return f"risk >= {self.enter_risk:g}"
+        if self.second_only:
+            return f"risk_{self.second_horizon} >= {self.second_enter_risk:g}"
         return f"risk_{self.horizon} >= {self.enter_risk:g} or risk_{self.second_horizon} >= {self.second_enter_risk:g}"
 
 

@@ -32,8 +32,11 @@ class Reasons:
         )
 
     def threshold_phrase(self) -> str:
-        """``0.50``, or ``0.50 (or 0.40 at 24h)`` with a second horizon."""
+        """``0.50``, or ``0.50 (or 0.40 at 24h)`` with a second horizon (``0.40 at 24h`` when
+        only the second horizon enters drain)."""
         s = self.settings
+        if s.second_only:
+            return f"{fmt_risk(s.second_enter_risk)} at {s.second_horizon}"
         also = f" (or {fmt_risk(s.second_enter_risk)} at {s.second_horizon})" if s.second_horizon else ""
         return f"{fmt_risk(s.enter_risk)}{also}"
 

@@ -34,6 +34,9 @@ class PolicySettings:
     second_horizon, second_enter_risk
         A second way into drain (``""``: none): the risk at this shorter horizon held at or
         above ``second_enter_risk`` for ``enter_for`` (:class:`foreshock.hold.Entry`).
+    second_only
+        Only the second horizon's risk enters drain; the decision risk places the levels
+        below it (:class:`foreshock.hold.Entry`).
     snapshot_every
         The snapshot interval (``[features] snapshot_every``), which sizes the hold.
     watch_risk, diagnostics_risk
@@ -64,6 +67,7 @@ class PolicySettings:
     enter_for: timedelta = policy_default("enter_for", timedelta)
     second_horizon: str = policy_default("second_horizon", str)
     second_enter_risk: float = policy_default("second_enter_risk", float)
+    second_only: bool = policy_default("second_only", bool)
     snapshot_every: timedelta = builtin_field("features", "snapshot_every", timedelta)
     watch_risk: float = policy_default("watch_risk", float)
     diagnostics_risk: float = policy_default("diagnostics_risk", float)
@@ -104,7 +108,7 @@ class PolicySettings:
                     f"[policy] second_horizon = {self.second_horizon!r} must be shorter than the decision horizon "
                     f"{self.horizon!r} ([models] horizon)"
                 )
-        self.entry  # noqa: B018 -- validates second_enter_risk
+        self.entry  # noqa: B018 -- validates second_enter_risk and second_only
 
     @classmethod
     def from_config(cls, config: Any) -> PolicySettings:
@@ -135,7 +139,7 @@ class PolicySettings:
     @property
     def entry(self) -> Entry:
         """How a unit's risk enters the drain level (one horizon, or two)."""
-        return Entry(self.horizon, self.enter_risk, self.second_horizon, self.second_enter_risk)
+        return Entry(self.horizon, self.enter_risk, self.second_horizon, self.second_enter_risk, self.second_only)
 
     @property
     def hysteresis_ratio(self) -> float:

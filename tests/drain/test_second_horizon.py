@@ -37,10 +37,10 @@ def _settings(second: str = "24h", **more) -> PolicySettings:
     )
 
 
-def _live(hours: int, settings: PolicySettings) -> dict:
-    """The live path for one unit whose 24-hour risk is 0.6 and 72-hour risk 0.3 for
+def _live(hours: int, settings: PolicySettings, risks: tuple[float, float] = (0.6, 0.3)) -> dict:
+    """The live path for one unit whose 24-hour and 72-hour risks are ``risks`` for
     ``hours`` snapshots: scores -> held risk per horizon -> risk table -> policy."""
-    frames = [score_rows({SOON: (0.6, 0.3)}, T0 + h * HOUR) for h in range(hours)]
+    frames = [score_rows({SOON: risks}, T0 + h * HOUR) for h in range(hours)]
     scores = with_held_risk(pl.concat(frames), settings.enter_for, HOUR, by=("unit_id", "horizon"))
     risks = unit_risk_table(scores, settings.horizon, entry=settings.entry)
     decision = DrainPolicy(settings).decide(risks, T0 + (hours - 1) * HOUR, None)
@@ -59,6 +59,22 @@ def test_the_live_policy_drains_on_a_held_24_hour_risk_and_names_both_risks():
     # without the second horizon the same unit is at 0.30: diagnostics, never a drain
     alone = _live(6, _settings(second=""))
     assert alone["action"] == "run_diagnostics" and "P(fail<24h)" not in alone["reason"]
+
+
+def test_with_second_only_the_decision_risk_never_drains_by_itself():
+    only = _settings(second_only=True)
+    # a 72-hour risk of 0.8 held for a day with a low 24-hour risk: diagnostics, not drain
+    high_72h = _live(24, only, risks=(0.1, 0.8))
+    assert high_72h["action"] == "run_diagnostics" and "above 0.25" in high_72h["reason"]
+    assert _live(24, _settings(), risks=(0.1, 0.8))["action"] in ("drain_now", "drain_at_checkpoint")
+    # the held 24-hour risk drains, and the wait names the 24-hour threshold alone
+    assert _live(6, only)["action"] in ("drain_now", "drain_at_checkpoint")
+    waiting = _live(4, only)
+    assert waiting["action"] == "run_diagnostics" and "above 0.40 at 24h for less than 6h" in waiting["reason"]
+    # the decision risk still places the lower levels
+    assert _live(2, only, risks=(0.02, 0.15))["action"] == "watch"
+    with pytest.raises(ValueError, match="second_only = true needs a second_horizon"):
+        _settings(second="", second_only=True)
 
 
 def test_a_second_horizon_must_be_shorter_and_scored():
@@ -123,6 +139,18 @@ def test_the_backtest_policy_point_is_the_two_horizon_policy_when_set():
     # the 24-hour series keeps its own policy point (one horizon), and the report says which
     assert "entry" not in on["models"]["gbm"]["24h"]["operating_points"]["policy"]
     assert "the 24h risk >= 0.4" in render_markdown(on)
+    # only the 24-hour risk enters: a unit whose 72-hour risk alone holds high is never alerted
+    high_72h = scores.with_columns(
+        pl.when((pl.col("unit_id") == QUIET) & (pl.col("horizon") == "72h")).then(0.9).otherwise("risk").alias("risk")
+    )
+    only = {**base, "policy": {"enter_for": "6h", "second_horizon": "24h", "second_enter_risk": 0.4}}
+    only["policy"]["second_only"] = True
+    judged = judge_scores(high_72h, failures, load_config().with_overrides(only), periods=periods)
+    point = judged["models"]["gbm"]["72h"]["operating_points"]["policy"]
+    assert (point["caught"], point["alerts"], point["entry"]) == (1, 1, "risk_24h >= 0.4")
+    assert "the 24h risk >= 0.4 alone" in render_markdown(judged)
+    both = judge_scores(high_72h, failures, on_config, periods=periods)
+    assert both["models"]["gbm"]["72h"]["operating_points"]["policy"]["alerts"] == 2
 
 
 def test_the_configuration_names_a_second_horizon_the_models_do_not_score():

@@ -149,14 +149,20 @@ def render_markdown(report: dict) -> str:
             if point == "budget_floor" and "entry_floor" not in s:
                 continue  # no floor configured: no such point
             title = budget_title(s) if point == "budget" and "budget" in s else title
-            if point == "policy" and s.get("second_horizon"):
+            if point == "policy" and s.get("second_only"):
+                title = title.replace(
+                    "at risk >= {enter_risk:g}",
+                    "at the {second_horizon} risk >= {second_enter_risk:g} alone (at the decision horizon only; "
+                    "its own risk does not enter)",
+                )
+            elif point == "policy" and s.get("second_horizon"):
                 title = title.replace(
                     "at risk >= {enter_risk:g}",
                     "at risk >= {enter_risk:g} or, at the decision horizon only, the {second_horizon} risk >= "
                     "{second_enter_risk:g}",
                 )
             if point == "policy" and s.get("enter_for"):
-                title = title.replace("enter at risk", "enter once held for {enter_for} at risk")
+                title = title.replace("enter at ", "enter once held for {enter_for} at ")
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [
                 "| model | threshold per fold | alerts/day | caught / failures | caught within the horizon "

@@ -148,6 +148,7 @@ def judge_scores(
             "enter_for": format_duration(settings.hold) if settings.hold else None,
             "second_horizon": settings.second_horizon or None,
             "second_enter_risk": settings.second_enter_risk if settings.second_horizon else None,
+            "second_only": settings.second_only if settings.second_horizon else None,
         },
         "scored": {
             "snapshots": lazy.select("unit_id", "ts").unique().select(pl.len()).collect(engine="streaming").item(),

@@ -150,6 +150,7 @@ class OperatingPoints:
     hold: timedelta = timedelta(0)  # [policy] enter_for: the policy point's hold before entry
     second_horizon: str = ""  # [policy] second_horizon: a second way into drain ("": none)
     second_enter_risk: float = 1.0  # [policy] second_enter_risk: its threshold
+    second_only: bool = False  # [policy] second_only: only the second horizon's risk enters
 
     @classmethod
     def from_config(cls, config) -> OperatingPoints:
@@ -166,11 +167,12 @@ class OperatingPoints:
             hold=config.duration("policy", "enter_for"),
             second_horizon=str(policy.get("second_horizon", "")),
             second_enter_risk=float(policy.get("second_enter_risk", 1.0)),
+            second_only=bool(policy.get("second_only", False)),
         )
 
     def entry(self, horizon: str) -> Entry:
         """The policy's entry at the decision ``horizon`` (with its second horizon, if any)."""
-        return Entry(horizon, self.enter_risk, self.second_horizon, self.second_enter_risk)
+        return Entry(horizon, self.enter_risk, self.second_horizon, self.second_enter_risk, self.second_only)
 
     @property
     def budget(self) -> DailyBudget:
