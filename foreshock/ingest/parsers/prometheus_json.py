@@ -4,11 +4,17 @@ Accepts ``/api/v1/query_range`` (``resultType: matrix``, ``values: [[t, "v"], ..
 ``/api/v1/query`` (``vector``, ``value: [t, "v"]``).  Timestamps are unix seconds (UTC by
 definition); values are strings (``"NaN"``, ``"+Inf"`` parse and are then quarantined as
 not finite).  A quarantined row's line is the series' position in ``result`` (1-based).
+
+A plain matrix (what Prometheus and the simulator write) is checked, decoded and laid out
+by Polars, without holding the GIL (:func:`_polars_matrix`); any other document is read by
+Python's json, whole (:func:`_plain_matrix`) or series by series, with the same texts.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import cache
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
@@ -28,6 +34,8 @@ DISTINCT = ("unit_id", "metric")  # the staged samples' text columns whose value
 
 def parse(path: Path, ctx: IngestContext) -> ParsedFile:
     text = read_text(path)
+    if not has_undecodable(text) and (frame := _polars_matrix(text)) is not None:
+        return _staged(frame, cache(lambda: _labels_of(json.loads(text))), path, ctx)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -38,6 +46,90 @@ def parse(path: Path, ctx: IngestContext) -> ParsedFile:
         return _parse_document(doc, text, path, ctx)
     except RecursionError:  # a deeply nested value inside a series
         raise UnreadableFile("JSON nested too deeply to be a Prometheus API response") from None
+
+
+# The documents read by Polars alone (:func:`_polars_matrix`): a successful matrix
+# response, its keys in the order Prometheus writes them, JSON's whitespace anywhere
+# between tokens; each series' labels texts under names as Prometheus allows them, its
+# samples ``[integer of at most 18 digits, "text"]``.  No other value (number with a
+# fraction or an exponent, true, false, null, nesting) and no text escaping a surrogate
+# (``\ud800``), which Polars decodes otherwise than Python's json: every document this
+# pattern accepts decodes to the same texts both ways (but for labels named twice,
+# counted apart).
+_W = r"[ \t\n\r]*"
+_TEXT = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CeEfF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))*"'
+_KEY = r'"[A-Za-z_][A-Za-z0-9_]*"'
+_INTEGER = r"-?(?:0|[1-9][0-9]{0,17})"
+
+
+def _tokens(*parts: str) -> str:
+    return _W.join(parts)
+
+
+def _some(item: str) -> str:
+    """Zero or more ``item`` separated by commas."""
+    return f"(?:{item}(?:{_W},{_W}{item})*)?"
+
+
+_SERIES = _tokens(
+    r"\{", '"metric"', ":", r"\{", _some(_tokens(_KEY, ":", _TEXT)), r"\}", ",",
+    '"values"', ":", r"\[", _some(_tokens(r"\[", _INTEGER, ",", _TEXT, r"\]")), r"\]", r"\}",
+)  # fmt: skip
+POLARS_MATRIX = "^" + _tokens(
+    "", r"\{", '"status"', ":", '"success"', ",", '"data"', ":", r"\{", '"resultType"', ":", '"matrix"', ",",
+    '"result"', ":", r"\[", _some(_SERIES), r"\]", r"\}", r"\}", "",
+) + "$"  # fmt: skip
+_KEPT = ("__name__", *LABELS)  # the labels staged
+_SCHEMA = pl.Struct({
+    "data": pl.Struct({"result": pl.List(pl.Struct({
+        "metric": pl.Struct(dict.fromkeys(_KEPT, pl.String)), "values": pl.List(pl.List(pl.String)),
+    }))}),
+})  # fmt: skip
+
+
+def _polars_matrix(text: str) -> pl.DataFrame | None:
+    """The rows of a document :data:`POLARS_MATRIX` matches, as :func:`_parse_document`
+    stages them (``_line, name, gpu, Hostname, UUID, t, value_text``), or None (another
+    document, or one naming a kept label twice in a series: Polars keeps the first,
+    Python's json the last).
+
+    Checked, decoded and laid out by Polars, which lets go of the GIL: the exports' parse
+    then runs beside the nvidia-smi files' (json.loads and Python per series held it, so
+    the two took turns).  A time's text is its integer's digits, as ``str`` gives them."""
+    doc = pl.DataFrame({"doc": [text]}, schema={"doc": pl.String})
+    named = {key: pl.col("doc").str.count_matches(f'"{key}"{_W}:') for key in _KEPT}
+    check = doc.select(plain=pl.col("doc").str.contains(POLARS_MATRIX), **named)
+    if not check.item(0, "plain"):
+        return None
+    result = pl.col("doc").str.json_decode(_SCHEMA).struct.field("data").struct.field("result")
+    series = (
+        doc.select(result.alias("series"))
+        .explode("series")
+        .filter(pl.col("series").is_not_null())  # an empty result
+        .select(pl.col("series").struct.field("metric").struct.unnest(), pl.col("series").struct.field("values"))
+        .with_row_index("_line", offset=1)
+    )
+    # A label named n times in the document (the pattern allows no other text with a colon
+    # after it) and held by n series: named once in each.
+    held = series.select(pl.col(key).count() for key in _KEPT)
+    if any(held.item(0, key) != check.item(0, key) for key in _KEPT):
+        return None
+    return (
+        series.explode("values")
+        .filter(pl.col("values").is_not_null())  # a series without samples
+        .select(
+            pl.col("_line").cast(pl.Int64),
+            pl.col("__name__").alias("name"),
+            *LABELS,
+            t=pl.col("values").list.get(0),
+            value_text=pl.col("values").list.get(1),
+        )
+    )
+
+
+def _labels_of(doc: dict) -> list[dict]:
+    """Each series' labels (of a document :func:`_polars_matrix` read), for the quarantine."""
+    return [series["metric"] for series in doc["data"]["result"]]
 
 
 def _result_of(doc) -> tuple[str, list]:
@@ -185,6 +277,20 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
     frame = series_rows.select(pl.all().gather(pl.Series(np.repeat(np.arange(len(counts)), counts)))).with_columns(
         t=pl.Series(times_of, dtype=pl.String), value_text=pl.Series(values_of, dtype=pl.String)
     )
+    return _staged(frame, lambda: descriptions, path, ctx, undecodable)
+
+
+def _staged(
+    frame: pl.DataFrame,
+    descriptions: Callable[[], list[dict | str]],
+    path: Path,
+    ctx: IngestContext,
+    undecodable: list[int] | None = None,
+) -> ParsedFile:
+    """The parsed file of a document's rows (``_line, name, gpu, Hostname, UUID, t,
+    value_text``; ``descriptions()``: each series' labels, asked for when a row is
+    quarantined; ``undecodable``: the lines of series holding bytes that are not UTF-8)."""
+    undecodable = undecodable or []
     seconds = pl.col("t").cast(pl.Float64, strict=False)
     frame = frame.with_columns(ts=unix_seconds_to_utc(seconds), name=pl.col("name").fill_null("<no __name__>"))
     bad_time = pl.col("ts").is_null()  # a time that is missing, not a number or not finite
@@ -214,8 +320,9 @@ def _parse_document(doc, text: str, path: Path, ctx: IngestContext) -> ParsedFil
         parsed.add(table, staged, distinct)
 
     def lookup(rows: pl.DataFrame) -> pl.Series:
-        index = (rows.get_column("_line") - 1).clip(0, max(len(descriptions) - 1, 0))
-        texts = [_description(descriptions[i]) for i in index.to_list()] if descriptions else [""] * rows.height
+        labels_of = descriptions()
+        index = (rows.get_column("_line") - 1).clip(0, max(len(labels_of) - 1, 0))
+        texts = [_description(labels_of[i]) for i in index.to_list()] if labels_of else [""] * rows.height
         labels = pl.Series(texts, dtype=pl.String)
         return (
             pl.DataFrame({"l": labels, "r": rows.get_column("_raw")}).select(pl.format("{} {}", "l", "r")).to_series()
