@@ -164,10 +164,11 @@ def parse_batch(
         staged = [(fmt, parse_together(fmt, run_indices)) for fmt, run_indices in runs]
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            # The files parsed one by one (Prometheus JSON: Python holding the GIL) go first,
-            # in one task beside the batch parsers' runs (Polars, which lets go of the GIL),
-            # so the two overlap; spread over the threads after the runs, they left a core
-            # idle while they took turns on the GIL.  The runs are smaller than a worker's
+            # The files parsed one by one (Prometheus JSON, kernel logs: partly Python holding
+            # the GIL; a plain export is read by Polars) go first, in one task beside the
+            # batch parsers' runs (Polars, which lets go of the GIL), so the two overlap;
+            # spread over the threads after the runs, they left a core idle while they took
+            # turns on the GIL.  The runs are smaller than a worker's
             # share so that the thread freed by the one-by-one files takes its part of them.
             if runs and single:
                 singles = [pool.submit(lambda: [parse_one(index) for index in single])]
