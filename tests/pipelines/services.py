@@ -94,7 +94,10 @@ def mlflow_server_starting(root: Path) -> Iterator[Callable[..., str]]:
         str(root / "artifacts"),
     ]
     log = root / "server.log"
-    with running(argv, log, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}) as server:
+    # no job runner: MLflow's server jobs (GenAI trace rollups, prompt optimisation) are not
+    # what foreshock uses, and each of its four processes imports MLflow again
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    with running(argv, log, env=env) as server:
         url = f"http://127.0.0.1:{port}"
 
         def ready(timeout: float = MLFLOW_SERVER_STARTUP_S) -> str:
