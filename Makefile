@@ -15,9 +15,11 @@ setup:
 demo: setup
 	$(UV) run --frozen foreshock --data-dir $(DATA) demo
 
-# The whole suite; the slowest tests are listed at the end (the suite should stay near 10 minutes).
+# The whole suite, on two pytest-xdist workers (a file's tests on one worker; how the workers
+# share the Prefect, MLflow, Dask and demo services: tests/conftest.py); the slowest tests are
+# listed at the end (the suite should stay well under 10 minutes).
 test: setup
-	$(UV) run --frozen pytest -q --durations=15
+	$(UV) run --frozen pytest -q -n 2 --dist loadfile --durations=15
 
 # The suite without the slow end-to-end runs (seconds to a minute or two).
 test-fast: setup

@@ -8,7 +8,9 @@ still holds about twenty failures.  It is the suite's run of the demo command, a
 runs it: a process of its own, with its own temporary Prefect server and its registry in
 the data directory (``mlflow/``).  Built once per test session, in the background from the
 session's start (:class:`DemoBuild`): about a minute on 2 cores, spent on the core the
-other tests leave idle instead of in the first reader's setup.
+other tests leave idle instead of in the first reader's setup.  Under pytest-xdist the
+workers share one build (:func:`shared_build`): the first to claim it runs it, the others
+wait for its exit code.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,16 +81,18 @@ class DemoBuild:
         if rc != 0:
             tail = self.log.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"demo data: foreshock {' '.join(self.argv)} exited with {rc}:\n{tail}")
-        sim = self.data_dir / "raw" / "sim"
-        assert (sim / "ground_truth.parquet").is_file() and (self.data_dir / "outbox" / "LATEST").is_file()
-        assert (self.data_dir / "reports" / "replay" / "replay.json").is_file()
-        assert (self.data_dir / "mlflow" / "mlflow.db").is_file()  # its registry, where the readers look
-        self.checked = self.data_dir
-        return self.data_dir
+        self.checked = _checked(self.data_dir)
+        return self.checked
 
-    def stop(self) -> None:
+    def stop(self, finish: bool = False) -> None:
         """End the build if it still runs (a session that ended early), with its children
-        (a child left behind by a finished build too: its process group is the build's)."""
+        (a child left behind by a finished build too: its process group is the build's).
+        ``finish``: let a running build end first (other workers may be waiting for it)."""
+        if finish and self.process.poll() is None:
+            try:
+                self.process.wait(BUILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
         for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
             try:
                 os.killpg(self.process.pid, sig)
@@ -96,3 +102,55 @@ class DemoBuild:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+
+def _checked(data_dir: Path) -> Path:
+    """``data_dir`` once a build's outputs are there (raises if one is missing)."""
+    sim = data_dir / "raw" / "sim"
+    assert (sim / "ground_truth.parquet").is_file() and (data_dir / "outbox" / "LATEST").is_file()
+    assert (data_dir / "reports" / "replay" / "replay.json").is_file()
+    assert (data_dir / "mlflow" / "mlflow.db").is_file()  # its registry, where the readers look
+    return data_dir
+
+
+class SharedBuild:
+    """One demo build for every pytest-xdist worker of a run, in ``root/demo/data``: the
+    worker that claims ``root/demo.claim`` first runs it (a :class:`DemoBuild`) and writes
+    its exit code to ``root/demo.rc``; the others wait for that file."""
+
+    def __init__(self, root: Path):
+        self.data_dir = Path(root) / "demo" / "data"
+        self.rc_file = Path(root) / "demo.rc"
+        claim = Path(root) / "demo.claim"
+        self.build: DemoBuild | None = None
+        try:
+            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return  # another worker builds it
+        self.build = DemoBuild(self.data_dir)
+        claim.write_text(str(self.build.process.pid))
+        threading.Thread(target=self._record_exit, daemon=True).start()
+
+    def _record_exit(self) -> None:
+        rc = self.build.process.wait()
+        partial = self.rc_file.with_suffix(".part")
+        partial.write_text(str(rc))
+        os.replace(partial, self.rc_file)
+
+    def wait(self) -> Path:
+        if self.build is not None:
+            return self.build.wait()
+        deadline = time.monotonic() + BUILD_TIMEOUT_S
+        while not self.rc_file.is_file():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"demo data: no build finished in {BUILD_TIMEOUT_S} s ({self.data_dir})")
+            time.sleep(1)
+        rc = int(self.rc_file.read_text())
+        if rc != 0:
+            tail = (demo_config_file(self.data_dir).parent / "demo.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"demo data: the shared build exited with {rc}:\n{tail}")
+        return _checked(self.data_dir)
+
+    def stop(self) -> None:
+        if self.build is not None:
+            self.build.stop(finish=True)  # a reader on another worker may still wait for it
