@@ -50,17 +50,34 @@ def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` (``make test``): a file's tests go to one worker (its module fixtures
     are built once), and so do all the files that use one session service (the Dask
     cluster, the tracking server, the demo fleet's readers, which write beside each other),
-    handed out in the order they are collected."""
+    handed out in the order they are collected, the demo's readers once its build is done."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     groups = service_groups(config.rootpath)
 
+    from demo_fleet import shared_build_done
+
+    root = config._tmp_path_factory.getbasetemp()  # the workers' base directories' parent (as xdist finds it)
+
     class ServiceFileScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
             return groups.get(scope, scope)
+
+        def _assign_work_unit(self, node) -> None:
+            """The demo's readers (first in the queue) wait there while its build runs: a
+            worker handed them would only wait for it."""
+            demo = "demo_data_dir"
+            if demo not in self.workqueue or len(self.workqueue) == 1 or shared_build_done(root):
+                return super()._assign_work_unit(node)
+            readers = self.workqueue.pop(demo)
+            try:
+                super()._assign_work_unit(node)
+            finally:
+                self.workqueue[demo] = readers
+                self.workqueue.move_to_end(demo, last=False)
 
     config.option.loadscopereorder = False  # the collection's order (files by stage)
     return ServiceFileScheduling(config, log)

@@ -113,6 +113,14 @@ def _checked(data_dir: Path) -> Path:
     return data_dir
 
 
+def shared_build_done(root: Path) -> bool:
+    """Whether the workers' shared build in ``root`` has ended (its exit code is written)."""
+    return (Path(root) / SHARED_RC).is_file()
+
+
+SHARED_RC = "demo.rc"
+
+
 class SharedBuild:
     """One demo build for every pytest-xdist worker of a run, in ``root/demo/data``: the
     worker that claims ``root/demo.claim`` first runs it (a :class:`DemoBuild`) and writes
@@ -120,7 +128,7 @@ class SharedBuild:
 
     def __init__(self, root: Path):
         self.data_dir = Path(root) / "demo" / "data"
-        self.rc_file = Path(root) / "demo.rc"
+        self.rc_file = Path(root) / SHARED_RC
         claim = Path(root) / "demo.claim"
         self.build: DemoBuild | None = None
         try:
