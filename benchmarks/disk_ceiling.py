@@ -49,6 +49,8 @@ from pathlib import Path
 
 import polars as pl
 
+from foreshock.contract import UTC_TS
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared/data/backblaze_hds/backblaze_2014_2016_startstop.parquet"
 START, END = date(2015, 8, 26), date(2016, 9, 29)
@@ -59,7 +61,6 @@ ORACLES = ("oracle", "oracle_sign")
 SIGN_CHANGES = ("smart_5", "smart_10", "smart_187", "smart_188", "smart_189", "smart_196", "smart_197", "smart_198")
 SIGN_LEVELS = ("smart_5", "smart_187", "smart_197", "smart_198")
 REST = "(the rest of the day's drives)"  # the one row standing for the drives never reached
-UTC_TS = pl.Datetime("us", "UTC")
 
 _spec = importlib.util.spec_from_file_location("backblaze_to_canonical", ROOT / "scripts/backblaze_to_canonical.py")
 converter = importlib.util.module_from_spec(_spec)
