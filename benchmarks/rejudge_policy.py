@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -91,7 +92,9 @@ def main() -> int:
         help="[backtest] alert_window W (default: the configuration's); the horizon itself counts a catch "
         "only where the alert is also true",
     )
+    parser.add_argument("--json", type=Path, help="also write the points printed, as a JSON list")
     args = parser.parse_args()
+    written = []
     seconds = args.second_enter_risk if args.second_horizon else [None]
     print(
         "| model | horizon | enter_risk | enter_for | entry | alerts | true | precision | per unit | caught "
@@ -109,6 +112,10 @@ def main() -> int:
                             print(
                                 row(model, horizon, enter_risk, enter_for, point.get("entry", "-"), point), flush=True
                             )
+                            settings = {"enter_risk": enter_risk, "enter_for": enter_for, "second": second_risk}
+                            written.append({"model": model, "horizon": horizon, **settings, "point": point})
+    if args.json:
+        args.json.write_text(json.dumps(written, indent=1, default=str))
     return 0
 
 
