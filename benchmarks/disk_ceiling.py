@@ -49,8 +49,6 @@ from pathlib import Path
 
 import polars as pl
 
-from foreshock.contract import UTC_TS
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared/data/backblaze_hds/backblaze_2014_2016_startstop.parquet"
 START, END = date(2015, 8, 26), date(2016, 9, 29)
@@ -67,13 +65,7 @@ converter = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(converter)
 
 
-def failures_of(intervals: pl.DataFrame) -> pl.DataFrame:
-    """``unit_id, failed_at`` of every failure, as the converter writes them: the failing
-    drive's last reading day (the day before its last interval's ``stop_date``)."""
-    return intervals.filter("failed").select(
-        pl.col("serial_number").alias("unit_id"),
-        (pl.col("stop_date") - pl.duration(days=1)).cast(UTC_TS).alias("failed_at"),
-    )
+failures_of = converter.failures_of  # the converter's failures: the drive's last reading day
 
 
 def shows_sign(intervals: pl.DataFrame, failures: pl.DataFrame) -> pl.DataFrame:

@@ -171,6 +171,19 @@ def _write(frame: pl.DataFrame, path: Path, fmt: str) -> Path:
     return path
 
 
+def failures_of(intervals: pl.DataFrame) -> pl.DataFrame:
+    """``unit_id, failed_at`` of every failure in the start-stop rows: the failing drive's
+    last reading day (Backblaze records it the day before its last interval's ``stop_date``)."""
+    return (
+        intervals.filter("failed")
+        .select(
+            pl.col("serial_number").alias("unit_id"),
+            (pl.col("stop_date") - pl.duration(days=1)).cast(pl.Datetime("us", "UTC")).alias("failed_at"),
+        )
+        .sort("failed_at", "unit_id")
+    )
+
+
 def convert(
     source: Path,
     out: Path,
@@ -229,16 +242,8 @@ def convert(
         )
         .sort("unit_id")
     )
-    failures = (
-        intervals.filter("failed")
-        .select(
-            pl.col("serial_number").alias("unit_id"),
-            (pl.col("stop_date") - pl.duration(days=1)).cast(utc).alias("failed_at"),
-        )
-        .sort("failed_at", "unit_id")
-    )
     _write(inventory, tables / "inventory", fmt)
-    _write(failures, tables / "failures", fmt)
+    _write(failures_of(intervals), tables / "failures", fmt)
     catalog = tables / "catalog.yaml"
     catalog.write_text(catalog_yaml())
     # relative: the configuration resolves it against its own directory (a movable output)
