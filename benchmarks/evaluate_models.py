@@ -238,17 +238,23 @@ def evaluate(data: DataSet, work: Path, keep_raw: bool = False) -> dict:
     result = {"timings": timings, "report": report, "markdown": (out / "report.md").read_text()}
     if data.second_only:
         # The policy point again, draining on the 24-hour risk alone (docs/gpu_real_rate.md),
-        # judged on the same stored scores (no refit).
+        # judged on the same stored scores (no refit), at the configuration's own entry and hold.
+        from foreshock.config import load_config
+
+        policy = load_config(config, data_dir=directory).section("policy")
         points = directory / "second-only.json"
         log = directory / "second-only.log"
         argv = [
             *(sys.executable, str(ROOT / "benchmarks/rejudge_policy.py"), "--backtest", str(out)),
             *("--data-dir", str(directory), "--config", str(config), "--models", "gbm", "cox"),
-            *("--ground-truth", data.ground_truth or "", "--enter-risk", "0.5", "--enter-for", "6h"),
+            *("--ground-truth", data.ground_truth or ""),
+            *("--enter-risk", str(policy["enter_risk"]), "--enter-for", str(policy["enter_for"])),
             *("--second-horizon", "24h", "--second-enter-risk", "0.4", "--second-only", "--json", str(points)),
         ]
         timings["second-only judge"] = run(argv, log)
-        result["markdown"] += "\n\nThe policy point draining on the 24-hour risk alone (at 0.4, held 6h):\n\n"
+        result["markdown"] += (
+            f"\n\nThe policy point draining on the 24-hour risk alone (at 0.4, held {policy['enter_for']}):\n\n"
+        )
         result["markdown"] += log.read_text()
         result["second_only"] = json.loads(points.read_text())
     return result

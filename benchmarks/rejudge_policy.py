@@ -27,26 +27,41 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import cache
 from pathlib import Path
 
 import polars as pl
 
 
-def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_risk: float | None = None) -> dict:
-    """The backtest's judge on its stored scores with the policy settings replaced."""
+@cache
+def stored(backtest: Path, config_file: Path | None, data_dir: Path, ground_truth: Path | None) -> tuple:
+    """What every judgement of one backtest reads (once): its folds' test periods, the
+    lake's failures and the ground truth."""
     from foreshock.config import load_config
     from foreshock.contract import UTC_TS
     from foreshock.models.evaluation.alert_replay import Period
     from foreshock.models.evaluation.backtest import read_ground_truth
     from foreshock.models.evaluation.backtest_folds import Fold
-    from foreshock.models.evaluation.backtest_report import read_report, scores_path
-    from foreshock.models.evaluation.judging import judge_scores
+    from foreshock.models.evaluation.backtest_report import read_report
     from foreshock.pipelines import inputs
 
-    report = read_report(args.backtest)
+    report = read_report(backtest)
     if report is None:
-        raise SystemExit(f"{args.backtest}: no backtest report (report.json) there")
+        raise SystemExit(f"{backtest}: no backtest report (report.json) there")
     periods = [Period(fold.cutoff, fold.test_end) for fold in map(Fold.from_dict, report["folds"])]
+    config = load_config(config_file, data_dir=data_dir)
+    failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
+    truth = read_ground_truth(str(ground_truth)) if ground_truth else None
+    return periods, failures, truth
+
+
+def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_risk: float | None = None) -> dict:
+    """The backtest's judge on its stored scores with the policy settings replaced."""
+    from foreshock.config import load_config
+    from foreshock.models.evaluation.backtest_report import scores_path
+    from foreshock.models.evaluation.judging import judge_scores
+
+    periods, failures, truth = stored(args.backtest, args.config, args.data_dir, args.ground_truth)
     config = load_config(args.config, data_dir=args.data_dir)
     policy = config.settings["policy"]
     ratio = float(policy["exit_risk"]) / float(policy["enter_risk"])
@@ -55,8 +70,6 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
         policy.update(second_horizon=args.second_horizon, second_enter_risk=second_risk, second_only=args.second_only)
     if args.alert_window:  # W: how long before a failure an alert still catches it
         config.settings["backtest"]["alert_window"] = args.alert_window
-    failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
-    truth = read_ground_truth(str(args.ground_truth)) if args.ground_truth else None
     scores = pl.scan_parquet(scores_path(args.backtest)).filter(pl.col("model").is_in(args.models))
     return judge_scores(scores, failures, config, ground_truth=truth, periods=periods)
 
