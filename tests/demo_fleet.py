@@ -61,7 +61,7 @@ class DemoBuild:
         # (its own home, not the session's) and keeps its registry in the data directory
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_TRACKING_URI"))}
         env.update(PREFECT_HOME=str(config_file.parent / "prefect-home"), MLFLOW_DISABLE_TELEMETRY="true")
-        self.log = config_file.parent / "demo.log"
+        self.log = _log(self.data_dir)
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "foreshock.pipelines.cli", *self.argv],
@@ -78,10 +78,7 @@ class DemoBuild:
         if self.checked is not None:
             return self.checked
         rc = self.process.wait(BUILD_TIMEOUT_S)
-        if rc != 0:
-            tail = self.log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"demo data: foreshock {' '.join(self.argv)} exited with {rc}:\n{tail}")
-        self.checked = _checked(self.data_dir)
+        self.checked = _finished(self.data_dir, rc, f"foreshock {' '.join(self.argv)}")
         return self.checked
 
     def stop(self, finish: bool = False) -> None:
@@ -104,8 +101,17 @@ class DemoBuild:
                 continue
 
 
-def _checked(data_dir: Path) -> Path:
-    """``data_dir`` once a build's outputs are there (raises if one is missing)."""
+def _log(data_dir: Path) -> Path:
+    """The build's output (beside its configuration)."""
+    return demo_config_file(data_dir).parent / "demo.log"
+
+
+def _finished(data_dir: Path, rc: int, what: str) -> Path:
+    """``data_dir`` once the build ``what`` exited with ``rc`` 0 and its outputs are there
+    (raises with the log's tail otherwise)."""
+    if rc != 0:
+        tail = _log(data_dir).read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"demo data: {what} exited with {rc}:\n{tail}")
     sim = data_dir / "raw" / "sim"
     assert (sim / "ground_truth.parquet").is_file() and (data_dir / "outbox" / "LATEST").is_file()
     assert (data_dir / "reports" / "replay" / "replay.json").is_file()
@@ -153,11 +159,7 @@ class SharedBuild:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"demo data: no build finished in {BUILD_TIMEOUT_S} s ({self.data_dir})")
             time.sleep(1)
-        rc = int(self.rc_file.read_text())
-        if rc != 0:
-            tail = (demo_config_file(self.data_dir).parent / "demo.log").read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"demo data: the shared build exited with {rc}:\n{tail}")
-        return _checked(self.data_dir)
+        return _finished(self.data_dir, int(self.rc_file.read_text()), "the shared build")
 
     def stop(self) -> None:
         if self.build is not None:
