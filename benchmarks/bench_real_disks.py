@@ -23,11 +23,18 @@ CPU time and peak RSS of each.
     (``--entry-floor F`` or ``[backtest] entry_floor``), each model is judged a second
     time flagging only drives at risk >= F (rows ``<model>, floor F``: the budget as a
     cap, not a quota); every ranking is said to beat both rules or not, per share.
+    The models named by ``--rule-first`` (default ``gbm``) are also judged growth rule
+    first (:func:`rule_first`: the drives whose sum grew, by the model's risk, then the
+    others by risk; rows ``<model>>growth``), with no floor and with each floor of
+    ``RULE_FIRST_FLOORS`` on the others (the median risk of the rule's flagged drives that
+    day or over the trailing 7 days).  ``--since DATE`` judges every ranking again on the
+    days from ``DATE`` on (``judged.json``'s ``since``).
 
 Usage::
 
     uv run python benchmarks/bench_real_disks.py [--data PATH] [--healthy-fraction F]
         [--work DIR] [--half first|all] [--start DATE --end DATE] [--entry-floor F]
+        [--rule-first [MODEL ...]] [--since DATE]
 
 ``--half first`` takes the first half of the data's days, ``all`` (the default) every day;
 ``--start``/``--end`` pick any window.  A stage whose output is in ``--work`` is not run
@@ -42,9 +49,10 @@ import argparse
 import json
 import shutil
 import sys
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +69,9 @@ LEVEL_METRICS = ("reallocated_sectors", "reported_uncorrectable", "pending_secto
 GROWTH_DAYS = 7
 RULES_AS_RUN = "rules"  # the baseline's binary rules as run today: not a ranking
 RULES = ("smart_level", "smart_growth")  # the rankings every model is judged against
+# The "rule first" orderings' floors (pre-registered before any figure of them): the
+# fleet-weighted median risk of the drives the growth rule flags over the trailing N days.
+RULE_FIRST_FLOORS = {"day median": 1, "7-day median": 7}
 
 
 def window(data: Path, half: str, start: date | None, end: date | None) -> tuple[date | None, date | None]:
@@ -84,6 +95,8 @@ def stages(args: argparse.Namespace, work: Path) -> list[tuple[str, list[str], P
     backtest = [sys.executable, __file__, "--backtest-child", str(work)]
     judge = [sys.executable, __file__, "--judge-child", str(work), *(str(s) for s in args.shares)]
     judge += [] if args.entry_floor is None else [f"--floor={args.entry_floor}"]
+    judge += [f"--rule-first={','.join(args.rule_first)}"]
+    judge += [] if args.since is None else [f"--since={args.since.isoformat()}"]
     return [
         ("convert", convert, work / "data/sampling.json"),
         ("ingest", [*base, "ingest", "--source", "canonical", "--path", str(work / "data/tables")], work / "ingested"),
@@ -187,11 +200,96 @@ def rule_scores(levels: pl.DataFrame, keys: pl.DataFrame) -> dict[str, pl.DataFr
     }
 
 
-def judge_child(work: Path, shares: list[float], floor: float | None = None) -> None:
+def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The lower weighted median: the smallest value whose cumulative weight (values in
+    ascending order) reaches half the total weight."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2, side="left")])
+
+
+def rule_first(
+    risk: pl.DataFrame, growth: pl.DataFrame, weights: pl.DataFrame | None = None, floor_days: int | None = None
+) -> pl.DataFrame:
+    """``unit_id, ts, score``: the growth rule's flags first, then the model's list.
+
+    Each day the drives the growth rule flags (``growth``'s score not null: the sum grew)
+    rank above every other drive, ordered among themselves by the model's ``risk`` (one it
+    did not score: last of them); the other drives follow by their risk.  With
+    ``floor_days``, another drive is ranked only when its risk is at least the day's
+    floor, the fleet-weighted median (:func:`weighted_median`) of the risks of the drives
+    the rule flagged (and the model scored) that day and the ``floor_days - 1`` days
+    before; with none flagged, none is added.  Below the floor a drive counts among those
+    reporting but is never flagged.  Nothing here reads a failure: the floor of a day uses
+    the model's scores and the rule's values of that day and earlier ones.
+    """
+    from foreshock.budget import WEIGHT_COLUMN
+
+    frame = (
+        risk.select("unit_id", "ts", pl.col("risk").cast(pl.Float64).fill_nan(None))
+        .join(
+            growth.select("unit_id", "ts", pl.col("score").is_not_null().alias("ruled")),
+            on=["unit_id", "ts"],
+            how="left",
+        )
+        .with_columns(pl.col("ruled").fill_null(False), pl.col("ts").dt.truncate("1d").alias("day"))
+    )
+    low, top = frame.get_column("risk").min(), frame.get_column("risk").max()
+    low, top = (0.0, 0.0) if low is None else (float(low), float(top))
+    # tier 1 sits above every risk: its lowest score is top + 1
+    first = pl.when(pl.col("ruled")).then(pl.col("risk").fill_null(low) + (top - low + 1.0))
+    if floor_days is None:
+        return frame.select("unit_id", "ts", first.otherwise(pl.col("risk")).alias("score"))
+    if weights is None:
+        frame = frame.with_columns(pl.lit(1.0).alias(WEIGHT_COLUMN))
+    else:
+        frame = frame.join(weights.select("unit_id", WEIGHT_COLUMN), on="unit_id", how="left").with_columns(
+            pl.col(WEIGHT_COLUMN).fill_null(1.0)
+        )
+    flagged = frame.filter(pl.col("ruled") & pl.col("risk").is_not_null())
+    by_day = {
+        d: (part.get_column("risk").to_numpy(), part.get_column(WEIGHT_COLUMN).to_numpy())
+        for (d,), part in flagged.group_by(["day"])
+    }
+    days = frame.get_column("day").unique().sort()
+    floors = []
+    for d in days:
+        trail = [by_day[t] for t in (d - timedelta(days=k) for k in range(floor_days)) if t in by_day]
+        floors.append(
+            weighted_median(np.concatenate([v for v, _ in trail]), np.concatenate([w for _, w in trail]))
+            if trail
+            else None
+        )
+    floor = pl.DataFrame({"day": days, "floor": pl.Series(floors, dtype=pl.Float64)})
+    return frame.join(floor, on="day", how="left").select(
+        "unit_id", "ts", first.when(pl.col("risk") >= pl.col("floor")).then(pl.col("risk")).alias("score")
+    )
+
+
+def rule_first_series(model: str, risk: pl.DataFrame, growth: pl.DataFrame, weights) -> dict[str, pl.DataFrame]:
+    """The rule-first orderings of one model: no floor, and each of ``RULE_FIRST_FLOORS``."""
+    name = f"{model}>growth"
+    out = {name: rule_first(risk, growth)}
+    for floor, days in RULE_FIRST_FLOORS.items():
+        out[f"{name}, floor {floor}"] = rule_first(risk, growth, weights, days)
+    return out
+
+
+def judge_child(
+    work: Path,
+    shares: list[float],
+    floor: float | None = None,
+    rule_first_models: tuple[str, ...] = ("gbm",),
+    since: date | None = None,
+) -> None:
     """Out-of-sample model scores and the rules on the drive-days with a reading, judged at
     each share (see the module docstring); ``judged.json`` and the tables printed.  The
     scores are read one model at a time (all of them at once: about 50 M rows on the whole
-    data set), so memory holds one model's scores, the drives' levels and the two rules."""
+    data set), so memory holds one model's scores, the drives' levels and the two rules.
+    ``rule_first_models``: the models also judged in the rule-first orderings
+    (:func:`rule_first`); ``since``: every ranking judged again on the days from then on
+    (``judged["since"]``; the rules and floors still use the days before as history)."""
+    from foreshock.budget import fleet_weights
     from foreshock.config import load_config
     from foreshock.lake.read import read_table
     from foreshock.models.evaluation.backtest_report import read_report, scores_path
@@ -217,18 +315,42 @@ def judge_child(work: Path, shares: list[float], floor: float | None = None) -> 
     # counted, and a reporting drive a model did not score counts, unflagged (null).
     reporting = levels.filter(pl.col("ts").dt.date() >= first.date()).select("unit_id", "ts")
     failures, inventory = read_table(config.lake_dir, "failures"), read_table(config.lake_dir, "inventory")
-    rules = judge_shares(rule_scores(levels, reporting), failures, inventory, config, shares)
+    weights = fleet_weights(inventory)
+    later = None if since is None else datetime.combine(since, time(), tzinfo=UTC)
+    judged: dict = {"results": []}
+    window: dict = {"from": str(since), "results": []}
+
+    def judge(series: dict[str, pl.DataFrame], floor: float | None = None) -> list[dict]:
+        out = judge_shares(series, failures, inventory, config, shares, floor)
+        if later is not None:
+            part = {name: frame.filter(pl.col("ts") >= later) for name, frame in series.items()}
+            window["results"] += judge_shares(part, failures, inventory, config, shares, floor)["results"]
+        judged.update({k: v for k, v in out.items() if k != "results"})
+        return out["results"]
+
+    rules = rule_scores(levels, reporting)
     del levels
-    judged = {**rules, "results": []}
+    rule_rows = judge(rules)
+    growth = rules["smart_growth"]
     for model in models:
         risk = scores.filter(pl.col("model") == model).select("unit_id", "ts", "risk").collect()
         series = {model: reporting.join(risk, on=["unit_id", "ts"], how="left")}
         del risk
-        judged["results"] += judge_shares(series, failures, inventory, config, shares)["results"]
+        judged["results"] += judge(series)
         if floor > 0:  # the same scores with the configured entry floor (the budget is a cap)
-            judged["results"] += judge_shares(series, failures, inventory, config, shares, floor)["results"]
-    judged["results"] += rules["results"]
+            judged["results"] += judge(series, floor)
+        if model in rule_first_models:
+            judged["results"] += judge(rule_first_series(model, series[model], growth, weights))
+    judged["results"] += rule_rows
+    if later is not None:  # the rules' rows last, as in the whole period's
+        rule_names = set(RULES)
+        window["results"] = [r for r in window["results"] if r["model"] not in rule_names] + [
+            r for r in window["results"] if r["model"] in rule_names
+        ]
+        window["against_rules"] = against_rules(window)
+        judged["since"] = window
     judged["entry_floor"] = floor
+    judged["rule_first_floors"] = RULE_FIRST_FLOORS
     judged["against_rules"] = against_rules(judged)
     judged["models"] = {m: report["models"][m][HORIZON]["snapshot"] for m in report["models"]}
     judged["backtest_period"] = report["scored"]
@@ -380,7 +502,17 @@ def render(judged: dict) -> str:
         lines.append(
             f"| {model} | {_cell(m['pr_auc'], 3)} | {_cell(m['c_index'], 3)} | {_cell(m['calibration_error'], 4)} |"
         )
-    for share in judged["shares"]:
+    lines += share_tables(judged, judged["shares"])
+    if "since" in judged:
+        lines += [f"\n## From {judged['since']['from']} on (the days before only as the rules' and floors' history)"]
+        lines += share_tables(judged["since"], judged["shares"])
+    return "\n".join(lines)
+
+
+def share_tables(judged: dict, shares: list[float]) -> list[str]:
+    """Per share, a table of every ranking (the fleet, then each maker) and the verdicts."""
+    lines: list[str] = []
+    for share in shares:
         lines += [
             f"\n### Top {share * 100:g} % of the drives reporting each day\n",
             "| maker | ranking | flags/day | flags (true / false / late) | precision | caught / failures | recall "
@@ -406,7 +538,7 @@ def render(judged: dict) -> str:
                 f"{'yes' if v['beats_smart_level'] else 'no'}, growth {'yes' if v['beats_smart_growth'] else 'no'})"
                 for v in verdicts
             ]
-    return "\n".join(lines)
+    return lines
 
 
 # -- the command ----------------------------------------------------------------------------
@@ -417,10 +549,15 @@ def main() -> int:
         backtest_child(Path(sys.argv[2]))
         return 0
     if len(sys.argv) >= 3 and sys.argv[1] == "--judge-child":
-        rest = sys.argv[3:]
-        floors = [float(a.split("=", 1)[1]) for a in rest if a.startswith("--floor=")]
-        shares = [float(a) for a in rest if not a.startswith("--floor=")] or list(SHARES)
-        judge_child(Path(sys.argv[2]), shares, floors[0] if floors else None)
+        options = dict(a[2:].split("=", 1) for a in sys.argv[3:] if a.startswith("--"))
+        shares = [float(a) for a in sys.argv[3:] if not a.startswith("--")] or list(SHARES)
+        judge_child(
+            Path(sys.argv[2]),
+            shares,
+            float(options["floor"]) if "floor" in options else None,
+            tuple(m for m in options.get("rule-first", "gbm").split(",") if m),
+            date.fromisoformat(options["since"]) if "since" in options else None,
+        )
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="the start-stop Parquet file")
@@ -435,6 +572,16 @@ def main() -> int:
         "--entry-floor",
         type=float,
         help="judge each model also with this entry floor on its risk (default: [backtest] entry_floor; 0: none)",
+    )
+    parser.add_argument(
+        "--rule-first",
+        nargs="*",
+        default=["gbm"],
+        metavar="MODEL",
+        help="models also judged growth rule first, then by their risk (rows '<model>>growth'; none: no names)",
+    )
+    parser.add_argument(
+        "--since", type=date.fromisoformat, help="judge every ranking again on the days from this date on"
     )
     parser.add_argument("--redo", action="store_true", help="start again: remove the work directory's data first")
     args = parser.parse_args()
