@@ -16,12 +16,13 @@ Data sets (each prepared once under ``--work``, then reused):
     ``foreshock simulate --units 4096 --days 60 --failure-rate 0.5``: a GPU fleet
     failing as often as Llama 3's (0.5 per 1,000 GPU-days in service, about 120 failures,
     the demo's modes and precursors), hourly snapshots, the product's label horizons (24 and
-    72 hours: a unit enters drain on either risk) with the decision at 72 hours, a budget of 0.1 %
+    72 hours: a unit enters drain on its held 24-hour risk, the default) with the decision at 72 hours, a budget of 0.1 %
     of the GPUs reporting each day (about 4 a day), and the issue's target precision 0.8
     (its prospective operating point: the threshold chosen on earlier folds).  Its policy
-    point is judged a second time on the same scores draining on the 24-hour risk alone
-    (``[policy] second_only``: ``benchmarks/rejudge_policy.py ... --second-only``, printed
-    after the report), and the checks say whether LightGBM meets the GPU target (recall of
+    point is judged a second time on the same scores as the policy was before 2026-12-07,
+    either risk entering at ``enter_risk`` (``[policy] second_only = false``:
+    ``benchmarks/rejudge_policy.py ... --second-horizon 24h``, printed after the report),
+    and the checks say whether LightGBM meets the GPU target (recall of
     the failures with a precursor >= 0.6 at precision >= 0.8) at each policy point.  Heavy: the
     simulation writes ~7 GB of raw telemetry (removed once ingested, but the ground truth,
     unless ``--keep-raw``) and the features' roll-ups ~5 GB; give it ~20 GB of free disk and
@@ -76,7 +77,7 @@ class DataSet:
     ground_truth: str | None = None
     before: object = None  # a callable run before the commands (a generator)
     raw: str | None = None  # raw telemetry removed once ingested (but the ground truth), unless --keep-raw
-    second_only: bool = False  # also judge the policy draining on the 24-hour risk alone (rejudge_policy.py)
+    either_too: bool = False  # also judge the policy point with either risk entering (rejudge_policy.py)
 
 
 def datasets(work: Path, days_1024: int, gpu_units: int = 4096, gpu_seed: int = 0) -> dict[str, DataSet]:
@@ -127,7 +128,7 @@ def datasets(work: Path, days_1024: int, gpu_units: int = 4096, gpu_seed: int = 
             ],
             ground_truth=str(real / "raw/sim/ground_truth.parquet"),
             raw=str(real / "raw/sim"),
-            second_only=True,
+            either_too=True,
         ),
     }
 
@@ -158,9 +159,9 @@ def target_line(name: str, point: dict) -> str:
     )
 
 
-def checks(report: dict, second_only: list[dict] | None = None) -> list[str]:
+def checks(report: dict, either: list[dict] | None = None) -> list[str]:
     """The issue's two checks per horizon, as lines of text (PASS / FAIL with the numbers),
-    and with ``second_only`` (the policy point draining on the 24-hour risk alone) the GPU
+    and with ``either`` (the policy point judged again with either risk entering) the GPU
     target at both policy points for LightGBM at the decision horizon."""
     lines = []
     models = report["models"]
@@ -187,12 +188,15 @@ def checks(report: dict, second_only: list[dict] | None = None) -> list[str]:
                 f"{models['gbm'][h]['snapshot']['failure_rate']:.4f}, largest tie "
                 f"{models['gbm'][h]['snapshot']['largest_tie_share']:.3f}"
             )
-    for judged in second_only or []:
+    for judged in either or []:
         if judged["model"] == "gbm" and "entry" in judged["point"]:  # the decision horizon's point
             h = judged["horizon"]
             default = models["gbm"][h]["operating_points"].get("policy") or {}
-            lines.append(target_line(f"[{h}] LightGBM at the default policy point", default))
-            lines.append(target_line(f"[{h}] LightGBM draining on the 24-hour risk alone", judged["point"]))
+            entry = default.get("entry", "")
+            lines.append(target_line(f"[{h}] LightGBM at the default policy point ({entry})", default))
+            lines.append(
+                target_line(f"[{h}] LightGBM with either risk entering ({judged['point']['entry']})", judged["point"])
+            )
     return lines
 
 
@@ -236,27 +240,28 @@ def evaluate(data: DataSet, work: Path, keep_raw: bool = False) -> dict:
     timings["backtest"] = run(argv, directory / "backtest-evaluate.log")
     report = json.loads((out / "report.json").read_text())
     result = {"timings": timings, "report": report, "markdown": (out / "report.md").read_text()}
-    if data.second_only:
-        # The policy point again, draining on the 24-hour risk alone (docs/gpu_real_rate.md),
-        # judged on the same stored scores (no refit), at the configuration's own entry and hold.
+    if data.either_too:
+        # The policy point again as it was before 2026-12-07, either risk entering at enter_risk
+        # (docs/gpu_real_rate.md), on the same stored scores (no refit), with the configuration's hold.
         from foreshock.config import load_config
 
         policy = load_config(config, data_dir=directory).section("policy")
-        points = directory / "second-only.json"
-        log = directory / "second-only.log"
+        points = directory / "either-horizon.json"
+        log = directory / "either-horizon.log"
         argv = [
             *(sys.executable, str(ROOT / "benchmarks/rejudge_policy.py"), "--backtest", str(out)),
             *("--data-dir", str(directory), "--config", str(config), "--models", "gbm", "cox"),
             *("--ground-truth", data.ground_truth or ""),
             *("--enter-risk", str(policy["enter_risk"]), "--enter-for", str(policy["enter_for"])),
-            *("--second-horizon", "24h", "--second-enter-risk", "0.4", "--second-only", "--json", str(points)),
+            *("--second-horizon", "24h", "--second-enter-risk", str(policy["enter_risk"])),
+            *("--json", str(points)),
         ]
-        timings["second-only judge"] = run(argv, log)
+        timings["either-horizon judge"] = run(argv, log)
         result["markdown"] += (
-            f"\n\nThe policy point draining on the 24-hour risk alone (at 0.4, held {policy['enter_for']}):\n\n"
+            f"\n\nThe policy point with either risk entering (at {policy['enter_risk']}, held {policy['enter_for']}):\n\n"
         )
         result["markdown"] += log.read_text()
-        result["second_only"] = json.loads(points.read_text())
+        result["either"] = json.loads(points.read_text())
     return result
 
 
@@ -304,7 +309,7 @@ def main() -> int:
         print(result["markdown"])
         for step, t in result["timings"].items():
             print(f"{step}: wall {t['wall_s']:.1f} s, CPU {t['cpu_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB")
-        lines = checks(result["report"], result.get("second_only"))
+        lines = checks(result["report"], result.get("either"))
         print("\n".join(lines), flush=True)
         summary += [f"{name} {line}" for line in lines]
     print("\n######## checks")

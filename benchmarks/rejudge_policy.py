@@ -4,7 +4,9 @@ A backtest keeps every model's out-of-sample scores (``scores.parquet``).  This 
 again, with the backtest's own judge, at each combination of ``[policy] enter_risk`` (the
 exit level stays at the configured ``exit_risk / enter_risk`` of it), ``enter_for`` and, with
 ``--second-horizon`` (a horizon the backtest scored), ``second_enter_risk`` given (with
-``--second-only``, only that horizon's risk enters drain), and prints
+``--second-only``, only that horizon's risk enters drain; without ``--second-only`` either
+risk enters; ``--second-horizon ""``: the decision risk alone; no ``--second-horizon``: the
+configuration's own, the built-in 24-hour risk alone where the backtest scored it), and prints
 the policy point of each model: alerts, true alerts, precision per alert and per
 unit, caught, recall of the failures with a precursor (with a ground truth), early alerts and
 GPU-hours saved.
@@ -19,7 +21,7 @@ Usage::
     uv run python benchmarks/rejudge_policy.py --backtest DIR/backtest --data-dir DIR \\
         [--config DIR/evaluate.toml] [--ground-truth DIR/raw/sim/ground_truth.parquet] \\
         [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h] \\
-        [--second-horizon 24h --second-enter-risk 0.4 0.5 [--second-only]] [--alert-window 72h]
+        [--second-horizon 24h|"" --second-enter-risk 0.4 0.5 [--second-only]] [--alert-window 72h]
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
     policy.update(enter_risk=enter_risk, exit_risk=ratio * enter_risk, enter_for=enter_for)
     if second_risk is not None:
         policy.update(second_horizon=args.second_horizon, second_enter_risk=second_risk, second_only=args.second_only)
+    elif args.second_horizon is not None:  # "": the decision horizon's risk alone
+        policy.update(second_horizon="", second_only=False)
     if args.alert_window:  # W: how long before a failure an alert still catches it
         config.settings["backtest"]["alert_window"] = args.alert_window
     scores = pl.scan_parquet(scores_path(args.backtest)).filter(pl.col("model").is_in(args.models))
@@ -95,7 +99,10 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=["gbm"])
     parser.add_argument("--enter-risk", nargs="+", type=float, default=[0.5])
     parser.add_argument("--enter-for", nargs="+", default=["1h", "6h"])
-    parser.add_argument("--second-horizon", help="[policy] second_horizon (a horizon the backtest scored)")
+    parser.add_argument(
+        "--second-horizon",
+        help='[policy] second_horizon (a horizon the backtest scored; "": none; default: the configuration\'s)',
+    )
     parser.add_argument("--second-enter-risk", nargs="+", type=float, default=[0.5])
     parser.add_argument(
         "--second-only", action="store_true", help="[policy] second_only: only the second horizon's risk enters"

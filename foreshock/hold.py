@@ -37,14 +37,19 @@ risk and still be judged, and watched, at 72 hours.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any
 
 import polars as pl
 
-from foreshock.durations import spelled_as
+from foreshock.config import builtin_default
+from foreshock.durations import parse_duration, spelled_as
+
+log = logging.getLogger(__name__)
 
 HELD_COLUMN = "risk_held"
 # The entry risk and its held value (the decision risk and held risk without a second horizon).
@@ -150,6 +155,51 @@ class Entry:
         if self.second_only:
             return f"risk_{self.second_horizon} >= {self.second_enter_risk:g}"
         return f"risk_{self.horizon} >= {self.enter_risk:g} or risk_{self.second_horizon} >= {self.second_enter_risk:g}"
+
+
+def second_way_in(policy: Mapping[str, Any], labels: Sequence[str], horizon: str) -> dict[str, Any]:
+    """``[policy] second_horizon``, ``second_enter_risk`` and ``second_only`` as they apply to
+    a fleet whose models score the ``[labels]`` horizons ``labels`` and decide at ``horizon``.
+
+    The second horizon is spelled as ``labels`` spell it (``1d`` is their ``24h``).  The
+    built-in second horizon (``24h``) applies only where it is one of ``labels`` and shorter
+    than ``horizon``: elsewhere (a daily disk fleet labelled ``14d``, a fleet deciding at
+    ``24h``) the policy enters drain on the decision risk alone, and says so once in the
+    log.  A second horizon the configuration names itself must be one of ``labels``.
+    """
+    second = str(policy.get("second_horizon", "") or "")
+    values = {
+        "second_horizon": second,
+        "second_enter_risk": float(policy.get("second_enter_risk", 1.0)),
+        "second_only": bool(policy.get("second_only", False)),
+    }
+    if not second:
+        return {**values, "second_only": False}
+    spelled = spelled_as(second, labels)
+    if spelled is not None and parse_duration(spelled) < parse_duration(horizon):
+        return {**values, "second_horizon": spelled}
+    if second == builtin_default("policy", "second_horizon"):
+        reason = "is not one of [labels] horizons" if spelled is None else "is not shorter than the decision horizon"
+        if (second, tuple(labels), horizon) not in _SAID:
+            _SAID.add((second, tuple(labels), horizon))
+            log.info(
+                "[policy] second_horizon %s (built in) %s %s (decision horizon %s): drains enter on the %s risk alone",
+                second,
+                reason,
+                list(labels),
+                horizon,
+                horizon,
+            )
+        return {"second_horizon": "", "second_enter_risk": values["second_enter_risk"], "second_only": False}
+    if spelled is None:
+        raise ValueError(
+            f"[policy] second_horizon = {second!r} is not one of [labels] horizons {list(labels)}: "
+            "the models score only those"
+        )
+    return {**values, "second_horizon": spelled}  # not shorter: PolicySettings names the error
+
+
+_SAID: set[tuple[str, tuple[str, ...], str]] = set()  # fallbacks already logged by this process
 
 
 def entry_series(scores: pl.DataFrame, entry: Entry, hold: timedelta, step: timedelta) -> pl.DataFrame:

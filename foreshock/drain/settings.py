@@ -11,8 +11,8 @@ from foreshock.config import builtin_field, section_values
 from foreshock.costs import DrainCosts, policy_default
 from foreshock.drain.learned import LearnedSettings
 from foreshock.drain.lemons import LemonSettings
-from foreshock.durations import parse_duration, spelled_as
-from foreshock.hold import Entry
+from foreshock.durations import parse_duration
+from foreshock.hold import Entry, second_way_in
 
 LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
 
@@ -32,8 +32,10 @@ class PolicySettings:
         ``enter_risk`` at each of its snapshots over this long (its held risk,
         :mod:`foreshock.hold`; the scores carry it).
     second_horizon, second_enter_risk
-        A second way into drain (``""``: none): the risk at this shorter horizon held at or
-        above ``second_enter_risk`` for ``enter_for`` (:class:`foreshock.hold.Entry`).
+        A second way into drain (``""``: none, the default of settings built in code; the
+        configuration's built-in ``24h`` where its ``[labels]`` score it): the risk at this
+        shorter horizon held at or above ``second_enter_risk`` for ``enter_for``
+        (:class:`foreshock.hold.Entry`).
     second_only
         Only the second horizon's risk enters drain; the decision risk places the levels
         below it (:class:`foreshock.hold.Entry`).
@@ -65,9 +67,11 @@ class PolicySettings:
     enter_risk: float = policy_default("enter_risk", float)
     exit_risk: float = policy_default("exit_risk", float)
     enter_for: timedelta = policy_default("enter_for", timedelta)
-    second_horizon: str = policy_default("second_horizon", str)
+    # Built without a configuration: no second way in.  The built-in configuration's 24h is
+    # resolved against its [labels] by from_config (foreshock.hold.second_way_in).
+    second_horizon: str = ""
     second_enter_risk: float = policy_default("second_enter_risk", float)
-    second_only: bool = policy_default("second_only", bool)
+    second_only: bool = False
     snapshot_every: timedelta = builtin_field("features", "snapshot_every", timedelta)
     watch_risk: float = policy_default("watch_risk", float)
     diagnostics_risk: float = policy_default("diagnostics_risk", float)
@@ -116,16 +120,11 @@ class PolicySettings:
         snapshot_every`` (the schema has checked their types; the built-in file supplies
         every key a user leaves out)."""
         policy = dict(config.section("policy"))
-        if second := policy.get("second_horizon"):
-            labels = list(config.settings["labels"]["horizons"])
-            # spelled as the scores spell it ("1d" is their "24h"), for reasons and costs
-            policy["second_horizon"] = spelled_as(second, labels)
-            if policy["second_horizon"] is None:
-                raise ValueError(
-                    f"[policy] second_horizon = {second!r} is not one of [labels] horizons {labels}: "
-                    "the models score only those"
-                )
+        labels = list(config.settings["labels"]["horizons"])
+        second = second_way_in(policy, labels, str(config.section("models")["horizon"]))
+        del second["second_enter_risk"]  # read with the rest of [policy] below
         return cls(
+            **second,
             **section_values(cls, "policy", policy),
             **section_values(cls, "models", config.section("models")),
             **section_values(cls, "fleet", config.section("fleet")),

@@ -24,11 +24,14 @@ from foreshock.config import load_config
 
 @pytest.fixture
 def drain_config(tmp_path):
-    """A config on a fresh data dir with guards loose enough for small fleets."""
+    """A config on a fresh data dir with guards loose enough for small fleets, draining on
+    the decision horizon's risk (the tests drive drains by the 72-hour risk; the default's
+    entry on the held 24-hour risk is tested in test_second_horizon.py)."""
     config = load_config(data_dir=tmp_path / "data")
     return config.with_overrides(
         {
             "policy": {
+                "second_horizon": "",
                 "max_drained_share_cluster": 0.5,
                 "max_drained_share_per_domain": 1.0,
                 "max_new_drains_per_run": 10,

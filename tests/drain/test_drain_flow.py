@@ -81,12 +81,13 @@ def test_replay_command_writes_the_report(prefect_server, drain_config, capsys):
             "unit_id": u,
             "ts": T0 + timedelta(hours=h),
             "model": m,
-            "horizon": "72h",
+            "horizon": horizon,
             "risk": 0.9 if (m == "gbm" and u == failing and 10 <= h < 40) else 0.01,
         }
         for m in ("gbm", "baseline")
         for u in (failing, healthy)
         for h in range(48)
+        for horizon in ("24h", "72h")  # every [labels] horizon, as a backtest scores them
     ]
     scores = pl.DataFrame(rows).with_columns(pl.col("ts").dt.cast_time_unit("us"))
     (data_dir / "backtest").mkdir(parents=True)

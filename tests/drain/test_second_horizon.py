@@ -128,10 +128,11 @@ def test_the_backtest_policy_point_is_the_two_horizon_policy_when_set():
     )
     periods = [Period(T0, T0 + 48 * HOUR)]
     base = {"backtest": {"alert_window": "3d", "min_lead_time": "1h"}, "policy": {"enter_for": "6h"}}
-    off = judge_scores(scores, failures, load_config().with_overrides(base), periods=periods)
+    off_config = load_config().with_overrides({**base, "policy": {"enter_for": "6h", "second_horizon": ""}})
+    off = judge_scores(scores, failures, off_config, periods=periods)
     assert off["models"]["gbm"]["72h"]["operating_points"]["policy"]["caught"] == 0
     on_config = load_config().with_overrides(
-        {**base, "policy": {"enter_for": "6h", "second_horizon": "24h", "second_enter_risk": 0.4}}
+        {**base, "policy": {"enter_for": "6h", "second_horizon": "24h", "second_enter_risk": 0.4, "second_only": False}}
     )
     on = judge_scores(scores, failures, on_config, periods=periods)
     point = on["models"]["gbm"]["72h"]["operating_points"]["policy"]
@@ -159,3 +160,33 @@ def test_the_configuration_names_a_second_horizon_the_models_do_not_score():
         PolicySettings.from_config(config)
     spelled = PolicySettings.from_config(load_config().with_overrides({"policy": {"second_horizon": "1d"}}))
     assert spelled.second_horizon == "24h"  # as the scores name it: reasons and costs find risk_24h
+
+
+def test_the_built_in_second_horizon_applies_where_the_labels_score_it(caplog):
+    """The default drains on the held 24-hour risk alone; a fleet whose labels lack 24 hours
+    (a daily disk fleet) or that decides at 24 hours drains on its decision risk, logged once;
+    the backtest's policy point reads the same."""
+    import foreshock.hold as hold_module
+    from foreshock.models.evaluation.operating_points import OperatingPoints
+
+    config = load_config()
+    assert PolicySettings.from_config(config).entry.describe() == "risk_24h >= 0.4"
+    assert OperatingPoints.from_config(config).entry("72h").describe() == "risk_24h >= 0.4"
+    for labels, horizon in ((["14d"], "14d"), (["24h"], "24h")):
+        daily = config.with_overrides({"labels": {"horizons": labels}, "models": {"horizon": horizon}})
+        caplog.clear()
+        hold_module._SAID.clear()  # another test of this process may have said it already
+        with caplog.at_level("INFO", logger="foreshock.hold"):
+            policy = PolicySettings.from_config(daily)
+            points = OperatingPoints.from_config(daily)
+            PolicySettings.from_config(daily)
+        assert (policy.second_horizon, policy.second_only) == ("", False)
+        assert points.entry(horizon).describe() == "risk >= 0.5"
+        said = [r.getMessage() for r in caplog.records if "second_horizon 24h (built in)" in r.getMessage()]
+        assert len(said) == 1, said  # three readings, said once
+    # a second horizon the configuration names itself is still checked
+    named = config.with_overrides(
+        {"labels": {"horizons": ["14d"]}, "models": {"horizon": "14d"}, "policy": {"second_horizon": "2d"}}
+    )
+    with pytest.raises(ValueError, match="is not one of"):
+        PolicySettings.from_config(named)

@@ -55,7 +55,7 @@ import polars as pl
 from foreshock.budget import DailyBudget
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
-from foreshock.hold import Entry
+from foreshock.hold import Entry, second_way_in
 from foreshock.models.estimators.training import snapshot_step
 from foreshock.models.evaluation.alert_replay import AlertRule, Period, RiskReplay, alert_count
 from foreshock.models.evaluation.alerts import threshold_for_precision
@@ -156,6 +156,8 @@ class OperatingPoints:
     def from_config(cls, config) -> OperatingPoints:
         backtest, policy = config.section("backtest"), config.section("policy")
         share = backtest.get("daily_budget_share")
+        labels = list(config.settings["labels"]["horizons"])
+        second = second_way_in(policy, labels, str(config.section("models")["horizon"]))
         return cls(
             alerts_per_day=float(backtest["drain_budget_per_day"]),
             target_precision=float(backtest["target_precision"]),
@@ -165,9 +167,7 @@ class OperatingPoints:
             daily_share=None if share is None else float(share),
             entry_floor=float(backtest.get("entry_floor", 0.0)),
             hold=config.duration("policy", "enter_for"),
-            second_horizon=str(policy.get("second_horizon", "")),
-            second_enter_risk=float(policy.get("second_enter_risk", 1.0)),
-            second_only=bool(policy.get("second_only", False)),
+            **second,
         )
 
     def entry(self, horizon: str) -> Entry:
