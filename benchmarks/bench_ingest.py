@@ -6,6 +6,8 @@ the simulator's mixed landing.
     uv run python benchmarks/bench_ingest.py --formats simulator --gpus 1024 --days 14  # the issue-28 landing
     uv run python benchmarks/bench_ingest.py --before main~5       # also the code of an older revision
     uv run python benchmarks/bench_ingest.py --parse-ahead         # also this tree parsing ahead
+    uv run python benchmarks/bench_ingest.py --malloc-conf dirty_decay_ms:30000,muzzy_decay_ms:30000
+                                                                   # also this tree with that jemalloc setting
 
 Writes ``nvidia-smi --query-gpu=... --format=csv`` files (one per node and day, 8 GPUs per
 node, as ``nvidia-smi -l 60`` would) and canonical ``samples-<day>.parquet`` files with the
@@ -32,7 +34,11 @@ rounds whose order turns: figures are medians, ratios the medians of each round'
 ``--before REV`` runs the same ingests with the ``foreshock`` package of git revision
 ``REV`` (extracted with ``git archive``) in the same run and prints the after/before
 ratios, and whether both wrote the same lake and quarantine (every Parquet file compared
-as frames).  A lake-merge micro-benchmark (one partition, then an hour of newer rows appended,
+as frames).  ``--parse-ahead`` and ``--malloc-conf CONF`` (Polars' jemalloc told
+``_RJEM_MALLOC_CONF=CONF`` as it loads; with ``--parse-ahead`` also parsing ahead) run this
+tree again in the same rounds, each compared with this tree's default run and checked for
+the same lake and quarantine.  System CPU (the kernel's share: page faults, zeroing pages
+the allocator gave back) is printed beside the total.  A lake-merge micro-benchmark (one partition, then an hour of newer rows appended,
 with and without the append fast path) always runs.
 """
 
@@ -191,6 +197,7 @@ def ingest_child(raw: Path, data: Path, workers: int | None) -> None:
         overrides["runner"] = {"local_workers": workers}
     config = load_config(data_dir=data).with_overrides(overrides)
     started, cpu_started = time.perf_counter(), time.process_time()
+    system_started = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     report = ingest_path(raw, config)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     print(
@@ -198,6 +205,7 @@ def ingest_child(raw: Path, data: Path, workers: int | None) -> None:
             {
                 "seconds": seconds,
                 "cpu": cpu,
+                "sys": resource.getrusage(resource.RUSAGE_SELF).ru_stime - system_started,
                 "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "totals": report.totals,
                 "adds_up": report.adds_up,
@@ -262,14 +270,23 @@ def floor_child(raw: Path, data: Path) -> None:
 
 
 def run_child(
-    mode: str, raw: Path, data: Path, code: Path | None = None, workers: int | None = None, keep: Path | None = None
+    mode: str,
+    raw: Path,
+    data: Path,
+    code: Path | None = None,
+    workers: int | None = None,
+    keep: Path | None = None,
+    malloc_conf: str | None = None,
 ) -> dict:
     """Run ``--child`` (ingest ``raw`` into a fresh lake; ``code``: an older package tree;
     ``mode`` ``--child-parse-ahead``: with ``[ingest] parse_ahead = true``) or
     ``--floor-child`` in a child process; its JSON line.  ``keep``: the data directory is
-    moved there (when nothing is there yet) instead of deleted."""
+    moved there (when nothing is there yet) instead of deleted.  ``malloc_conf``: the
+    child's ``_RJEM_MALLOC_CONF`` (Polars' jemalloc reads it as Polars loads)."""
     shutil.rmtree(data, ignore_errors=True)
     env = dict(os.environ)
+    if malloc_conf is not None:
+        env["_RJEM_MALLOC_CONF"] = malloc_conf
     if mode == "--child-parse-ahead":  # the child's config reads it (FORESHOCK_<SECTION>_<KEY>)
         mode, env["FORESHOCK_INGEST_PARSE_AHEAD"] = "--child", "true"
     if code is not None:
@@ -320,12 +337,13 @@ def same_lakes(one: Path, other: Path) -> list[str]:
 def report_ingest(label: str, result: dict, target: int) -> None:
     totals, seconds, cpu = result["totals"], result["seconds"], result["cpu"]
     rows = totals["rows_read"]
+    system = f" ({result['sys']:.1f}s of it system)" if "sys" in result else ""
     print(
         f"  {label}: {rows:,} rows read, {totals['rows_stored']:,} stored, {totals['rows_quarantined']:,} quarantined, "
         f"{totals['duplicates_dropped']:,} duplicates (adds up: {result['adds_up']}, files rejected: {result['rejected']})"
     )
     print(
-        f"    wall {seconds:.1f}s = {rows / seconds:,.0f} rows/s | cpu {cpu:.1f}s = {rows / cpu:,.0f} rows per CPU-s "
+        f"    wall {seconds:.1f}s = {rows / seconds:,.0f} rows/s | cpu {cpu:.1f}s{system} = {rows / cpu:,.0f} rows per CPU-s "
         f"= {cpu / rows * 1e6:.2f} CPU-s per million rows | peak RSS {result['peak_mb']:,.0f} MB | target "
         f"{target:,} rows/s: {'met' if rows / seconds >= target else 'not met'} (wall), "
         f"{'met' if rows / cpu >= target else 'not met'} (CPU); on an idle 2-core machine it needs at most "
@@ -334,6 +352,11 @@ def report_ingest(label: str, result: dict, target: int) -> None:
     count, fastest, slowest = result.get("runs", (1, seconds, seconds))
     if count > 1:
         print(f"    (medians of {count} runs; wall from {fastest:.2f}s to {slowest:.2f}s)")
+
+
+def _print_same_lake(what: str, one: Path, other: Path) -> None:
+    differ = same_lakes(one, other)
+    print(f"    lake and quarantine the same rows as this tree's default run, {what}: {not differ} {differ[:5] or ''}")
 
 
 def merge_bench(gpus: int, every_s: int) -> None:
@@ -406,6 +429,12 @@ def main() -> None:
         help="rounds of runs (this tree, the floor, --before; in turn): medians and paired ratios (default 3)",
     )
     parser.add_argument("--parse-ahead", action="store_true", help="also this tree with [ingest] parse_ahead = true")
+    parser.add_argument(
+        "--malloc-conf",
+        metavar="CONF",
+        help="also this tree with _RJEM_MALLOC_CONF=CONF (Polars' jemalloc; with --parse-ahead also parsing ahead), "
+        "e.g. dirty_decay_ms:30000,muzzy_decay_ms:30000",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
@@ -443,14 +472,18 @@ def main() -> None:
             # shared, and a ratio of two runs of one round is steadier than either figure.
             kinds = ["after"] + (["floor"] if fmt == "parquet" else []) + (["before"] if before_code else [])
             kinds += ["parse-ahead"] if args.parse_ahead else []
+            kinds += ["malloc"] if args.malloc_conf is not None else []
+            kept = {kind: args.work / f"kept-{kind}" for kind in kinds}
 
-            def run(kind: str, raw: Path = raw) -> dict:
+            def run(kind: str, raw: Path = raw, kept: dict[str, Path] = kept) -> dict:
                 if kind == "floor":
                     return run_child("--floor-child", raw, args.work / "floor")
-                if kind == "parse-ahead":
-                    return run_child("--child-parse-ahead", raw, args.work / "data")
+                if kind in ("parse-ahead", "malloc"):
+                    mode = "--child-parse-ahead" if kind == "parse-ahead" or args.parse_ahead else "--child"
+                    conf = args.malloc_conf if kind == "malloc" else None
+                    return run_child(mode, raw, args.work / "data", keep=kept[kind], malloc_conf=conf)
                 code = before_code if kind == "before" else None
-                return run_ingest(raw, args.work / "data", code, keep=args.work / f"kept-{kind}")
+                return run_ingest(raw, args.work / "data", code, keep=kept[kind])
 
             runs = in_rounds(kinds, run, args.repeat)
             after = typical(runs["after"])
@@ -469,6 +502,18 @@ def main() -> None:
                     f"    parsing ahead: {paired(runs['after'], runs['parse-ahead'], 'seconds'):.2f}x faster (wall), "
                     f"{paired(runs['after'], runs['parse-ahead'], 'cpu'):.2f}x less CPU (medians of paired runs)"
                 )
+                _print_same_lake("parsing ahead", kept["after"], kept["parse-ahead"])
+            if args.malloc_conf is not None:
+                ahead = ", [ingest] parse_ahead = true" if args.parse_ahead else ""
+                label = f"this tree{ahead}, _RJEM_MALLOC_CONF={args.malloc_conf}"
+                report_ingest(label, typical(runs["malloc"]), TARGETS[fmt])
+                for other, name in (("after", "this tree"), ("parse-ahead", "parsing ahead")):
+                    if other in runs:
+                        print(
+                            f"    against {name}: {paired(runs[other], runs['malloc'], 'seconds'):.2f}x faster (wall), "
+                            f"{paired(runs[other], runs['malloc'], 'cpu'):.2f}x less CPU (medians of paired runs)"
+                        )
+                _print_same_lake("with that setting", kept["after"], kept["malloc"])
             for workers in args.workers or []:
                 report_ingest(
                     f"this tree, {workers} worker(s)", run_ingest(raw, args.work / "data", None, workers), TARGETS[fmt]
@@ -486,8 +531,8 @@ def main() -> None:
                     f"    Parquet files of lake and quarantine: {sizes[0] / 1e6:,.1f} MB after, "
                     f"{sizes[1] / 1e6:,.1f} MB before ({sizes[0] / max(sizes[1], 1):.3f}x)"
                 )
-            for kind in ("after", "before"):
-                shutil.rmtree(args.work / f"kept-{kind}", ignore_errors=True)
+            for path in kept.values():
+                shutil.rmtree(path, ignore_errors=True)
             if not args.keep:
                 shutil.rmtree(raw, ignore_errors=True)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
