@@ -377,6 +377,8 @@ def replay(
             "horizon": settings.horizon,
             "enter_risk": settings.enter_risk,
             "exit_risk": settings.exit_risk,
+            "entry": settings.entry.describe(),
+            "enter_for_h": settings.enter_for.total_seconds() / 3600,
             "max_drained_share_cluster": settings.max_drained_share_cluster,
             "max_drained_share_per_domain": settings.max_drained_share_per_domain,
             "max_new_drains_per_run": settings.max_new_drains_per_run,

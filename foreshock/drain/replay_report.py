@@ -193,7 +193,9 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
             f"({report.days:.1f} days), {report.fleet_units} units."
         ),
         (
-            f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}; "
+            f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}"
+            + (f" (a unit enters drain once {s['entry']} has held {s['enter_for_h']:g} h)" if "entry" in s else "")
+            + "; "
             f"at most {s['max_drained_share_cluster']:.0%} of the cluster and "
             f"{s['max_drained_share_per_domain']:.0%} of a fault domain out; "
             f"{s['max_new_drains_per_run']} new drains per run"

@@ -113,6 +113,9 @@ def test_replay_command_writes_the_report(prefect_server, drain_config, capsys):
     assert rows_by_policy["gbm"][column] == "1"
     assert rows_by_policy["baseline"][column] == "0"
     assert (data_dir / "reports" / "replay" / "replay.json").is_file()
+    # the default entry, said where operators read the replay
+    report = (data_dir / "reports" / "replay" / "replay.md").read_text()
+    assert "a unit enters drain once risk_24h >= 0.4 has held 6 h" in report
 
 
 def test_command_help_is_printable(capsys):
