@@ -81,6 +81,14 @@ class Reasons:
                     f"({costs.expected_drain_cost(p):.0f} vs {costs.expected_loss(p):.0f} GPU-h); "
                     f"{self.risk_phrase(row)}"
                 )
+            elif s.second_only and risk is not None and risk >= s.enter_risk:
+                # the decision risk alone never drains: say what would, so a high P(fail<72h)
+                # on a unit that is not drained reads as the rule, not as a fault
+                text = (
+                    f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}; drains wait for "
+                    f"P(fail<{s.second_horizon}) >= {fmt_risk(s.second_enter_risk)} held {format_duration(s.enter_for)} "
+                    "([policy] second_only)"
+                )
             else:
                 text = f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)} above {fmt_risk(s.diagnostics_risk)}"
         else:

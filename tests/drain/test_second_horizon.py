@@ -65,7 +65,10 @@ def test_with_second_only_the_decision_risk_never_drains_by_itself():
     only = _settings(second_only=True)
     # a 72-hour risk of 0.8 held for a day with a low 24-hour risk: diagnostics, not drain
     high_72h = _live(24, only, risks=(0.1, 0.8))
-    assert high_72h["action"] == "run_diagnostics" and "above 0.25" in high_72h["reason"]
+    assert high_72h["action"] == "run_diagnostics"
+    assert "drains wait for P(fail<24h) >= 0.40 held 6h ([policy] second_only)" in high_72h["reason"]
+    # a 72-hour risk below the drain level reads as before
+    assert "above 0.25" in _live(24, only, risks=(0.1, 0.3))["reason"]
     assert _live(24, _settings(), risks=(0.1, 0.8))["action"] in ("drain_now", "drain_at_checkpoint")
     # the held 24-hour risk drains, and the wait names the 24-hour threshold alone
     assert _live(6, only)["action"] in ("drain_now", "drain_at_checkpoint")
