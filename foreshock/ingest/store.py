@@ -35,21 +35,39 @@ TABLE_ORDER = ("inventory", "samples", "events", "failures", "drains")
 
 def store_batch(batch: ParsedBatch, config: Config) -> list[tuple[str, pl.DataFrame]]:
     """Check and merge a batch parsed in this process, table by table, on this process's
-    threads; returns the rows to quarantine by table."""
+    threads; returns the rows to quarantine by table.
+
+    A telemetry table's staged rows are let go of as soon as its shard groups are filtered
+    from them (:func:`_release_staged`): the batch no longer holds them while the groups are
+    checked, split and written."""
     bad_rows = []
     for table in TABLE_ORDER:
         frames = table_frames(table, batch.parsed, batch.shared)
         if not frames:
             continue
         staged = in_file_order(frames)
+        del frames
         if table == "inventory":
             bad = store_inventory(staged, batch, config)
         else:
             distinct = _batch_distinct(table, batch.parsed, batch.shared)
-            bad = _check_and_merge(table, staged, batch.reports, config, batch.ctx, distinct)
+            held = [staged]  # the only reference left once released: _check_and_merge takes it
+            del staged
+            _release_staged(table, batch)
+            bad = _check_and_merge(table, held, batch.reports, config, batch.ctx, distinct)
         if bad.height:
             bad_rows.append((table, bad))
     return bad_rows
+
+
+def _release_staged(table: str, batch: ParsedBatch) -> None:
+    """Let go of a telemetry table's parsed rows in ``batch`` (frames of several files, and
+    each file's own): once in one staged frame they are not read again (a quarantined row's
+    text comes from the file's lines or its lookup, :meth:`ParsedFile.raw_text`), and a day
+    batch's rows are as large as what its checks and split make of them."""
+    batch.shared.pop(table, None)
+    for parsed in batch.parsed.values():
+        parsed.tables.pop(table, None)
 
 
 def store_inventory(staged: pl.DataFrame, batch: ParsedBatch, config: Config) -> pl.DataFrame:
@@ -109,14 +127,16 @@ def _batch_distinct(
 
 def _check_and_merge(
     table: str,
-    staged: pl.DataFrame,
+    staged: pl.DataFrame | list[pl.DataFrame],
     reports: list[FileReport],
     config: Config,
     ctx: IngestContext,
     distinct: dict[str, pl.Series] | None = None,
 ) -> pl.DataFrame:
     """Check staged telemetry rows and merge the good ones (the stored row wins); returns
-    the rows to quarantine (failed checks and conflicts).
+    the rows to quarantine (failed checks and conflicts).  ``staged`` given in a list of one
+    frame is taken out of it: the rows are let go of once the shard groups are filtered
+    from them (the caller holds no other reference).
 
     The comparison with the stored rows and the merge happen under one hold of the lake
     lock: a concurrent ingest of the same keys either stored its rows before (ours are
@@ -132,11 +152,18 @@ def _check_and_merge(
     ``record_stored_rows`` writes), then written.
     """
     workers = config.local_workers
+    if isinstance(staged, list):
+        staged = staged.pop()
     with lake_lock(config.lake_dir):
         clear_staging(config)  # a killed Dask driver's, whichever runner comes next
         masks = _shard_masks(staged, config, workers, distinct=(distinct or {}).get("unit_id"))
+        if masks is None:
+            groups = [staged]
+        else:  # each group filtered on its own thread, then the whole batch let go of
+            groups = _run_parallel([partial(staged.filter, mask) for mask in masks], config, workers)
+        del staged, masks
         done = _run_parallel(
-            [partial(check_and_split, table, staged, ctx, config, mask, distinct) for mask in masks or [None]],
+            [partial(check_and_split, table, groups.pop(0), ctx, config, None, distinct) for _ in range(len(groups))],
             config,
             workers,
         )
