@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -270,23 +271,15 @@ def floor_child(raw: Path, data: Path) -> None:
 
 
 def run_child(
-    mode: str,
-    raw: Path,
-    data: Path,
-    code: Path | None = None,
-    workers: int | None = None,
-    keep: Path | None = None,
-    malloc_conf: str | None = None,
+    mode: str, raw: Path, data: Path, code: Path | None = None, workers: int | None = None, keep: Path | None = None
 ) -> dict:
     """Run ``--child`` (ingest ``raw`` into a fresh lake; ``code``: an older package tree;
     ``mode`` ``--child-parse-ahead``: with ``[ingest] parse_ahead = true``) or
     ``--floor-child`` in a child process; its JSON line.  ``keep``: the data directory is
-    moved there (when nothing is there yet) instead of deleted.  ``malloc_conf``: the
-    child's ``_RJEM_MALLOC_CONF`` (Polars' jemalloc reads it as Polars loads)."""
+    moved there (when nothing is there yet) instead of deleted.  The child gets this
+    process's environment (:func:`jemalloc_told`)."""
     shutil.rmtree(data, ignore_errors=True)
     env = dict(os.environ)
-    if malloc_conf is not None:
-        env["_RJEM_MALLOC_CONF"] = malloc_conf
     if mode == "--child-parse-ahead":  # the child's config reads it (FORESHOCK_<SECTION>_<KEY>)
         mode, env["FORESHOCK_INGEST_PARSE_AHEAD"] = "--child", "true"
     if code is not None:
@@ -305,6 +298,24 @@ def run_child(
         shutil.move(data, keep)
     shutil.rmtree(data, ignore_errors=True)
     return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def jemalloc_told(conf: str | None):
+    """This process's environment with ``_RJEM_MALLOC_CONF=conf`` (None: as it is) while
+    the block runs: Polars' jemalloc in a child started then reads it as Polars loads."""
+    if conf is None:
+        yield
+        return
+    before = os.environ.get("_RJEM_MALLOC_CONF")
+    os.environ["_RJEM_MALLOC_CONF"] = conf
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["_RJEM_MALLOC_CONF"]
+        else:
+            os.environ["_RJEM_MALLOC_CONF"] = before
 
 
 def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = None, keep: Path | None = None) -> dict:
@@ -480,8 +491,8 @@ def main() -> None:
                     return run_child("--floor-child", raw, args.work / "floor")
                 if kind in ("parse-ahead", "malloc"):
                     mode = "--child-parse-ahead" if kind == "parse-ahead" or args.parse_ahead else "--child"
-                    conf = args.malloc_conf if kind == "malloc" else None
-                    return run_child(mode, raw, args.work / "data", keep=kept[kind], malloc_conf=conf)
+                    with jemalloc_told(args.malloc_conf if kind == "malloc" else None):
+                        return run_child(mode, raw, args.work / "data", keep=kept[kind])
                 code = before_code if kind == "before" else None
                 return run_ingest(raw, args.work / "data", code, keep=kept[kind])
 
