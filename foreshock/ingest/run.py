@@ -70,7 +70,8 @@ def ingest_batch(
     check and merge the shard groups as those tasks (see :func:`store_as_tasks`) instead
     of on threads.
     ``next_files``: the run's next batch, parsed on a thread of this process while this
-    one is checked and merged (:func:`prefetch`; not on Dask, nor with ``[ingest]
+    one is checked and merged, and parsed too when it was not parsed ahead itself
+    (:func:`prefetch`; not on Dask, nor with ``[ingest]
     parse_ahead = false``, nor when ``files`` store an inventory that ``next_files``'
     parsers read: :func:`may_parse_ahead`).
     """
@@ -82,12 +83,15 @@ def ingest_batch(
         bad_rows = store_as_tasks(files, parsed_batch, config, tasks, name)
     else:
         parsed_batch = take_prefetched(run_id, batch_number, files)
-        if parsed_batch is None:
-            parsed_batch = parse_stage(files, config, catalog_path, timezone_name, scrape_time)
-        ahead = next_files and config.section("ingest")["parse_ahead"]
-        if ahead and may_parse_ahead(files, next_files):
+        ahead = next_files and config.section("ingest")["parse_ahead"] and may_parse_ahead(files, next_files)
+        if ahead:
+            # Started before this batch's own parse when it was not parsed ahead (a run's first
+            # batches): the two parses side by side, as a parse beside a store later on.  Either
+            # way the next batch is parsed before this one is stored, as may_parse_ahead allows.
             stale = any(f.inventory for f in files)  # the next batch's checks need the inventory stored now
             prefetch(run_id, batch_number + 1, next_files, config, catalog_path, timezone_name, scrape_time, stale)
+        if parsed_batch is None:
+            parsed_batch = parse_stage(files, config, catalog_path, timezone_name, scrape_time)
         bad_rows = store_batch(parsed_batch, config)
     ctx, reports, parsed = parsed_batch.ctx, parsed_batch.reports, parsed_batch.parsed
 
