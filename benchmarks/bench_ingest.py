@@ -5,9 +5,8 @@ the simulator's mixed landing.
     uv run python benchmarks/bench_ingest.py --gpus 512 --days 2   # a quick look
     uv run python benchmarks/bench_ingest.py --formats simulator --gpus 1024 --days 14  # the issue-28 landing
     uv run python benchmarks/bench_ingest.py --before main~5       # also the code of an older revision
-    uv run python benchmarks/bench_ingest.py --parse-ahead         # also this tree parsing ahead
-    uv run python benchmarks/bench_ingest.py --malloc-conf dirty_decay_ms:30000,muzzy_decay_ms:30000
-                                                                   # also this tree with that jemalloc setting
+    uv run python benchmarks/bench_ingest.py --no-parse-ahead      # also this tree parsing each batch in turn
+    uv run python benchmarks/bench_ingest.py --malloc-conf ""      # also this tree with Polars' own jemalloc setting
 
 Writes ``nvidia-smi --query-gpu=... --format=csv`` files (one per node and day, 8 GPUs per
 node, as ``nvidia-smi -l 60`` would) and canonical ``samples-<day>.parquet`` files with the
@@ -34,10 +33,11 @@ rounds whose order turns: figures are medians, ratios the medians of each round'
 ``--before REV`` runs the same ingests with the ``foreshock`` package of git revision
 ``REV`` (extracted with ``git archive``) in the same run and prints the after/before
 ratios, and whether both wrote the same lake and quarantine (every Parquet file compared
-as frames).  ``--parse-ahead`` and ``--malloc-conf CONF`` (Polars' jemalloc told
-``_RJEM_MALLOC_CONF=CONF`` as it loads; with ``--parse-ahead`` also parsing ahead) run this
-tree again in the same rounds, each compared with this tree's default run and checked for
-the same lake and quarantine.  System CPU (the kernel's share: page faults, zeroing pages
+as frames).  ``--no-parse-ahead`` (``[ingest] parse_ahead = false``) and ``--malloc-conf
+CONF`` (Polars' jemalloc told ``_RJEM_MALLOC_CONF=CONF`` instead of foreshock's default; ``""``:
+Polars' own setting) run this tree again in the same rounds, each compared with this tree's
+default run and checked for the same lake and quarantine.  Each child gets the jemalloc
+setting its own code chooses (this process's Polars does not pass its own on).  System CPU (the kernel's share: page faults, zeroing pages
 the allocator gave back) is printed beside the total.  A lake-merge micro-benchmark (one partition, then an hour of newer rows appended,
 with and without the append fast path) always runs.
 """
@@ -274,14 +274,19 @@ def run_child(
     mode: str, raw: Path, data: Path, code: Path | None = None, workers: int | None = None, keep: Path | None = None
 ) -> dict:
     """Run ``--child`` (ingest ``raw`` into a fresh lake; ``code``: an older package tree;
-    ``mode`` ``--child-parse-ahead``: with ``[ingest] parse_ahead = true``) or
+    ``mode`` ``--child-in-turn``: with ``[ingest] parse_ahead = false``) or
     ``--floor-child`` in a child process; its JSON line.  ``keep``: the data directory is
     moved there (when nothing is there yet) instead of deleted.  The child gets this
     process's environment (:func:`jemalloc_told`)."""
     shutil.rmtree(data, ignore_errors=True)
     env = dict(os.environ)
-    if mode == "--child-parse-ahead":  # the child's config reads it (FORESHOCK_<SECTION>_<KEY>)
-        mode, env["FORESHOCK_INGEST_PARSE_AHEAD"] = "--child", "true"
+    # The jemalloc setting the user exported or jemalloc_told gives, not the one this
+    # process's Polars wrote: each child's code chooses its own.
+    env.pop("_RJEM_MALLOC_CONF", None)
+    if CHILD_MALLOC_CONF is not None:
+        env["_RJEM_MALLOC_CONF"] = CHILD_MALLOC_CONF
+    if mode == "--child-in-turn":  # the child's config reads it (FORESHOCK_<SECTION>_<KEY>)
+        mode, env["FORESHOCK_INGEST_PARSE_AHEAD"] = "--child", "false"
     if code is not None:
         env["PYTHONPATH"] = str(code)
     child = subprocess.run(
@@ -300,22 +305,34 @@ def run_child(
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
+def _exported_malloc_conf(value: str | None) -> str | None:
+    """The ``_RJEM_MALLOC_CONF`` the user exported, from the value Polars left in this
+    process's environment as it loaded (its own setting, then the user's after a comma)."""
+    for own in (
+        "dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,metadata_thp:always",
+        "dirty_decay_ms:500,muzzy_decay_ms:1000",
+    ):
+        if value is not None and value.startswith(own):
+            return value[len(own) + 1 :] if len(value) > len(own) else None
+    return value
+
+
+# The _RJEM_MALLOC_CONF children get: the user's, or jemalloc_told's while its block runs.
+CHILD_MALLOC_CONF: str | None = _exported_malloc_conf(os.environ.get("_RJEM_MALLOC_CONF"))
+
+
 @contextmanager
 def jemalloc_told(conf: str | None):
-    """This process's environment with ``_RJEM_MALLOC_CONF=conf`` (None: as it is) while
-    the block runs: Polars' jemalloc in a child started then reads it as Polars loads."""
-    if conf is None:
-        yield
-        return
-    before = os.environ.get("_RJEM_MALLOC_CONF")
-    os.environ["_RJEM_MALLOC_CONF"] = conf
+    """Children started while the block runs get ``_RJEM_MALLOC_CONF=conf`` (None: as the
+    user exported it, if at all): Polars' jemalloc reads it as Polars loads there."""
+    global CHILD_MALLOC_CONF
+    before = CHILD_MALLOC_CONF
+    if conf is not None:
+        CHILD_MALLOC_CONF = conf
     try:
         yield
     finally:
-        if before is None:
-            del os.environ["_RJEM_MALLOC_CONF"]
-        else:
-            os.environ["_RJEM_MALLOC_CONF"] = before
+        CHILD_MALLOC_CONF = before
 
 
 def run_ingest(raw: Path, data: Path, code: Path | None, workers: int | None = None, keep: Path | None = None) -> dict:
@@ -439,12 +456,14 @@ def main() -> None:
         metavar="N",
         help="rounds of runs (this tree, the floor, --before; in turn): medians and paired ratios (default 3)",
     )
-    parser.add_argument("--parse-ahead", action="store_true", help="also this tree with [ingest] parse_ahead = true")
+    parser.add_argument(
+        "--no-parse-ahead", action="store_true", help="also this tree with [ingest] parse_ahead = false"
+    )
     parser.add_argument(
         "--malloc-conf",
         metavar="CONF",
-        help="also this tree with _RJEM_MALLOC_CONF=CONF (Polars' jemalloc; with --parse-ahead also parsing ahead), "
-        "e.g. dirty_decay_ms:30000,muzzy_decay_ms:30000",
+        help="also this tree with _RJEM_MALLOC_CONF=CONF (Polars' jemalloc) instead of foreshock's default; "
+        "'' for Polars' own setting",
     )
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -482,15 +501,15 @@ def main() -> None:
             # Rounds of runs next to each other, their order turned each round: the machine is
             # shared, and a ratio of two runs of one round is steadier than either figure.
             kinds = ["after"] + (["floor"] if fmt == "parquet" else []) + (["before"] if before_code else [])
-            kinds += ["parse-ahead"] if args.parse_ahead else []
+            kinds += ["in-turn"] if args.no_parse_ahead else []
             kinds += ["malloc"] if args.malloc_conf is not None else []
             kept = {kind: args.work / f"kept-{kind}" for kind in kinds}
 
             def run(kind: str, raw: Path = raw, kept: dict[str, Path] = kept) -> dict:
                 if kind == "floor":
                     return run_child("--floor-child", raw, args.work / "floor")
-                if kind in ("parse-ahead", "malloc"):
-                    mode = "--child-parse-ahead" if kind == "parse-ahead" or args.parse_ahead else "--child"
+                if kind in ("in-turn", "malloc"):
+                    mode = "--child-in-turn" if kind == "in-turn" else "--child"
                     with jemalloc_told(args.malloc_conf if kind == "malloc" else None):
                         return run_child(mode, raw, args.work / "data", keep=kept[kind])
                 code = before_code if kind == "before" else None
@@ -507,24 +526,17 @@ def main() -> None:
                     f"{floor['peak_mb']:,.0f} MB | ingest = {paired(runs['after'], runs['floor'], 'seconds'):.2f}x "
                     f"the floor (wall), {paired(runs['after'], runs['floor'], 'cpu'):.2f}x (CPU)"
                 )
-            if args.parse_ahead:
-                report_ingest("this tree, [ingest] parse_ahead = true", typical(runs["parse-ahead"]), TARGETS[fmt])
-                print(
-                    f"    parsing ahead: {paired(runs['after'], runs['parse-ahead'], 'seconds'):.2f}x faster (wall), "
-                    f"{paired(runs['after'], runs['parse-ahead'], 'cpu'):.2f}x less CPU (medians of paired runs)"
-                )
-                _print_same_lake("parsing ahead", kept["after"], kept["parse-ahead"])
-            if args.malloc_conf is not None:
-                ahead = ", [ingest] parse_ahead = true" if args.parse_ahead else ""
-                label = f"this tree{ahead}, _RJEM_MALLOC_CONF={args.malloc_conf}"
-                report_ingest(label, typical(runs["malloc"]), TARGETS[fmt])
-                for other, name in (("after", "this tree"), ("parse-ahead", "parsing ahead")):
-                    if other in runs:
-                        print(
-                            f"    against {name}: {paired(runs[other], runs['malloc'], 'seconds'):.2f}x faster (wall), "
-                            f"{paired(runs[other], runs['malloc'], 'cpu'):.2f}x less CPU (medians of paired runs)"
-                        )
-                _print_same_lake("with that setting", kept["after"], kept["malloc"])
+            for kind, label in (
+                ("in-turn", "this tree, [ingest] parse_ahead = false"),
+                ("malloc", f"this tree, _RJEM_MALLOC_CONF={args.malloc_conf!r}"),
+            ):
+                if kind in runs:
+                    report_ingest(label, typical(runs[kind]), TARGETS[fmt])
+                    print(
+                        f"    this tree's defaults against it: {paired(runs[kind], runs['after'], 'seconds'):.2f}x "
+                        f"faster (wall), {paired(runs[kind], runs['after'], 'cpu'):.2f}x less CPU (medians of paired runs)"
+                    )
+                    _print_same_lake(kind, kept["after"], kept[kind])
             for workers in args.workers or []:
                 report_ingest(
                     f"this tree, {workers} worker(s)", run_ingest(raw, args.work / "data", None, workers), TARGETS[fmt]
