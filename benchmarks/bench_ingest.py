@@ -290,7 +290,7 @@ def run_child(
     if code is not None:
         env["PYTHONPATH"] = str(code)
     child = subprocess.run(
-        [sys.executable, __file__, mode, "--raw", str(raw), "--data", str(data)]
+        [sys.executable, "-c", FORESHOCK_FIRST, __file__, mode, "--raw", str(raw), "--data", str(data)]
         + (["--workers", str(workers)] if workers else []),
         capture_output=True,
         text=True,
@@ -316,6 +316,14 @@ def _exported_malloc_conf(value: str | None) -> str | None:
             return value[len(own) + 1 :] if len(value) > len(own) else None
     return value
 
+
+# A child imports its tree's foreshock before this script (which imports Polars) runs in it,
+# as the CLI does: the allocator setting foreshock chooses (or not, in an older tree) is then
+# in place before Polars loads.
+FORESHOCK_FIRST = (
+    "import foreshock, os, runpy, sys; sys.argv = sys.argv[1:]; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 # The _RJEM_MALLOC_CONF children get: the user's, or jemalloc_told's while its block runs.
 CHILD_MALLOC_CONF: str | None = _exported_malloc_conf(os.environ.get("_RJEM_MALLOC_CONF"))
