@@ -320,9 +320,11 @@ def _exported_malloc_conf(value: str | None) -> str | None:
 # A child imports its tree's foreshock before this script (which imports Polars) runs in it,
 # as the CLI does: the allocator setting foreshock chooses (or not, in an older tree) is then
 # in place before Polars loads.
+# (``-c`` puts the working directory first on the path: taken off, so that ``--before``'s
+# PYTHONPATH finds the older tree.)
 FORESHOCK_FIRST = (
-    "import foreshock, os, runpy, sys; sys.argv = sys.argv[1:]; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
-    "runpy.run_path(sys.argv[0], run_name='__main__')"
+    "import sys; sys.path.pop(0); sys.argv = sys.argv[1:]; import foreshock, os, runpy; "
+    "sys.path.insert(0, os.path.dirname(sys.argv[0])); runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 
 # The _RJEM_MALLOC_CONF children get: the user's, or jemalloc_told's while its block runs.
