@@ -21,7 +21,8 @@ Usage::
     uv run python benchmarks/rejudge_policy.py --backtest DIR/backtest --data-dir DIR \\
         [--config DIR/evaluate.toml] [--ground-truth DIR/raw/sim/ground_truth.parquet] \\
         [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h] \\
-        [--second-horizon 24h|"" --second-enter-risk 0.4 0.5 [--second-only]] [--alert-window 72h]
+        [--second-horizon 24h|"" --second-enter-risk 0.4 0.5 [--second-only]] [--decision-hold 48h]
+        [--alert-window 72h]
 """
 
 from __future__ import annotations
@@ -75,7 +76,38 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
     if args.alert_window:  # W: how long before a failure an alert still catches it
         config.settings["backtest"]["alert_window"] = args.alert_window
     scores = pl.scan_parquet(scores_path(args.backtest)).filter(pl.col("model").is_in(args.models))
+    if args.decision_hold:
+        scores = decision_held(scores, config, args.decision_hold, enter_for)
     return judge_scores(scores, failures, config, ground_truth=truth, periods=periods)
+
+
+def decision_held(scores: pl.LazyFrame, config, decision_hold: str, enter_for: str) -> pl.LazyFrame:
+    """The scores with the decision horizon's risk series replaced by its minimum over the
+    last ``k(decision_hold) - k(enter_for) + 1`` snapshots (consecutive ones; else 0), so that
+    the judge's own hold of ``enter_for`` on it is a hold of ``decision_hold`` (``k``: the
+    snapshots a hold spans).  A prototype of a longer hold for the decision risk than for the
+    second one: the decision risk's exit and lower levels read the held series too."""
+    from foreshock.durations import parse_duration
+    from foreshock.hold import MAX_GAP_STEPS, hold_snapshots
+
+    step, horizon = config.snapshot_every, str(config.section("models")["horizon"])
+    extra = hold_snapshots(parse_duration(decision_hold), step) - hold_snapshots(parse_duration(enter_for), step)
+    if extra <= 0:
+        return scores
+    keys = ["model", "unit_id", "horizon"]
+    lowest = pl.col("risk").rolling_min(extra + 1).over(keys)
+    consecutive = pl.col("_gap").rolling_max(extra).over(keys) <= step * MAX_GAP_STEPS
+    return (
+        scores.sort(*keys, "ts")
+        .with_columns(pl.col("ts").diff().over(keys).alias("_gap"))
+        .with_columns(
+            pl.when(pl.col("horizon") != horizon)
+            .then(pl.col("risk"))
+            .otherwise(pl.when(consecutive).then(lowest).otherwise(0.0))
+            .alias("risk")
+        )
+        .drop("_gap")
+    )
 
 
 def row(model: str, horizon: str, enter_risk: float, enter_for: str, entry: str, point: dict) -> str:
@@ -106,6 +138,11 @@ def main() -> int:
     parser.add_argument("--second-enter-risk", nargs="+", type=float, default=[0.5])
     parser.add_argument(
         "--second-only", action="store_true", help="[policy] second_only: only the second horizon's risk enters"
+    )
+    parser.add_argument(
+        "--decision-hold",
+        help="hold the decision horizon's risk this long (longer than --enter-for; a prototype: "
+        "its series is replaced by its held value before the judge holds it for --enter-for)",
     )
     parser.add_argument(
         "--alert-window",
