@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+from foreshock import JEMALLOC_CONF
+
 # The variable as foreshock leaves it, then as Polars hands it to jemalloc (its own setting
 # first, the variable's after it: in jemalloc's options the later value wins).
 PROBE = (
@@ -21,7 +23,7 @@ def _probe(env: dict[str, str]) -> list[str]:
 
 
 def test_foreshock_sets_the_jemalloc_decay_unless_the_user_did():
-    ours = "dirty_decay_ms:30000,muzzy_decay_ms:30000"
+    ours = JEMALLOC_CONF
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     set_by_us, given_to_jemalloc = _probe(env)
     assert set_by_us == ours and given_to_jemalloc.endswith("," + ours)
