@@ -158,8 +158,9 @@ class Entry:
 
 
 def second_way_in(policy: Mapping[str, Any], labels: Sequence[str], horizon: str) -> dict[str, Any]:
-    """``[policy] second_horizon``, ``second_enter_risk`` and ``second_only`` as they apply to
-    a fleet whose models score the ``[labels]`` horizons ``labels`` and decide at ``horizon``.
+    """``[policy] second_horizon`` and ``second_only`` as they apply to a fleet whose models
+    score the ``[labels]`` horizons ``labels`` and decide at ``horizon`` (``second_enter_risk``
+    is read as it is).
 
     The second horizon is spelled as ``labels`` spell it (``1d`` is their ``24h``).  The
     built-in second horizon (``24h``) applies only where it is one of ``labels`` and shorter
@@ -168,35 +169,28 @@ def second_way_in(policy: Mapping[str, Any], labels: Sequence[str], horizon: str
     log.  A second horizon the configuration names itself must be one of ``labels``.
     """
     second = str(policy.get("second_horizon", "") or "")
-    values = {
-        "second_horizon": second,
-        "second_enter_risk": float(policy.get("second_enter_risk", 1.0)),
-        "second_only": bool(policy.get("second_only", False)),
-    }
-    if not second:
-        return {**values, "second_only": False}
-    spelled = spelled_as(second, labels)
-    if spelled is not None and parse_duration(spelled) < parse_duration(horizon):
-        return {**values, "second_horizon": spelled}
-    if second == builtin_default("policy", "second_horizon"):
-        reason = "is not one of [labels] horizons" if spelled is None else "is not shorter than the decision horizon"
-        if (second, tuple(labels), horizon) not in _SAID:
-            _SAID.add((second, tuple(labels), horizon))
-            log.info(
-                "[policy] second_horizon %s (built in) %s %s (decision horizon %s): drains enter on the %s risk alone",
-                second,
-                reason,
-                list(labels),
-                horizon,
-                horizon,
-            )
-        return {"second_horizon": "", "second_enter_risk": values["second_enter_risk"], "second_only": False}
-    if spelled is None:
+    spelled = spelled_as(second, labels) if second else None
+    if second and spelled is None and second != builtin_default("policy", "second_horizon"):
         raise ValueError(
             f"[policy] second_horizon = {second!r} is not one of [labels] horizons {list(labels)}: "
             "the models score only those"
         )
-    return {**values, "second_horizon": spelled}  # not shorter: PolicySettings names the error
+    # a named horizon that is not shorter is kept: PolicySettings names that error
+    builtin_misfits = second == builtin_default("policy", "second_horizon") and (
+        spelled is None or parse_duration(spelled) >= parse_duration(horizon)
+    )
+    if not second or builtin_misfits:
+        if second and (second, tuple(labels), horizon) not in _SAID:
+            _SAID.add((second, tuple(labels), horizon))
+            reason = (
+                "is not one of [labels] horizons" if spelled is None else "is not shorter than the decision horizon"
+            )
+            log.info(
+                "[policy] second_horizon %s (built in) %s %s (decision horizon %s): drains enter on the %s risk alone",
+                *(second, reason, list(labels), horizon, horizon),
+            )
+        return {"second_horizon": "", "second_only": False}
+    return {"second_horizon": spelled, "second_only": bool(policy.get("second_only", False))}
 
 
 _SAID: set[tuple[str, tuple[str, ...], str]] = set()  # fallbacks already logged by this process

@@ -122,7 +122,6 @@ class PolicySettings:
         policy = dict(config.section("policy"))
         labels = list(config.settings["labels"]["horizons"])
         second = second_way_in(policy, labels, str(config.section("models")["horizon"]))
-        del second["second_enter_risk"]  # read with the rest of [policy] below
         return cls(
             **second,
             **section_values(cls, "policy", policy),

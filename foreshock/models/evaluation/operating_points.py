@@ -167,6 +167,7 @@ class OperatingPoints:
             daily_share=None if share is None else float(share),
             entry_floor=float(backtest.get("entry_floor", 0.0)),
             hold=config.duration("policy", "enter_for"),
+            second_enter_risk=float(policy.get("second_enter_risk", 1.0)),
             **second,
         )
 
