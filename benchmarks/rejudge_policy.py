@@ -82,32 +82,24 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
 
 
 def decision_held(scores: pl.LazyFrame, config, decision_hold: str, enter_for: str) -> pl.LazyFrame:
-    """The scores with the decision horizon's risk series replaced by its minimum over the
-    last ``k(decision_hold) - k(enter_for) + 1`` snapshots (consecutive ones; else 0), so that
-    the judge's own hold of ``enter_for`` on it is a hold of ``decision_hold`` (``k``: the
-    snapshots a hold spans).  A prototype of a longer hold for the decision risk than for the
-    second one: the decision risk's exit and lower levels read the held series too."""
+    """The scores with the decision horizon's risk series replaced by its held risk over the
+    last ``k(decision_hold) - k(enter_for) + 1`` snapshots (:func:`foreshock.hold.with_held_risk`;
+    0 where they are fewer or not consecutive), so that the judge's own hold of ``enter_for``
+    on it is a hold of ``decision_hold`` (``k``: the snapshots a hold spans).  A prototype of
+    a longer hold for the decision risk than for the second one: the decision risk's exit
+    and lower levels read the held series too."""
     from foreshock.durations import parse_duration
-    from foreshock.hold import MAX_GAP_STEPS, hold_snapshots
+    from foreshock.hold import HELD_COLUMN, hold_snapshots, with_held_risk
 
     step, horizon = config.snapshot_every, str(config.section("models")["horizon"])
     extra = hold_snapshots(parse_duration(decision_hold), step) - hold_snapshots(parse_duration(enter_for), step)
     if extra <= 0:
         return scores
-    keys = ["model", "unit_id", "horizon"]
-    lowest = pl.col("risk").rolling_min(extra + 1).over(keys)
-    consecutive = pl.col("_gap").rolling_max(extra).over(keys) <= step * MAX_GAP_STEPS
-    return (
-        scores.sort(*keys, "ts")
-        .with_columns(pl.col("ts").diff().over(keys).alias("_gap"))
-        .with_columns(
-            pl.when(pl.col("horizon") != horizon)
-            .then(pl.col("risk"))
-            .otherwise(pl.when(consecutive).then(lowest).otherwise(0.0))
-            .alias("risk")
-        )
-        .drop("_gap")
-    )
+    frame = scores.collect()
+    decision = pl.col("horizon") == horizon
+    held = with_held_risk(frame.filter(decision), step * (extra + 1), step, by=("model", "unit_id", "horizon"))
+    held = held.with_columns(pl.col(HELD_COLUMN).fill_null(0.0).alias("risk")).drop(HELD_COLUMN)
+    return pl.concat([frame.filter(~decision), held]).lazy()
 
 
 def row(model: str, horizon: str, enter_risk: float, enter_for: str, entry: str, point: dict) -> str:
