@@ -30,12 +30,10 @@ def check_and_split(
     staged: pl.DataFrame,
     ctx: IngestContext,
     config: Config,
-    mask: pl.Series | None = None,
     distinct: dict[str, pl.Series] | None = None,
 ) -> tuple[tuple[int, pl.DataFrame, pl.DataFrame, pl.DataFrame], SplitRows]:
     """:func:`check_shard`, then the new rows split into their partitions and sorted
-    (:func:`split_for_merge`), on the same thread; of the rows ``mask`` selects, if given
-    (the filter runs on this thread too).  ``distinct``: distinct values of text columns
+    (:func:`split_for_merge`), on the same thread.  ``distinct``: distinct values of text columns
     of ``staged`` (:func:`_batch_distinct`), for the checks and the split.  The new rows
     are those of the split: in their place, their count.
 
@@ -49,8 +47,6 @@ def check_and_split(
     holds none and the key packs, the split itself keeps each key's first row and names
     the others (the rows :func:`_deduplicate` would find, judged by :func:`_judge_repeats`),
     so the rows are neither searched for repeats nor split again."""
-    if mask is not None:
-        staged = staged.filter(mask)
     good, bad = validate(table, staged, ctx, distinct)
     stored = _stored_rows(table, good, ctx)
     if stored is None or stored.height == 0:

@@ -51,7 +51,7 @@ def store_batch(batch: ParsedBatch, config: Config) -> list[tuple[str, pl.DataFr
             bad = store_inventory(staged, batch, config)
         else:
             distinct = _batch_distinct(table, batch.parsed, batch.shared)
-            held = [staged]  # the only reference left once released: _check_and_merge takes it
+            held = [staged]  # the only reference left once released: _check_and_merge takes it out
             del staged
             _release_staged(table, batch)
             bad = _check_and_merge(table, held, batch.reports, config, batch.ctx, distinct)
@@ -127,16 +127,16 @@ def _batch_distinct(
 
 def _check_and_merge(
     table: str,
-    staged: pl.DataFrame | list[pl.DataFrame],
+    held: list[pl.DataFrame],
     reports: list[FileReport],
     config: Config,
     ctx: IngestContext,
     distinct: dict[str, pl.Series] | None = None,
 ) -> pl.DataFrame:
     """Check staged telemetry rows and merge the good ones (the stored row wins); returns
-    the rows to quarantine (failed checks and conflicts).  ``staged`` given in a list of one
-    frame is taken out of it: the rows are let go of once the shard groups are filtered
-    from them (the caller holds no other reference).
+    the rows to quarantine (failed checks and conflicts).  The staged rows come in ``held``, a
+    list of one frame, and are taken out of it: they are let go of once the shard groups are
+    filtered from them (the caller holds no other reference).
 
     The comparison with the stored rows and the merge happen under one hold of the lake
     lock: a concurrent ingest of the same keys either stored its rows before (ours are
@@ -152,8 +152,7 @@ def _check_and_merge(
     ``record_stored_rows`` writes), then written.
     """
     workers = config.local_workers
-    if isinstance(staged, list):
-        staged = staged.pop()
+    staged = held.pop()
     with lake_lock(config.lake_dir):
         clear_staging(config)  # a killed Dask driver's, whichever runner comes next
         masks = _shard_masks(staged, config, workers, distinct=(distinct or {}).get("unit_id"))
@@ -162,8 +161,10 @@ def _check_and_merge(
         else:  # each group filtered on its own thread, then the whole batch let go of
             groups = _run_parallel([partial(staged.filter, mask) for mask in masks], config, workers)
         del staged, masks
+        tasks = [partial(check_and_split, table, group, ctx, config, distinct) for group in groups]
+        del groups
         done = _run_parallel(
-            [partial(check_and_split, table, groups.pop(0), ctx, config, None, distinct) for _ in range(len(groups))],
+            tasks,
             config,
             workers,
         )
