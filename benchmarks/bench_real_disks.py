@@ -27,14 +27,17 @@ CPU time and peak RSS of each.
     first (:func:`rule_first`: the drives whose sum grew, by the model's risk, then the
     others by risk; rows ``<model>>growth``), with no floor and with each floor of
     ``RULE_FIRST_FLOORS`` on the others (the median risk of the rule's flagged drives that
-    day or over the trailing 7 days).  ``--since DATE`` judges every ranking again on the
-    days from ``DATE`` on (``judged.json``'s ``since``).
+    day or over the trailing 7 days).  The models named by ``--model-then-rule`` (default
+    none) are also judged model top, then rule (:func:`model_then_rule`: the model's own
+    flags at the top 0.1 % of the day, then the drives the growth rule flags by the
+    model's risk, nothing else; rows ``<model>+growth@0.1%``).  ``--since DATE`` judges
+    every ranking again on the days from ``DATE`` on (``judged.json``'s ``since``).
 
 Usage::
 
     uv run python benchmarks/bench_real_disks.py [--data PATH] [--healthy-fraction F]
         [--work DIR] [--half first|all] [--start DATE --end DATE] [--entry-floor F]
-        [--rule-first [MODEL ...]] [--since DATE]
+        [--rule-first [MODEL ...]] [--model-then-rule [MODEL ...]] [--since DATE]
 
 ``--half first`` takes the first half of the data's days, ``all`` (the default) every day;
 ``--start``/``--end`` pick any window.  A stage whose output is in ``--work`` is not run
@@ -72,6 +75,9 @@ RULES = ("smart_level", "smart_growth")  # the rankings every model is judged ag
 # The "rule first" orderings' floors (pre-registered before any figure of them): the
 # fleet-weighted median risk of the drives the growth rule flags over the trailing N days.
 RULE_FIRST_FLOORS = {"day median": 1, "7-day median": 7}
+# The "model top, then rule" ordering (pre-registered before any figure of it): the model's
+# own flags at this share of the drives reporting (the issue's other budget) come first.
+MODEL_THEN_RULE_SHARE = 0.001
 
 
 def window(data: Path, half: str, start: date | None, end: date | None) -> tuple[date | None, date | None]:
@@ -97,6 +103,7 @@ def stages(args: argparse.Namespace, work: Path) -> list[tuple[str, list[str], P
     judge += [] if args.entry_floor is None else [f"--floor={args.entry_floor}"]
     judge += [f"--rule-first={','.join(args.rule_first)}"]
     judge += [] if args.since is None else [f"--since={args.since.isoformat()}"]
+    judge += [f"--model-then-rule={','.join(args.model_then_rule)}"] if args.model_then_rule else []
     return [
         ("convert", convert, work / "data/sampling.json"),
         ("ingest", [*base, "ingest", "--source", "canonical", "--path", str(work / "data/tables")], work / "ingested"),
@@ -208,6 +215,35 @@ def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2, side="left")])
 
 
+def ruled(risk: pl.DataFrame, growth: pl.DataFrame) -> pl.DataFrame:
+    """``unit_id, ts, risk, ruled, day``: the model's ``risk`` (NaN as null) of each
+    drive-day, whether the growth rule flags it (``growth``'s score not null) and its UTC day."""
+    return (
+        risk.select("unit_id", "ts", pl.col("risk").cast(pl.Float64).fill_nan(None))
+        .join(
+            growth.select("unit_id", "ts", pl.col("score").is_not_null().alias("ruled")),
+            on=["unit_id", "ts"],
+            how="left",
+        )
+        .with_columns(pl.col("ruled").fill_null(False), pl.col("ts").dt.truncate("1d").alias("day"))
+    )
+
+
+def tiers(frame: pl.DataFrame, *conditions: pl.Expr) -> pl.Expr:
+    """A score putting the drives of ``conditions[0]`` above those of ``conditions[1]``,
+    and so on, above every risk; each tier by ``frame``'s risk (a drive the model did not
+    score: last of its tier).  Null elsewhere: chain ``.otherwise``/``.when`` for the rest."""
+    low, top = frame.get_column("risk").min(), frame.get_column("risk").max()
+    low, top = (0.0, 0.0) if low is None else (float(low), float(top))
+    # the last tier sits above every risk (its lowest score is top + 1), each tier above the next
+    lift = top - low + 1.0
+    score = None
+    for level, condition in zip(range(len(conditions), 0, -1), conditions, strict=True):
+        value = pl.col("risk").fill_null(low) + level * lift
+        score = pl.when(condition).then(value) if score is None else score.when(condition).then(value)
+    return score
+
+
 def rule_first(
     risk: pl.DataFrame, growth: pl.DataFrame, weights: pl.DataFrame | None = None, floor_days: int | None = None
 ) -> pl.DataFrame:
@@ -225,19 +261,8 @@ def rule_first(
     """
     from foreshock.budget import WEIGHT_COLUMN
 
-    frame = (
-        risk.select("unit_id", "ts", pl.col("risk").cast(pl.Float64).fill_nan(None))
-        .join(
-            growth.select("unit_id", "ts", pl.col("score").is_not_null().alias("ruled")),
-            on=["unit_id", "ts"],
-            how="left",
-        )
-        .with_columns(pl.col("ruled").fill_null(False), pl.col("ts").dt.truncate("1d").alias("day"))
-    )
-    low, top = frame.get_column("risk").min(), frame.get_column("risk").max()
-    low, top = (0.0, 0.0) if low is None else (float(low), float(top))
-    # tier 1 sits above every risk: its lowest score is top + 1
-    first = pl.when(pl.col("ruled")).then(pl.col("risk").fill_null(low) + (top - low + 1.0))
+    frame = ruled(risk, growth)
+    first = tiers(frame, pl.col("ruled"))
     if floor_days is None:
         return frame.select("unit_id", "ts", first.otherwise(pl.col("risk")).alias("score"))
     if weights is None:
@@ -275,20 +300,54 @@ def rule_first_series(model: str, risk: pl.DataFrame, growth: pl.DataFrame, weig
     return out
 
 
+def model_then_rule(frame: pl.DataFrame, weights: pl.DataFrame | None = None) -> pl.DataFrame:
+    """``unit_id, ts, score``: the model's own top of the day, then the growth rule's flags.
+
+    ``frame`` is :func:`ruled`'s (the drives reporting, their risk, the rule's flag).  Each
+    day, tier 1 is the drives the model flags at the top ``MODEL_THEN_RULE_SHARE`` of the
+    drives reporting (its own list at that budget: :func:`daily_flags` on its risk, the
+    carry rule and ``weights`` as the judge's); tier 2 the other drives the rule flags;
+    each tier by the model's risk (:func:`tiers`).  A drive in neither counts among those
+    reporting and is never flagged.  Nothing is fitted: the share is the issue's other
+    budget, the rule the issue's rule.  Built on the drives judged together (a maker's
+    drives: the maker's own top of the list), so at that share the ordering's flags are
+    the model's.
+    """
+    from foreshock.budget import DailyBudget
+    from foreshock.models.evaluation.top_of_list import daily_flags
+
+    flags, _ = daily_flags(frame.select("unit_id", "ts", "risk"), DailyBudget(share=MODEL_THEN_RULE_SHARE), weights)
+    top = flags.select(
+        pl.col("unit_id").cast(frame.schema["unit_id"]),
+        pl.col("alert_start").dt.truncate("1d").cast(frame.schema["day"]).alias("day"),
+        pl.lit(True).alias("top"),
+    )
+    frame = frame.join(top, on=["unit_id", "day"], how="left").with_columns(pl.col("top").fill_null(False))
+    return frame.select("unit_id", "ts", tiers(frame, pl.col("top"), pl.col("ruled")).alias("score"))
+
+
+def model_then_rule_name(model: str) -> str:
+    """The row of a model's "model top, then rule" ordering, e.g. ``gbm+growth@0.1%``."""
+    return f"{model}+growth@{MODEL_THEN_RULE_SHARE * 100:g}%"
+
+
 def judge_child(
     work: Path,
     shares: list[float],
     floor: float | None = None,
     rule_first_models: tuple[str, ...] = ("gbm",),
     since: date | None = None,
+    model_then_rule_models: tuple[str, ...] = (),
 ) -> None:
     """Out-of-sample model scores and the rules on the drive-days with a reading, judged at
     each share (see the module docstring); ``judged.json`` and the tables printed.  The
     scores are read one model at a time (all of them at once: about 50 M rows on the whole
     data set), so memory holds one model's scores, the drives' levels and the two rules.
     ``rule_first_models``: the models also judged in the rule-first orderings
-    (:func:`rule_first`); ``since``: every ranking judged again on the days from then on
-    (``judged["since"]``; the rules and floors still use the days before as history)."""
+    (:func:`rule_first`); ``model_then_rule_models``: those also judged model top, then
+    rule (:func:`model_then_rule`, built on each maker's and each window's drives);
+    ``since``: every ranking judged again on the days from then on (``judged["since"]``;
+    the rules and floors still use the days before as history)."""
     from foreshock.budget import fleet_weights
     from foreshock.config import load_config
     from foreshock.lake.read import read_table
@@ -320,11 +379,11 @@ def judge_child(
     judged: dict = {"results": []}
     window: dict = {"from": str(since), "results": []}
 
-    def judge(series: dict[str, pl.DataFrame], floor: float | None = None) -> list[dict]:
-        out = judge_shares(series, failures, inventory, config, shares, floor)
+    def judge(series: dict[str, pl.DataFrame], floor: float | None = None, order=None) -> list[dict]:
+        out = judge_shares(series, failures, inventory, config, shares, floor, order)
         if later is not None:
             part = {name: frame.filter(pl.col("ts") >= later) for name, frame in series.items()}
-            window["results"] += judge_shares(part, failures, inventory, config, shares, floor)["results"]
+            window["results"] += judge_shares(part, failures, inventory, config, shares, floor, order)["results"]
         judged.update({k: v for k, v in out.items() if k != "results"})
         return out["results"]
 
@@ -341,6 +400,9 @@ def judge_child(
             judged["results"] += judge(series, floor)
         if model in rule_first_models:
             judged["results"] += judge(rule_first_series(model, series[model], growth, weights))
+        if model in model_then_rule_models:
+            tiered = {model_then_rule_name(model): ruled(series[model], growth)}
+            judged["results"] += judge(tiered, order=lambda part: model_then_rule(part, weights))
     judged["results"] += rule_rows
     if later is not None:  # the rules' rows last, as in the whole period's
         rule_names = set(RULES)
@@ -351,6 +413,7 @@ def judge_child(
         judged["since"] = window
     judged["entry_floor"] = floor
     judged["rule_first_floors"] = RULE_FIRST_FLOORS
+    judged["model_then_rule_share"] = MODEL_THEN_RULE_SHARE
     judged["against_rules"] = against_rules(judged)
     judged["models"] = {m: report["models"][m][HORIZON]["snapshot"] for m in report["models"]}
     judged["backtest_period"] = report["scored"]
@@ -367,11 +430,14 @@ def judge_shares(
     config,
     shares: list[float],
     floor: float | None = None,
+    order=None,
 ) -> dict:
     """Each ranking (``unit_id, ts, risk``) judged by the package's top-of-the-list metrics
     at each share of the drives reporting that day, for the fleet and for each maker
     (the maker's drives ranked among themselves, its own share).  ``floor``: an entry
-    floor on the risk (``[backtest] entry_floor``; the ranking's name then says it)."""
+    floor on the risk (``[backtest] entry_floor``; the ranking's name then says it).
+    ``order``: a function making the ranking's score from the drives judged together
+    (the fleet's, or a maker's), as :func:`model_then_rule`; None: the frames are scores."""
     from foreshock.budget import DailyBudget, fleet_weights
     from foreshock.models.evaluation.top_of_list import top_of_list
 
@@ -384,6 +450,7 @@ def judge_shares(
         name = model if floor is None else floored(model, floor)
         for group, units in groups.items():
             part = frame if units is None else frame.join(units, on="unit_id", how="semi")
+            part = part if order is None else order(part)
             for share in shares:
                 budget = DailyBudget(share=share)
                 metrics = top_of_list(part, failures, budget, HORIZON, min_lead, weights=weights, floor=floor)
@@ -557,6 +624,7 @@ def main() -> int:
             float(options["floor"]) if "floor" in options else None,
             tuple(m for m in options.get("rule-first", "gbm").split(",") if m),
             date.fromisoformat(options["since"]) if "since" in options else None,
+            tuple(m for m in options.get("model-then-rule", "").split(",") if m),
         )
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -579,6 +647,14 @@ def main() -> int:
         default=["gbm"],
         metavar="MODEL",
         help="models also judged growth rule first, then by their risk (rows '<model>>growth'; none: no names)",
+    )
+    parser.add_argument(
+        "--model-then-rule",
+        nargs="*",
+        default=[],
+        metavar="MODEL",
+        help="models also judged their own top 0.1 %% first, then the growth rule's flags by risk, nothing else "
+        "(rows '<model>+growth@0.1%%')",
     )
     parser.add_argument(
         "--since", type=date.fromisoformat, help="judge every ranking again on the days from this date on"
