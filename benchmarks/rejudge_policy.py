@@ -5,8 +5,9 @@ again, with the backtest's own judge, at each combination of ``[policy] enter_ri
 exit level stays at the configured ``exit_risk / enter_risk`` of it), ``enter_for`` and, with
 ``--second-horizon`` (a horizon the backtest scored), ``second_enter_risk`` given (with
 ``--second-only``, only that horizon's risk enters drain; without ``--second-only`` either
-risk enters; ``--second-horizon ""``: the decision risk alone; no ``--second-horizon``: the
-configuration's own, the built-in 24-hour risk alone where the backtest scored it), and prints
+risk enters, the decision risk on its own threshold and hold, ``--decision-enter-risk`` and
+``--decision-enter-for``, when given; ``--second-horizon ""``: the decision risk alone; no
+``--second-horizon``: the configuration's own entry), and prints
 the policy point of each model: alerts, true alerts, precision per alert and per
 unit, caught, recall of the failures with a precursor (with a ground truth), early alerts and
 GPU-hours saved.
@@ -21,8 +22,8 @@ Usage::
     uv run python benchmarks/rejudge_policy.py --backtest DIR/backtest --data-dir DIR \\
         [--config DIR/evaluate.toml] [--ground-truth DIR/raw/sim/ground_truth.parquet] \\
         [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h] \\
-        [--second-horizon 24h|"" --second-enter-risk 0.4 0.5 [--second-only]] [--decision-hold 48h]
-        [--alert-window 72h]
+        [--second-horizon 24h|"" --second-enter-risk 0.4 0.5 [--second-only]
+         [--decision-enter-risk 0.6 --decision-enter-for 48h]] [--alert-window 72h]
 """
 
 from __future__ import annotations
@@ -71,35 +72,16 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
     policy.update(enter_risk=enter_risk, exit_risk=ratio * enter_risk, enter_for=enter_for)
     if second_risk is not None:
         policy.update(second_horizon=args.second_horizon, second_enter_risk=second_risk, second_only=args.second_only)
+        if args.decision_enter_risk is not None:
+            policy.update(decision_enter_risk=args.decision_enter_risk)
+        if args.decision_enter_for is not None:
+            policy.update(decision_enter_for=args.decision_enter_for)
     elif args.second_horizon is not None:  # "": the decision horizon's risk alone
         policy.update(second_horizon="", second_only=False)
     if args.alert_window:  # W: how long before a failure an alert still catches it
         config.settings["backtest"]["alert_window"] = args.alert_window
     scores = pl.scan_parquet(scores_path(args.backtest)).filter(pl.col("model").is_in(args.models))
-    if args.decision_hold:
-        scores = decision_held(scores, config, args.decision_hold, enter_for)
     return judge_scores(scores, failures, config, ground_truth=truth, periods=periods)
-
-
-def decision_held(scores: pl.LazyFrame, config, decision_hold: str, enter_for: str) -> pl.LazyFrame:
-    """The scores with the decision horizon's risk series replaced by its held risk over the
-    last ``k(decision_hold) - k(enter_for) + 1`` snapshots (:func:`foreshock.hold.with_held_risk`;
-    0 where they are fewer or not consecutive), so that the judge's own hold of ``enter_for``
-    on it is a hold of ``decision_hold`` (``k``: the snapshots a hold spans).  A prototype of
-    a longer hold for the decision risk than for the second one: the decision risk's exit
-    and lower levels read the held series too."""
-    from foreshock.durations import parse_duration
-    from foreshock.hold import HELD_COLUMN, hold_snapshots, with_held_risk
-
-    step, horizon = config.snapshot_every, str(config.section("models")["horizon"])
-    extra = hold_snapshots(parse_duration(decision_hold), step) - hold_snapshots(parse_duration(enter_for), step)
-    if extra <= 0:
-        return scores
-    frame = scores.collect()
-    decision = pl.col("horizon") == horizon
-    held = with_held_risk(frame.filter(decision), step * (extra + 1), step, by=("model", "unit_id", "horizon"))
-    held = held.with_columns(pl.col(HELD_COLUMN).fill_null(0.0).alias("risk")).drop(HELD_COLUMN)
-    return pl.concat([frame.filter(~decision), held]).lazy()
 
 
 def row(model: str, horizon: str, enter_risk: float, enter_for: str, entry: str, point: dict) -> str:
@@ -132,9 +114,12 @@ def main() -> int:
         "--second-only", action="store_true", help="[policy] second_only: only the second horizon's risk enters"
     )
     parser.add_argument(
-        "--decision-hold",
-        help="hold the decision horizon's risk this long (longer than --enter-for; a prototype: "
-        "its series is replaced by its held value before the judge holds it for --enter-for)",
+        "--decision-enter-risk",
+        type=float,
+        help="[policy] decision_enter_risk: beside a second way in, the decision risk's own threshold",
+    )
+    parser.add_argument(
+        "--decision-enter-for", help="[policy] decision_enter_for: beside a second way in, its own hold"
     )
     parser.add_argument(
         "--alert-window",

@@ -14,7 +14,7 @@ snapshots.  Each snapshot stands for its interval, so a hold no longer than one 
 interval changes nothing (``k = 1``: the held risk is the risk), and daily snapshots are
 never delayed by an hours-long hold.
 
-One function computes it for the three places that decide entry: the backtest's replay of
+One function computes it (per horizon: :func:`with_held_risks`) for the three places that decide entry: the backtest's replay of
 the policy (:mod:`foreshock.models.evaluation.alert_replay`), live scoring (which scores
 each unit's last ``k`` snapshots) and the drain replay, so all three agree.
 
@@ -26,6 +26,16 @@ second_enter_risk``, and the larger is the unit's **entry risk**: it reaches ``e
 exactly when one of the two reaches its own threshold, and the hysteresis (leave below
 ``exit_risk``) applies to it the same way.  Its held value is the larger of the two held
 risks (each held on its own horizon's series).
+
+**The decision risk's own way in** (``[policy] decision_enter_risk``, ``decision_enter_for``):
+beside a second way in, the decision horizon's risk may enter on its own threshold and hold
+(a 72-hour risk held at or above 0.6 for 48 hours) instead of ``enter_risk`` and
+``enter_for``.  It is put on the entry scale the same way (multiplied by ``enter_risk /
+decision_enter_risk``) and held on its own series for its own hold, so a unit enters once
+either risk has held at or above its own threshold for its own hold.  A slow failure (a
+temperature drifting up over days) lifts the 72-hour risk for days while the 24-hour
+risk cannot tell which day; a benign burst lifts it for hours.  Without a second way in
+the decision risk enters on ``enter_risk`` and ``enter_for`` as always.
 
 **The second horizon alone** (``[policy] second_only``): only the second risk enters drain.
 The decision risk still places the lower levels (watch, diagnostics) and keeps a drained
@@ -47,7 +57,7 @@ from typing import Any
 import polars as pl
 
 from foreshock.config import builtin_default
-from foreshock.durations import parse_duration, spelled_as
+from foreshock.durations import format_duration, parse_duration, spelled_as
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +115,35 @@ def with_held_risk(
     )
 
 
+def with_held_risks(
+    scores: pl.DataFrame,
+    hold: timedelta,
+    step: timedelta,
+    holds: Mapping[str, timedelta] | None = None,
+    *,
+    by: Sequence[str] = ("unit_id", "horizon"),
+) -> pl.DataFrame:
+    """Long scores (a row per unit, snapshot and ``horizon``) with :data:`HELD_COLUMN`
+    added, each horizon's series held for its own hold: ``holds`` by horizon (any spelling
+    of the duration: ``1d`` is the scores' ``24h``; :meth:`Entry.holds`), ``hold`` for the
+    rest.  Rows in their original order."""
+    present = scores.get_column("horizon").unique().to_list() if scores.height else []
+    own = {}
+    for horizon, its_hold in (holds or {}).items():
+        spelled = spelled_as(horizon, present)
+        if spelled is not None and hold_snapshots(its_hold, step) != hold_snapshots(hold, step):
+            own[spelled] = its_hold
+    if not own:
+        return with_held_risk(scores, hold, step, by=by)
+    ordered = scores.with_row_index("_row")
+    parts = [
+        with_held_risk(ordered.filter(pl.col("horizon") == horizon), its_hold, step, by=by)
+        for horizon, its_hold in own.items()
+    ]
+    parts.append(with_held_risk(ordered.filter(~pl.col("horizon").is_in(list(own))), hold, step, by=by))
+    return pl.concat(parts, how="vertical_relaxed").sort("_row").drop("_row")
+
+
 @dataclass(frozen=True)
 class Entry:
     """How a unit's risk enters the drain level: the decision horizon's risk against
@@ -116,17 +155,42 @@ class Entry:
     second_horizon: str = ""
     second_enter_risk: float = 1.0
     second_only: bool = False
+    # the decision risk's own way in beside a second one (None: enter_risk, the hold)
+    decision_enter_risk: float | None = None
+    decision_enter_for: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.second_horizon and not 0.0 < self.second_enter_risk <= 1.0:
             raise ValueError(f"[policy] second_enter_risk must be in (0, 1], got {self.second_enter_risk}")
+        if self.decision_enter_risk is not None and not 0.0 < self.decision_enter_risk <= 1.0:
+            raise ValueError(f"[policy] decision_enter_risk must be in (0, 1], got {self.decision_enter_risk}")
+        if self.decision_enter_for is not None and self.decision_enter_for < timedelta(0):
+            raise ValueError(f"[policy] decision_enter_for must not be negative, got {self.decision_enter_for}")
         if self.second_only and not self.second_horizon:
             raise ValueError("[policy] second_only = true needs a second_horizon: it names the risk that enters drain")
+
+    @classmethod
+    def of(cls, horizon: str, settings: Any) -> Entry:
+        """The entry at the decision ``horizon`` of ``settings`` that carry its fields by name
+        (the drain policy's, the backtest's operating points)."""
+        names = ("second_horizon", "second_enter_risk", "second_only", "decision_enter_risk", "decision_enter_for")
+        return cls(horizon, settings.enter_risk, **{name: getattr(settings, name) for name in names})
 
     @property
     def horizons(self) -> tuple[str, ...]:
         """The horizons the entry reads, the decision horizon first."""
         return (self.horizon, self.second_horizon) if self.second_horizon else (self.horizon,)
+
+    @property
+    def decision_way(self) -> bool:
+        """The decision risk has a way in of its own beside the second one (not second_only)."""
+        return bool(self.second_horizon) and not self.second_only
+
+    def holds(self, hold: timedelta) -> dict[str, timedelta]:
+        """The hold of each horizon the entry reads, ``hold`` (``[policy] enter_for``) but
+        for the decision risk's own ``decision_enter_for`` beside a second way in."""
+        own = self.decision_enter_for if self.decision_way and self.decision_enter_for is not None else hold
+        return {self.horizon: own, **({self.second_horizon: hold} if self.second_horizon else {})}
 
     def on(self, horizon: str, horizons: Sequence[str]) -> Entry | None:
         """This entry at the decision ``horizon``, its second horizon spelled as the scores'
@@ -145,28 +209,46 @@ class Entry:
             return first
         if self.second_only:  # held just below enter_risk: the decision risk never enters alone
             first = pl.min_horizontal(first, pl.lit(math.nextafter(self.enter_risk, 0.0)))
+        elif self.decision_enter_risk is not None:  # its own threshold, on the entry scale
+            first = first * (self.enter_risk / self.decision_enter_risk)
         return pl.max_horizontal(first, of(self.second_horizon) * (self.enter_risk / self.second_enter_risk))
 
-    def describe(self) -> str:
-        """``risk >= 0.5``, ``risk_72h >= 0.5 or risk_24h >= 0.4`` or ``risk_24h >= 0.4``
-        (for reports and reasons)."""
+    @property
+    def decision_threshold(self) -> float:
+        """The decision risk's own threshold to enter drain."""
+        return (
+            self.decision_enter_risk if self.decision_way and self.decision_enter_risk is not None else self.enter_risk
+        )
+
+    def describe(self, hold: timedelta | None = None) -> str:
+        """``risk >= 0.5``, ``risk_72h >= 0.6 or risk_24h >= 0.4`` or ``risk_24h >= 0.4``
+        (for reports and reasons); with ``hold`` (``enter_for``) each way in says how long
+        it must hold: ``risk_72h >= 0.6 held 48h or risk_24h >= 0.4 held 6h``."""
+        holds = self.holds(hold) if hold else {}
+
+        def held(horizon: str) -> str:
+            return f" held {format_duration(holds[horizon])}" if holds and holds[horizon] > timedelta(0) else ""
+
         if not self.second_horizon:
-            return f"risk >= {self.enter_risk:g}"
+            return f"risk >= {self.enter_risk:g}{held(self.horizon)}"
+        second = f"risk_{self.second_horizon} >= {self.second_enter_risk:g}{held(self.second_horizon)}"
         if self.second_only:
-            return f"risk_{self.second_horizon} >= {self.second_enter_risk:g}"
-        return f"risk_{self.horizon} >= {self.enter_risk:g} or risk_{self.second_horizon} >= {self.second_enter_risk:g}"
+            return second
+        return f"risk_{self.horizon} >= {self.decision_threshold:g}{held(self.horizon)} or {second}"
 
 
 def second_way_in(policy: Mapping[str, Any], labels: Sequence[str], horizon: str) -> dict[str, Any]:
-    """``[policy] second_horizon`` and ``second_only`` as they apply to a fleet whose models
-    score the ``[labels]`` horizons ``labels`` and decide at ``horizon`` (``second_enter_risk``
-    is read as it is).
+    """``[policy] second_horizon``, ``second_only``, ``decision_enter_risk`` and
+    ``decision_enter_for`` as they apply to a fleet whose models score the ``[labels]``
+    horizons ``labels`` and decide at ``horizon`` (``second_enter_risk`` is read as it is).
 
     The second horizon is spelled as ``labels`` spell it (``1d`` is their ``24h``).  The
     built-in second horizon (``24h``) applies only where it is one of ``labels`` and shorter
     than ``horizon``: elsewhere (a daily disk fleet labelled ``14d``, a fleet deciding at
     ``24h``) the policy enters drain on the decision risk alone, and says so once in the
-    log.  A second horizon the configuration names itself must be one of ``labels``.
+    log.  A second horizon the configuration names itself must be one of ``labels``.  The
+    decision risk's own threshold and hold apply only beside a second way in (not with
+    ``second_only``); elsewhere they are None (``enter_risk`` and ``enter_for`` decide).
     """
     second = str(policy.get("second_horizon", "") or "")
     spelled = spelled_as(second, labels) if second else None
@@ -189,8 +271,15 @@ def second_way_in(policy: Mapping[str, Any], labels: Sequence[str], horizon: str
                 "[policy] second_horizon %s (built in) %s %s (decision horizon %s): drains enter on the %s risk alone",
                 *(second, reason, list(labels), horizon, horizon),
             )
-        return {"second_horizon": "", "second_only": False}
-    return {"second_horizon": spelled, "second_only": bool(policy.get("second_only", False))}
+        return {"second_horizon": "", "second_only": False, "decision_enter_risk": None, "decision_enter_for": None}
+    only = bool(policy.get("second_only", False))
+    own_risk, own_hold = policy.get("decision_enter_risk"), policy.get("decision_enter_for")
+    return {
+        "second_horizon": spelled,
+        "second_only": only,
+        "decision_enter_risk": None if only or own_risk is None else float(own_risk),
+        "decision_enter_for": None if only or own_hold is None else parse_duration(own_hold),
+    }
 
 
 _SAID: set[tuple[str, tuple[str, ...], str]] = set()  # fallbacks already logged by this process
@@ -199,11 +288,10 @@ _SAID: set[tuple[str, tuple[str, ...], str]] = set()  # fallbacks already logged
 def entry_series(scores: pl.DataFrame, entry: Entry, hold: timedelta, step: timedelta) -> pl.DataFrame:
     """One unit's entry risk per snapshot from long scores (``unit_id, ts, horizon, risk``
     with a row per horizon): ``unit_id, ts, risk`` (the entry risk) and :data:`HELD_COLUMN`
-    (its held value, each horizon held on its own series), on the decision horizon's
-    snapshots.  The backtest replays the two-horizon policy on it."""
-    held = with_held_risk(
-        scores.filter(pl.col("horizon").is_in(list(entry.horizons))), hold, step, by=("unit_id", "horizon")
-    )
+    (its held value, each horizon held on its own series for its own hold,
+    :meth:`Entry.holds`), on the decision horizon's snapshots.  The backtest replays the
+    two-horizon policy on it."""
+    held = with_held_risks(scores.filter(pl.col("horizon").is_in(list(entry.horizons))), hold, step, entry.holds(hold))
     wide = held.filter(pl.col("horizon") == entry.horizon).select("unit_id", "ts", "risk", HELD_COLUMN)
     if entry.second_horizon:
         second = held.filter(pl.col("horizon") == entry.second_horizon).select(

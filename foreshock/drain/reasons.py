@@ -38,7 +38,7 @@ class Reasons:
         if s.second_only:
             return f"{fmt_risk(s.second_enter_risk)} at {s.second_horizon}"
         also = f" (or {fmt_risk(s.second_enter_risk)} at {s.second_horizon})" if s.second_horizon else ""
-        return f"{fmt_risk(s.enter_risk)}{also}"
+        return f"{fmt_risk(s.entry.decision_threshold)}{also}"
 
     def with_signals(self, text: str, row: dict) -> str:
         signals = signals_text(row.get("top_signals"))
@@ -70,7 +70,14 @@ class Reasons:
         if level == LEVEL_DIAGNOSTICS:
             costs = s.costs
             p = failure_risk(row, s.entry)
-            if entry >= s.enter_risk and not held:
+            if entry >= s.enter_risk and not held and s.entry.holds(s.enter_for)[s.horizon] != s.enter_for:
+                # each way in has its own hold: name both, so "why not drained" reads as the rule
+                text = (
+                    f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {self.threshold_phrase()} "
+                    f"but not yet held: drain once {s.entry.describe(s.enter_for)} "
+                    "([policy] decision_enter_for, enter_for)"
+                )
+            elif entry >= s.enter_risk and not held:
                 text = (
                     f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {self.threshold_phrase()} "
                     f"for less than {format_duration(s.enter_for)} ([policy] enter_for): drain once it holds"

@@ -53,7 +53,7 @@ from foreshock.drain.lemons import REPLACE
 from foreshock.drain.replay_sim import Simulation, simulate_policy, units_reporting
 from foreshock.drain.risk_table import fleet_table, unit_risk_table
 from foreshock.drain.settings import PolicySettings
-from foreshock.hold import with_held_risk
+from foreshock.hold import with_held_risks
 from foreshock.models.evaluation.alerts import AlertWindow  # the lead-time metrics' own definition
 from foreshock.models.evaluation.caught import match_failures, split_drained, with_precursor_flags
 from foreshock.models.evaluation.metrics import gpu_hours_saved
@@ -329,11 +329,11 @@ def replay(
     fleet_parts = []
     variants = models or sorted(scores.get_column("model").unique().to_list())
     for model in variants:
-        series = with_held_risk(
+        series = with_held_risks(
             scores.filter(pl.col("model") == model),
             settings.enter_for,
             settings.snapshot_every,
-            by=("unit_id", "horizon"),
+            settings.entry.holds(settings.enter_for),
         )
         risks = unit_risk_table(series, settings.horizon, latest_only=False, entry=settings.entry)
         all_risks[model] = risks
@@ -377,7 +377,7 @@ def replay(
             "horizon": settings.horizon,
             "enter_risk": settings.enter_risk,
             "exit_risk": settings.exit_risk,
-            "entry": settings.entry.describe(),
+            "entry": settings.entry.describe(settings.enter_for),
             "enter_for_h": settings.enter_for.total_seconds() / 3600,
             "max_drained_share_cluster": settings.max_drained_share_cluster,
             "max_drained_share_per_domain": settings.max_drained_share_per_domain,

@@ -39,6 +39,10 @@ class PolicySettings:
     second_only
         Only the second horizon's risk enters drain; the decision risk places the levels
         below it (:class:`foreshock.hold.Entry`).
+    decision_enter_risk, decision_enter_for
+        Beside a second way in (not ``second_only``), the decision risk's own threshold and
+        hold to enter drain (the configuration's built-in 0.6 held 48 hours); None:
+        ``enter_risk`` and ``enter_for`` (:class:`foreshock.hold.Entry`).
     snapshot_every
         The snapshot interval (``[features] snapshot_every``), which sizes the hold.
     watch_risk, diagnostics_risk
@@ -72,6 +76,8 @@ class PolicySettings:
     second_horizon: str = ""
     second_enter_risk: float = policy_default("second_enter_risk", float)
     second_only: bool = False
+    decision_enter_risk: float | None = None
+    decision_enter_for: timedelta | None = None
     snapshot_every: timedelta = builtin_field("features", "snapshot_every", timedelta)
     watch_risk: float = policy_default("watch_risk", float)
     diagnostics_risk: float = policy_default("diagnostics_risk", float)
@@ -112,7 +118,7 @@ class PolicySettings:
                     f"[policy] second_horizon = {self.second_horizon!r} must be shorter than the decision horizon "
                     f"{self.horizon!r} ([models] horizon)"
                 )
-        self.entry  # noqa: B018 -- validates second_enter_risk and second_only
+        self.entry  # noqa: B018 -- validates second_enter_risk, second_only and the decision's own way in
 
     @classmethod
     def from_config(cls, config: Any) -> PolicySettings:
@@ -137,7 +143,7 @@ class PolicySettings:
     @property
     def entry(self) -> Entry:
         """How a unit's risk enters the drain level (one horizon, or two)."""
-        return Entry(self.horizon, self.enter_risk, self.second_horizon, self.second_enter_risk, self.second_only)
+        return Entry.of(self.horizon, self)
 
     @property
     def hysteresis_ratio(self) -> float:

@@ -19,20 +19,23 @@ from foreshock.pipelines.runtime import stamp
 
 def score_latest(settings: dict) -> str:
     """Score the newest snapshot of every unit with the champion (and the snapshots before
-    it that the policy's hold spans, for its held risk); returns the path of
+    it that the policy's longest hold spans, for its held risks); returns the path of
     ``scores/latest.parquet``."""
+    from foreshock.drain.settings import PolicySettings
     from foreshock.models.registry.registry import load_champion
     from foreshock.models.registry.score_files import write_scores
     from foreshock.models.registry.scoring import live_scores
 
     config = Config.from_settings(settings)
     champion = load_champion(config.model_name, **trust_settings(config))
-    hold, step = config.duration("policy", "enter_for"), config.snapshot_every
+    policy = PolicySettings.from_config(config)
+    hold, step = policy.enter_for, config.snapshot_every
+    holds = policy.entry.holds(hold)  # the decision risk's own hold beside a second way in
     # the last days' partitions only
-    snapshots = inputs.feature_source(config).latest(count=hold_snapshots(hold, step))
+    snapshots = inputs.feature_source(config).latest(count=max(hold_snapshots(h, step) for h in holds.values()))
     if snapshots.height == 0:
         raise missing("no feature snapshots", config.features_dir, "features")
-    scores = live_scores(champion, snapshots, hold=hold, step=step)
+    scores = live_scores(champion, snapshots, hold=hold, step=step, holds=holds)
     return str(write_scores(scores, config.scores_dir, stamp()))
 
 

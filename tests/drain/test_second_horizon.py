@@ -135,7 +135,13 @@ def test_the_backtest_policy_point_is_the_two_horizon_policy_when_set():
     off = judge_scores(scores, failures, off_config, periods=periods)
     assert off["models"]["gbm"]["72h"]["operating_points"]["policy"]["caught"] == 0
     on_config = load_config().with_overrides(
-        {**base, "policy": {"enter_for": "6h", "second_horizon": "24h", "second_enter_risk": 0.4, "second_only": False}}
+        {
+            **base,
+            "policy": {
+                **{"enter_for": "6h", "second_horizon": "24h", "second_enter_risk": 0.4, "second_only": False},
+                **{"decision_enter_risk": 0.5, "decision_enter_for": "6h"},  # the decision risk as without a second
+            },
+        }
     )
     on = judge_scores(scores, failures, on_config, periods=periods)
     point = on["models"]["gbm"]["72h"]["operating_points"]["policy"]

@@ -155,13 +155,22 @@ def render_markdown(report: dict) -> str:
                     "at the {second_horizon} risk >= {second_enter_risk:g} alone (at the decision horizon only; "
                     "its own risk does not enter)",
                 )
+            elif point == "policy" and s.get("second_horizon") and s.get("decision_enter_risk") is not None:
+                ratio = s["exit_risk"] / s["enter_risk"]
+                title = (
+                    "policy threshold (enter once the risk has held >= {decision_enter_risk:g} for "
+                    "{decision_enter_for} or, at the decision horizon only, the {second_horizon} risk >= "
+                    "{second_enter_risk:g} for {enter_for}; leave once the risk is below "
+                    f"{ratio * s['decision_enter_risk']:.2g} and the {{second_horizon}} risk below "
+                    f"{ratio * s['second_enter_risk']:.2g})"
+                )
             elif point == "policy" and s.get("second_horizon"):
                 title = title.replace(
                     "at risk >= {enter_risk:g}",
                     "at risk >= {enter_risk:g} or, at the decision horizon only, the {second_horizon} risk >= "
                     "{second_enter_risk:g}",
                 )
-            if point == "policy" and s.get("enter_for"):
+            if point == "policy" and s.get("enter_for") and s.get("decision_enter_risk") is None:
                 title = title.replace("enter at ", "enter once held for {enter_for} at ")
             lines += ["", f"At the {title.format(**s)}:", ""]
             lines += [

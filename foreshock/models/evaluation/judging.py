@@ -149,6 +149,10 @@ def judge_scores(
             "second_horizon": settings.second_horizon or None,
             "second_enter_risk": settings.second_enter_risk if settings.second_horizon else None,
             "second_only": settings.second_only if settings.second_horizon else None,
+            "decision_enter_risk": settings.decision_enter_risk,
+            "decision_enter_for": (
+                None if settings.decision_enter_for is None else format_duration(settings.decision_enter_for)
+            ),
         },
         "scored": {
             "snapshots": lazy.select("unit_id", "ts").unique().select(pl.len()).collect(engine="streaming").item(),

@@ -151,6 +151,8 @@ class OperatingPoints:
     second_horizon: str = ""  # [policy] second_horizon: a second way into drain ("": none)
     second_enter_risk: float = 1.0  # [policy] second_enter_risk: its threshold
     second_only: bool = False  # [policy] second_only: only the second horizon's risk enters
+    decision_enter_risk: float | None = None  # [policy] decision_enter_risk beside a second way in
+    decision_enter_for: timedelta | None = None  # [policy] decision_enter_for: its own hold
 
     @classmethod
     def from_config(cls, config) -> OperatingPoints:
@@ -173,7 +175,7 @@ class OperatingPoints:
 
     def entry(self, horizon: str) -> Entry:
         """The policy's entry at the decision ``horizon`` (with its second horizon, if any)."""
-        return Entry(horizon, self.enter_risk, self.second_horizon, self.second_enter_risk, self.second_only)
+        return Entry.of(horizon, self)
 
     @property
     def budget(self) -> DailyBudget:

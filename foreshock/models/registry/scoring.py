@@ -4,17 +4,19 @@
 scores them with the primary model of a loaded bundle and attaches the top signals and
 the provenance (model name, version, MLflow run) to every row.  Given each unit's last few
 snapshots, it scores them all and keeps the newest with its held risk (the lowest risk over
-the drain policy's hold ``[policy] enter_for``, :mod:`foreshock.hold`).
+the drain policy's hold ``[policy] enter_for``, or a horizon's own hold such as
+``decision_enter_for``, :mod:`foreshock.hold`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
 import polars as pl
 
 from foreshock.contract import LOCATION_COLUMNS
-from foreshock.hold import HELD_COLUMN, with_held_risk
+from foreshock.hold import HELD_COLUMN, with_held_risks
 from foreshock.models.registry.registry import LoadedBundle
 
 
@@ -36,6 +38,7 @@ def live_scores(
     *,
     hold: timedelta = timedelta(0),
     step: timedelta = timedelta(hours=1),
+    holds: Mapping[str, timedelta] | None = None,
 ) -> pl.DataFrame:
     """Risk of the primary model per unit and horizon, with its top signals and provenance.
 
@@ -45,11 +48,13 @@ def live_scores(
         A registered version (:func:`load_champion`).
     snapshots
         Feature snapshots to score: the newest of every unit (:func:`latest_snapshots`), or
-        its last ``ceil(hold / step)`` for a held risk.
+        its last ``ceil(hold / step)`` (of the longest hold) for a held risk.
     top
         How many signals to keep per unit and horizon.
     hold, step
         ``[policy] enter_for`` and the snapshot interval.
+    holds
+        A horizon's own hold where it differs (:meth:`foreshock.hold.Entry.holds`).
 
     Returns
     -------
@@ -60,9 +65,9 @@ def live_scores(
         horizon, then risk (highest first).
     """
     bundle = loaded.bundle
-    risk = with_held_risk(
-        bundle.score(snapshots).filter(pl.col("model") == bundle.primary), hold, step, by=("unit_id", "horizon")
-    ).filter(pl.col("ts") == pl.col("ts").max().over("unit_id"))
+    risk = with_held_risks(bundle.score(snapshots).filter(pl.col("model") == bundle.primary), hold, step, holds).filter(
+        pl.col("ts") == pl.col("ts").max().over("unit_id")
+    )
     snapshots = latest_snapshots(snapshots)
     reasons = (
         bundle.explain(snapshots, top=top)

@@ -1,0 +1,144 @@
+"""The decision risk's own way into drain beside a second one (``[policy]
+decision_enter_risk``, ``decision_enter_for``): a unit enters once its 72-hour risk has held at
+or above its own threshold for its own (longer) hold, or its 24-hour risk at or above
+``second_enter_risk`` for ``enter_for``; the live policy, the backtest's replay and the
+drain replay read the same holds; lower settings or ``second_only`` change nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+import pytest
+from drain_helpers import T0, score_rows
+
+from foreshock.config import load_config
+from foreshock.contract import UTC_TS
+from foreshock.drain.policy import DrainPolicy
+from foreshock.drain.risk_table import unit_risk_table
+from foreshock.drain.settings import PolicySettings
+from foreshock.hold import HELD_COLUMN, entry_series, with_held_risks
+from foreshock.models.evaluation.alert_replay import AlertRule, Period, policy_alerts
+from foreshock.models.evaluation.backtest_report import render_markdown
+from foreshock.models.evaluation.judging import judge_scores
+
+HOUR = timedelta(hours=1)
+UNIT = "gpu-node001-gpu0"
+
+
+def _settings(**more) -> PolicySettings:
+    base = {
+        "max_drained_share_cluster": 1.0,
+        "max_drained_share_per_domain": 1.0,
+        "enter_for": 6 * HOUR,
+        "second_horizon": "24h",
+        "second_enter_risk": 0.4,
+        "decision_enter_risk": 0.6,
+        "decision_enter_for": 48 * HOUR,
+    }
+    return PolicySettings(**{**base, **more})
+
+
+def _live(hours: int, settings: PolicySettings, risks: tuple[float, float]) -> dict:
+    """The live path for one unit whose 24-hour and 72-hour risks are ``risks`` for
+    ``hours`` hourly snapshots: scores -> each horizon held for its own hold -> policy."""
+    frames = [score_rows({UNIT: risks}, T0 + h * HOUR) for h in range(hours)]
+    holds = settings.entry.holds(settings.enter_for)
+    scores = with_held_risks(pl.concat(frames), settings.enter_for, HOUR, holds)
+    table = unit_risk_table(scores, settings.horizon, entry=settings.entry)
+    return DrainPolicy(settings).decide(table, T0 + (hours - 1) * HOUR, None).recommendations.row(0, named=True)
+
+
+def _drained(row: dict) -> bool:
+    return row["action"] in ("drain_now", "drain_at_checkpoint")
+
+
+def test_a_72_hour_risk_drains_once_it_has_held_its_own_hold():
+    settings = _settings()
+    # 0.7 at 72 hours, 0.1 at 24 hours: a slow failure the 24-hour model cannot place
+    waiting = _live(47, settings, (0.1, 0.7))
+    assert not _drained(waiting) and waiting["action"] == "run_diagnostics"
+    assert "drain once risk_72h >= 0.6 held 2d or risk_24h >= 0.4 held 6h" in waiting["reason"]
+    assert _drained(_live(48, settings, (0.1, 0.7)))
+    # below its own threshold it never drains, however long it holds
+    assert not _drained(_live(72, settings, (0.1, 0.55)))
+    # the 24-hour way in keeps its own 6-hour hold
+    assert not _drained(_live(5, settings, (0.6, 0.1)))
+    assert _drained(_live(6, settings, (0.6, 0.1)))
+    # with second_only the decision risk never enters, whatever its own way in says
+    assert not _drained(_live(72, _settings(second_only=True), (0.1, 0.9)))
+
+
+def test_each_horizon_is_held_on_its_own_series_for_its_own_hold():
+    hours = [h for h in range(60) if h != 52]  # no snapshot at hour 52: a gap breaks the 72-hour run
+    frame = pl.concat([score_rows({UNIT: (0.5, 0.7)}, T0 + h * HOUR) for h in hours]).select(
+        "unit_id", "ts", "horizon", "risk"
+    )
+    held = with_held_risks(frame, 6 * HOUR, HOUR, {"3d": 48 * HOUR})  # "3d" is the scores' "72h"
+    at = {(r["horizon"], (r["ts"] - T0) // HOUR): r[HELD_COLUMN] for r in held.iter_rows(named=True)}
+    assert at[("72h", 46)] is None and at[("72h", 47)] == pytest.approx(0.7)
+    assert at[("72h", 51)] == pytest.approx(0.7)
+    assert at[("72h", 53)] is None and at[("72h", 59)] is None  # after the gap: 48 consecutive again at hour 100
+    assert at[("24h", 4)] is None and at[("24h", 5)] == pytest.approx(0.5) and at[("24h", 59)] == pytest.approx(0.5)
+    assert held.select("unit_id", "ts", "horizon", "risk").equals(frame)  # rows in their order
+
+
+def _scores() -> pl.DataFrame:
+    """Hourly scores of two units over 96 hours at both horizons: SLOW's 72-hour risk is 0.7
+    from hour 10 on (24-hour 0.1); BLIP's 72-hour risk 0.9 for 30 hours (a long burst)."""
+    rows = []
+    for h in range(96):
+        rows += [("slow", h, "24h", 0.1), ("slow", h, "72h", 0.7 if h >= 10 else 0.05)]
+        rows += [("blip", h, "24h", 0.02), ("blip", h, "72h", 0.9 if 20 <= h < 50 else 0.05)]
+    return pl.DataFrame(
+        {
+            "unit_id": [r[0] for r in rows],
+            "ts": [T0 + r[1] * HOUR for r in rows],
+            "horizon": [r[2] for r in rows],
+            "risk": [r[3] for r in rows],
+            "model": "gbm",
+        }
+    ).with_columns(pl.col("ts").cast(UTC_TS))
+
+
+def test_the_backtest_enters_when_the_live_policy_does():
+    settings = _settings()
+    series = entry_series(_scores(), settings.entry, settings.enter_for, HOUR)
+    alerts = policy_alerts(series, 0.5, AlertRule(0.6, None, hold=settings.enter_for), HOUR)
+    # SLOW's 48th snapshot at 0.7 is hour 57; BLIP's 30-hour burst never holds two days
+    assert alerts.select("unit_id", "alert_start").rows() == [("slow", T0 + 57 * HOUR)]
+    failures = pl.DataFrame(
+        {"unit_id": ["slow"], "failed_at": [T0 + 95 * HOUR]}, schema={"unit_id": pl.String, "failed_at": UTC_TS}
+    )
+    policy = {"enter_for": "6h", "second_horizon": "24h", "second_enter_risk": 0.4, "second_only": False}
+    config = load_config().with_overrides(
+        {
+            "backtest": {"alert_window": "3d", "min_lead_time": "1h"},
+            "policy": {**policy, "decision_enter_risk": 0.6, "decision_enter_for": "48h"},
+        }
+    )
+    judged = judge_scores(_scores(), failures, config, periods=[Period(T0, T0 + 96 * HOUR)])
+    point = judged["models"]["gbm"]["72h"]["operating_points"]["policy"]
+    assert (point["caught"], point["alerts"], point["entry"]) == (1, 1, "risk_72h >= 0.6 or risk_24h >= 0.4")
+    assert "has held >= 0.6 for 2d or, at the decision horizon only, the 24h risk >= 0.4 for 6h" in render_markdown(
+        judged
+    )
+    # the decision risk on its old footing (0.5 held 6 h) alerts BLIP too
+    old = config.with_overrides({"policy": {"decision_enter_risk": 0.5, "decision_enter_for": "6h"}})
+    before = judge_scores(_scores(), failures, old, periods=[Period(T0, T0 + 96 * HOUR)])
+    assert before["models"]["gbm"]["72h"]["operating_points"]["policy"]["alerts"] == 2
+
+
+def test_the_configuration_resolves_the_decision_way_in_only_beside_a_second_one():
+    both = load_config().with_overrides({"policy": {"second_only": False}})
+    policy = PolicySettings.from_config(both)
+    assert policy.entry.describe(policy.enter_for) == "risk_72h >= 0.6 held 2d or risk_24h >= 0.4 held 6h"
+    # second_only: the decision risk has no way in, so no hold of its own
+    only = PolicySettings.from_config(both.with_overrides({"policy": {"second_only": True}}))
+    assert (only.decision_enter_risk, only.decision_enter_for) == (None, None)
+    # a daily fleet without a 24-hour label: enter_risk and enter_for decide, as always
+    daily = both.with_overrides({"labels": {"horizons": ["14d"]}, "models": {"horizon": "14d"}})
+    alone = PolicySettings.from_config(daily)
+    assert alone.entry.describe(alone.enter_for) == "risk >= 0.5 held 6h"
+    with pytest.raises(ValueError, match="decision_enter_risk must be in"):
+        _settings(decision_enter_risk=1.5)
