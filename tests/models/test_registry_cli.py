@@ -30,6 +30,10 @@ folds = 1
 
 [review]
 max_calibration_error = 0.0   # no model meets it: review must keep the champion
+
+[policy]
+second_only = false           # either risk enters drain, the 72-hour risk on its own hold
+decision_enter_for = "12h"
 """
 
 
@@ -80,17 +84,20 @@ def test_train_review_score_and_roll_back(workspace, capsys):
     assert set(latest["horizon"]) == {"24h", "72h"}
     assert {"model_name", "model_version", "run_id", "top_signals", "node", "rack"} <= set(latest.columns)
     assert len(list((data_dir / "scores").glob("scores-*.parquet"))) == 1
-    # The drain policy's hold ([policy] enter_for = 6h): each unit's last ceil(6h / 2h) = 3
-    # snapshots are scored and its newest row carries the lowest of their risks.
+    # The drain policy's holds: the 24-hour risk's ([policy] enter_for = 6h) is each unit's
+    # last ceil(6h / 2h) = 3 snapshots, the 72-hour risk's own (decision_enter_for = 12h) its
+    # last 6; each horizon's newest row carries the lowest risk of its own snapshots.
     assert not latest.select("unit_id", "horizon").is_duplicated().any()
     bundle = registry.load_champion(NAME).bundle
-    last3 = recent.sort("ts").group_by("unit_id", maintain_order=True).tail(3)
-    expected = (
-        bundle.score(last3)
-        .filter(pl.col("model") == bundle.primary)
+    expected = pl.concat(
+        bundle.score(recent.sort("ts").group_by("unit_id", maintain_order=True).tail(k))
+        .filter((pl.col("model") == bundle.primary) & (pl.col("horizon") == horizon))
         .group_by("unit_id", "horizon")
         .agg(pl.col("risk").min(), (pl.col("ts").max() - pl.col("ts").min()).alias("span"), pl.len())
-        .with_columns(pl.when((pl.col("len") == 3) & (pl.col("span") == timedelta(hours=4))).then("risk").alias("held"))
+        .with_columns(
+            pl.when((pl.col("len") == k) & (pl.col("span") == timedelta(hours=2 * (k - 1)))).then("risk").alias("held")
+        )
+        for horizon, k in (("24h", 3), ("72h", 6))
     )
     held = latest.join(expected, on=["unit_id", "horizon"], how="left")
     assert held.height == latest.height and held.get_column("held").drop_nulls().len() > 0

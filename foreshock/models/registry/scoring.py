@@ -65,7 +65,8 @@ def live_scores(
         horizon, then risk (highest first).
     """
     bundle = loaded.bundle
-    risk = with_held_risks(bundle.score(snapshots).filter(pl.col("model") == bundle.primary), hold, step, holds).filter(
+    # the primary model only: the held risks read every snapshot of the longest hold
+    risk = with_held_risks(bundle.score(snapshots, models=[bundle.primary]), hold, step, holds).filter(
         pl.col("ts") == pl.col("ts").max().over("unit_id")
     )
     snapshots = latest_snapshots(snapshots)
