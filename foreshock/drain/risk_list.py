@@ -17,8 +17,9 @@ horizon                String              decision horizon (``72h``)
 risk                   Float64             P(fail within ``horizon``)
 risk_<h>               Float64             P(fail within h), one column per scored horizon
 risk_held              Float64             the lowest ``risk`` over the unit's last
-                                           ``[policy] enter_for`` of snapshots (null: fewer
-                                           consecutive ones); drains enter on it
+                                           ``[policy] enter_for`` of snapshots (its own
+                                           ``decision_enter_for`` beside a second way in;
+                                           null: fewer consecutive ones); drains enter on it
 expected_lead_time_h   Float64             expected hours to failure (null: no hazard)
 expected_loss_gpu_h    Float64             expected GPU-hours lost by not draining
 drain_cost_gpu_h       Float64             expected GPU-hours a drain costs
