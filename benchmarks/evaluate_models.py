@@ -16,12 +16,13 @@ Data sets (each prepared once under ``--work``, then reused):
     ``foreshock simulate --units 4096 --days 60 --failure-rate 0.5``: a GPU fleet
     failing as often as Llama 3's (0.5 per 1,000 GPU-days in service, about 120 failures,
     the demo's modes and precursors), hourly snapshots, the product's label horizons (24 and
-    72 hours: a unit enters drain on its held 24-hour risk, the default) with the decision at 72 hours, a budget of 0.1 %
+    72 hours: a unit enters drain once its 24-hour risk has held 0.4 for 6 hours or its 72-hour
+    risk 0.6 for 48 hours, the default) with the decision at 72 hours, a budget of 0.1 %
     of the GPUs reporting each day (about 4 a day), and the issue's target precision 0.8
     (its prospective operating point: the threshold chosen on earlier folds).  Its policy
-    point is judged a second time on the same scores as the policy was before 2026-12-07,
-    either risk entering at ``enter_risk`` (``[policy] second_only = false``:
-    ``benchmarks/rejudge_policy.py ... --second-horizon 24h``, printed after the report),
+    point is judged a second time on the same scores as the policy was before, the held
+    24-hour risk alone entering (``[policy] second_only = true``:
+    ``benchmarks/rejudge_policy.py ... --second-horizon 24h --second-only``, printed after the report),
     and the checks say whether LightGBM meets the GPU target (recall of
     the failures with a precursor >= 0.6 at precision >= 0.8) at each policy point.  Heavy: the
     simulation writes ~7 GB of raw telemetry (removed once ingested, but the ground truth,
@@ -77,7 +78,7 @@ class DataSet:
     ground_truth: str | None = None
     before: object = None  # a callable run before the commands (a generator)
     raw: str | None = None  # raw telemetry removed once ingested (but the ground truth), unless --keep-raw
-    either_too: bool = False  # also judge the policy point with either risk entering (rejudge_policy.py)
+    before_too: bool = False  # also judge the policy point as before: the 24-hour risk alone (rejudge_policy.py)
 
 
 def datasets(work: Path, days_1024: int, gpu_units: int = 4096, gpu_seed: int = 0) -> dict[str, DataSet]:
@@ -128,7 +129,7 @@ def datasets(work: Path, days_1024: int, gpu_units: int = 4096, gpu_seed: int = 
             ],
             ground_truth=str(real / "raw/sim/ground_truth.parquet"),
             raw=str(real / "raw/sim"),
-            either_too=True,
+            before_too=True,
         ),
     }
 
@@ -159,9 +160,9 @@ def target_line(name: str, point: dict) -> str:
     )
 
 
-def checks(report: dict, either: list[dict] | None = None) -> list[str]:
+def checks(report: dict, before: list[dict] | None = None) -> list[str]:
     """The issue's two checks per horizon, as lines of text (PASS / FAIL with the numbers),
-    and with ``either`` (the policy point judged again with either risk entering) the GPU
+    and with ``before`` (the policy point judged again as before, the 24-hour risk alone) the GPU
     target at both policy points for LightGBM at the decision horizon."""
     lines = []
     models = report["models"]
@@ -188,14 +189,14 @@ def checks(report: dict, either: list[dict] | None = None) -> list[str]:
                 f"{models['gbm'][h]['snapshot']['failure_rate']:.4f}, largest tie "
                 f"{models['gbm'][h]['snapshot']['largest_tie_share']:.3f}"
             )
-    for judged in either or []:
+    for judged in before or []:
         if judged["model"] == "gbm" and "entry" in judged["point"]:  # the decision horizon's point
             h = judged["horizon"]
             default = models["gbm"][h]["operating_points"].get("policy") or {}
             entry = default.get("entry", "")
             lines.append(target_line(f"[{h}] LightGBM at the default policy point ({entry})", default))
             lines.append(
-                target_line(f"[{h}] LightGBM with either risk entering ({judged['point']['entry']})", judged["point"])
+                target_line(f"[{h}] LightGBM as before, one way in ({judged['point']['entry']})", judged["point"])
             )
     return lines
 
@@ -240,28 +241,29 @@ def evaluate(data: DataSet, work: Path, keep_raw: bool = False) -> dict:
     timings["backtest"] = run(argv, directory / "backtest-evaluate.log")
     report = json.loads((out / "report.json").read_text())
     result = {"timings": timings, "report": report, "markdown": (out / "report.md").read_text()}
-    if data.either_too:
-        # The policy point again as it was before 2026-12-07, either risk entering at enter_risk
+    if data.before_too:
+        # The policy point again as it was before, the held 24-hour risk alone entering
         # (docs/gpu_real_rate.md), on the same stored scores (no refit), with the configuration's hold.
         from foreshock.config import load_config
 
         policy = load_config(config, data_dir=directory).section("policy")
-        points = directory / "either-horizon.json"
-        log = directory / "either-horizon.log"
+        points = directory / "policy-before.json"
+        log = directory / "policy-before.log"
         argv = [
             *(sys.executable, str(ROOT / "benchmarks/rejudge_policy.py"), "--backtest", str(out)),
             *("--data-dir", str(directory), "--config", str(config), "--models", "gbm", "cox"),
             *("--ground-truth", data.ground_truth or ""),
             *("--enter-risk", str(policy["enter_risk"]), "--enter-for", str(policy["enter_for"])),
-            *("--second-horizon", "24h", "--second-enter-risk", str(policy["enter_risk"])),
+            *("--second-horizon", "24h", "--second-enter-risk", str(policy["second_enter_risk"]), "--second-only"),
             *("--json", str(points)),
         ]
-        timings["either-horizon judge"] = run(argv, log)
+        timings["policy-before judge"] = run(argv, log)
         result["markdown"] += (
-            f"\n\nThe policy point with either risk entering (at {policy['enter_risk']}, held {policy['enter_for']}):\n\n"
+            f"\n\nThe policy point as before, the 24-hour risk alone (at {policy['second_enter_risk']}, "
+            f"held {policy['enter_for']}):\n\n"
         )
         result["markdown"] += log.read_text()
-        result["either"] = json.loads(points.read_text())
+        result["before"] = json.loads(points.read_text())
     return result
 
 
@@ -309,7 +311,7 @@ def main() -> int:
         print(result["markdown"])
         for step, t in result["timings"].items():
             print(f"{step}: wall {t['wall_s']:.1f} s, CPU {t['cpu_s']:.1f} s, peak RSS {t['peak_rss_mb']:.0f} MB")
-        lines = checks(result["report"], result.get("either"))
+        lines = checks(result["report"], result.get("before"))
         print("\n".join(lines), flush=True)
         summary += [f"{name} {line}" for line in lines]
     print("\n######## checks")

@@ -115,7 +115,7 @@ def test_replay_command_writes_the_report(prefect_server, drain_config, capsys):
     assert (data_dir / "reports" / "replay" / "replay.json").is_file()
     # the default entry, said where operators read the replay
     report = (data_dir / "reports" / "replay" / "replay.md").read_text()
-    assert "a unit enters drain once risk_24h >= 0.4 held 6h" in report
+    assert "a unit enters drain once risk_72h >= 0.6 held 2d or risk_24h >= 0.4 held 6h" in report
 
 
 def test_command_help_is_printable(capsys):

@@ -172,15 +172,17 @@ def test_the_configuration_names_a_second_horizon_the_models_do_not_score():
 
 
 def test_the_built_in_second_horizon_applies_where_the_labels_score_it(caplog):
-    """The default drains on the held 24-hour risk alone; a fleet whose labels lack 24 hours
+    """The default drains on the held 24-hour risk or the 72-hour risk on its own threshold
+    and hold; a fleet whose labels lack 24 hours
     (a daily disk fleet) or that decides at 24 hours drains on its decision risk, logged once;
     the backtest's policy point reads the same."""
     import foreshock.hold as hold_module
     from foreshock.models.evaluation.operating_points import OperatingPoints
 
     config = load_config()
-    assert PolicySettings.from_config(config).entry.describe() == "risk_24h >= 0.4"
-    assert OperatingPoints.from_config(config).entry("72h").describe() == "risk_24h >= 0.4"
+    both = "risk_72h >= 0.6 held 2d or risk_24h >= 0.4 held 6h"
+    assert PolicySettings.from_config(config).entry.describe(timedelta(hours=6)) == both
+    assert OperatingPoints.from_config(config).entry("72h").describe(timedelta(hours=6)) == both
     for labels, horizon in ((["14d"], "14d"), (["24h"], "24h")):
         daily = config.with_overrides({"labels": {"horizons": labels}, "models": {"horizon": horizon}})
         caplog.clear()
