@@ -21,7 +21,10 @@ How a unit's action is chosen (``DrainPolicy.decide``):
    With ``second_horizon`` the level is placed by the entry risk instead: the larger of
    ``p`` and the second horizon's risk scaled by ``enter_risk / second_enter_risk``, so a
    unit also enters once its 24-hour risk has held at ``second_enter_risk``; with
-   ``second_only`` only that risk enters drain (``p`` places the lower levels).
+   ``second_only`` only that risk enters drain (``p`` places the lower levels); with
+   ``decision_enter_risk`` and ``decision_enter_for`` (the default) ``p`` is scaled by
+   ``enter_risk / decision_enter_risk`` and held for its own hold, so a unit enters once
+   either risk has held at or above its own threshold for its own hold.
 4. **Expected cost.** A drain is recommended only when the expected loss of not draining,
    ``p * job_gpus * (checkpoint_interval/2 + restart_time)``, exceeds the expected drain
    cost, ``job_gpus * drain_overhead + (1 - p) * repair_turnaround`` (see
