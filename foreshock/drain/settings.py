@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from foreshock.budget import DailyBudget
-from foreshock.config import builtin_field, section_values
+from foreshock.config import builtin_default, builtin_field, section_values
 from foreshock.costs import DrainCosts, policy_default
 from foreshock.drain.learned import LearnedSettings
 from foreshock.drain.lemons import LemonSettings
@@ -15,6 +16,11 @@ from foreshock.durations import parse_duration
 from foreshock.hold import Entry, second_way_in
 
 LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
+# The keys of the built-in drain entry, measured with LightGBM as the primary model.
+_ENTRY_KEYS = ("second_enter_risk", "decision_enter_risk", "decision_enter_for")
+_WARNED: set[str] = set()  # primary models already warned about by this process
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class PolicySettings:
         policy = dict(config.section("policy"))
         labels = list(config.settings["labels"]["horizons"])
         second = second_way_in(policy, labels, str(config.section("models")["horizon"]))
+        _warn_builtin_entry(str(config.section("models").get("primary", "gbm")), policy, second)
         return cls(
             **second,
             **section_values(cls, "policy", policy),
@@ -158,3 +165,21 @@ class PolicySettings:
         if level == LEVEL_DRAIN:
             return self.exit_risk
         return self.entry_threshold(level) * self.hysteresis_ratio
+
+
+def _warn_builtin_entry(primary: str, policy: dict, second: dict) -> None:
+    """Say once when a primary model other than LightGBM drains on the built-in entry: it
+    was measured with LightGBM, and Cox's risks rarely reach it (docs/drain.md, *The
+    default*)."""
+    builtin = all(policy.get(key) == builtin_default("policy", key) for key in _ENTRY_KEYS)
+    if primary == "gbm" or not second["second_horizon"] or not builtin or primary in _WARNED:
+        return
+    _WARNED.add(primary)
+    log.warning(
+        "[models] primary = %r drains on the built-in entry ([policy] decision_enter_risk %s held %s, "
+        "second_enter_risk %s), which was measured with LightGBM: a Cox model's risks rarely hold it, so it "
+        "drains few units (docs/drain.md, 'The default'); judge decision_enter_risk = 0.5, decision_enter_for "
+        '= "6h" on your history (benchmarks/rejudge_policy.py) and set what wins',
+        primary,
+        *(policy.get(key) for key in ("decision_enter_risk", "decision_enter_for", "second_enter_risk")),
+    )

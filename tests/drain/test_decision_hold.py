@@ -142,3 +142,20 @@ def test_the_configuration_resolves_the_decision_way_in_only_beside_a_second_one
     assert alone.entry.describe(alone.enter_for) == "risk >= 0.5 held 6h"
     with pytest.raises(ValueError, match="decision_enter_risk must be in"):
         _settings(decision_enter_risk=1.5)
+
+
+def test_a_primary_model_other_than_lightgbm_is_told_about_the_built_in_entry(caplog):
+    import foreshock.drain.settings as settings_module
+
+    settings_module._WARNED.clear()  # another test of this process may have been warned
+    with caplog.at_level("WARNING", logger="foreshock.drain.settings"):
+        PolicySettings.from_config(load_config())
+        assert not caplog.records  # LightGBM: the entry was measured with it
+        cox = load_config().with_overrides({"models": {"primary": "cox"}})
+        PolicySettings.from_config(cox)
+        PolicySettings.from_config(cox)
+        settings_module._WARNED.clear()
+        own = cox.with_overrides({"policy": {"decision_enter_risk": 0.5, "decision_enter_for": "6h"}})
+        PolicySettings.from_config(own)  # its own entry: nothing to say
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "[models] primary = 'cox' drains on the built-in entry" in said[0], said
