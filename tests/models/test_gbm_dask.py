@@ -30,6 +30,7 @@ def client(dask_cluster):
     """A client of the session's cluster: two single-threaded worker processes, as
     ``[runner] kind = "dask"`` starts them (``tests/dask_cluster.py``)."""
     client = distributed.Client(dask_cluster)
+    client.wait_for_workers(2, timeout=60)  # both, should an earlier test have had one restarted
     yield client
     client.close()
 

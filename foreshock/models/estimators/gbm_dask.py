@@ -122,10 +122,22 @@ def _fit(model, *args, **kwargs) -> None:
         model.fit(*args, **kwargs)
 
 
+# How long a cluster whose workers are (re)starting gets to have one before a fit gives up.
+WORKER_WAIT_S = 60
+
+
 def _workers(client: Client) -> list[str]:
+    """The cluster's workers, sorted by address; a cluster with none at the moment (its
+    nannies restarting them) is given :data:`WORKER_WAIT_S` seconds to have one again."""
     workers = sorted(client.scheduler_info()["workers"])
     if not workers:
-        raise ValueError("the Dask cluster has no workers")
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+        except TimeoutError:
+            pass
+        workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise ValueError(f"the Dask cluster has no workers (waited {WORKER_WAIT_S} s for one)")
     return workers
 
 
