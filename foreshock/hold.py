@@ -224,7 +224,7 @@ class Entry:
         """``risk >= 0.5``, ``risk_72h >= 0.6 or risk_24h >= 0.4`` or ``risk_24h >= 0.4``
         (for reports and reasons); with ``hold`` (``enter_for``) each way in says how long
         it must hold: ``risk_72h >= 0.6 held 48h or risk_24h >= 0.4 held 6h``."""
-        holds = self.holds(hold) if hold else {}
+        holds = {} if hold is None else self.holds(hold)
 
         def held(horizon: str) -> str:
             return f" held {format_duration(holds[horizon])}" if holds and holds[horizon] > timedelta(0) else ""

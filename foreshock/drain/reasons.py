@@ -70,18 +70,14 @@ class Reasons:
         if level == LEVEL_DIAGNOSTICS:
             costs = s.costs
             p = failure_risk(row, s.entry)
-            if entry >= s.enter_risk and not held and s.entry.holds(s.enter_for)[s.horizon] != s.enter_for:
-                # each way in has its own hold: name both, so "why not drained" reads as the rule
-                text = (
-                    f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {self.threshold_phrase()} "
-                    f"but not yet held: drain once {s.entry.describe(s.enter_for)} "
-                    "([policy] decision_enter_for, enter_for)"
-                )
-            elif entry >= s.enter_risk and not held:
-                text = (
-                    f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {self.threshold_phrase()} "
-                    f"for less than {format_duration(s.enter_for)} ([policy] enter_for): drain once it holds"
-                )
+            if entry >= s.enter_risk and not held:
+                if s.entry.holds(s.enter_for)[s.horizon] != s.enter_for:
+                    # each way in has its own hold: name both, so "why not drained" reads as the rule
+                    wait = f"but not yet held: drain once {s.entry.describe(s.enter_for)} "
+                    wait += "([policy] decision_enter_for, enter_for)"
+                else:
+                    wait = f"for less than {format_duration(s.enter_for)} ([policy] enter_for): drain once it holds"
+                text = f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {self.threshold_phrase()} {wait}"
             elif entry >= s.enter_risk and costs.expected_loss(p) <= costs.expected_drain_cost(p):
                 text = (
                     f"run `{DIAGNOSTICS_COMMAND}`: a drain would cost more than it saves "

@@ -194,7 +194,7 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
         ),
         (
             f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}"
-            + _entry_phrase(s)
+            + (f" (a unit enters drain once {s['entry']})" if "entry" in s else "")
             + "; "
             f"at most {s['max_drained_share_cluster']:.0%} of the cluster and "
             f"{s['max_drained_share_per_domain']:.0%} of a fault domain out; "
@@ -250,14 +250,3 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
     files["replay_drains.csv"] = directory / "replay_drains.csv"
     atomic_write_text(files["replay_drains.csv"], report.drains.write_csv())
     return files
-
-
-def _entry_phrase(settings: dict) -> str:
-    """How a unit enters drain, as the replay's settings say it (each way in with its own
-    hold; a report written before they did names one hold for all)."""
-    entry = settings.get("entry")
-    if entry is None:
-        return ""
-    if " held " in entry:
-        return f" (a unit enters drain once {entry})"
-    return f" (a unit enters drain once {entry} has held {settings['enter_for_h']:g} h)"

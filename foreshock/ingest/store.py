@@ -163,11 +163,7 @@ def _check_and_merge(
         del staged, masks
         tasks = [partial(check_and_split, table, group, ctx, config, distinct) for group in groups]
         del groups
-        done = _run_parallel(
-            tasks,
-            config,
-            workers,
-        )
+        done = _run_parallel(tasks, config, workers)
         checked = [found for found, _ in done]
         splits = [split for _, split in done]
         new_rows = [count for count, _, _, _ in checked]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -131,10 +131,8 @@ def _workers(client: Client) -> list[str]:
     nannies restarting them) is given :data:`WORKER_WAIT_S` seconds to have one again."""
     workers = sorted(client.scheduler_info()["workers"])
     if not workers:
-        try:
+        with suppress(TimeoutError):
             client.wait_for_workers(1, timeout=WORKER_WAIT_S)
-        except TimeoutError:
-            pass
         workers = sorted(client.scheduler_info()["workers"])
     if not workers:
         raise ValueError(f"the Dask cluster has no workers (waited {WORKER_WAIT_S} s for one)")

@@ -149,30 +149,7 @@ def render_markdown(report: dict) -> str:
             if point == "budget_floor" and "entry_floor" not in s:
                 continue  # no floor configured: no such point
             title = budget_title(s) if point == "budget" and "budget" in s else title
-            if point == "policy" and s.get("second_only"):
-                title = title.replace(
-                    "at risk >= {enter_risk:g}",
-                    "at the {second_horizon} risk >= {second_enter_risk:g} alone (at the decision horizon only; "
-                    "its own risk does not enter)",
-                )
-            elif point == "policy" and s.get("second_horizon") and s.get("decision_enter_risk") is not None:
-                ratio = s["exit_risk"] / s["enter_risk"]
-                title = (
-                    "policy threshold (enter once the risk has held >= {decision_enter_risk:g} for "
-                    "{decision_enter_for} or, at the decision horizon only, the {second_horizon} risk >= "
-                    "{second_enter_risk:g} for {enter_for}; leave once the risk is below "
-                    f"{ratio * s['decision_enter_risk']:.2g} and the {{second_horizon}} risk below "
-                    f"{ratio * s['second_enter_risk']:.2g})"
-                )
-            elif point == "policy" and s.get("second_horizon"):
-                title = title.replace(
-                    "at risk >= {enter_risk:g}",
-                    "at risk >= {enter_risk:g} or, at the decision horizon only, the {second_horizon} risk >= "
-                    "{second_enter_risk:g}",
-                )
-            if point == "policy" and s.get("enter_for") and s.get("decision_enter_risk") is None:
-                title = title.replace("enter at ", "enter once held for {enter_for} at ")
-            lines += ["", f"At the {title.format(**s)}:", ""]
+            lines += ["", f"At the {_policy_title(s) if point == 'policy' else title.format(**s)}:", ""]
             lines += [
                 "| model | threshold per fold | alerts/day | caught / failures | caught within the horizon "
                 "| recall | recall with / without precursor | precision per alert | of the false: early "
@@ -218,3 +195,34 @@ def render_markdown(report: dict) -> str:
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
+
+
+def _policy_title(s: dict) -> str:
+    """The policy point's title from the report's settings: how a unit enters (the decision
+    risk, the second horizon's alone, either, or each on its own threshold and hold) and
+    leaves."""
+    if s.get("second_horizon") and not s.get("second_only") and s.get("decision_enter_risk") is not None:
+        ratio = s["exit_risk"] / s["enter_risk"]
+        return (
+            f"policy threshold (enter once the risk has held >= {s['decision_enter_risk']:g} for "
+            f"{s['decision_enter_for']} or, at the decision horizon only, the {s['second_horizon']} risk >= "
+            f"{s['second_enter_risk']:g} for {s['enter_for']}; leave once the risk is below "
+            f"{ratio * s['decision_enter_risk']:.2g} and the {s['second_horizon']} risk below "
+            f"{ratio * s['second_enter_risk']:.2g})"
+        )
+    title = _POINT_TITLES["policy"]
+    if s.get("second_only"):
+        title = title.replace(
+            "at risk >= {enter_risk:g}",
+            "at the {second_horizon} risk >= {second_enter_risk:g} alone (at the decision horizon only; "
+            "its own risk does not enter)",
+        )
+    elif s.get("second_horizon"):
+        title = title.replace(
+            "at risk >= {enter_risk:g}",
+            "at risk >= {enter_risk:g} or, at the decision horizon only, the {second_horizon} risk >= "
+            "{second_enter_risk:g}",
+        )
+    if s.get("enter_for"):
+        title = title.replace("enter at ", "enter once held for {enter_for} at ")
+    return title.format(**s)
