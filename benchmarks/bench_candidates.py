@@ -73,6 +73,8 @@ CANDIDATES: dict[str, dict] = {
     "shares_hard3": {"window_shares": True, "hard_negative_weight": 3.0},
     # the power's spread over the utilization's (power_w_spread_<w>): a failing power supply from a changing load
     "power": {"power_spread": True},
+    # the temperature residual's slope (temp_residual_c_rise_6h_1d): a short thermal drift from a long one
+    "rise": {"temperature_rise": True},
 }
 
 

@@ -94,6 +94,7 @@ from foreshock.models.estimators.gbm_store import fit_from_store
 from foreshock.models.estimators.power_spread import spread_names
 from foreshock.models.estimators.ranking import query_groups, varying_columns
 from foreshock.models.estimators.recipes import builtin_recipe, recipe_default
+from foreshock.models.estimators.temperature_rise import rise_names
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
 from foreshock.models.estimators.training_weights import class_weights, horizon_targets
 from foreshock.models.estimators.window_shares import share_names
@@ -109,7 +110,7 @@ SETTINGS = (
     *("max_holdout_fraction", "max_pos_weight", "refit_full", "min_holdout_failures", "fallback_rounds"),
     *("min_rounds", "seed", "monotone_increasing", "exclude", "rules", "error_counters", "fleet_weighted"),
     *("rank_by_snapshot", "drop_constant", "tune_num_leaves", "hard_negative_weight", "hard_negative_window"),
-    *("window_shares", "power_spread"),
+    *("window_shares", "power_spread", "temperature_rise"),
 )
 
 
@@ -186,6 +187,9 @@ class GradientBoostedRisk:
     power_spread
         Add ``power_w_spread_<w>``, the power's spread over the utilization's
         (:mod:`.power_spread`): a failing power supply from a changing load in one split.
+    temperature_rise
+        Add ``temp_residual_c_rise_<a>_<b>``, the temperature residual's last hours over a
+        longer window's (:mod:`.temperature_rise`): a fast thermal drift in one split.
     unit_weights
         ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
         for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
@@ -224,6 +228,7 @@ class GradientBoostedRisk:
     hard_negative_window: float = recipe_default("gbm", "hard_negative_window")
     window_shares: bool = recipe_default("gbm", "window_shares")
     power_spread: bool = recipe_default("gbm", "power_spread")
+    temperature_rise: bool = recipe_default("gbm", "temperature_rise")
     unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
@@ -417,6 +422,8 @@ class GradientBoostedRisk:
             self.feature_names_ += share_names(self.feature_names_)
         if self.power_spread:
             self.feature_names_ += spread_names(self.feature_names_)
+        if self.temperature_rise:
+            self.feature_names_ += rise_names(self.feature_names_)
         self.rules_ = None
         if self.rules is not None:  # the growth rules' limits from their columns' values in data
             self.rules_ = self._baseline().resolve_on(names, data)

@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 
 from foreshock.models.estimators.power_spread import spread_columns
+from foreshock.models.estimators.temperature_rise import rise_columns
 from foreshock.models.estimators.window_shares import share_columns
 
 if TYPE_CHECKING:
@@ -225,6 +226,7 @@ def feature_matrix_of(frame: pl.DataFrame, names: list[str], rules: ThresholdBas
     derived = rules.rule_features(frame) if rules is not None else {}
     derived.update(share_columns(frame, [n for n in names if "_share_" in n and n not in frame.columns]))
     derived.update(spread_columns(frame, [n for n in names if "_spread_" in n and n not in frame.columns]))
+    derived.update(rise_columns(frame, [n for n in names if "_rise_" in n and n not in frame.columns]))
     columns = [
         pl.Series(name, derived[name]).cast(pl.Float32)
         if name in derived
