@@ -10,7 +10,11 @@ risk enters, the decision risk on its own threshold and hold, ``--decision-enter
 ``--second-horizon``: the configuration's own entry), and prints
 the policy point of each model: alerts, true alerts, precision per alert and per
 unit, caught, recall of the failures with a precursor (with a ground truth), early alerts and
-GPU-hours saved.
+GPU-hours saved.  ``--model-entry MODEL KEY=VALUE ...`` gives a model an entry of its own
+(``[policy.models.<name>]``: ``enter_risk``, ``enter_for``, ``second_enter_risk``,
+``decision_enter_risk``, ``decision_enter_for``) over the settings above, the others keep
+them: ``--models gbm cox --model-entry cox decision_enter_risk=0.5 decision_enter_for=6h``
+judges each at its own in one run, and the entry column says which.
 
 **Honesty.** Each row is out of sample for the models (nothing was refitted), but a setting
 *picked* because its row looks best here was chosen on the test period: its figures are an
@@ -24,6 +28,7 @@ Usage::
         [--models gbm cox] [--enter-risk 0.4 0.5 0.6] [--enter-for 1h 6h] \\
         [--second-horizon 24h|"" --second-enter-risk 0.4 0.5 [--second-only]
          [--decision-enter-risk 0.6 --decision-enter-for 48h]] [--alert-window 72h]
+        [--model-entry cox second_enter_risk=0.5 decision_enter_risk=0.5 decision_enter_for=6h]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from functools import cache
 from pathlib import Path
 
@@ -78,10 +84,33 @@ def judge(args: argparse.Namespace, enter_risk: float, enter_for: str, second_ri
             policy.update(decision_enter_for=args.decision_enter_for)
     elif args.second_horizon is not None:  # "": the decision horizon's risk alone
         policy.update(second_horizon="", second_only=False)
+    if args.model_entry:  # [policy.models.<name>]: a model's own entry over the settings above
+        policy["models"] = model_entries(args.model_entry)
     if args.alert_window:  # W: how long before a failure an alert still catches it
         config.settings["backtest"]["alert_window"] = args.alert_window
     scores = pl.scan_parquet(scores_path(args.backtest)).filter(pl.col("model").is_in(args.models))
     return judge_scores(scores, failures, config, ground_truth=truth, periods=periods)
+
+
+def model_entries(given: list[list[str]]) -> dict[str, dict]:
+    """``--model-entry MODEL KEY=VALUE ...`` as ``[policy.models]`` tables, checked by the
+    configuration's schema (values read as TOML, else as text: ``0.5``, ``6h``)."""
+    from foreshock.config_schema import ModelEntryTable
+
+    tables: dict[str, dict] = {}
+    for model, *pairs in given:
+        table = tables.setdefault(model, {})
+        for pair in pairs:
+            key, _, text = pair.partition("=")
+            try:
+                table[key.strip()] = tomllib.loads(f"v = {text}")["v"]
+            except tomllib.TOMLDecodeError:
+                table[key.strip()] = text.strip()
+        try:
+            ModelEntryTable.model_validate(table)
+        except ValueError as exc:
+            raise SystemExit(f"--model-entry {model}: {exc}") from None
+    return tables
 
 
 def row(model: str, horizon: str, enter_risk: float, enter_for: str, entry: str, point: dict) -> str:
@@ -126,6 +155,14 @@ def main() -> int:
         help="[backtest] alert_window W (default: the configuration's); the horizon itself counts a catch "
         "only where the alert is also true",
     )
+    parser.add_argument(
+        "--model-entry",
+        nargs="+",
+        action="append",
+        metavar="MODEL KEY=VALUE",
+        help="a model's own entry ([policy.models.<name>]), e.g. cox decision_enter_risk=0.5 decision_enter_for=6h "
+        "second_enter_risk=0.5; repeat for more models",
+    )
     parser.add_argument("--json", type=Path, help="also write the points printed, as a JSON list")
     args = parser.parse_args()
     written = []
@@ -139,14 +176,17 @@ def main() -> int:
         for enter_risk in args.enter_risk:
             for second_risk in seconds:
                 judged = judge(args, enter_risk, enter_for, second_risk)
+                own = judged["settings"].get("model_entries", {})  # models at an entry of their own
                 for model, horizons in judged["models"].items():
                     for horizon, metrics in horizons.items():
                         point = metrics["operating_points"].get("policy")
                         if point:
-                            print(
-                                row(model, horizon, enter_risk, enter_for, point.get("entry", "-"), point), flush=True
-                            )
+                            entry = point.get("entry", "-")
+                            if model in own:  # its own entry (the decision horizon's two ways in, if any)
+                                entry = f"own: {own[model]}" if "entry" in point else f"{entry} (own)"
+                            print(row(model, horizon, enter_risk, enter_for, entry, point), flush=True)
                             settings = {"enter_risk": enter_risk, "enter_for": enter_for, "second": second_risk}
+                            settings["own_entry"] = own.get(model)
                             written.append({"model": model, "horizon": horizon, **settings, "point": point})
     if args.json:
         args.json.write_text(json.dumps(written, indent=1, default=str))

@@ -19,7 +19,7 @@ import tomllib
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from foreshock.durations import parse_duration
 from foreshock.errors import UserError
@@ -42,6 +42,33 @@ Duration = Annotated[str, AfterValidator(_duration)]
 Durations = Annotated[list[Duration], Field(min_length=1)]
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
 
+Risk = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+class ModelEntryTable(BaseModel):
+    """``[policy.models.<name>]``: a model's own way into drain, any of the entry's thresholds
+    and holds (:meth:`foreshock.hold.ModelEntry.with_own`); the rest of ``[policy]``, and which
+    ways in there are, is every model's."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    enter_risk: Risk | None = None
+    enter_for: Duration | None = None
+    second_enter_risk: Risk | None = None
+    decision_enter_risk: Risk | None = None
+    decision_enter_for: Duration | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, values: Any) -> Any:
+        """Name every unknown key, with the closest known one and the keys a model may set."""
+        if isinstance(values, dict):
+            known = list(cls.model_fields)
+            unknown = [f"{key}{_suggest(key, known)}" for key in values if key not in known]
+            if unknown:
+                raise ValueError(f"unknown key {', '.join(unknown)}: a model's own entry sets only {', '.join(known)}")
+        return values
+
+
 # Keys foreshock.toml does not set: no default there, the consuming code decides.
 OPTIONAL_KEYS: dict[tuple[str, str], Any] = {
     ("review", "window"): Duration,
@@ -49,6 +76,7 @@ OPTIONAL_KEYS: dict[tuple[str, str], Any] = {
     ("policy", "drain_budget_per_day"): Annotated[float, Field(gt=0)],
     ("policy", "daily_budget_share"): Annotated[float, Field(gt=0.0, le=1.0)],
     ("models", "primary"): str,
+    ("policy", "models"): dict[str, ModelEntryTable],  # [policy.models.<name>]: a model's own entry
     ("models", "gbm"): dict[str, Any],
     ("models", "cox"): dict[str, Any],
 }
@@ -196,10 +224,13 @@ def check_types(settings: dict[str, Any], models: dict[str, type], origin) -> No
         except ValidationError as exc:
             for error in exc.errors():
                 key = str(error["loc"][0]) if error["loc"] else ""
-                where = "".join(f"[{part}]" for part in error["loc"][1:])
+                name = f"[{section}] {key}" + "".join(f"[{part}]" for part in error["loc"][1:])
+                if len(error["loc"]) > 1 and isinstance(settings.get(section, {}).get(key), dict):
+                    # a table of tables, named as TOML writes it: [policy.models.cox] enter_risk
+                    name = " ".join([f"[{section}.{key}.{error['loc'][1]}]", *map(str, error["loc"][2:])])
                 message = error["msg"].removeprefix("Value error, ")
                 if error["type"] == "missing":
                     message = "missing (foreshock.toml sets every key)"
-                problems.setdefault(origin(section, key), []).append(f"[{section}] {key}{where}: {message}")
+                problems.setdefault(origin(section, key), []).append(f"{name}: {message}")
     if problems:
         raise ConfigError("; ".join(f"{where}: " + "; ".join(lines) for where, lines in problems.items()))

@@ -170,11 +170,14 @@ class Entry:
             raise ValueError("[policy] second_only = true needs a second_horizon: it names the risk that enters drain")
 
     @classmethod
-    def of(cls, horizon: str, settings: Any) -> Entry:
-        """The entry at the decision ``horizon`` of ``settings`` that carry its fields by name
-        (the drain policy's, the backtest's operating points)."""
-        names = ("second_horizon", "second_enter_risk", "second_only", "decision_enter_risk", "decision_enter_for")
-        return cls(horizon, settings.enter_risk, **{name: getattr(settings, name) for name in names})
+    def of(cls, policy: Mapping[str, Any], labels: Sequence[str], horizon: str) -> Entry:
+        """``[policy]``'s entry at the decision ``horizon`` of a fleet whose models score the
+        ``[labels]`` horizons ``labels`` (:func:`second_way_in`): the drain policy's and the
+        backtest's policy point's."""
+        second = float(policy.get("second_enter_risk", 1.0))
+        return cls(
+            horizon, float(policy["enter_risk"]), second_enter_risk=second, **second_way_in(policy, labels, horizon)
+        )
 
     @property
     def horizons(self) -> tuple[str, ...]:
@@ -235,6 +238,66 @@ class Entry:
         if self.second_only:
             return second
         return f"risk_{self.horizon} >= {self.decision_threshold:g}{held(self.horizon)} or {second}"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model's way into drain: its :class:`Entry` and its hold (``enter_for``)."""
+
+    entry: Entry
+    hold: timedelta
+
+    @classmethod
+    def of(cls, config: Any) -> ModelEntry:
+        """``[policy]``'s entry (``enter_risk``, ``enter_for`` and the ways in) at ``[models]
+        horizon``, for the ``[labels]`` horizons."""
+        policy = config.section("policy")
+        labels = list(config.settings["labels"]["horizons"])
+        entry = Entry.of(policy, labels, str(config.section("models")["horizon"]))
+        return cls(entry, config.duration("policy", "enter_for"))
+
+    def with_own(self, keys: Mapping[str, Any]) -> ModelEntry:
+        """This entry with a model's own ``keys`` (``[policy.models.<name>]``: the thresholds
+        and holds of :class:`foreshock.config_schema.ModelEntryTable`, checked there) in
+        place.  The decision risk's own threshold and hold apply only where the decision risk
+        has its own way in (:attr:`Entry.decision_way`), as ``[policy]``'s do."""
+        risks = {k: float(keys[k]) for k in ("enter_risk", "second_enter_risk") if k in keys}
+        if self.entry.decision_way and "decision_enter_risk" in keys:
+            risks["decision_enter_risk"] = float(keys["decision_enter_risk"])
+        if self.entry.decision_way and "decision_enter_for" in keys:
+            risks["decision_enter_for"] = parse_duration(keys["decision_enter_for"])
+        hold = parse_duration(keys["enter_for"]) if "enter_for" in keys else self.hold
+        return ModelEntry(replace(self.entry, **risks), hold)
+
+    def describe(self) -> str:
+        """How a unit enters, each way in with its hold (:meth:`Entry.describe`)."""
+        return self.entry.describe(self.hold)
+
+
+@dataclass(frozen=True)
+class ModelEntries:
+    """Each model's way into drain: ``[policy]``'s, and the models' own
+    (``[policy.models.<name>]``) where a model has one.  Which ways in there are
+    (``second_horizon``, ``second_only``) is the fleet's, the same for every model.  The
+    drain policy resolves it for the primary model, the backtest's policy point and the
+    drain replay for each model they judge."""
+
+    default: ModelEntry
+    own: Mapping[str, ModelEntry]
+
+    @classmethod
+    def of(cls, default: ModelEntry, policy: Mapping[str, Any]) -> ModelEntries | None:
+        """From ``[policy]``'s ``models`` table; None when no model has an entry of its own."""
+        tables = policy.get("models") or {}
+        return cls(default, {name: default.with_own(keys) for name, keys in tables.items()}) if tables else None
+
+    def __getitem__(self, model: str | None) -> ModelEntry:
+        """``model``'s own entry, else ``[policy]``'s (None: ``[policy]``'s)."""
+        return self.default if model is None else self.own.get(model, self.default)
+
+    def table(self, model: str | None) -> str:
+        """Where ``model``'s entry is set: ``[policy.models.<name>]`` or ``[policy]``."""
+        return f"[policy.models.{model}]" if model in self.own else "[policy]"
 
 
 def second_way_in(policy: Mapping[str, Any], labels: Sequence[str], horizon: str) -> dict[str, Any]:

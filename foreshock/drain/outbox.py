@@ -242,7 +242,10 @@ def build_list(
 ) -> Draft:
     """Step 1: read and check the scores, run the policy, shape the risk list."""
     settings = PolicySettings.from_config(config)
-    scores, rejected = check_scores(_one_model(pl.read_parquet(scores_path), model, scores_path), str(scores_path))
+    chosen = _one_model(pl.read_parquet(scores_path), model, scores_path)
+    if "model" in chosen.columns and chosen.height:  # drains follow the scoring model's own entry
+        settings = settings.for_model(str(chosen.get_column("model")[0]))
+    scores, rejected = check_scores(chosen, str(scores_path))
     risks = unit_risk_table(scores, settings.horizon, entry=settings.entry)
     decision_time = risks.get_column("ts").max() if risks.height else None
     now = decision_time or generated_at

@@ -23,7 +23,7 @@ class Reasons:
         self.settings = settings
 
     def risk_phrase(self, row: dict) -> str:
-        second = self.settings.second_horizon
+        second = self.settings.entry.second_horizon
         also = row.get(risk_column(second)) if second else None
         extra = f", P(fail<{second})={fmt_risk(also)}" if also is not None else ""
         return (
@@ -34,11 +34,11 @@ class Reasons:
     def threshold_phrase(self) -> str:
         """``0.50``, or ``0.50 (or 0.40 at 24h)`` with a second horizon (``0.40 at 24h`` when
         only the second horizon enters drain)."""
-        s = self.settings
-        if s.second_only:
-            return f"{fmt_risk(s.second_enter_risk)} at {s.second_horizon}"
-        also = f" (or {fmt_risk(s.second_enter_risk)} at {s.second_horizon})" if s.second_horizon else ""
-        return f"{fmt_risk(s.entry.decision_threshold)}{also}"
+        entry = self.settings.entry
+        if entry.second_only:
+            return f"{fmt_risk(entry.second_enter_risk)} at {entry.second_horizon}"
+        also = f" (or {fmt_risk(entry.second_enter_risk)} at {entry.second_horizon})" if entry.second_horizon else ""
+        return f"{fmt_risk(entry.decision_threshold)}{also}"
 
     def with_signals(self, text: str, row: dict) -> str:
         signals = signals_text(row.get("top_signals"))
@@ -84,12 +84,13 @@ class Reasons:
                     f"({costs.expected_drain_cost(p):.0f} vs {costs.expected_loss(p):.0f} GPU-h); "
                     f"{self.risk_phrase(row)}"
                 )
-            elif s.second_only and risk is not None and risk >= s.enter_risk:
+            elif s.entry.second_only and risk is not None and risk >= s.enter_risk:
                 # the decision risk alone never drains: say what would, so a high P(fail<72h)
                 # on a unit that is not drained reads as the rule, not as a fault
                 text = (
                     f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}; drains wait for "
-                    f"P(fail<{s.second_horizon}) >= {fmt_risk(s.second_enter_risk)} held {format_duration(s.enter_for)} "
+                    f"P(fail<{s.entry.second_horizon}) >= {fmt_risk(s.entry.second_enter_risk)} held "
+                    f"{format_duration(s.enter_for)} "
                     "([policy] second_only)"
                 )
             else:

@@ -328,14 +328,15 @@ def replay(
     all_risks = {}
     fleet_parts = []
     variants = models or sorted(scores.get_column("model").unique().to_list())
+    own = {model: settings.for_model(model) for model in variants}  # each model at its own entry
     for model in variants:
         series = with_held_risks(
             scores.filter(pl.col("model") == model),
-            settings.enter_for,
+            own[model].enter_for,
             settings.snapshot_every,
-            settings.entry.holds(settings.enter_for),
+            own[model].entry.holds(own[model].enter_for),
         )
-        risks = unit_risk_table(series, settings.horizon, latest_only=False, entry=settings.entry)
+        risks = unit_risk_table(series, settings.horizon, latest_only=False, entry=own[model].entry)
         all_risks[model] = risks
         fleet_parts.append(risks)
     fleet = fleet_table(pl.concat(fleet_parts, how="diagonal_relaxed"), inventory)
@@ -350,20 +351,20 @@ def replay(
     window = (alert_window, min_lead_time)
     for model in variants:
         run = {"fleet": fleet, "min_lead_time": min_lead_time, "recorded_drains": drains}
-        sim = simulate_policy(all_risks[model], failures, settings, **run)
-        outcome, matched = _variant(model, sim, failures, in_period, settings, units, hours, window)
+        sim = simulate_policy(all_risks[model], failures, own[model], **run)
+        outcome, matched = _variant(model, sim, failures, in_period, own[model], units, hours, window)
         outcomes.append(outcome)
         logs.append(matched.with_columns(pl.lit(model).alias("variant")))
         if outcome.replacements:  # what replacing saved: the same run with drain and return instead
-            plain = dataclasses.replace(settings, lemons=dataclasses.replace(settings.lemons, replace=False))
+            plain = dataclasses.replace(own[model], lemons=dataclasses.replace(settings.lemons, replace=False))
             sim_plain = simulate_policy(all_risks[model], failures, plain, **run)
             without, _ = _variant(model, sim_plain, failures, in_period, plain, units, hours, window)
             lemons.append(_lemon_summary(outcome, without))
-        learned.append(_learned_summary(model, sim, failures, settings, min_lead_time, end))
+        learned.append(_learned_summary(model, sim, failures, own[model], min_lead_time, end))
     for outcome in outcomes:
         outcome.drained_then_failed = drained_then_failed.height
     drain_log = pl.concat(logs, how="diagonal_relaxed").select(list(_drain_log_schema())) if logs else empty_drains
-    costs = settings.costs
+    costs, base = settings.costs, settings.for_model(None)  # [policy]'s entry: the models' without their own
     return ReplayReport(
         start=start,
         end=end,
@@ -375,10 +376,15 @@ def replay(
         learned=[entry for entry in learned if entry is not None],
         settings={
             "horizon": settings.horizon,
-            "enter_risk": settings.enter_risk,
+            "enter_risk": base.enter_risk,
             "exit_risk": settings.exit_risk,
-            "entry": settings.entry.describe(settings.enter_for),
-            "enter_for_h": settings.enter_for.total_seconds() / 3600,
+            "entry": base.entry.describe(base.enter_for),
+            "enter_for_h": base.enter_for.total_seconds() / 3600,
+            "model_entries": {
+                model: own[model].entry.describe(own[model].enter_for)
+                for model in variants
+                if settings.entries is not None and model in settings.entries.own
+            },
             "max_drained_share_cluster": settings.max_drained_share_cluster,
             "max_drained_share_per_domain": settings.max_drained_share_per_domain,
             "max_new_drains_per_run": settings.max_new_drains_per_run,

@@ -195,6 +195,7 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
         (
             f"Decision horizon {s['horizon']}; enter/exit risk {s['enter_risk']}/{s['exit_risk']}"
             + (f" (a unit enters drain once {s['entry']})" if "entry" in s else "")
+            + _own_entries(s.get("model_entries"))
             + "; "
             f"at most {s['max_drained_share_cluster']:.0%} of the cluster and "
             f"{s['max_drained_share_per_domain']:.0%} of a fault domain out; "
@@ -250,3 +251,12 @@ def write_report(report: ReplayReport, directory: Path, *, plots: bool = True) -
     files["replay_drains.csv"] = directory / "replay_drains.csv"
     atomic_write_text(files["replay_drains.csv"], report.drains.write_csv())
     return files
+
+
+def _own_entries(entries: dict | None) -> str:
+    """The models replayed at an entry of their own (``[policy.models.<name>]``), in words."""
+    if not entries:
+        return ""
+    return "".join(
+        f"; {model} enters at its own entry ([policy.models.{model}]): {entry}" for model, entry in entries.items()
+    )

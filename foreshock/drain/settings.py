@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 from foreshock.budget import DailyBudget
 from foreshock.config import builtin_default, builtin_field, section_values
+from foreshock.config_schema import ConfigError
 from foreshock.costs import DrainCosts, policy_default
 from foreshock.drain.learned import LearnedSettings
 from foreshock.drain.lemons import LemonSettings
 from foreshock.durations import parse_duration
-from foreshock.hold import Entry, second_way_in
+from foreshock.hold import Entry, ModelEntries, ModelEntry
 
 LEVEL_NONE, LEVEL_WATCH, LEVEL_DIAGNOSTICS, LEVEL_DRAIN = 0, 1, 2, 3
 # The keys of the built-in drain entry, measured with LightGBM as the primary model.
@@ -37,18 +38,13 @@ class PolicySettings:
         The hold: a unit enters drain only once its risk has been at or above
         ``enter_risk`` at each of its snapshots over this long (its held risk,
         :mod:`foreshock.hold`; the scores carry it).
-    second_horizon, second_enter_risk
-        A second way into drain (``""``: none, the default of settings built in code; the
-        configuration's built-in ``24h`` where its ``[labels]`` score it): the risk at this
-        shorter horizon held at or above ``second_enter_risk`` for ``enter_for``
-        (:class:`foreshock.hold.Entry`).
-    second_only
-        Only the second horizon's risk enters drain; the decision risk places the levels
-        below it (:class:`foreshock.hold.Entry`).
-    decision_enter_risk, decision_enter_for
-        Beside a second way in (not ``second_only``), the decision risk's own threshold and
-        hold to enter drain (the configuration's built-in 0.6 held 48 hours); None:
-        ``enter_risk`` and ``enter_for`` (:class:`foreshock.hold.Entry`).
+    entry
+        How a unit's risk enters the drain level (:class:`foreshock.hold.Entry`): its ways in
+        beside the decision risk at ``enter_risk`` (a second horizon's risk, the second one
+        alone, the decision risk's own threshold and hold).  Its horizon and ``enter_risk``
+        are always these settings' own.  None (the default of settings built in code): the
+        decision risk alone; the configuration's built-in ``24h`` second way in is resolved
+        against its ``[labels]`` by :meth:`from_config`.
     snapshot_every
         The snapshot interval (``[features] snapshot_every``), which sizes the hold.
     watch_risk, diagnostics_risk
@@ -72,18 +68,15 @@ class PolicySettings:
         Repeat offenders and the ``replace`` action (``[lemon]``).
     learned
         The learned chooser's settings (``[policy] chooser`` and the keys after it).
+    entries
+        Each model's own way into drain (``[policy.models.<name>]``), for
+        :meth:`for_model`; None: every model enters as above.
     """
 
     enter_risk: float = policy_default("enter_risk", float)
     exit_risk: float = policy_default("exit_risk", float)
     enter_for: timedelta = policy_default("enter_for", timedelta)
-    # Built without a configuration: no second way in.  The built-in configuration's 24h is
-    # resolved against its [labels] by from_config (foreshock.hold.second_way_in).
-    second_horizon: str = ""
-    second_enter_risk: float = policy_default("second_enter_risk", float)
-    second_only: bool = False
-    decision_enter_risk: float | None = None
-    decision_enter_for: timedelta | None = None
+    entry: Entry | None = None  # an Entry once built (None: the decision risk alone)
     snapshot_every: timedelta = builtin_field("features", "snapshot_every", timedelta)
     watch_risk: float = policy_default("watch_risk", float)
     diagnostics_risk: float = policy_default("diagnostics_risk", float)
@@ -97,6 +90,7 @@ class PolicySettings:
     daily_budget: DailyBudget | None = None
     lemons: LemonSettings = field(default_factory=LemonSettings)
     learned: LearnedSettings = field(default_factory=LearnedSettings)
+    entries: ModelEntries | None = None
 
     def __post_init__(self) -> None:
         for name in ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk"):
@@ -114,29 +108,36 @@ class PolicySettings:
         if self.max_new_drains_per_run < 0:
             raise ValueError("[policy] max_new_drains_per_run must not be negative")
         parse_duration(self.horizon)
-        if self.second_horizon:
+        # the entry's horizon and threshold are these settings' own (Entry validates the rest)
+        entry = replace(
+            self.entry or Entry(self.horizon, self.enter_risk), horizon=self.horizon, enter_risk=self.enter_risk
+        )
+        object.__setattr__(self, "entry", entry)
+        if entry.second_horizon:
             try:
-                second = parse_duration(self.second_horizon)
+                second = parse_duration(entry.second_horizon)
             except ValueError as exc:
                 raise ValueError(f"[policy] second_horizon: {exc}") from None
             if second >= parse_duration(self.horizon):
                 raise ValueError(
-                    f"[policy] second_horizon = {self.second_horizon!r} must be shorter than the decision horizon "
+                    f"[policy] second_horizon = {entry.second_horizon!r} must be shorter than the decision horizon "
                     f"{self.horizon!r} ([models] horizon)"
                 )
-        self.entry  # noqa: B018 -- validates second_enter_risk, second_only and the decision's own way in
 
     @classmethod
     def from_config(cls, config: Any) -> PolicySettings:
         """Read ``[policy]``, ``[models] horizon``, ``[fleet] fault_domains`` and ``[features]
         snapshot_every`` (the schema has checked their types; the built-in file supplies
-        every key a user leaves out)."""
+        every key a user leaves out), with the entry of ``[models] primary``: its own
+        (``[policy.models.<name>]``) where it has one."""
         policy = dict(config.section("policy"))
-        labels = list(config.settings["labels"]["horizons"])
-        second = second_way_in(policy, labels, str(config.section("models")["horizon"]))
-        _warn_builtin_entry(str(config.section("models").get("primary", "gbm")), policy, second)
-        return cls(
-            **second,
+        default = ModelEntry.of(config)
+        entries = ModelEntries.of(default, policy)
+        primary = str(config.section("models").get("primary", "gbm"))
+        _warn_builtin_entry(primary, policy, default.entry, entries)
+        settings = cls(
+            entry=default.entry,
+            entries=entries,
             **section_values(cls, "policy", policy),
             **section_values(cls, "models", config.section("models")),
             **section_values(cls, "fleet", config.section("fleet")),
@@ -146,11 +147,21 @@ class PolicySettings:
             lemons=LemonSettings.from_config(config),
             learned=LearnedSettings.from_policy(policy),
         )
+        for name in entries.own if entries else ():
+            try:
+                settings.for_model(name)
+            except ValueError as exc:
+                raise ConfigError(f"[policy.models.{name}]: {exc}") from None
+        return settings.for_model(primary)
 
-    @property
-    def entry(self) -> Entry:
-        """How a unit's risk enters the drain level (one horizon, or two)."""
-        return Entry.of(self.horizon, self)
+    def for_model(self, model: str | None) -> PolicySettings:
+        """These settings with ``model``'s way into drain: its own (``[policy.models.<name>]``),
+        else ``[policy]``'s (None: ``[policy]``'s; the same settings when no model has one of
+        its own)."""
+        if self.entries is None:
+            return self
+        own = self.entries[model]
+        return replace(self, enter_risk=own.entry.enter_risk, enter_for=own.hold, entry=own.entry)
 
     @property
     def hysteresis_ratio(self) -> float:
@@ -167,19 +178,22 @@ class PolicySettings:
         return self.entry_threshold(level) * self.hysteresis_ratio
 
 
-def _warn_builtin_entry(primary: str, policy: dict, second: dict) -> None:
-    """Say once when a primary model other than LightGBM drains on the built-in entry: it
-    was measured with LightGBM, and Cox's risks rarely reach it (docs/drain.md, *The
-    default*)."""
+def _warn_builtin_entry(primary: str, policy: dict, entry: Entry, entries: ModelEntries | None) -> None:
+    """Say once when a primary model other than LightGBM drains on the built-in entry (no
+    entry of its own, ``[policy.models.<name>]``): it was measured with LightGBM, and Cox's
+    risks rarely reach it (docs/drain.md, *One entry per model*)."""
     builtin = all(policy.get(key) == builtin_default("policy", key) for key in _ENTRY_KEYS)
-    if primary == "gbm" or not second["second_horizon"] or not builtin or primary in _WARNED:
+    own = entries is not None and primary in entries.own
+    if primary == "gbm" or own or not entry.second_horizon or not builtin or primary in _WARNED:
         return
     _WARNED.add(primary)
     log.warning(
         "[models] primary = %r drains on the built-in entry ([policy] decision_enter_risk %s held %s, "
         "second_enter_risk %s), which was measured with LightGBM: a Cox model's risks rarely hold it, so it "
-        "drains few units (docs/drain.md, 'The default'); judge decision_enter_risk = 0.5, decision_enter_for "
-        '= "6h" on your history (benchmarks/rejudge_policy.py) and set what wins',
+        "drains few units (docs/drain.md, 'One entry per model'); judge its own entry on your history "
+        '(benchmarks/rejudge_policy.py, e.g. decision_enter_risk = 0.5, decision_enter_for = "6h", '
+        "second_enter_risk = 0.5) and set what wins in a table [policy.models.%s]",
         primary,
         *(policy.get(key) for key in ("decision_enter_risk", "decision_enter_for", "second_enter_risk")),
+        primary,
     )

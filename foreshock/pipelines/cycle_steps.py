@@ -28,7 +28,7 @@ def score_latest(settings: dict) -> str:
 
     config = Config.from_settings(settings)
     champion = load_champion(config.model_name, **trust_settings(config))
-    policy = PolicySettings.from_config(config)
+    policy = PolicySettings.from_config(config).for_model(champion.bundle.primary)  # the scoring model's entry
     hold, step = policy.enter_for, config.snapshot_every
     holds = policy.entry.holds(hold)  # the decision risk's own hold beside a second way in
     # the last days' partitions only

@@ -10,14 +10,18 @@ from datetime import timedelta
 
 import polars as pl
 import pytest
-from drain_helpers import T0, score_rows
+from drain_helpers import T0, score_rows, write_scores
 
-from foreshock.config import load_config
+from foreshock.config import Config, load_config
+from foreshock.config_schema import ConfigError
 from foreshock.contract import UTC_TS
+from foreshock.drain.outbox import publish
 from foreshock.drain.policy import DrainPolicy
+from foreshock.drain.replay import replay
+from foreshock.drain.replay_report import write_report
 from foreshock.drain.risk_table import unit_risk_table
 from foreshock.drain.settings import PolicySettings
-from foreshock.hold import HELD_COLUMN, entry_series, with_held_risks
+from foreshock.hold import HELD_COLUMN, Entry, entry_series, with_held_risks
 from foreshock.models.evaluation.alert_replay import AlertRule, Period, policy_alerts
 from foreshock.models.evaluation.backtest_report import render_markdown
 from foreshock.models.evaluation.judging import judge_scores
@@ -27,16 +31,13 @@ UNIT = "gpu-node001-gpu0"
 
 
 def _settings(**more) -> PolicySettings:
-    base = {
-        "max_drained_share_cluster": 1.0,
-        "max_drained_share_per_domain": 1.0,
-        "enter_for": 6 * HOUR,
-        "second_horizon": "24h",
-        "second_enter_risk": 0.4,
-        "decision_enter_risk": 0.6,
-        "decision_enter_for": 48 * HOUR,
-    }
-    return PolicySettings(**{**base, **more})
+    ways = {"second_enter_risk": 0.4, "decision_enter_risk": 0.6, "decision_enter_for": 48 * HOUR, **more}
+    return PolicySettings(
+        max_drained_share_cluster=1.0,
+        max_drained_share_per_domain=1.0,
+        enter_for=6 * HOUR,
+        entry=Entry("72h", 0.5, "24h", **ways),
+    )
 
 
 def _live(hours: int, settings: PolicySettings, risks: tuple[float, float]) -> dict:
@@ -135,7 +136,7 @@ def test_the_configuration_resolves_the_decision_way_in_only_beside_a_second_one
     assert policy.entry.describe(policy.enter_for) == "risk_72h >= 0.6 held 2d or risk_24h >= 0.4 held 6h"
     # second_only: the decision risk has no way in, so no hold of its own
     only = PolicySettings.from_config(both.with_overrides({"policy": {"second_only": True}}))
-    assert (only.decision_enter_risk, only.decision_enter_for) == (None, None)
+    assert (only.entry.decision_enter_risk, only.entry.decision_enter_for) == (None, None)
     # a daily fleet without a 24-hour label: enter_risk and enter_for decide, as always
     daily = both.with_overrides({"labels": {"horizons": ["14d"]}, "models": {"horizon": "14d"}})
     alone = PolicySettings.from_config(daily)
@@ -159,3 +160,94 @@ def test_a_primary_model_other_than_lightgbm_is_told_about_the_built_in_entry(ca
         PolicySettings.from_config(own)  # its own entry: nothing to say
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "[models] primary = 'cox' drains on the built-in entry" in said[0], said
+
+
+# One entry per model ([policy.models.<name>]): Cox's risks rarely hold LightGBM's levels.
+COX_OWN = {"second_enter_risk": 0.5, "decision_enter_risk": 0.5, "decision_enter_for": "6h"}
+
+
+def _per_model(primary: str = "cox") -> Config:
+    guards = {"max_drained_share_cluster": 1.0, "max_drained_share_per_domain": 1.0}
+    return load_config().with_overrides(
+        {
+            "models": {"primary": primary},
+            "backtest": {"alert_window": "3d", "min_lead_time": "1h"},
+            "policy": {**guards, "models": {"cox": COX_OWN}},
+        }
+    )
+
+
+def test_a_cox_primary_enters_at_its_own_entry_and_lightgbm_keeps_the_default(caplog):
+    import foreshock.drain.settings as settings_module
+
+    settings_module._WARNED.clear()
+    with caplog.at_level("WARNING", logger="foreshock.drain.settings"):
+        cox = PolicySettings.from_config(_per_model())
+    assert not caplog.records  # an entry of its own: nothing to warn about
+    assert cox.entry.describe(cox.enter_for) == "risk_72h >= 0.5 held 6h or risk_24h >= 0.5 held 6h"
+    gbm = PolicySettings.from_config(_per_model("gbm"))
+    assert gbm.entry.describe(gbm.enter_for) == "risk_72h >= 0.6 held 2d or risk_24h >= 0.4 held 6h"
+    assert cox.for_model("gbm") == gbm and gbm.for_model("cox") == cox
+    # a 72-hour risk of 0.55 held six hours: Cox's own entry drains it, LightGBM's does not
+    assert _drained(_live(6, cox, (0.1, 0.55))) and not _drained(_live(5, cox, (0.1, 0.55)))
+    assert not _drained(_live(6, gbm, (0.1, 0.55)))
+    # the live scores hold the 72-hour risk for Cox's own 6 hours
+    assert cox.entry.holds(cox.enter_for) == {"72h": 6 * HOUR, "24h": 6 * HOUR}
+
+
+def test_a_models_own_entry_names_a_bad_key_or_value(tmp_path):
+    site = tmp_path / "foreshock.toml"
+    site.write_text('[models]\nprimary = "cox"\n[policy.models.cox]\nenter_rsk = 0.5\nsecond_horizon = "12h"\n')
+    with pytest.raises(ConfigError) as bad:
+        load_config(site)
+    assert "[policy.models.cox]: unknown key enter_rsk (did you mean enter_risk?), second_horizon" in str(bad.value)
+    assert "a model's own entry sets only enter_risk, enter_for" in str(bad.value)
+    site.write_text("[policy.models.cox]\ndecision_enter_risk = 1.5\n")
+    with pytest.raises(ConfigError, match=r"\[policy.models.cox\] decision_enter_risk: Input should be less"):
+        load_config(site)
+    site.write_text("[policy.models.cox]\nenter_risk = 0.2\n")  # below exit_risk 0.3
+    with pytest.raises(ConfigError, match=r"\[policy.models.cox\]: \[policy\] exit_risk \(0.3\) must not exceed"):
+        PolicySettings.from_config(load_config(site))
+
+
+def _two_models() -> pl.DataFrame:
+    return pl.concat([_scores(), _scores().with_columns(pl.lit("cox").alias("model"))])
+
+
+def test_the_backtest_judges_each_model_at_its_own_entry():
+    failures = pl.DataFrame(
+        {"unit_id": ["slow"], "failed_at": [T0 + 95 * HOUR]}, schema={"unit_id": pl.String, "failed_at": UTC_TS}
+    )
+    judged = judge_scores(_two_models(), failures, _per_model(), periods=[Period(T0, T0 + 96 * HOUR)])
+    point = {m: judged["models"][m]["72h"]["operating_points"]["policy"] for m in ("gbm", "cox")}
+    # the same risks: LightGBM's default lets SLOW in alone, Cox's own entry BLIP's burst too
+    assert (point["gbm"]["alerts"], point["cox"]["alerts"]) == (1, 2)
+    assert point["cox"]["entry"] == "risk_72h >= 0.5 or risk_24h >= 0.5"
+    assert point["cox"]["chosen_on"] == "fixed ([policy.models.cox] enter_risk, held 6h)"
+    text = render_markdown(judged)
+    assert "cox is judged at its own entry ([policy.models.cox]): a unit enters once risk_72h >= 0.5 held 6h" in text
+    assert judged["settings"]["decision_enter_risk"] == 0.6  # the report's settings stay [policy]'s
+
+
+def test_the_drain_replay_runs_each_model_at_its_own_entry(tmp_path):
+    failures = pl.DataFrame(
+        {"unit_id": ["slow"], "failed_at": [T0 + 95 * HOUR]}, schema={"unit_id": pl.String, "failed_at": UTC_TS}
+    )
+    settings = PolicySettings.from_config(_per_model())
+    report = replay(_two_models(), failures, settings, alert_window=4 * 24 * HOUR, min_lead_time=HOUR)
+    drained = {o.variant: (o.drains, o.drained_ahead) for o in report.outcomes}
+    assert drained["gbm"] == (1, 1) and drained["cox"] == (2, 1)
+    assert report.settings["entry"] == "risk_72h >= 0.6 held 2d or risk_24h >= 0.4 held 6h"
+    assert report.settings["model_entries"] == {"cox": "risk_72h >= 0.5 held 6h or risk_24h >= 0.5 held 6h"}
+    text = write_report(report, tmp_path / "replay", plots=False)["replay.md"].read_text()
+    assert "cox enters at its own entry ([policy.models.cox]): risk_72h >= 0.5 held 6h" in text
+
+
+def test_publish_drains_on_the_entry_of_the_model_that_scored(drain_config):
+    # the decision risk alone (drain_config): LightGBM enters at 0.5, Cox at its own 0.35
+    config = drain_config.with_overrides({"policy": {"models": {"cox": {"enter_risk": 0.35}}}})
+    actions = {}
+    for model in ("gbm", "cox"):
+        write_scores(config.data_dir, score_rows({UNIT: 0.4}).with_columns(pl.lit(model).alias("model")))
+        actions[model] = publish(config).risk_list.row(0, named=True)
+    assert actions["gbm"]["action"] == "run_diagnostics" and _drained(actions["cox"])

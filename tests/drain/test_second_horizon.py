@@ -26,14 +26,12 @@ SOON, BURST, QUIET = "gpu-node001-gpu0", "gpu-node002-gpu0", "gpu-node003-gpu0"
 HOLD = 6 * HOUR
 
 
-def _settings(second: str = "24h", **more) -> PolicySettings:
+def _settings(second: str = "24h", second_only: bool = False) -> PolicySettings:
     return PolicySettings(
         max_drained_share_cluster=1.0,
         max_drained_share_per_domain=1.0,
         enter_for=HOLD,
-        second_horizon=second,
-        second_enter_risk=0.4,
-        **more,
+        entry=Entry("72h", 0.5, second, 0.4, second_only=second_only),
     )
 
 
@@ -84,7 +82,7 @@ def test_a_second_horizon_must_be_shorter_and_scored():
     with pytest.raises(ValueError, match="shorter than the decision horizon"):
         _settings(second="96h")
     with pytest.raises(ValueError, match="second_enter_risk"):
-        PolicySettings(second_horizon="24h", second_enter_risk=0.0)
+        PolicySettings(entry=Entry("72h", 0.5, "24h", 0.0))
     scores = score_rows({SOON: (0.6, 0.3)}, T0).filter(pl.col("horizon") == "72h")
     with pytest.raises(ValueError, match="second_horizon '24h'"):
         unit_risk_table(scores, "72h", entry=_settings().entry)
@@ -168,7 +166,7 @@ def test_the_configuration_names_a_second_horizon_the_models_do_not_score():
     with pytest.raises(ValueError, match=r"second_horizon = '12h' is not one of \[labels\] horizons"):
         PolicySettings.from_config(config)
     spelled = PolicySettings.from_config(load_config().with_overrides({"policy": {"second_horizon": "1d"}}))
-    assert spelled.second_horizon == "24h"  # as the scores name it: reasons and costs find risk_24h
+    assert spelled.entry.second_horizon == "24h"  # as the scores name it: reasons and costs find risk_24h
 
 
 def test_the_built_in_second_horizon_applies_where_the_labels_score_it(caplog):
@@ -191,7 +189,7 @@ def test_the_built_in_second_horizon_applies_where_the_labels_score_it(caplog):
             policy = PolicySettings.from_config(daily)
             points = OperatingPoints.from_config(daily)
             PolicySettings.from_config(daily)
-        assert (policy.second_horizon, policy.second_only) == ("", False)
+        assert (policy.entry.second_horizon, policy.entry.second_only) == ("", False)
         assert points.entry(horizon).describe() == "risk >= 0.5"
         said = [r.getMessage() for r in caplog.records if "second_horizon 24h (built in)" in r.getMessage()]
         assert len(said) == 1, said  # three readings, said once

@@ -165,6 +165,8 @@ def render_markdown(report: dict) -> str:
                         lines.append(_point_row(RULES_TITLE, points.get("as_run_today")))
                     continue
                 lines.append(_point_row(model, points.get(point)))
+            if point == "policy" and s.get("model_entries"):
+                lines += ["", *_own_entry_lines(s["model_entries"])]
             if point == "budget":
                 lines += verdict_lines(report, horizon)
             elif point == "budget_floor":
@@ -195,6 +197,14 @@ def render_markdown(report: dict) -> str:
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
+
+
+def _own_entry_lines(entries: dict) -> list[str]:
+    """The models judged at the policy point at an entry of their own (``[policy.models.<name>]``)."""
+    return [
+        f"{model} is judged at its own entry ([policy.models.{model}]): a unit enters once {entry}."
+        for model, entry in entries.items()
+    ]
 
 
 def _policy_title(s: dict) -> str:

@@ -124,6 +124,7 @@ def judge_scores(
     window = AlertWindow.from_config(config)
     costs = DrainCosts.from_policy(config.section("policy"))
     settings = OperatingPoints.from_config(config)
+    entry = settings.policy_entry.entry  # [policy]'s; a model with its own is judged at it (policy point)
     lazy = scores.lazy()
     pairs = lazy.select("model", "horizon").unique(maintain_order=True).collect().rows()
     if step is None:
@@ -146,12 +147,12 @@ def judge_scores(
             "enter_risk": settings.enter_risk,
             "exit_risk": settings.exit_risk,
             "enter_for": format_duration(settings.hold) if settings.hold else None,
-            "second_horizon": settings.second_horizon or None,
-            "second_enter_risk": settings.second_enter_risk if settings.second_horizon else None,
-            "second_only": settings.second_only if settings.second_horizon else None,
-            "decision_enter_risk": settings.decision_enter_risk,
+            "second_horizon": entry.second_horizon or None,
+            "second_enter_risk": entry.second_enter_risk if entry.second_horizon else None,
+            "second_only": entry.second_only if entry.second_horizon else None,
+            "decision_enter_risk": entry.decision_enter_risk,
             "decision_enter_for": (
-                None if settings.decision_enter_for is None else format_duration(settings.decision_enter_for)
+                None if entry.decision_enter_for is None else format_duration(entry.decision_enter_for)
             ),
         },
         "scored": {
@@ -179,11 +180,11 @@ def judge_scores(
         if model == RULES_MODEL:
             chosen = rules_point(periods)
         else:
-            chosen = choose_thresholds(series, failures, horizon, periods, settings, step, context["replay"])
+            chosen = choose_thresholds(series, failures, horizon, periods, settings, step, context["replay"], model)
         points = {}
         two = None
         if model != RULES_MODEL:
-            two = _two_horizon_entry(lazy, series, model, horizon, pairs, settings, config, step)
+            two = _two_horizon_entry(lazy, series, model, horizon, pairs, settings.for_model(model), config, step)
         for name, point in chosen.items():
             if not point.judged:
                 points[name] = None
@@ -194,7 +195,7 @@ def judge_scores(
             elif name == "policy" and two is not None:
                 # The policy enters on either horizon: replay its entry series instead.
                 points[name] = judge_point(series, point, failures, horizon, **{**context, "replay": two})
-                points[name]["entry"] = settings.entry(horizon).describe()
+                points[name]["entry"] = settings.for_model(model).entry(horizon).describe()
             else:
                 points[name] = judge_point(series, point, failures, horizon, **context)
         report["models"].setdefault(model, {})[horizon] = {
@@ -205,6 +206,9 @@ def judge_scores(
         report["settings"]["daily_budget_share"] = settings.daily_share
     if weights is not None:
         report["settings"]["reweighted"] = "by the inventory's fleet_weight (subsampled healthy units)"
+    own = sorted({m for m, _ in pairs if settings.entries is not None and m in settings.entries.own})
+    if own:  # the models judged at an entry of their own at the policy point, in words
+        report["settings"]["model_entries"] = {m: settings.for_model(m).policy_entry.describe() for m in own}
     report["against_rules"] = against_rules(report)
     if settings.entry_floor > 0:  # only then is there a budget_floor point
         report["settings"]["entry_floor"] = settings.entry_floor
@@ -226,7 +230,7 @@ def _two_horizon_entry(
     already) when ``[policy] second_horizon`` is set and scored
     (:func:`foreshock.hold.entry_series`), prepared for the replay; None otherwise (the
     policy point replays the horizon's own risk)."""
-    if not settings.second_horizon or horizon != decision_horizon(config):
+    if not settings.policy_entry.entry.second_horizon or horizon != decision_horizon(config):
         return None
     entry = settings.entry(horizon).on(horizon, [h for m, h in pairs if m == model])
     if entry is None:

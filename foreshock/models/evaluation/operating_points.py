@@ -35,8 +35,9 @@ Operating points (:func:`choose_thresholds`):
     at the period's start, reaches ``[backtest] target_precision``.  No alerts in a period
     without such history (the first one); those periods are not judged.
 ``policy``
-    ``[policy] enter_risk`` / ``exit_risk`` and the hold ``enter_for``: fixed in advance, so
-    also a calibration test.
+    ``[policy] enter_risk`` / ``exit_risk`` and the hold ``enter_for`` (with the policy's other
+    ways in at the decision horizon): fixed in advance, so also a calibration test.  A model
+    with an entry of its own (``[policy.models.<name>]``) is judged at it.
 
 The operators' binary rules (:meth:`~foreshock.models.estimators.baseline.ThresholdBaseline.fires`)
 are scored as they run today: an alert at each rising edge of "some rule fires", no cap.
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -55,7 +56,7 @@ import polars as pl
 from foreshock.budget import DailyBudget
 from foreshock.contract import UTC_TS
 from foreshock.durations import format_duration
-from foreshock.hold import Entry, second_way_in
+from foreshock.hold import Entry, ModelEntries, ModelEntry
 from foreshock.models.estimators.training import snapshot_step
 from foreshock.models.evaluation.alert_replay import AlertRule, Period, RiskReplay, alert_count
 from foreshock.models.evaluation.alerts import threshold_for_precision
@@ -142,40 +143,51 @@ class OperatingPoints:
 
     alerts_per_day: float
     target_precision: float
-    enter_risk: float
     exit_risk: float
     min_lead_time: timedelta
+    # [policy]'s way into drain at [models] horizon (enter_risk, the ways in) and its hold
+    # (enter_for): the policy point's
+    policy_entry: ModelEntry
     daily_share: float | None = None  # replaces alerts_per_day when set
     entry_floor: float = 0.0  # the budget_floor point's calibrated risk floor (0: no such point)
-    hold: timedelta = timedelta(0)  # [policy] enter_for: the policy point's hold before entry
-    second_horizon: str = ""  # [policy] second_horizon: a second way into drain ("": none)
-    second_enter_risk: float = 1.0  # [policy] second_enter_risk: its threshold
-    second_only: bool = False  # [policy] second_only: only the second horizon's risk enters
-    decision_enter_risk: float | None = None  # [policy] decision_enter_risk beside a second way in
-    decision_enter_for: timedelta | None = None  # [policy] decision_enter_for: its own hold
+    entries: ModelEntries | None = None  # the models' own ([policy.models.<name>]): for_model
 
     @classmethod
     def from_config(cls, config) -> OperatingPoints:
         backtest, policy = config.section("backtest"), config.section("policy")
         share = backtest.get("daily_budget_share")
-        labels = list(config.settings["labels"]["horizons"])
-        second = second_way_in(policy, labels, str(config.section("models")["horizon"]))
+        default = ModelEntry.of(config)
         return cls(
             alerts_per_day=float(backtest["drain_budget_per_day"]),
             target_precision=float(backtest["target_precision"]),
-            enter_risk=float(policy["enter_risk"]),
             exit_risk=float(policy["exit_risk"]),
             min_lead_time=config.duration("backtest", "min_lead_time"),
+            policy_entry=default,
             daily_share=None if share is None else float(share),
             entry_floor=float(backtest.get("entry_floor", 0.0)),
-            hold=config.duration("policy", "enter_for"),
-            second_enter_risk=float(policy.get("second_enter_risk", 1.0)),
-            **second,
+            entries=ModelEntries.of(default, policy),
         )
+
+    def for_model(self, model: str | None) -> OperatingPoints:
+        """These settings with ``model``'s way into drain for the policy point: its own
+        (``[policy.models.<name>]``), else ``[policy]``'s (None: ``[policy]``'s)."""
+        if self.entries is None:
+            return self
+        return replace(self, policy_entry=self.entries[model])
+
+    @property
+    def enter_risk(self) -> float:
+        """The policy point's threshold (``[policy] enter_risk``, or the model's own)."""
+        return self.policy_entry.entry.enter_risk
+
+    @property
+    def hold(self) -> timedelta:
+        """The policy point's hold before entry (``[policy] enter_for``, or the model's own)."""
+        return self.policy_entry.hold
 
     def entry(self, horizon: str) -> Entry:
         """The policy's entry at the decision ``horizon`` (with its second horizon, if any)."""
-        return Entry.of(horizon, self)
+        return replace(self.policy_entry.entry, horizon=horizon)
 
     @property
     def budget(self) -> DailyBudget:
@@ -232,6 +244,7 @@ def choose_thresholds(
     settings: OperatingPoints,
     step: timedelta,
     replay: RiskReplay | None = None,
+    model: str | None = None,
 ) -> dict[str, ChosenPoint]:
     """The prospective operating points of one model's series, plus the test-period upper bound.
 
@@ -248,6 +261,9 @@ def choose_thresholds(
         The test periods in time order (walk-forward folds; one period for a review window).
     replay
         ``series`` prepared by :meth:`~foreshock.models.evaluation.alert_replay.RiskReplay.of`, when the caller has it already.
+    model
+        The series' model: the policy point enters at its own entry where it has one
+        (:meth:`OperatingPoints.for_model`; the other points do not read the entry).
     """
 
     def precision(earlier: pl.DataFrame, start: datetime) -> float | None:
@@ -264,6 +280,8 @@ def choose_thresholds(
 
     whole = Period(periods[0].start, periods[-1].end)
     replay = replay or RiskReplay.of(series)
+    own = settings.for_model(model)
+    own_table = "[policy]" if settings.entries is None else settings.entries.table(model)
     hindsight = tuple(
         ChosenPoint(
             "budget_upper_bound",
@@ -303,9 +321,9 @@ def choose_thresholds(
         ),
         "policy": ChosenPoint(
             "policy",
-            [(p, settings.enter_risk) for p in periods],
-            settings.policy_rule,
-            "fixed ([policy] enter_risk" + (f", held {format_duration(settings.hold)})" if settings.hold else ")"),
+            [(p, own.enter_risk) for p in periods],
+            own.policy_rule,
+            f"fixed ({own_table} enter_risk" + (f", held {format_duration(own.hold)})" if own.hold else ")"),
         ),
         "budget_upper_bound": ChosenPoint(
             "budget_upper_bound", hindsight[0].periods, settings.budget_rule, hindsight[0].chosen_on, hindsight
