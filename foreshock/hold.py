@@ -296,7 +296,8 @@ class ModelEntries:
         return self.default if model is None else self.own.get(model, self.default)
 
     def table(self, model: str | None) -> str:
-        """Where ``model``'s entry is set: ``[policy.models.<name>]`` or ``[policy]``."""
+        """Where ``model``'s entry is set: ``[policy.models.<name>]`` (over ``[policy]``: the
+        keys it leaves out are ``[policy]``'s), or ``[policy]``."""
         return f"[policy.models.{model}]" if model in self.own else "[policy]"
 
 

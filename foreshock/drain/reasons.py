@@ -74,9 +74,11 @@ class Reasons:
                 if s.entry.holds(s.enter_for)[s.horizon] != s.enter_for:
                     # each way in has its own hold: name both, so "why not drained" reads as the rule
                     wait = f"but not yet held: drain once {s.entry.describe(s.enter_for)} "
-                    wait += "([policy] decision_enter_for, enter_for)"
+                    wait += f"({s.entry_table} decision_enter_for, enter_for)"
                 else:
-                    wait = f"for less than {format_duration(s.enter_for)} ([policy] enter_for): drain once it holds"
+                    wait = (
+                        f"for less than {format_duration(s.enter_for)} ({s.entry_table} enter_for): drain once it holds"
+                    )
                 text = f"run `{DIAGNOSTICS_COMMAND}`: {self.risk_phrase(row)}, above {self.threshold_phrase()} {wait}"
             elif entry >= s.enter_risk and costs.expected_loss(p) <= costs.expected_drain_cost(p):
                 text = (

@@ -71,6 +71,9 @@ class PolicySettings:
     entries
         Each model's own way into drain (``[policy.models.<name>]``), for
         :meth:`for_model`; None: every model enters as above.
+    entry_table
+        Where the entry was set, for reasons: ``[policy]``, or a model's
+        ``[policy.models.<name>]`` over it (:meth:`for_model`).
     """
 
     enter_risk: float = policy_default("enter_risk", float)
@@ -91,6 +94,7 @@ class PolicySettings:
     lemons: LemonSettings = field(default_factory=LemonSettings)
     learned: LearnedSettings = field(default_factory=LearnedSettings)
     entries: ModelEntries | None = None
+    entry_table: str = "[policy]"
 
     def __post_init__(self) -> None:
         for name in ("enter_risk", "exit_risk", "watch_risk", "diagnostics_risk"):
@@ -161,7 +165,8 @@ class PolicySettings:
         if self.entries is None:
             return self
         own = self.entries[model]
-        return replace(self, enter_risk=own.entry.enter_risk, enter_for=own.hold, entry=own.entry)
+        table = self.entries.table(model)
+        return replace(self, enter_risk=own.entry.enter_risk, enter_for=own.hold, entry=own.entry, entry_table=table)
 
     @property
     def hysteresis_ratio(self) -> float:
