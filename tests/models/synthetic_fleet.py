@@ -26,6 +26,52 @@ class Fleet:
     ground_truth: pl.DataFrame
 
 
+def within_a_day_of_failure(features: pl.DataFrame, failures: pl.DataFrame) -> np.ndarray:
+    """Per row of ``features``: whether its unit fails within the next 24 hours."""
+    return (
+        features.join(failures.select("unit_id", "failed_at"), on="unit_id", how="left")
+        .select(((pl.col("failed_at") - pl.col("ts")).dt.total_hours().is_between(0, 24)).fill_null(False))
+        .to_series()
+        .to_numpy()
+    )
+
+
+def fitted_for_a_day(features: pl.DataFrame, failures: pl.DataFrame, **settings):
+    """A 24-hour LightGBM model fitted on ``features`` with the recipe ``settings``, and 300 of
+    its known healthy rows to probe it with."""
+    from foreshock.contract import label_column
+    from foreshock.models.estimators.gbm import GradientBoostedRisk
+    from foreshock.models.estimators.training import labelled_until
+
+    model = GradientBoostedRisk(horizons=["24h"], **settings).fit(features, failures)
+    known = labelled_until(features, failures, ["24h"]).filter(pl.col(label_column("24h")) == 0)
+    return model, known.head(300)
+
+
+def check_derived_feature(tmp_path, seed: int, add_inputs, name: str, probes, **settings) -> None:
+    """A recipe setting that derives the feature ``name`` from others: on a 60-unit fleet whose
+    inputs ``add_inputs(features, failures, rng)`` writes, the model fitted with ``settings``
+    has ``name`` among its features and rates the first of ``probes(probe, rng)`` above the
+    second (:func:`assert_ranks_above`)."""
+    rng = np.random.default_rng(seed)
+    fleet = synthetic_fleet(rng, units=60, days=14)
+    model, probe = fitted_for_a_day(add_inputs(fleet.features, fleet.failures, rng), fleet.failures, **settings)
+    assert name in model.feature_names_
+    assert_ranks_above(model, *probes(probe, rng), tmp_path)
+
+
+def assert_ranks_above(model, higher: pl.DataFrame, lower: pl.DataFrame, tmp_path, factor: float = 1.5) -> None:
+    """``model`` rates the rows of ``higher`` at least ``factor`` times those of ``lower`` (the
+    median ratio), and a saved copy, computing its derived inputs again from their names,
+    scores the same."""
+    risk_higher = model.predict_risk(higher).get_column("risk").to_numpy()
+    risk_lower = model.predict_risk(lower).get_column("risk").to_numpy()
+    assert np.median(risk_higher / risk_lower) > factor
+    model.save(tmp_path / "m")
+    again = type(model).load(tmp_path / "m")
+    assert again.predict_risk(higher).equals(model.predict_risk(higher))
+
+
 def _rolling_sum(counts: np.ndarray, window: int) -> np.ndarray:
     c = np.concatenate([[0.0], np.cumsum(counts)])
     idx = np.arange(1, counts.size + 1)

@@ -6,11 +6,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foreshock.contract import label_column
-from foreshock.models.estimators.gbm import GradientBoostedRisk
 from foreshock.models.estimators.power_spread import spread_columns, spread_names
-from foreshock.models.estimators.training import labelled_until
-from tests.models.synthetic_fleet import synthetic_fleet
+from tests.models.synthetic_fleet import check_derived_feature, within_a_day_of_failure
 
 
 def test_spreads_are_named_for_windows_with_both_inputs_and_computed_from_them():
@@ -26,12 +23,7 @@ def _with_power(features: pl.DataFrame, failures: pl.DataFrame, rng: np.random.G
     """The fleet with an hour's power and utilization spreads: a load that changes moves
     both (about 6 W a percentage point); the last day before a failure adds power noise at
     a steady load."""
-    near = (
-        features.join(failures.select("unit_id", "failed_at"), on="unit_id", how="left")
-        .select(((pl.col("failed_at") - pl.col("ts")).dt.total_hours().is_between(0, 24)).fill_null(False))
-        .to_series()
-        .to_numpy()
-    )
+    near = within_a_day_of_failure(features, failures)
     util_std = rng.gamma(1.5, 5.0, features.height)
     power_std = 6.0 * util_std + rng.normal(0, 3, features.height).clip(0)
     util_std[near] = rng.uniform(0, 2, near.sum())
@@ -42,20 +34,11 @@ def _with_power(features: pl.DataFrame, failures: pl.DataFrame, rng: np.random.G
     )
 
 
-def test_with_spread_power_noise_at_a_steady_load_ranks_above_the_same_swing_with_the_load(tmp_path):
-    rng = np.random.default_rng(3)
-    fleet = synthetic_fleet(rng, units=60, days=14)
-    features = _with_power(fleet.features, fleet.failures, rng)
-    model = GradientBoostedRisk(horizons=["24h"], power_spread=True).fit(features, fleet.failures)
-    assert "power_w_spread_1h" in model.feature_names_
-    known = labelled_until(features, fleet.failures, ["24h"]).filter(pl.col(label_column("24h")) == 0)
-    probe = known.head(300).with_columns(pl.lit(60.0, dtype=pl.Float32).alias("power_w_std_1h"))
+def _steady_and_swinging(probe: pl.DataFrame, rng: np.random.Generator) -> tuple[pl.DataFrame, pl.DataFrame]:
+    probe = probe.with_columns(pl.lit(60.0, dtype=pl.Float32).alias("power_w_std_1h"))
     steady = probe.with_columns(pl.lit(1.0, dtype=pl.Float32).alias("gpu_util_pct_std_1h"))
-    swinging = probe.with_columns(pl.lit(10.0, dtype=pl.Float32).alias("gpu_util_pct_std_1h"))
-    risk_steady = model.predict_risk(steady).get_column("risk").to_numpy()
-    risk_swinging = model.predict_risk(swinging).get_column("risk").to_numpy()
-    assert np.median(risk_steady / risk_swinging) > 1.5
-    # a saved model computes its spreads again from the feature names alone
-    model.save(tmp_path / "m")
-    again = GradientBoostedRisk.load(tmp_path / "m")
-    assert again.predict_risk(steady).equals(model.predict_risk(steady))
+    return steady, probe.with_columns(pl.lit(10.0, dtype=pl.Float32).alias("gpu_util_pct_std_1h"))
+
+
+def test_with_spread_power_noise_at_a_steady_load_ranks_above_the_same_swing_with_the_load(tmp_path):
+    check_derived_feature(tmp_path, 3, _with_power, "power_w_spread_1h", _steady_and_swinging, power_spread=True)

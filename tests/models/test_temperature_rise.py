@@ -7,11 +7,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foreshock.contract import label_column
-from foreshock.models.estimators.gbm import GradientBoostedRisk
 from foreshock.models.estimators.temperature_rise import rise_columns, rise_names
-from foreshock.models.estimators.training import labelled_until
-from tests.models.synthetic_fleet import synthetic_fleet
+from tests.models.synthetic_fleet import check_derived_feature, within_a_day_of_failure
 
 
 def test_rises_are_named_for_consecutive_windows_and_computed_from_them():
@@ -29,14 +26,7 @@ def _with_residuals(features: pl.DataFrame, failures: pl.DataFrame, rng: np.rand
     cooler or hotter than their peers for many reasons): in the last day before a failure
     the six hours sit 3-6 °C above the day (a fast climb); everywhere else, healthy GPUs and
     slow drifts days ahead of a failure alike, the two windows agree within noise."""
-    hours = (
-        features.join(failures.select("unit_id", "failed_at"), on="unit_id", how="left")
-        .select((pl.col("failed_at") - pl.col("ts")).dt.total_hours())
-        .to_series()
-        .to_numpy()
-    )
-    near = np.nan_to_num(hours, nan=-1.0)
-    day = (near >= 0) & (near <= 24)
+    day = within_a_day_of_failure(features, failures)
     whole = rng.uniform(-5, 20, features.height)
     six = whole + rng.normal(0, 0.4, features.height)
     six[day] = whole[day] + rng.uniform(3, 6, day.sum())
@@ -46,21 +36,13 @@ def _with_residuals(features: pl.DataFrame, failures: pl.DataFrame, rng: np.rand
     )
 
 
-def test_with_the_rise_a_fast_climb_ranks_above_a_slow_drift_at_the_same_level(tmp_path):
-    rng = np.random.default_rng(5)
-    fleet = synthetic_fleet(rng, units=60, days=14)
-    features = _with_residuals(fleet.features, fleet.failures, rng)
-    model = GradientBoostedRisk(horizons=["24h"], temperature_rise=True).fit(features, fleet.failures)
-    assert "temp_residual_c_rise_6h_1d" in model.feature_names_
-    known = labelled_until(features, fleet.failures, ["24h"]).filter(pl.col(label_column("24h")) == 0)
-    probe = known.head(300)
+def _climbing_and_drifting(probe: pl.DataFrame, rng: np.random.Generator) -> tuple[pl.DataFrame, pl.DataFrame]:
     level = pl.Series(rng.uniform(-3, 18, probe.height), dtype=pl.Float32)
     climbing = probe.with_columns(temp_residual_c_1d=level, temp_residual_c_6h=level + 4.5)
-    drifting = probe.with_columns(temp_residual_c_1d=level, temp_residual_c_6h=level)
-    risk_climbing = model.predict_risk(climbing).get_column("risk").to_numpy()
-    risk_drifting = model.predict_risk(drifting).get_column("risk").to_numpy()
-    assert np.median(risk_climbing / risk_drifting) > 1.5
-    # a saved model computes its rises again from the feature names alone
-    model.save(tmp_path / "m")
-    again = GradientBoostedRisk.load(tmp_path / "m")
-    assert again.predict_risk(climbing).equals(model.predict_risk(climbing))
+    return climbing, probe.with_columns(temp_residual_c_1d=level, temp_residual_c_6h=level)
+
+
+def test_with_the_rise_a_fast_climb_ranks_above_a_slow_drift_at_the_same_level(tmp_path):
+    check_derived_feature(
+        tmp_path, 5, _with_residuals, "temp_residual_c_rise_6h_1d", _climbing_and_drifting, temperature_rise=True
+    )
