@@ -19,6 +19,7 @@ from foreshock.config import Config
 from foreshock.contract import label_column
 from foreshock.drain.outbox_files import latest_list_dir, read_published_list
 from foreshock.drain.replay_report import read_summary, replay_dir
+from foreshock.drain.settings import PolicySettings
 from foreshock.lake.read import lake_summary, read_table
 from foreshock.models.estimators.training import labelled_until
 from foreshock.models.evaluation.backtest_report import read_report, scores_path
@@ -38,8 +39,8 @@ class FleetStatus:
     top_units: pl.DataFrame | None
     risk_history: pl.DataFrame | None
     top_failures: pl.DataFrame | None
-    enter_risk: float
-    exit_risk: float
+    enter_risk: float  # the decision horizon's risk that enters drain (the primary model's entry)
+    exit_risk: float  # ... and the one it leaves below, on the same scale
     horizon: str
     backtest: dict | None
     calibration: pl.DataFrame | None  # model, risk, label of the backtest
@@ -48,6 +49,7 @@ class FleetStatus:
     freshness: list[PartStatus] = field(default_factory=list)  # foreshock status's parts
     health: dict | None = None  # telemetry health and watch list of the newest publish (health_section)
     lemons: dict | None = None  # repeat offenders in the [lemon] window (lemon_section)
+    entry: str = ""  # how a unit enters drain, each way in with its hold (Entry.describe)
 
 
 def _signals_text(signals: list[dict] | None, top: int = 3) -> str:
@@ -140,7 +142,10 @@ def champion_summary(config: Config) -> dict | None:
 def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -> FleetStatus:
     """Gather the fleet risk page's content from ``config.data_dir``."""
     now = now or datetime.now(UTC)
-    policy = config.section("policy")
+    # the primary model's entry: the decision risk's own threshold beside a second way in,
+    # its exit on the same scale (the exit keeps exit_risk / enter_risk of the threshold)
+    policy = PolicySettings.from_config(config)
+    enter = policy.entry.decision_threshold
     horizon = str(config.settings["models"]["horizon"])
     inventory = read_table(config.lake_dir, "inventory")
     failures = read_table(config.lake_dir, "failures")
@@ -186,8 +191,8 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         top_units=units,
         risk_history=history,
         top_failures=top_failures,
-        enter_risk=float(policy["enter_risk"]),
-        exit_risk=float(policy["exit_risk"]),
+        enter_risk=enter,
+        exit_risk=policy.exit_risk * enter / policy.enter_risk,
         horizon=horizon,
         backtest=backtest,
         calibration=backtest_outcomes(config, horizon),
@@ -196,4 +201,5 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         freshness=pipeline_status(config, now),
         health=health_view(outbox),
         lemons=lemon_view(config, telemetry_until),
+        entry=policy.entry.describe(policy.enter_for),
     )

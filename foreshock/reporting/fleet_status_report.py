@@ -323,7 +323,7 @@ def render_fleet_page(status: FleetStatus) -> str:
         f"<h1>foreshock fleet risk</h1>"
         f'<p class="sub">Generated {_when(status.generated_at)}'
         f"{f' from risk list {_esc(risk_list)}' if risk_list else ''}; decision horizon {_esc(status.horizon)}, "
-        f"drain above risk {status.enter_risk:g}.</p>{body}</body></html>\n"
+        f"a unit enters drain once {_esc(status.entry or f'risk >= {status.enter_risk:g}')}.</p>{body}</body></html>\n"
     )
 
 
