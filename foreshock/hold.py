@@ -242,10 +242,13 @@ class Entry:
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One model's way into drain: its :class:`Entry` and its hold (``enter_for``)."""
+    """One model's way into drain: its :class:`Entry`, its hold (``enter_for``) and the table
+    that set them (``[policy]``, or a model's ``[policy.models.<name>]`` over it), which
+    reasons and reports name."""
 
     entry: Entry
     hold: timedelta
+    table: str = "[policy]"
 
     @classmethod
     def of(cls, config: Any) -> ModelEntry:
@@ -256,8 +259,8 @@ class ModelEntry:
         entry = Entry.of(policy, labels, str(config.section("models")["horizon"]))
         return cls(entry, config.duration("policy", "enter_for"))
 
-    def with_own(self, keys: Mapping[str, Any]) -> ModelEntry:
-        """This entry with a model's own ``keys`` (``[policy.models.<name>]``: the thresholds
+    def with_own(self, model: str, keys: Mapping[str, Any]) -> ModelEntry:
+        """This entry with ``model``'s own ``keys`` (``[policy.models.<name>]``: the thresholds
         and holds of :class:`foreshock.config_schema.ModelEntryTable`, checked there) in
         place.  The decision risk's own threshold and hold apply only where the decision risk
         has its own way in (:attr:`Entry.decision_way`), as ``[policy]``'s do."""
@@ -267,7 +270,7 @@ class ModelEntry:
         if self.entry.decision_way and "decision_enter_for" in keys:
             risks["decision_enter_for"] = parse_duration(keys["decision_enter_for"])
         hold = parse_duration(keys["enter_for"]) if "enter_for" in keys else self.hold
-        return ModelEntry(replace(self.entry, **risks), hold)
+        return ModelEntry(replace(self.entry, **risks), hold, f"[policy.models.{model}]")
 
     def describe(self) -> str:
         """How a unit enters, each way in with its hold (:meth:`Entry.describe`)."""
@@ -289,16 +292,11 @@ class ModelEntries:
     def of(cls, default: ModelEntry, policy: Mapping[str, Any]) -> ModelEntries | None:
         """From ``[policy]``'s ``models`` table; None when no model has an entry of its own."""
         tables = policy.get("models") or {}
-        return cls(default, {name: default.with_own(keys) for name, keys in tables.items()}) if tables else None
+        return cls(default, {name: default.with_own(name, keys) for name, keys in tables.items()}) if tables else None
 
     def __getitem__(self, model: str | None) -> ModelEntry:
         """``model``'s own entry, else ``[policy]``'s (None: ``[policy]``'s)."""
         return self.default if model is None else self.own.get(model, self.default)
-
-    def table(self, model: str | None) -> str:
-        """Where ``model``'s entry is set: ``[policy.models.<name>]`` (over ``[policy]``: the
-        keys it leaves out are ``[policy]``'s), or ``[policy]``."""
-        return f"[policy.models.{model}]" if model in self.own else "[policy]"
 
 
 def second_way_in(policy: Mapping[str, Any], labels: Sequence[str], horizon: str) -> dict[str, Any]:

@@ -165,8 +165,9 @@ class PolicySettings:
         if self.entries is None:
             return self
         own = self.entries[model]
-        table = self.entries.table(model)
-        return replace(self, enter_risk=own.entry.enter_risk, enter_for=own.hold, entry=own.entry, entry_table=table)
+        return replace(
+            self, enter_risk=own.entry.enter_risk, enter_for=own.hold, entry=own.entry, entry_table=own.table
+        )
 
     @property
     def hysteresis_ratio(self) -> float:

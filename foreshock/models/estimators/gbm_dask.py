@@ -219,14 +219,18 @@ def _patience(scores: list[float], patience: int, metric: str) -> tuple[int, boo
     return best_round + 1, False
 
 
+# Features computed from their names at fitting and scoring (the recipe's window_shares,
+# power_spread and temperature_rise): the mark in a name, and what computes those columns.
+_DERIVED = (("_share_", share_columns), ("_spread_", spread_columns), ("_rise_", rise_columns))
+
+
 def feature_matrix_of(frame: pl.DataFrame, names: list[str], rules: ThresholdBaseline | None) -> np.ndarray:
     """Feature matrix of ``names`` (Float32, row-major as LightGBM reads it, filled one
     column at a time: no second copy), the ``rules``' features computed on the fly; also
     what a Dask worker builds from its share of the feature store."""
     derived = rules.rule_features(frame) if rules is not None else {}
-    derived.update(share_columns(frame, [n for n in names if "_share_" in n and n not in frame.columns]))
-    derived.update(spread_columns(frame, [n for n in names if "_spread_" in n and n not in frame.columns]))
-    derived.update(rise_columns(frame, [n for n in names if "_rise_" in n and n not in frame.columns]))
+    for mark, columns_of in _DERIVED:
+        derived.update(columns_of(frame, [n for n in names if mark in n and n not in frame.columns]))
     columns = [
         pl.Series(name, derived[name]).cast(pl.Float32)
         if name in derived

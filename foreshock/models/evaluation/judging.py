@@ -170,6 +170,7 @@ def judge_scores(
     for model, horizon in pairs:
         series = lazy.filter((pl.col("model") == model) & (pl.col("horizon") == horizon)).select(columns).collect()
         context["replay"] = RiskReplay.of(series, weights)  # prepared once: thresholds and judging replay it
+        own = settings.for_model(model)  # the policy point enters at the model's own entry where it has one
         if settings.daily_share is not None or weights is not None:  # say which budget, and on what fleet
             report["settings"].setdefault(
                 "budget",
@@ -180,11 +181,11 @@ def judge_scores(
         if model == RULES_MODEL:
             chosen = rules_point(periods)
         else:
-            chosen = choose_thresholds(series, failures, horizon, periods, settings, step, context["replay"], model)
+            chosen = choose_thresholds(series, failures, horizon, periods, own, step, context["replay"])
         points = {}
         two = None
         if model != RULES_MODEL:
-            two = _two_horizon_entry(lazy, series, model, horizon, pairs, settings.for_model(model), config, step)
+            two = _two_horizon_entry(lazy, series, model, horizon, pairs, own, config, step)
         for name, point in chosen.items():
             if not point.judged:
                 points[name] = None
@@ -195,7 +196,7 @@ def judge_scores(
             elif name == "policy" and two is not None:
                 # The policy enters on either horizon: replay its entry series instead.
                 points[name] = judge_point(series, point, failures, horizon, **{**context, "replay": two})
-                points[name]["entry"] = settings.for_model(model).entry(horizon).describe()
+                points[name]["entry"] = own.entry(horizon).describe()
             else:
                 points[name] = judge_point(series, point, failures, horizon, **context)
         report["models"].setdefault(model, {})[horizon] = {
@@ -206,9 +207,9 @@ def judge_scores(
         report["settings"]["daily_budget_share"] = settings.daily_share
     if weights is not None:
         report["settings"]["reweighted"] = "by the inventory's fleet_weight (subsampled healthy units)"
-    own = sorted({m for m, _ in pairs if settings.entries is not None and m in settings.entries.own})
-    if own:  # the models judged at an entry of their own at the policy point, in words
-        report["settings"]["model_entries"] = {m: settings.for_model(m).policy_entry.describe() for m in own}
+    owners = sorted({m for m, _ in pairs if settings.entries is not None and m in settings.entries.own})
+    if owners:  # the models judged at an entry of their own at the policy point, in words
+        report["settings"]["model_entries"] = {m: settings.for_model(m).policy_entry.describe() for m in owners}
     report["against_rules"] = against_rules(report)
     if settings.entry_floor > 0:  # only then is there a budget_floor point
         report["settings"]["entry_floor"] = settings.entry_floor

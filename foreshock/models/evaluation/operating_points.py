@@ -244,7 +244,6 @@ def choose_thresholds(
     settings: OperatingPoints,
     step: timedelta,
     replay: RiskReplay | None = None,
-    model: str | None = None,
 ) -> dict[str, ChosenPoint]:
     """The prospective operating points of one model's series, plus the test-period upper bound.
 
@@ -259,11 +258,12 @@ def choose_thresholds(
         Every failure; a choice for a period only sees those by the period's start.
     periods
         The test periods in time order (walk-forward folds; one period for a review window).
+    settings
+        The operating points' settings for the series' model
+        (:meth:`OperatingPoints.for_model`: the policy point enters at its own entry where it
+        has one; the other points do not read the entry).
     replay
         ``series`` prepared by :meth:`~foreshock.models.evaluation.alert_replay.RiskReplay.of`, when the caller has it already.
-    model
-        The series' model: the policy point enters at its own entry where it has one
-        (:meth:`OperatingPoints.for_model`; the other points do not read the entry).
     """
 
     def precision(earlier: pl.DataFrame, start: datetime) -> float | None:
@@ -280,8 +280,6 @@ def choose_thresholds(
 
     whole = Period(periods[0].start, periods[-1].end)
     replay = replay or RiskReplay.of(series)
-    own = settings.for_model(model)
-    own_table = "[policy]" if settings.entries is None else settings.entries.table(model)
     hindsight = tuple(
         ChosenPoint(
             "budget_upper_bound",
@@ -321,9 +319,10 @@ def choose_thresholds(
         ),
         "policy": ChosenPoint(
             "policy",
-            [(p, own.enter_risk) for p in periods],
-            own.policy_rule,
-            f"fixed ({own_table} enter_risk" + (f", held {format_duration(own.hold)})" if own.hold else ")"),
+            [(p, settings.enter_risk) for p in periods],
+            settings.policy_rule,
+            f"fixed ({settings.policy_entry.table} enter_risk"
+            + (f", held {format_duration(settings.hold)})" if settings.hold else ")"),
         ),
         "budget_upper_bound": ChosenPoint(
             "budget_upper_bound", hindsight[0].periods, settings.budget_rule, hindsight[0].chosen_on, hindsight
