@@ -75,6 +75,8 @@ CANDIDATES: dict[str, dict] = {
     "power": {"power_spread": True},
     # the temperature residual's slope (temp_residual_c_rise_6h_1d): a short thermal drift from a long one
     "rise": {"temperature_rise": True},
+    # five boosters a horizon, each from its own bagging and feature-sampling seed, margins averaged
+    "bag5": {"members": 5},
 }
 
 

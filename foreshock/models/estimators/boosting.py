@@ -10,6 +10,7 @@ its early-stopped rounds, and what both fit paths (a frame here, a stored sample
 from __future__ import annotations
 
 import os
+import re
 
 import lightgbm as lgb
 import numpy as np
@@ -154,6 +155,52 @@ def early_stopped(
         if best is None or score > best[0]:
             best = (score, booster, trial)
     return best[1], best[2]
+
+
+def member_params(params: dict, member: int) -> dict:
+    """The LightGBM parameters of an averaged model's ``member``-th booster: member 0's are
+    ``params`` (a model of one member is the model without members), member ``k``'s draw its
+    rows and features (bagging, feature sampling) from ``seed + k``.  Binning never depends
+    on the seed here, so every member grows on the same binned Dataset."""
+    return params if member == 0 else {**params, "seed": int(params.get("seed", 0)) + member}
+
+
+_TREE = re.compile(r"^Tree=\d+\n", re.MULTILINE)
+_SCALED = ("leaf_value=", "internal_value=")
+
+
+def averaged(boosters: list[lgb.Booster]) -> lgb.Booster:
+    """One booster whose margin is the mean of ``boosters``' margins (one booster: itself).
+
+    A booster's margin is the sum of its trees' leaf values, so the trees of every member
+    with their leaf values divided by the number of members sum to the mean margin; each
+    tree's TreeSHAP contributions scale with its leaf values, so explanations are the
+    members' mean too.  Built from LightGBM's own model text (the header and parameters of
+    the first member; the per-tree byte sizes left out, LightGBM then reads the trees one
+    after another): what is saved, loaded, logged and explained is one ordinary booster."""
+    if len(boosters) == 1:
+        return boosters[0]
+    scale = 1.0 / len(boosters)
+    head, tail, trees = "", "", []
+    for booster in boosters:
+        text = booster.model_to_string()
+        if booster.num_model_per_iteration() != 1 or "\nis_linear=1\n" in text:
+            raise ValueError("only boosters of one tree per round without linear leaves can be averaged")
+        start, end = _TREE.search(text).start(), text.index("end of trees")
+        if not head:
+            head = "\n".join(line for line in text[:start].split("\n") if not line.startswith("tree_sizes="))
+            tail = text[end:]
+        trees += [block for block in _TREE.split(text[start:end]) if block.strip()]
+    body = []
+    for i, block in enumerate(trees):
+        lines = [
+            line.split("=", 1)[0] + "=" + " ".join(repr(float(v) * scale) for v in line.split("=", 1)[1].split())
+            if line.startswith(_SCALED)
+            else line
+            for line in block.split("\n")
+        ]
+        body.append(f"Tree={i}\n" + "\n".join(lines))
+    return lgb.Booster(model_str=head + "".join(body) + tail)
 
 
 def subset(binned: lgb.Dataset, rows: np.ndarray, label: np.ndarray, weight: np.ndarray) -> lgb.Dataset:

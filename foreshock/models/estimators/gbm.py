@@ -79,9 +79,11 @@ from foreshock.models.estimators.base import (
 from foreshock.models.estimators.baseline import ThresholdBaseline
 from foreshock.models.estimators.boosting import (
     RefitBins,
+    averaged,
     early_stopped,
     failure_ids,
     holdout_record,
+    member_params,
     predict_rows,
     shifted_to_refit,
     split_datasets,
@@ -110,7 +112,7 @@ SETTINGS = (
     *("max_holdout_fraction", "max_pos_weight", "refit_full", "min_holdout_failures", "fallback_rounds"),
     *("min_rounds", "seed", "monotone_increasing", "exclude", "rules", "error_counters", "fleet_weighted"),
     *("rank_by_snapshot", "drop_constant", "tune_num_leaves", "hard_negative_weight", "hard_negative_window"),
-    *("window_shares", "power_spread", "temperature_rise"),
+    *("window_shares", "power_spread", "temperature_rise", "members"),
 )
 
 
@@ -190,6 +192,14 @@ class GradientBoostedRisk:
     temperature_rise
         Add ``temp_residual_c_rise_<a>_<b>``, the temperature residual's last hours over a
         longer window's (:mod:`.temperature_rise`): a fast thermal drift in one split.
+    members
+        Boosters grown per horizon, member ``k`` drawing its bagged rows and sampled
+        features from ``seed + k``; the model's margin is their mean (one booster:
+        :func:`~foreshock.models.estimators.boosting.averaged`).  Each member early-stops on
+        the purged holdout by itself, the Platt calibrator is fitted on the mean of their
+        held-out margins, and each is refitted with its own rounds.  Averaging trees grown
+        from different draws lowers the variance of which splits a few rare failures win.
+        1: one booster (the model without members).  Fitted here only, never on Dask.
     unit_weights
         ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
         for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
@@ -229,6 +239,7 @@ class GradientBoostedRisk:
     window_shares: bool = recipe_default("gbm", "window_shares")
     power_spread: bool = recipe_default("gbm", "power_spread")
     temperature_rise: bool = recipe_default("gbm", "temperature_rise")
+    members: int = recipe_default("gbm", "members")
     unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
@@ -314,7 +325,7 @@ class GradientBoostedRisk:
         or None when there is none (``refit_full`` off: the early-stopped trees are kept)."""
         rows, y, w = target
         pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_ttf, until)
-        refit = {"rows": rows, "y": y, "weight": w * class_w, "params": params, "margin": None}
+        refit = {"rows": rows, "y": y, "weight": w * class_w, "params": params, "margin": None, "member_rounds": None}
         if split is None:
             refit["rounds"] = self._without_holdout(h, pos_weight)
             refit["calibrator"] = uncalibrated(np.log(pos_weight))
@@ -330,26 +341,36 @@ class GradientBoostedRisk:
         if ts is not None:
             dtrain.set_group(query_groups(ts[fit]))
             dvalid.set_group(query_groups(ts[hold]))
-        booster, params = early_stopped(
-            params, dtrain, dvalid, self.early_stopping_metric, self.num_boost_round,
-            self.early_stopping_rounds, self.tune_num_leaves,
-        )  # fmt: skip
-        del dtrain, dvalid
-        rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
         hold_rows = np.flatnonzero(hold)
-        margin = predict_rows(booster, x, hold_rows, num_iteration=rounds)
+        boosters, member_rounds, margins = [], [], []
+        for member in range(self.members):  # num_leaves is chosen by the first member only
+            booster, params_k = early_stopped(
+                member_params(params, member), dtrain, dvalid, self.early_stopping_metric, self.num_boost_round,
+                self.early_stopping_rounds, self.tune_num_leaves if member == 0 else None,
+            )  # fmt: skip
+            if member == 0:
+                params = params_k
+            rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
+            margins.append(predict_rows(booster, x, hold_rows, num_iteration=rounds))
+            boosters.append(booster)
+            member_rounds.append(rounds)
+        del dtrain, dvalid
+        margin = np.mean(margins, axis=0)
         calibrator = PlattCalibrator(link="margin").fit(margin, y[hold], w[hold])
         self.holdouts_[h] = holdout_record(split)
         if self.tune_num_leaves:  # the value chosen on the holdout
             self.holdouts_[h]["num_leaves"] = int(params["num_leaves"])
+        if self.members > 1:
+            self.holdouts_[h]["member_rounds"] = member_rounds
         if not self.refit_full:
             self.boosters_[h], self.calibrators_[h], self.best_rounds_[h] = (
-                truncate(booster, rounds),
+                averaged([truncate(b, r) for b, r in zip(boosters, member_rounds)]),
                 calibrator,
-                rounds,
+                member_rounds[0],
             )
             return None
-        refit.update(params=params, rounds=rounds, calibrator=calibrator, margin=margin)
+        rounds = member_rounds[0]
+        refit.update(params=params, rounds=rounds, calibrator=calibrator, margin=margin, member_rounds=member_rounds)
         refit.update(hold_rows=hold_rows, hold_weight=w[hold])
         return refit
 
@@ -365,7 +386,10 @@ class GradientBoostedRisk:
         else:
             group = query_groups(ts_all[rows]) if self.rank_by_snapshot else None
             full = bins.dataset(x, y, weight, group, params, self.feature_names_, rows)
-            booster = lgb.train(params, full, num_boost_round=rounds)
+            member_rounds = refit["member_rounds"] or [rounds] * self.members
+            booster = averaged(
+                [lgb.train(member_params(params, k), full, num_boost_round=r) for k, r in enumerate(member_rounds)]
+            )
         calibrator = refit["calibrator"]
         if refit["margin"] is not None:
             margin = predict_rows(booster, x, refit["hold_rows"])
@@ -406,9 +430,11 @@ class GradientBoostedRisk:
 
     def _on_dask(self, rows: int) -> bool:
         """Whether a sample whose largest horizon has ``rows`` rows is fitted on the Dask
-        cluster: there is one, the sample has ``dask_min_rows`` rows, and no query groups
-        (``rank_by_snapshot`` is fitted here only, on the store's samples as on frames)."""
-        return self.dask_client is not None and rows >= self.dask_min_rows and not self.rank_by_snapshot
+        cluster: there is one, the sample has ``dask_min_rows`` rows, no query groups and one
+        member (``rank_by_snapshot`` and ``members`` are fitted here only, on the store's
+        samples as on frames)."""
+        local = self.rank_by_snapshot or self.members > 1
+        return self.dask_client is not None and rows >= self.dask_min_rows and not local
 
     def _resolve_features(self, names: pl.DataFrame, data: pl.DataFrame) -> None:
         """``feature_names_`` and ``rules_`` from the columns of ``names``; the rules whose
