@@ -61,3 +61,13 @@ def test_members_make_the_ranking_depend_less_on_the_seed(tmp_path):
     again = GradientBoostedRisk.load(tmp_path / "m")
     assert again.members == 5
     assert again.predict_risk(fleet.features).equals(model.predict_risk(fleet.features))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_members_given_a_dask_cluster_are_fitted_here_and_say_so():
+    fleet = synthetic_fleet(np.random.default_rng(11), units=60, days=14)
+    # an address nothing listens on: averaged members never reach for the cluster
+    model = GradientBoostedRisk(horizons=["24h"], members=2, dask_client="tcp://127.0.0.1:9", dask_min_rows=1)
+    model.fit(fleet.features, fleet.failures)
+    assert any("2 members fitted in this process" in note for note in model.notes_)
+    assert len(model.holdouts_["24h"]["member_rounds"]) == 2

@@ -315,6 +315,9 @@ class GradientBoostedRisk:
                 self._refit(client, h, refits.pop(h), x_all, ts_all, bins)
             del bins
         self.notes_ = [note for h in self.horizons for note in notes[h]]
+        if self.dask_client is not None and self.members > 1:
+            self.notes_.append(f"{self.members} members fitted in this process: averaged members never run on Dask")
+            logger.warning("gbm %s", self.notes_[-1])
         return self
 
     def _early_stop(
