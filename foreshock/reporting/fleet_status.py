@@ -192,7 +192,7 @@ def fleet_status(config: Config, *, top: int = 8, now: datetime | None = None) -
         risk_history=history,
         top_failures=top_failures,
         enter_risk=enter,
-        exit_risk=policy.exit_risk * enter / policy.enter_risk,
+        exit_risk=policy.hysteresis_ratio * enter,
         horizon=horizon,
         backtest=backtest,
         calibration=backtest_outcomes(config, horizon),

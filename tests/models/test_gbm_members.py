@@ -12,8 +12,15 @@ from foreshock.models.estimators.gbm import GradientBoostedRisk
 from tests.models.synthetic_fleet import synthetic_fleet
 
 PARAMS = {
-    **{"objective": "binary", "num_leaves": 6, "verbose": -1, "seed": 7, "deterministic": True},
-    **{"bagging_fraction": 0.7, "bagging_freq": 1, "feature_fraction": 0.6, "force_row_wise": True},
+    "objective": "binary",
+    "num_leaves": 6,
+    "verbose": -1,
+    "seed": 7,
+    "deterministic": True,
+    "bagging_fraction": 0.7,
+    "bagging_freq": 1,
+    "feature_fraction": 0.6,
+    "force_row_wise": True,
 }
 
 

@@ -328,9 +328,9 @@ class GradientBoostedRisk:
         or None when there is none (``refit_full`` off: the early-stopped trees are kept)."""
         rows, y, w = target
         pos_weight, class_w, params, split = self._horizon_setup(h, rows, y, w, ts_all, failure_ttf, until)
-        refit = {"rows": rows, "y": y, "weight": w * class_w, "params": params, "margin": None, "member_rounds": None}
+        refit = {"rows": rows, "y": y, "weight": w * class_w, "params": params, "margin": None}
         if split is None:
-            refit["rounds"] = self._without_holdout(h, pos_weight)
+            refit["member_rounds"] = [self._without_holdout(h, pos_weight)] * self.members
             refit["calibrator"] = uncalibrated(np.log(pos_weight))
             return refit
         # The raw matrix is never copied whole: a horizon's rows are a view when every
@@ -346,13 +346,12 @@ class GradientBoostedRisk:
             dvalid.set_group(query_groups(ts[hold]))
         hold_rows = np.flatnonzero(hold)
         boosters, member_rounds, margins = [], [], []
-        for member in range(self.members):  # num_leaves is chosen by the first member only
-            booster, params_k = early_stopped(
+        for member in range(self.members):  # num_leaves is chosen by the first member, the others keep it
+            booster, chosen = early_stopped(
                 member_params(params, member), dtrain, dvalid, self.early_stopping_metric, self.num_boost_round,
                 self.early_stopping_rounds, self.tune_num_leaves if member == 0 else None,
             )  # fmt: skip
-            if member == 0:
-                params = params_k
+            params = chosen if member == 0 else params
             rounds = max(booster.best_iteration or self.num_boost_round, self.min_rounds)
             margins.append(predict_rows(booster, x, hold_rows, num_iteration=rounds))
             boosters.append(booster)
@@ -372,8 +371,7 @@ class GradientBoostedRisk:
                 member_rounds[0],
             )
             return None
-        rounds = member_rounds[0]
-        refit.update(params=params, rounds=rounds, calibrator=calibrator, margin=margin, member_rounds=member_rounds)
+        refit.update(params=params, member_rounds=member_rounds, calibrator=calibrator, margin=margin)
         refit.update(hold_rows=hold_rows, hold_weight=w[hold])
         return refit
 
@@ -381,7 +379,8 @@ class GradientBoostedRisk:
         """Horizon ``h``'s trees on every labelled row with the rounds of :meth:`_early_stop`
         (on the Dask cluster of ``client`` for ``dask_min_rows`` rows, else here on the
         binning ``bins`` keeps), the held-out calibration moved to them."""
-        rows, y, weight, params, rounds = (refit[k] for k in ("rows", "y", "weight", "params", "rounds"))
+        rows, y, weight, params, member_rounds = (refit[k] for k in ("rows", "y", "weight", "params", "member_rounds"))
+        rounds = member_rounds[0]  # what the model records; Dask grows one member only
         x = x_all if rows.size == x_all.shape[0] else x_all[rows]
         if client is not None and y.size >= self.dask_min_rows:
             booster = train_on_dask(client, params, x, y, weight, rounds, self.feature_names_)
@@ -389,7 +388,6 @@ class GradientBoostedRisk:
         else:
             group = query_groups(ts_all[rows]) if self.rank_by_snapshot else None
             full = bins.dataset(x, y, weight, group, params, self.feature_names_, rows)
-            member_rounds = refit["member_rounds"] or [rounds] * self.members
             booster = averaged(
                 [lgb.train(member_params(params, k), full, num_boost_round=r) for k, r in enumerate(member_rounds)]
             )
