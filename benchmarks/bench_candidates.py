@@ -24,6 +24,12 @@ Usage::
         [--candidates gbm fleet rank ...]
     uv run python benchmarks/bench_candidates.py --config data/evaluate.toml --data-dir DIR \\
         --ground-truth DIR/raw/sim/ground_truth.parquet --out /tmp/cand-demo
+
+``--set SECTION.KEY=VALUE`` changes a setting of the data set's configuration for every
+candidate (the training sample's ``[models] max_healthy_rows``, say); ``--until DATE`` runs
+the backtest as of that day (the snapshots before it, the failures known before it: an
+earlier history of the same data, judged on its own last days); ``--set-aside`` (disks)
+judges each candidate's list a second time with flags that expire.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import json
 import logging
 import sys
 import time
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -41,7 +47,15 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_real_disks import GROWTH_DAYS, HORIZON, daily_levels, judge_shares, rule_scores  # noqa: E402
+from bench_real_disks import (  # noqa: E402
+    GROWTH_DAYS,
+    HORIZON,
+    daily_levels,
+    judge_shares,
+    rule_scores,
+    set_aside,
+    set_aside_name,
+)
 
 # name -> keys of models/lightgbm.toml changed (a table key by key); "gbm" is today's recipe
 # (fleet_weighted since it won; "unweighted" is the recipe before).
@@ -107,27 +121,44 @@ def rank_average(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def judge_disks(work: Path, scores: pl.DataFrame, config, shares: list[float]) -> dict:
+def judge_disks(
+    work: Path, scores: pl.DataFrame, config, shares: list[float], failures: pl.DataFrame, aside: bool = False
+) -> dict:
     """The candidates, the two SMART rules and each candidate blended with the growth rule,
-    at each share of the drives reporting (as ``bench_real_disks.py``'s judge)."""
+    at each share of the drives reporting (as ``bench_real_disks.py``'s judge), against
+    ``failures`` (those the backtest knew).  ``aside``: each candidate's list is judged a
+    second time with flags that expire (``bench_real_disks.set_aside``, rows ``<candidate>,
+    set aside after 14 d``)."""
+    from foreshock.budget import fleet_weights
     from foreshock.lake.read import read_table
 
     scores = scores.filter(pl.col("horizon") == HORIZON)
     first, last = scores.get_column("ts").min().date(), scores.get_column("ts").max().date()
     levels = daily_levels(config.lake_dir, first - timedelta(days=GROWTH_DAYS), last)
-    reporting = levels.filter(pl.col("ts").dt.date() >= first).select("unit_id", "ts")
+    reporting = levels.filter(pl.col("ts").dt.date() >= first)
     series = {
         model: reporting.join(
             part.select("unit_id", "ts", pl.col("risk").alias("score")), on=["unit_id", "ts"], how="left"
         )
         for (model,), part in scores.group_by(["model"], maintain_order=True)
     }
-    rules = rule_scores(levels, reporting)
+    rules = rule_scores(levels, reporting.select("unit_id", "ts"))
+    inventory = read_table(config.lake_dir, "inventory")
+    judged = {"results": []}
+    if aside:  # share by share: the list replayed at each share decides what expires
+        weights = fleet_weights(inventory)
+        for share in shares:
+            expiring = {set_aside_name(model): frame for model, frame in series.items()}
+            judged["results"] += judge_shares(
+                expiring, failures, inventory, config, [share], order=lambda part, s=share: set_aside(part, s, weights)
+            )["results"]
+    series = {model: frame.drop("level") for model, frame in series.items()}
     for model in list(series):
         series[f"{model}+growth"] = rank_average(series[model], rules["smart_growth"])
     series.update(rules)
-    inventory = read_table(config.lake_dir, "inventory")
-    return judge_shares(series, read_table(config.lake_dir, "failures"), inventory, config, shares)
+    plain = judge_shares(series, failures, inventory, config, shares)
+    plain["results"] += judged["results"]
+    return plain
 
 
 def disk_table(judged: dict) -> str:
@@ -166,6 +197,25 @@ def backtest_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def settings_overrides(assignments: list[str]) -> dict:
+    """``["models.max_healthy_rows=1600000", ...]`` as ``{"models": {"max_healthy_rows": 1600000}}``
+    (each value read as TOML, so ``true``, numbers and ``"text"`` keep their types)."""
+    import tomllib
+
+    overrides: dict[str, dict] = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not (sep and dot and section and name):
+            raise SystemExit(f"--set {assignment!r}: expected SECTION.KEY=VALUE")
+        try:
+            parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError as err:
+            raise SystemExit(f"--set {assignment!r}: the value is not TOML ({err})") from err
+        overrides.setdefault(section, {})[name] = parsed
+    return overrides
+
+
 def _f(value, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -179,6 +229,27 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     parser.add_argument("--shares", type=float, nargs="+", default=[0.001, 0.005])
+    parser.add_argument(
+        "--set-aside",
+        action="store_true",
+        help="on disks, judge each candidate's list also with flags that expire: a drive flagged 14 days "
+        "in a row is set aside until its SMART sum rises (bench_real_disks.set_aside)",
+    )
+    parser.add_argument(
+        "--until",
+        type=date.fromisoformat,
+        help="backtest as of this day: only the snapshots before it and the failures known before it "
+        "(an earlier history of the same data set, judged on its own last days)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        help="a setting of the data set's configuration changed for every candidate (a TOML value, "
+        "e.g. models.sample_rule_firing=true): the training sample is the configuration's, shared by all",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -192,14 +263,29 @@ def main() -> int:
         config = load_config(args.disks / "data/foreshock.toml", data_dir=args.disks / "lake")
     else:
         config = load_config(args.config, data_dir=args.data_dir)
+    if args.settings:
+        overrides = settings_overrides(args.settings)
+        unknown = [f"{s}.{k}" for s, keys in overrides.items() for k in keys if k not in config.settings.get(s, {})]
+        if unknown:
+            raise SystemExit(f"--set: no such setting {', '.join(unknown)}")
+        config = config.with_overrides(overrides)
+        print(f"settings changed for every candidate: {', '.join(args.settings)}", flush=True)
     try:
         inventory = read_table(config.lake_dir, "inventory")
     except Exception:  # a lake without an inventory: unweighted
         inventory = None
+    source, failures = inputs.feature_source(config), inputs.failures(config)
+    if args.until:
+        cut = datetime.combine(args.until, datetime.min.time(), UTC)
+        source = source.before(cut)
+        failures = failures.filter(pl.col("failed_at") < cut)
+        print(
+            f"as of {args.until}: {len(source.files)} feature partitions, {failures.height} failures known", flush=True
+        )
     started, cpu = time.perf_counter(), time.process_time()
     result = walk_forward(
-        inputs.feature_source(config),  # read fold by fold, as foreshock backtest reads it
-        inputs.failures(config),
+        source,  # read fold by fold, as foreshock backtest reads it
+        failures,
         config,
         factories=factories(config, args.candidates),
         ground_truth=read_ground_truth(args.ground_truth),
@@ -214,7 +300,7 @@ def main() -> int:
     )
     print(backtest_table(result.report), flush=True)
     if args.disks:
-        judged = judge_disks(args.disks, result.scores, config, args.shares)
+        judged = judge_disks(args.disks, result.scores, config, args.shares, failures, args.set_aside)
         (args.out / "judged.json").write_text(json.dumps(judged, indent=2, default=str) + "\n")
         print(disk_table(judged))
     return 0
