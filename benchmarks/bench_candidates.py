@@ -147,8 +147,8 @@ def judge_disks(
     judged = {"results": []}
     if aside:  # share by share: the list replayed at each share decides what expires
         weights = fleet_weights(inventory)
+        expiring = {set_aside_name(model): frame for model, frame in series.items()}
         for share in shares:
-            expiring = {set_aside_name(model): frame for model, frame in series.items()}
             judged["results"] += judge_shares(
                 expiring, failures, inventory, config, [share], order=lambda part, s=share: set_aside(part, s, weights)
             )["results"]
@@ -251,6 +251,8 @@ def main() -> int:
         "e.g. models.sample_rule_firing=true): the training sample is the configuration's, shared by all",
     )
     args = parser.parse_args()
+    if args.set_aside and not args.disks:
+        parser.error("--set-aside judges disk lists: it needs --disks")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     from foreshock.config import load_config

@@ -336,8 +336,8 @@ def set_aside(
 
     ``frame``: the drives reporting, ``unit_id, ts``, the ranking's ``risk`` (or ``score``)
     and the day's SMART ``level`` (:func:`daily_levels`).  The ranking's own list at
-    ``share`` is replayed day by day, exactly as the judge spends the budget
-    (:func:`~foreshock.models.evaluation.top_of_list.daily_flags`: the carry rule, the
+    ``share`` is replayed day by day as the judge spends the budget
+    (:func:`~foreshock.models.evaluation.top_of_list.daily_lists`: the carry rule, the
     ``weights``).  A drive flagged on ``days`` consecutive days (a whole horizon; it is
     still reporting, so none of those flags has come true yet) is **set aside** from the
     next day on: its score is null (it counts among the drives reporting and is never
@@ -345,71 +345,46 @@ def set_aside(
     it is ranked by its risk again, and may be set aside again after another ``days``
     flagged days.  Only the drive's own past flags and readings are used, never a failure.
     """
-    from foreshock.budget import WEIGHT_COLUMN, DailyBudget, accrue, spend
+    from foreshock.budget import DailyBudget, accrue
+    from foreshock.contract import UTC_TS
+    from foreshock.models.evaluation.top_of_list import daily_lists
 
     column = "score" if "score" in frame.columns else "risk"
-    base = frame.select(
-        pl.col("unit_id").cast(pl.String),
-        pl.col("ts").cast(pl.Datetime("us", "UTC")),
-        pl.col(column).cast(pl.Float64).fill_nan(None).alias("score"),
-        pl.col("level").cast(pl.Float64).fill_null(0.0),
-    ).with_columns(pl.col("ts").dt.truncate("1d").alias("day"))
-    if weights is None:
-        base = base.with_columns(pl.lit(1.0).alias(WEIGHT_COLUMN))
-    else:
-        base = base.join(
-            weights.select(pl.col("unit_id").cast(pl.String), WEIGHT_COLUMN), on="unit_id", how="left"
-        ).with_columns(pl.col(WEIGHT_COLUMN).fill_null(1.0))
-    reporting = base.unique(["day", "unit_id"]).group_by("day").agg(pl.col(WEIGHT_COLUMN).sum()).sort("day")
-    allowance = np.asarray(DailyBudget(share=share).allowance(reporting.get_column(WEIGHT_COLUMN).to_numpy()))
-    weighted = bool((base.get_column(WEIGHT_COLUMN) != 1.0).any())
-    lightest = min(1.0, float(base.get_column(WEIGHT_COLUMN).min() or 1.0))
-    keep = int(np.ceil(float(allowance.max(initial=0.0)) / lightest)) + 1
-    ranked = base.sort(
-        ["day", "score", "unit_id", "ts"], descending=[False, True, False, False], nulls_last=True
-    ).unique(["day", "unit_id"], keep="first", maintain_order=True)
-    by_day = {d: part for (d,), part in ranked.group_by(["day"], maintain_order=True)}
+    frame = frame.with_columns(pl.col("unit_id").cast(pl.String), pl.col("level").cast(pl.Float64).fill_null(0.0))
+    lists = daily_lists(frame, DailyBudget(share=share), weights, columns=("level",), whole=True)
     aside: dict[str, float] = {}  # drive -> its level on the last flagged day before it was set aside
     streak: dict[str, tuple[object, int]] = {}  # drive -> (last flagged day, consecutive flagged days)
-    nulled: list[tuple[str, object]] = []
+    hidden: list[tuple[str, object]] = []
     tokens = 0.0
-    for day, today in zip(reporting.get_column("day"), allowance, strict=True):
+    for day, today in zip(lists.days.get_column("day"), lists.days.get_column("allowance"), strict=True):
         tokens = accrue(tokens, today, today)
-        part = by_day.get(day)
+        part = lists.by_day.get(day)
         if part is None:
             continue
-        units = part.get_column("unit_id").to_list()
-        levels = part.get_column("level").to_list()
-        for unit, level in zip(units, levels, strict=True):
-            if unit in aside:
-                if level > aside[unit]:
-                    del aside[unit]  # its sum rose: ranked again
-                else:
-                    nulled.append((unit, day))
-        scores = part.get_column("score").to_numpy()
-        eligible = [i for i, u in enumerate(units) if u not in aside and not np.isnan(scores[i])][:keep]
-        w = part.get_column(WEIGHT_COLUMN).to_numpy()[eligible] if weighted else None
-        taken, tokens = spend(tokens, w, len(eligible))
+        for unit, level in zip(part.get_column("unit_id"), part.get_column("level"), strict=True):
+            if unit in aside and level > aside[unit]:
+                del aside[unit]  # its sum rose: ranked again
+        out = part.get_column("unit_id").is_in(list(aside))
+        hidden += [(unit, day) for unit in part.filter(out).get_column("unit_id")]
+        eligible = part.filter(~out).head(lists.keep)
+        taken, tokens = lists.spend(tokens, eligible)
         previous = day - timedelta(days=1)
-        for i in eligible[:taken]:
-            unit = units[i]
-            last, count = streak.get(unit, (None, 0))
+        for unit, level in zip(eligible.get_column("unit_id")[:taken], eligible.get_column("level")[:taken]):
+            last, count = streak.pop(unit, (None, 0))
             count = count + 1 if last == previous else 1
             if count >= days:
-                aside[unit] = levels[i]
-                streak.pop(unit, None)
+                aside[unit] = level
             else:
                 streak[unit] = (day, count)
-    out = base.select("unit_id", "ts", "day", "score")
-    if nulled:
-        hidden = pl.DataFrame(
-            {"unit_id": [u for u, _ in nulled], "day": [d for _, d in nulled]},
-            schema={"unit_id": pl.String, "day": out.schema["day"]},
-        ).with_columns(pl.lit(True).alias("hidden"))
-        out = out.join(hidden, on=["unit_id", "day"], how="left").with_columns(
-            pl.when(pl.col("hidden")).then(None).otherwise(pl.col("score")).alias("score")
-        )
-    return out.select("unit_id", "ts", "score")
+    off = pl.DataFrame(
+        {"unit_id": [u for u, _ in hidden], "day": [d for _, d in hidden], "off": [True] * len(hidden)},
+        schema={"unit_id": pl.String, "day": lists.days.schema["day"], "off": pl.Boolean},
+    )
+    return (
+        frame.with_columns(pl.col("ts").cast(UTC_TS).dt.truncate("1d").alias("day"))
+        .join(off, on=["unit_id", "day"], how="left")
+        .select("unit_id", "ts", pl.when(pl.col("off")).then(None).otherwise(pl.col(column)).alias("score"))
+    )
 
 
 def set_aside_name(model: str) -> str:

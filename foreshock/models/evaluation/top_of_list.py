@@ -87,6 +87,89 @@ def _weighted(scores: pl.DataFrame, weights: pl.DataFrame | None) -> pl.DataFram
     )
 
 
+@dataclass(frozen=True)
+class DailyLists:
+    """Each day's ranked units and allowance, as :func:`daily_flags` spends them.
+
+    Attributes
+    ----------
+    days
+        ``day, reporting, allowance`` of every day with a unit reporting (``reporting``:
+        weighted units reporting that day).
+    by_day
+        Day -> the day's eligible units (a score, at or above the floor), each at its best
+        snapshot, highest score first (ties by ``unit_id``, then ``ts``): ``unit_id, ts,
+        score, fleet_weight`` and the extra columns asked for.
+    weighted
+        Whether any unit weighs other than 1 (then flags spend their weights).
+    keep
+        The most units a day can take (``ceil`` of the largest allowance over the lightest
+        weight, plus one): more of a day's list is never reached.
+    schema
+        The columns of a day's list (an empty list has them too).
+    """
+
+    days: pl.DataFrame
+    by_day: dict
+    weighted: bool
+    keep: int
+    schema: pl.Schema
+
+    def spend(self, tokens: float, part: pl.DataFrame) -> tuple[int, float]:
+        """How many of ``part``'s units, from the top, the carry rule takes with ``tokens``."""
+        w = part.get_column(WEIGHT_COLUMN).to_numpy() if self.weighted else None
+        return spend(tokens, w, part.height)
+
+
+def daily_lists(
+    scores: pl.DataFrame,
+    budget: DailyBudget,
+    weights: pl.DataFrame | None = None,
+    floor: float | None = None,
+    *,
+    columns: tuple[str, ...] = (),
+    whole: bool = False,
+) -> DailyLists:
+    """Each day's ranking of ``scores`` and its allowance at ``budget`` (see :func:`daily_flags`
+    for the parameters); ``columns``: more columns of ``scores`` kept with each unit;
+    ``whole``: every eligible unit of a day, not only the ``keep`` a day can take (for a
+    replay that passes over some of them)."""
+    column = "score" if "score" in scores.columns else "risk"
+    frame = _weighted(scores, weights).select(
+        pl.col("unit_id").cast(pl.String),
+        pl.col("ts").cast(UTC_TS),
+        pl.col(column).cast(pl.Float64).fill_nan(None).alias("score"),
+        WEIGHT_COLUMN,
+        *columns,
+    )
+    eligible = frame.drop_nulls("score")
+    if floor is not None:
+        eligible = eligible.filter(pl.col("score") >= floor)
+    best = (
+        eligible.with_columns(pl.col("ts").dt.truncate("1d").alias("day"))
+        .sort(["day", "score", "unit_id", "ts"], descending=[False, True, False, False])
+        .unique(["day", "unit_id"], keep="first", maintain_order=True)
+    )
+    days = (
+        frame.with_columns(pl.col("ts").dt.truncate("1d").alias("day"))
+        .unique(["day", "unit_id"])
+        .group_by("day")
+        .agg(pl.col(WEIGHT_COLUMN).sum().alias("reporting"))
+        .sort("day")
+    )
+    allowance = np.asarray(budget.allowance(days.get_column("reporting").to_numpy()), dtype=np.float64)
+    days = days.with_columns(pl.Series("allowance", allowance))
+    weighted = bool((frame.get_column(WEIGHT_COLUMN) != 1.0).any())
+    # A day never takes more than ceil(largest allowance / lightest weight) units (the carry
+    # is capped at ceil of the day's allowance): only the top of each day's list is kept.
+    lightest = min(1.0, float(frame.get_column(WEIGHT_COLUMN).min() or 1.0))
+    keep = int(np.ceil(float(allowance.max(initial=0.0)) / lightest)) + 1
+    if not whole:
+        best = best.filter(pl.int_range(pl.len()).over("day") < keep)
+    by_day = {d: part for (d,), part in best.group_by(["day"], maintain_order=True)}
+    return DailyLists(days, by_day, weighted, keep, best.schema)
+
+
 def daily_flags(
     scores: pl.DataFrame, budget: DailyBudget, weights: pl.DataFrame | None = None, floor: float | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -111,49 +194,18 @@ def daily_flags(
         The flags ``unit_id, alert_start, score, fleet_weight`` and the days ``day,
         reporting, allowance`` (``reporting``: weighted units reporting that day).
     """
-    column = "score" if "score" in scores.columns else "risk"
-    frame = _weighted(scores, weights).select(
-        pl.col("unit_id").cast(pl.String),
-        pl.col("ts").cast(UTC_TS),
-        pl.col(column).cast(pl.Float64).fill_nan(None).alias("score"),
-        WEIGHT_COLUMN,
-    )
-    eligible = frame.drop_nulls("score")
-    if floor is not None:
-        eligible = eligible.filter(pl.col("score") >= floor)
-    best = (
-        eligible.with_columns(pl.col("ts").dt.truncate("1d").alias("day"))
-        .sort(["day", "score", "unit_id", "ts"], descending=[False, True, False, False])
-        .unique(["day", "unit_id"], keep="first", maintain_order=True)
-    )
-    days = (
-        frame.with_columns(pl.col("ts").dt.truncate("1d").alias("day"))
-        .unique(["day", "unit_id"])
-        .group_by("day")
-        .agg(pl.col(WEIGHT_COLUMN).sum().alias("reporting"))
-        .sort("day")
-    )
-    allowance = np.asarray(budget.allowance(days.get_column("reporting").to_numpy()), dtype=np.float64)
-    days = days.with_columns(pl.Series("allowance", allowance))
-    weighted = bool((frame.get_column(WEIGHT_COLUMN) != 1.0).any())
-    # A day never takes more than ceil(largest allowance / lightest weight) units (the carry
-    # is capped at ceil of the day's allowance): only the top of each day's list is kept.
-    lightest = min(1.0, float(frame.get_column(WEIGHT_COLUMN).min() or 1.0))
-    keep = int(np.ceil(float(allowance.max(initial=0.0)) / lightest)) + 1
-    best = best.filter(pl.int_range(pl.len()).over("day") < keep)
+    lists = daily_lists(scores, budget, weights, floor)
     picked: list[pl.DataFrame] = []
     tokens = 0.0
-    by_day = {d: part for (d,), part in best.group_by(["day"], maintain_order=True)}
-    for day, today in zip(days.get_column("day"), allowance):
+    for day, today in zip(lists.days.get_column("day"), lists.days.get_column("allowance")):
         tokens = accrue(tokens, today, today)
-        part = by_day.get(day)
+        part = lists.by_day.get(day)
         if part is None:
             continue
-        w = part.get_column(WEIGHT_COLUMN).to_numpy() if weighted else None
-        taken, tokens = spend(tokens, w, part.height)
+        taken, tokens = lists.spend(tokens, part)
         picked.append(part.head(taken))
-    flags = pl.concat(picked) if picked else best.clear()
-    return flags.select("unit_id", pl.col("ts").alias("alert_start"), "score", WEIGHT_COLUMN), days
+    flags = pl.concat(picked) if picked else pl.DataFrame(schema=lists.schema)
+    return flags.select("unit_id", pl.col("ts").alias("alert_start"), "score", WEIGHT_COLUMN), lists.days
 
 
 def top_of_list(
