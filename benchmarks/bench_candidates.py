@@ -121,9 +121,7 @@ def rank_average(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def judge_disks(
-    work: Path, scores: pl.DataFrame, config, shares: list[float], failures: pl.DataFrame, aside: bool = False
-) -> dict:
+def judge_disks(scores: pl.DataFrame, config, shares: list[float], failures: pl.DataFrame, aside: bool = False) -> dict:
     """The candidates, the two SMART rules and each candidate blended with the growth rule,
     at each share of the drives reporting (as ``bench_real_disks.py``'s judge), against
     ``failures`` (those the backtest knew).  ``aside``: each candidate's list is judged a
@@ -302,7 +300,7 @@ def main() -> int:
     )
     print(backtest_table(result.report), flush=True)
     if args.disks:
-        judged = judge_disks(args.disks, result.scores, config, args.shares, failures, args.set_aside)
+        judged = judge_disks(result.scores, config, args.shares, failures, args.set_aside)
         (args.out / "judged.json").write_text(json.dumps(judged, indent=2, default=str) + "\n")
         print(disk_table(judged))
     return 0
