@@ -7,7 +7,12 @@ import numpy as np
 import polars as pl
 
 from foreshock.models.estimators.power_spread import spread_columns, spread_names
-from tests.models.synthetic_fleet import check_derived_feature, within_a_day_of_failure
+from tests.models.synthetic_fleet import (
+    check_derived_feature,
+    fitted_for_a_day,
+    synthetic_fleet,
+    within_a_day_of_failure,
+)
 
 
 def test_spreads_are_named_for_windows_with_both_inputs_and_computed_from_them():
@@ -42,3 +47,18 @@ def _steady_and_swinging(probe: pl.DataFrame, rng: np.random.Generator) -> tuple
 
 def test_with_spread_power_noise_at_a_steady_load_ranks_above_the_same_swing_with_the_load(tmp_path):
     check_derived_feature(tmp_path, 3, _with_power, "power_w_spread_1h", _steady_and_swinging, power_spread=True)
+
+
+def test_the_default_recipe_reads_the_spread_and_a_fleet_without_power_gets_the_same_model():
+    """The default since 2026-12-07: a GPU fleet's model reads the spread without a setting,
+    and a fleet that reports no power draw (SMART disks) scores exactly as with it off."""
+    rng = np.random.default_rng(5)
+    fleet = synthetic_fleet(rng, units=40, days=10)
+    with_power = _with_power(fleet.features, fleet.failures, rng)
+    model, _ = fitted_for_a_day(with_power, fleet.failures)
+    assert "power_w_spread_1h" in model.feature_names_
+    default, probe = fitted_for_a_day(fleet.features, fleet.failures)
+    off, _ = fitted_for_a_day(fleet.features, fleet.failures, power_spread=False)
+    assert not any(name.startswith("power_w_spread_") for name in default.feature_names_)
+    assert default.feature_names_ == off.feature_names_
+    assert default.predict_risk(probe).equals(off.predict_risk(probe))
