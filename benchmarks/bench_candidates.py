@@ -85,8 +85,10 @@ CANDIDATES: dict[str, dict] = {
     "shares": {"window_shares": True},
     # both: a burst told from a trend, and the rows days ahead of a failure told from those within the horizon
     "shares_hard3": {"window_shares": True, "hard_negative_weight": 3.0},
-    # the power's spread over the utilization's (power_w_spread_<w>): a failing power supply from a changing load
+    # the power's spread over the utilization's (power_w_spread_<w>): a failing power supply from a changing load;
+    # today's recipe since 2026-12-07 ("gbm"), "no_power" is the recipe before
     "power": {"power_spread": True},
+    "no_power": {"power_spread": False},
     # the temperature residual's slope (temp_residual_c_rise_6h_1d): a short thermal drift from a long one
     "rise": {"temperature_rise": True},
     # five boosters a horizon, each from its own bagging and feature-sampling seed, margins averaged
