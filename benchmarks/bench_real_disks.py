@@ -337,7 +337,7 @@ def set_aside(
     ``frame``: the drives reporting, ``unit_id, ts``, the ranking's ``risk`` (or ``score``)
     and the day's SMART ``level`` (:func:`daily_levels`).  The ranking's own list at
     ``share`` is replayed day by day as the judge spends the budget
-    (:func:`~foreshock.models.evaluation.top_of_list.daily_lists`: the carry rule, the
+    (:meth:`~foreshock.models.evaluation.top_of_list.DailyLists.flagged`: the carry rule, the
     ``weights``).  A drive flagged on ``days`` consecutive days (a whole horizon; it is
     still reporting, so none of those flags has come true yet) is **set aside** from the
     next day on: its score is null (it counts among the drives reporting and is never
@@ -345,7 +345,7 @@ def set_aside(
     it is ranked by its risk again, and may be set aside again after another ``days``
     flagged days.  Only the drive's own past flags and readings are used, never a failure.
     """
-    from foreshock.budget import DailyBudget, accrue
+    from foreshock.budget import DailyBudget
     from foreshock.contract import UTC_TS
     from foreshock.models.evaluation.top_of_list import daily_lists
 
@@ -355,21 +355,19 @@ def set_aside(
     aside: dict[str, float] = {}  # drive -> its level on the last flagged day before it was set aside
     streak: dict[str, tuple[object, int]] = {}  # drive -> (last flagged day, consecutive flagged days)
     hidden: list[tuple[str, object]] = []
-    tokens = 0.0
-    for day, today in zip(lists.days.get_column("day"), lists.days.get_column("allowance"), strict=True):
-        tokens = accrue(tokens, today, today)
-        part = lists.by_day.get(day)
-        if part is None:
-            continue
+
+    def passing(day, part: pl.DataFrame) -> pl.DataFrame:
+        """The day's list without the drives set aside (those whose sum rose come back)."""
         for unit, level in zip(part.get_column("unit_id"), part.get_column("level"), strict=True):
             if unit in aside and level > aside[unit]:
                 del aside[unit]  # its sum rose: ranked again
         out = part.get_column("unit_id").is_in(list(aside))
-        hidden += [(unit, day) for unit in part.filter(out).get_column("unit_id")]
-        eligible = part.filter(~out).head(lists.keep)
-        taken, tokens = lists.spend(tokens, eligible)
+        hidden.extend((unit, day) for unit in part.filter(out).get_column("unit_id"))
+        return part.filter(~out)
+
+    for day, flags in lists.flagged(passing):
         previous = day - timedelta(days=1)
-        for unit, level in zip(eligible.get_column("unit_id")[:taken], eligible.get_column("level")[:taken]):
+        for unit, level in zip(flags.get_column("unit_id"), flags.get_column("level"), strict=True):
             last, count = streak.pop(unit, (None, 0))
             count = count + 1 if last == previous else 1
             if count >= days:

@@ -29,6 +29,7 @@ failures, which have weight 1, and are not reweighted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
@@ -89,7 +90,7 @@ def _weighted(scores: pl.DataFrame, weights: pl.DataFrame | None) -> pl.DataFram
 
 @dataclass(frozen=True)
 class DailyLists:
-    """Each day's ranked units and allowance, as :func:`daily_flags` spends them.
+    """Each day's ranked units and allowance, and the flags the carry rule takes from them.
 
     Attributes
     ----------
@@ -115,10 +116,23 @@ class DailyLists:
     keep: int
     schema: pl.Schema
 
-    def spend(self, tokens: float, part: pl.DataFrame) -> tuple[int, float]:
-        """How many of ``part``'s units, from the top, the carry rule takes with ``tokens``."""
-        w = part.get_column(WEIGHT_COLUMN).to_numpy() if self.weighted else None
-        return spend(tokens, w, part.height)
+    def flagged(self, passing=None) -> Iterator[tuple[object, pl.DataFrame]]:
+        """``(day, flags)`` of each day with a unit eligible, in order: the top of the day's
+        list the carry rule's tokens reach (each day's allowance accrues; a flag spends its
+        unit's weight).  ``passing(day, part)``, if given, returns the part of the day's list
+        that may be flagged (a replay that passes over some units); it is called for a day
+        only after the previous day's flags were taken, so it can depend on them."""
+        tokens = 0.0
+        for day, today in zip(self.days.get_column("day"), self.days.get_column("allowance"), strict=True):
+            tokens = accrue(tokens, today, today)
+            part = self.by_day.get(day)
+            if part is None:
+                continue
+            if passing is not None:
+                part = passing(day, part).head(self.keep)
+            w = part.get_column(WEIGHT_COLUMN).to_numpy() if self.weighted else None
+            taken, tokens = spend(tokens, w, part.height)
+            yield day, part.head(taken)
 
 
 def daily_lists(
@@ -195,15 +209,7 @@ def daily_flags(
         reporting, allowance`` (``reporting``: weighted units reporting that day).
     """
     lists = daily_lists(scores, budget, weights, floor)
-    picked: list[pl.DataFrame] = []
-    tokens = 0.0
-    for day, today in zip(lists.days.get_column("day"), lists.days.get_column("allowance")):
-        tokens = accrue(tokens, today, today)
-        part = lists.by_day.get(day)
-        if part is None:
-            continue
-        taken, tokens = lists.spend(tokens, part)
-        picked.append(part.head(taken))
+    picked = [flags for _, flags in lists.flagged()]
     flags = pl.concat(picked) if picked else pl.DataFrame(schema=lists.schema)
     return flags.select("unit_id", pl.col("ts").alias("alert_start"), "score", WEIGHT_COLUMN), lists.days
 
