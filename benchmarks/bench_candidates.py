@@ -89,6 +89,9 @@ CANDIDATES: dict[str, dict] = {
     # today's recipe since 2026-12-07 ("gbm"), "no_power" is the recipe before
     "power": {"power_spread": True},
     "no_power": {"power_spread": False},
+    # the stored power jitter (power_w_jitter_max_<w>: the largest hourly power spread in a window), which
+    # today's recipe leaves out (tried 2026-12-07, not kept), read
+    "jitter": {"exclude": ["*_hours_since_first_increase"]},
     # the temperature residual's slope (temp_residual_c_rise_6h_1d): a short thermal drift from a long one
     "rise": {"temperature_rise": True},
     # five boosters a horizon, each from its own bagging and feature-sampling seed, margins averaged

@@ -48,7 +48,13 @@ from foreshock.features.resume import Pending, changes_digest, clear_pending, re
 from foreshock.features.rollup_cache import cache_in_use, prune_rollups, remove_empty_staging
 from foreshock.features.spec import FeatureSpec, feature_spec
 from foreshock.features.update_plan import UpdatePlan, as_utc, ceil_to, floor_to, late_spans, merged_spans
-from foreshock.features.windows import SEGMENT, error_activity_columns, metric_feature_names, window_features
+from foreshock.features.windows import (
+    SEGMENT,
+    error_activity_columns,
+    jitter_feature_names,
+    metric_feature_names,
+    window_features,
+)
 from foreshock.features.xid import KNOWN_XID_CODES, XID_CLASS_NAMES
 from foreshock.lake.changes import consume_changes, read_changes
 from foreshock.lake.layout import lake_shards, partition_dates, shard_of
@@ -60,6 +66,7 @@ def spec_feature_columns(spec: FeatureSpec) -> list[str]:
     names: list[str] = []
     for metric in spec.catalog:
         names += metric_feature_names(metric, spec)
+    names += jitter_feature_names(spec)
     for w in spec.windows:
         name = spec.name(w)
         names += [f"xid_{code}_count_{name}" for code in KNOWN_XID_CODES]

@@ -111,6 +111,15 @@ PATTERNS: tuple[Pattern, ...] = (
         "{w}",
     ),
     Pattern(
+        "{power_gauge}_jitter_max_{w}",
+        "Largest jitter of one snapshot interval in the window: the power's standard deviation "
+        "over the interval divided by that of gpu_util_pct plus 1 (the draw's swings its load does "
+        "not explain: a failing power supply at a steady load). Only windows longer than one "
+        "interval; none without gpu_util_pct.",
+        "{unit} per percentage point",
+        "{w}",
+    ),
+    Pattern(
         "{temperature_gauge}_drift_c_{w}",
         "Window mean minus the unit's own mean over the baseline window (same life); only windows "
         "shorter than the baseline.",

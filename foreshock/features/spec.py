@@ -9,6 +9,10 @@ from foreshock.catalog import Catalog, Metric
 from foreshock.config import Config
 from foreshock.durations import format_duration, parse_duration
 
+# The gauge of how busy a GPU is: a power gauge's swings that it does not explain are jitter
+# (features ``<power>_jitter_max_<w>``, :mod:`foreshock.features.windows`).
+LOAD_GAUGE = "gpu_util_pct"
+
 
 @dataclass(frozen=True)
 class FeatureSpec:
@@ -81,6 +85,18 @@ class FeatureSpec:
 
     def power_levels(self) -> list[Metric]:
         return [m for m in self.gauges() if m.family == "power" and m.unit != "bool"]
+
+    def jitter_pairs(self) -> list[tuple[Metric, Metric]]:
+        """(power gauge, load gauge): each power level whose jitter the load explains
+        (none when the catalog has no :data:`LOAD_GAUGE`)."""
+        load = [m for m in self.gauges() if m.name == LOAD_GAUGE]
+        return [(power, load[0]) for power in self.power_levels()] if load else []
+
+    @property
+    def jitter_windows(self) -> list[timedelta]:
+        """Windows of more than one snapshot interval (over one, the largest jitter is the
+        window's own power spread, which the gradient-boosted model derives itself)."""
+        return [w for w in self.windows if self.buckets(w) > 1]
 
 
 def feature_spec(config: Config) -> FeatureSpec:

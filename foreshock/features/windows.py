@@ -196,6 +196,52 @@ def _gauge_features(
     return grid, staged, out
 
 
+def _jitter_features(
+    grid: pl.DataFrame,
+    power_part: pl.DataFrame,
+    load_part: pl.DataFrame,
+    power: Metric,
+    spec: FeatureSpec,
+    over: list[str],
+    keys: _GridKeys,
+) -> tuple[pl.DataFrame, list[pl.Expr], list[pl.Expr]]:
+    """``<power>_jitter_max_<w>``: the largest jitter of one snapshot interval in the window.
+
+    A GPU's draw follows its load, so over a window in which jobs start and stop the power's
+    spread is high on every busy GPU; within one interval at a steady load it is not, unless
+    the power delivery is failing (noise, spikes and dips hours before the GPU falls off the
+    bus).  An interval's jitter is the power's standard deviation over the load's plus one
+    (watts per percentage point of utilization, as the model's ``power_w_spread_<w>``), and
+    the window keeps its largest: a failing supply shows in some intervals and not in those
+    where a changing load hides it."""
+    p, u = f"_{power.name}__j_", "_load__j_"
+    grid = keys.attach(grid, power_part, ["n", "sum", "sumsq"], p)
+    grid = keys.attach(grid, load_part, ["n", "sum", "sumsq"], u)
+
+    def std(prefix: str) -> pl.Expr:
+        n, s, ss = pl.col(f"{prefix}n"), pl.col(f"{prefix}sum"), pl.col(f"{prefix}sumsq")
+        return pl.when(n > 1).then(((ss - s * s / n) / (n - 1)).clip(lower_bound=0.0).sqrt())
+
+    jitter = (std(p) / (std(u) + 1.0)).alias(f"{p}jitter")
+    grid = grid.with_columns(jitter)
+    staged = [
+        _rolling_max(pl.col(f"{p}jitter"), spec.buckets(w), over).alias(f"{p}jitter_{spec.buckets(w)}")
+        for w in spec.jitter_windows
+    ]
+    names = _jitter_names(power, spec)
+    out = [pl.col(f"{p}jitter_{spec.buckets(w)}").alias(n) for w, n in zip(spec.jitter_windows, names, strict=True)]
+    return grid, staged, out
+
+
+def _jitter_names(power: Metric, spec: FeatureSpec) -> list[str]:
+    return [f"{power.name}_jitter_max_{spec.name(w)}" for w in spec.jitter_windows]
+
+
+def jitter_feature_names(spec: FeatureSpec) -> list[str]:
+    """The jitter columns of :func:`_jitter_features`, in output order."""
+    return [n for power, _ in spec.jitter_pairs() for n in _jitter_names(power, spec)]
+
+
 def _event_features(
     grid: pl.DataFrame, events: pl.DataFrame, spec: FeatureSpec, over: list[str], keys: _GridKeys
 ) -> tuple[pl.DataFrame, list[pl.Expr], list[pl.Expr]]:
@@ -330,16 +376,25 @@ def window_features(
         rolled = rolled if keep is None else rolled.filter(keep)
         return rolled.select(features).collect(engine="in-memory")
 
+    def nulls(names: list[str]) -> pl.DataFrame:
+        return kept.with_columns(pl.lit(None, pl.Float64).alias(n) for n in names).select(names)
+
     parts = []
     for metric in spec.catalog:
         if metric.name not in rows_of:
-            names = metric_feature_names(metric, spec)
-            parts.append(kept.with_columns(pl.lit(None, pl.Float64).alias(n) for n in names).select(names))
+            parts.append(nulls(metric_feature_names(metric, spec)))
             continue
         build = _counter_features if metric.is_counter else _gauge_features
-        part = pieces[rows_of.pop(metric.name)]
+        part = pieces[rows_of[metric.name]]
         parts.append(features_of(lambda g, b=build, p=part, m=metric: b(g, p, m, spec, over, keys)))
         del part
+    for power, load in spec.jitter_pairs():
+        if power.name not in rows_of or load.name not in rows_of:
+            parts.append(nulls(_jitter_names(power, spec)))
+            continue
+        both = pieces[rows_of[power.name]], pieces[rows_of[load.name]]
+        parts.append(features_of(lambda g, b=both, m=power: _jitter_features(g, *b, m, spec, over, keys)))
+        del both
     parts.append(features_of(lambda g: _event_features(g, events, spec, over, keys)))
     parts.append(features_of(lambda g: _scrape_features(g, scrapes, spec, over, keys)))
     out = pl.concat([kept, *parts], how="horizontal")
