@@ -53,6 +53,13 @@ def _rolling_min(expr: pl.Expr, k: int, over: list[str]) -> pl.Expr:
     return expr if k == 1 else expr.rolling_min(k, min_samples=1).over(over)
 
 
+def _sample_std(prefix: str, suffix: str = "") -> pl.Expr:
+    """Sample standard deviation from the columns ``<prefix>n``, ``<prefix>sum`` and
+    ``<prefix>sumsq`` (each followed by ``suffix``); null below 2 samples."""
+    n, s, ss = (pl.col(f"{prefix}{c}{suffix}") for c in ("n", "sum", "sumsq"))
+    return pl.when(n > 1).then(((ss - s * s / n) / (n - 1)).clip(lower_bound=0.0).sqrt())
+
+
 def _hours_before_snapshot(ts: pl.Expr) -> pl.Expr:
     return (pl.col("bucket").dt.epoch("us") - ts).cast(pl.Float64) / _HOUR_US
 
@@ -178,12 +185,11 @@ def _gauge_features(
     out: list[pl.Expr] = []
     for w in spec.windows:
         k, name = spec.buckets(w), spec.name(w)
-        n, s, ss = pl.col(f"{p}n_{k}"), pl.col(f"{p}sum_{k}"), pl.col(f"{p}sumsq_{k}")
-        variance = ((ss - s * s / n) / (n - 1)).clip(lower_bound=0.0)
+        n = pl.col(f"{p}n_{k}")
         out += [
             mean(k).alias(f"{m}_mean_{name}"),
             pl.when(n > 0).then(pl.col(f"{p}max_{k}")).alias(f"{m}_max_{name}"),
-            pl.when(n > 1).then(variance.sqrt()).alias(f"{m}_std_{name}"),
+            _sample_std(f"{p}", f"_{k}").alias(f"{m}_std_{name}"),
         ]
         if metric in spec.power_levels():
             # How far the peak rose above the window's mean draw (a power excursion).
@@ -218,11 +224,7 @@ def _jitter_features(
     grid = keys.attach(grid, power_part, ["n", "sum", "sumsq"], p)
     grid = keys.attach(grid, load_part, ["n", "sum", "sumsq"], u)
 
-    def std(prefix: str) -> pl.Expr:
-        n, s, ss = pl.col(f"{prefix}n"), pl.col(f"{prefix}sum"), pl.col(f"{prefix}sumsq")
-        return pl.when(n > 1).then(((ss - s * s / n) / (n - 1)).clip(lower_bound=0.0).sqrt())
-
-    jitter = (std(p) / (std(u) + 1.0)).alias(f"{p}jitter")
+    jitter = (_sample_std(p) / (_sample_std(u) + 1.0)).alias(f"{p}jitter")
     grid = grid.with_columns(jitter)
     staged = [
         _rolling_max(pl.col(f"{p}jitter"), spec.buckets(w), over).alias(f"{p}jitter_{spec.buckets(w)}")
