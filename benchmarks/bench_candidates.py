@@ -57,6 +57,8 @@ from bench_real_disks import (  # noqa: E402
     set_aside_name,
 )
 
+from foreshock.models.estimators.recipes import builtin_recipe  # noqa: E402
+
 # name -> keys of models/lightgbm.toml changed (a table key by key); "gbm" is today's recipe
 # (fleet_weighted since it won; "unweighted" is the recipe before).
 CANDIDATES: dict[str, dict] = {
@@ -91,7 +93,7 @@ CANDIDATES: dict[str, dict] = {
     "no_power": {"power_spread": False},
     # the stored power jitter (power_w_jitter_max_<w>: the largest hourly power spread in a window), which
     # today's recipe leaves out (tried 2026-12-07, not kept), read
-    "jitter": {"exclude": ["*_hours_since_first_increase"]},
+    "jitter": {"exclude": [p for p in builtin_recipe("gbm")["exclude"] if "_jitter_max_" not in p]},
     # the temperature residual's slope (temp_residual_c_rise_6h_1d): a short thermal drift from a long one
     "rise": {"temperature_rise": True},
     # five boosters a horizon, each from its own bagging and feature-sampling seed, margins averaged

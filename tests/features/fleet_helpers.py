@@ -91,3 +91,45 @@ def make_fleet(seed: int, units: int = 8, days: float = 3, every_min: int = 10, 
     ]
     fails = pl.DataFrame(fail_rows, schema={"unit_id": pl.String, "failed_at": UTC_TS, "mode": pl.String})
     return Fleet(inventory, samples, events, fails)
+
+
+def one_unit(
+    samples: list[tuple[datetime, str, float]], unit: str = "gpu-node001-gpu0", installed: datetime | None = None
+) -> Fleet:
+    """One GPU's ``(ts, metric, value)`` samples, no events, no failures."""
+    inventory = pl.DataFrame(
+        {
+            "unit_id": [unit],
+            "node": ["gpu-node001"],
+            "rack": ["rack0"],
+            "model": ["H100"],
+            "lot": ["lot0"],
+            "installed_at": [installed or T0 - timedelta(days=10)],
+        }
+    )
+    frame = pl.DataFrame(
+        {
+            "unit_id": unit,
+            "ts": [s[0] for s in samples],
+            "metric": [s[1] for s in samples],
+            "value": [s[2] for s in samples],
+        }
+    ).with_columns(pl.col("ts").cast(UTC_TS))
+    events = pl.DataFrame(
+        schema={"unit_id": pl.String, "ts": UTC_TS, "source": pl.String, "code": pl.Int64, "count": pl.Int64}
+    )
+    return Fleet(inventory, frame, events)
+
+
+def snapshot_row(frame: pl.DataFrame, ts: datetime, unit: str = "gpu-node001-gpu0") -> dict:
+    """The one feature snapshot of ``unit`` at ``ts``."""
+    rows = frame.filter((pl.col("unit_id") == unit) & (pl.col("ts") == ts)).to_dicts()
+    assert len(rows) == 1, f"expected one snapshot at {ts}, got {len(rows)}"
+    return rows[0]
+
+
+def with_test_windows(config):
+    """``config`` with windows 1h, 6h and 1d, a 1-day baseline and 10-minute samples expected."""
+    return config.with_overrides(
+        {"features": {"windows": ["1h", "6h", "1d"], "baseline_window": "1d", "expected_sample_every": "10m"}}
+    )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import polars as pl
 import pytest
-from fleet_helpers import T0, Fleet, make_fleet
+from fleet_helpers import T0, Fleet, make_fleet, one_unit, snapshot_row, with_test_windows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -16,39 +16,6 @@ from foreshock.features.build import build_features, spec_feature_columns
 from foreshock.features.spec import feature_spec
 
 SEED = 20261101
-
-
-def _one_unit(
-    samples: list[tuple[datetime, str, float]], unit: str = "gpu-node001-gpu0", installed: datetime | None = None
-) -> Fleet:
-    inventory = pl.DataFrame(
-        {
-            "unit_id": [unit],
-            "node": ["gpu-node001"],
-            "rack": ["rack0"],
-            "model": ["H100"],
-            "lot": ["lot0"],
-            "installed_at": [installed or T0 - timedelta(days=10)],
-        }
-    )
-    frame = pl.DataFrame(
-        {
-            "unit_id": unit,
-            "ts": [s[0] for s in samples],
-            "metric": [s[1] for s in samples],
-            "value": [s[2] for s in samples],
-        }
-    ).with_columns(pl.col("ts").cast(UTC_TS))
-    events = pl.DataFrame(
-        schema={"unit_id": pl.String, "ts": UTC_TS, "source": pl.String, "code": pl.Int64, "count": pl.Int64}
-    )
-    return Fleet(inventory, frame, events)
-
-
-def _row(frame: pl.DataFrame, ts: datetime, unit: str = "gpu-node001-gpu0") -> dict:
-    rows = frame.filter((pl.col("unit_id") == unit) & (pl.col("ts") == ts)).to_dicts()
-    assert len(rows) == 1, f"expected one snapshot at {ts}, got {len(rows)}"
-    return rows[0]
 
 
 @pytest.fixture(scope="module")
@@ -61,15 +28,9 @@ def fleet() -> Fleet:
 def full_features(fleet, tmp_path_factory):
     from foreshock.config import load_config
 
-    config = _config(load_config(None, data_dir=tmp_path_factory.mktemp("full")))
+    config = with_test_windows(load_config(None, data_dir=tmp_path_factory.mktemp("full")))
     fleet.write(config.lake_dir)
     return config, build_features(config.lake_dir, config)
-
-
-def _config(config):
-    return config.with_overrides(
-        {"features": {"windows": ["1h", "6h", "1d"], "baseline_window": "1d", "expected_sample_every": "10m"}}
-    )
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -81,7 +42,7 @@ def test_features_never_look_past_the_snapshot(fleet, full_features, tmp_path_fa
 
     config, full = full_features
     cut = T0 + timedelta(minutes=cut_minutes)
-    truncated_config = _config(load_config(None, data_dir=tmp_path_factory.mktemp("cut")))
+    truncated_config = with_test_windows(load_config(None, data_dir=tmp_path_factory.mktemp("cut")))
     fleet.write(truncated_config.lake_dir, until=cut)
     truncated = build_features(truncated_config.lake_dir, truncated_config)
 
@@ -121,16 +82,16 @@ def test_every_feature_is_named_after_its_window_and_is_float(full_features):
 def test_counter_reset_mid_window_counts_the_value_after_the_reset(tmp_path):
     from foreshock.config import load_config
 
-    config = _config(load_config(None, data_dir=tmp_path))
+    config = with_test_windows(load_config(None, data_dir=tmp_path))
     start = T0 + timedelta(hours=23)
     values = [95, 100, 110, 120, 3, 5, 15, 20, 0, 2, 4, 4, 4]  # driver reload at 23:40, reboot at 00:20
     rows = [(start + timedelta(minutes=10 * i), "ecc_sbe_volatile_total", float(v)) for i, v in enumerate(values)]
-    _one_unit(rows).write(config.lake_dir)  # spans two date partitions
+    one_unit(rows).write(config.lake_dir)  # spans two date partitions
     out = build_features(config.lake_dir, config)
 
-    at_midnight = _row(out, T0 + timedelta(days=1))  # samples 23:10 .. 00:00
+    at_midnight = snapshot_row(out, T0 + timedelta(days=1))  # samples 23:10 .. 00:00
     assert at_midnight["ecc_sbe_volatile_total_increase_1h"] == pytest.approx(5 + 10 + 10 + 3 + 2 + 10)
-    one_am = _row(out, T0 + timedelta(days=1, hours=1))  # 00:10 .. 01:00, reset to 0 at 00:20
+    one_am = snapshot_row(out, T0 + timedelta(days=1, hours=1))  # 00:10 .. 01:00, reset to 0 at 00:20
     assert one_am["ecc_sbe_volatile_total_increase_1h"] == pytest.approx(5 + 0 + 2 + 2 + 0 + 0)
     assert one_am["ecc_sbe_volatile_total_increase_6h"] == pytest.approx(40 + 9)
     assert one_am["ecc_sbe_volatile_total_last"] == 4
@@ -142,7 +103,7 @@ def test_counter_reset_mid_window_counts_the_value_after_the_reset(tmp_path):
 def test_gap_grows_then_the_silent_unit_leaves_service(tmp_path):
     from foreshock.config import load_config
 
-    config = _config(load_config(None, data_dir=tmp_path))
+    config = with_test_windows(load_config(None, data_dir=tmp_path))
     every = timedelta(minutes=10)
     times = [T0 + every * i for i in range(1, 13)]  # 00:10 .. 02:00
     times += [T0 + timedelta(hours=5) + every * i for i in range(1, 7)]  # silent 02:00 .. 05:10
@@ -150,23 +111,23 @@ def test_gap_grows_then_the_silent_unit_leaves_service(tmp_path):
     rows = [(t, "gpu_temp_c", 60.0 + k % 3) for k, t in enumerate(times)] + [
         (t, "ecc_sbe_volatile_total", 10.0 + (k >= 12) * 7) for k, t in enumerate(times)
     ]
-    _one_unit(rows).write(config.lake_dir)
+    one_unit(rows).write(config.lake_dir)
     out = build_features(config.lake_dir, config)
 
-    gaps = {h: _row(out, T0 + timedelta(hours=h))["telemetry_gap_hours"] for h in (2, 3, 4, 5)}
+    gaps = {h: snapshot_row(out, T0 + timedelta(hours=h))["telemetry_gap_hours"] for h in (2, 3, 4, 5)}
     assert gaps == pytest.approx({2: 0.0, 3: 1.0, 4: 2.0, 5: 3.0})
-    four = _row(out, T0 + timedelta(hours=4))
+    four = snapshot_row(out, T0 + timedelta(hours=4))
     assert four["gpu_temp_c_mean_1h"] is None and four["gpu_temp_c_max_1h"] is None
     assert four["telemetry_missing_frac_1h"] == 1.0
     assert four["telemetry_missing_frac_6h"] == pytest.approx(1 - 12 / 36)
     # The step across the 3-hour silence is booked when the unit comes back.
-    assert _row(out, T0 + timedelta(hours=6))["ecc_sbe_volatile_total_increase_1h"] == 7
+    assert snapshot_row(out, T0 + timedelta(hours=6))["ecc_sbe_volatile_total_increase_1h"] == 7
     # Silent for more than the longest window (1 day): out of service, no snapshots.
     silent = out.filter(
         (pl.col("ts") > T0 + timedelta(hours=29, minutes=10)) & (pl.col("ts") <= T0 + timedelta(hours=40))
     )
     assert silent.height == 0
-    back = _row(out, T0 + timedelta(hours=41))
+    back = snapshot_row(out, T0 + timedelta(hours=41))
     assert back["telemetry_gap_hours"] == 0
     # A step across a silence longer than the longest window is unknown, not an increase.
     assert back["ecc_sbe_volatile_total_increase_1d"] == 0
@@ -175,7 +136,7 @@ def test_gap_grows_then_the_silent_unit_leaves_service(tmp_path):
 def test_a_replaced_gpu_starts_a_new_life_without_the_old_errors(tmp_path):
     from foreshock.config import load_config
 
-    config = _config(load_config(None, data_dir=tmp_path))
+    config = with_test_windows(load_config(None, data_dir=tmp_path))
     unit = "gpu-node001-gpu0"
     every = timedelta(minutes=10)
     times = [T0 + every * i for i in range(1, 6 * 24)]  # one day
@@ -191,7 +152,7 @@ def test_a_replaced_gpu_starts_a_new_life_without_the_old_errors(tmp_path):
         else:
             value += 1  # ... and logs a few errors
         rows.append((t, "ecc_sbe_volatile_total", value))
-    fleet = _one_unit(rows, installed=T0 - timedelta(days=3))
+    fleet = one_unit(rows, installed=T0 - timedelta(days=3))
     fleet.failures = pl.DataFrame(
         {"unit_id": [unit, unit], "failed_at": failures, "mode": ["hbm", "hbm"]}
     ).with_columns(pl.col("failed_at").cast(UTC_TS))
@@ -201,12 +162,12 @@ def test_a_replaced_gpu_starts_a_new_life_without_the_old_errors(tmp_path):
     lives = out.group_by("life").agg(pl.col("ts").min(), pl.col("life_start").first()).sort("life")
     assert lives["life"].to_list() == [0, 1, 2]
     assert lives["life_start"].to_list() == [T0 - timedelta(days=3), *failures]
-    seven = _row(out, T0 + timedelta(hours=7))
+    seven = snapshot_row(out, T0 + timedelta(hours=7))
     assert seven["life"] == 1
     # The old GPU's 50-per-sample errors are not this GPU's: only its own steps count.
     assert seven["ecc_sbe_volatile_total_increase_6h"] == pytest.approx(5)
     assert seven["age_days"] == pytest.approx((55 / 60) / 24)
-    late = _row(out, T0 + timedelta(hours=20))
+    late = snapshot_row(out, T0 + timedelta(hours=20))
     assert late["life"] == 2 and late["ecc_sbe_volatile_total_increase_1d"] == 0
     assert late["telemetry_missing_frac_1d"] == pytest.approx(0.0, abs=0.05)  # only since the swap
 

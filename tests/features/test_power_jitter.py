@@ -8,8 +8,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from fleet_helpers import T0
-from test_build import _config, _one_unit, _row
+from fleet_helpers import T0, one_unit, snapshot_row, with_test_windows
 
 from foreshock.config import load_config
 from foreshock.features.build import build_features, spec_feature_columns
@@ -27,7 +26,7 @@ def _hour(start_hour: int, utils: list[float], powers: list[float]) -> list[tupl
 
 
 def test_a_noisy_hour_at_a_steady_load_stands_out_where_the_window_spread_does_not(tmp_path):
-    config = _config(load_config(None, data_dir=tmp_path))  # windows 1h, 6h, 1d; hourly snapshots
+    config = with_test_windows(load_config(None, data_dir=tmp_path))  # windows 1h, 6h, 1d; hourly snapshots
     swings = [20.0, 90.0] * 3
     rows = []
     for h in range(3):  # a job starting and stopping: the draw follows the load
@@ -36,12 +35,12 @@ def test_a_noisy_hour_at_a_steady_load_stands_out_where_the_window_spread_does_n
     rows += _hour(3, [90.0] * 6, noisy)  # a steady load, the draw jumping by 160 W
     for h in range(4, 12):
         rows += _hour(h, [90.0] * 6, [550.0] * 6)
-    _one_unit(rows).write(config.lake_dir)
+    one_unit(rows).write(config.lake_dir)
     out = build_features(config.lake_dir, config)
 
     swing_jitter = np.std([100 + 5 * u for u in swings], ddof=1) / (np.std(swings, ddof=1) + 1)
     noisy_jitter = np.std(noisy, ddof=1) / (0 + 1)
-    at = {h: _row(out, T0 + timedelta(hours=h)) for h in (3, 4, 9, 10)}
+    at = {h: snapshot_row(out, T0 + timedelta(hours=h)) for h in (3, 4, 9, 10)}
     # Three hours of swings: the window's power spread is high, its jitter is not.
     assert at[3]["power_w_std_6h"] > 150
     assert at[3]["power_w_jitter_max_6h"] == pytest.approx(swing_jitter)
@@ -60,11 +59,11 @@ def test_a_noisy_hour_at_a_steady_load_stands_out_where_the_window_spread_does_n
 
 
 def test_power_without_a_load_reading_has_no_jitter(tmp_path):
-    config = _config(load_config(None, data_dir=tmp_path))
+    config = with_test_windows(load_config(None, data_dir=tmp_path))
     times = [T0 + EVERY * (i + 1) for i in range(36)]
-    _one_unit([(t, "power_w", 500.0 + 50 * (i % 2)) for i, t in enumerate(times)]).write(config.lake_dir)
+    one_unit([(t, "power_w", 500.0 + 50 * (i % 2)) for i, t in enumerate(times)]).write(config.lake_dir)
     out = build_features(config.lake_dir, config)
 
-    six = _row(out, T0 + timedelta(hours=6))
+    six = snapshot_row(out, T0 + timedelta(hours=6))
     assert six["power_w_std_6h"] > 0
     assert six["power_w_jitter_max_6h"] is None

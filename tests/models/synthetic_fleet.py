@@ -48,10 +48,10 @@ def fitted_for_a_day(features: pl.DataFrame, failures: pl.DataFrame, **settings)
     return model, known.head(300)
 
 
-def check_derived_feature(tmp_path, seed: int, add_inputs, name: str, probes, **settings) -> None:
+def check_recipe_feature(tmp_path, seed: int, add_inputs, name: str, probes, **settings) -> None:
     """A recipe setting that reads the feature ``name`` (derived from others, or stored): on a
-    60-unit fleet whose inputs ``add_inputs(features, failures, rng)`` writes, the model fitted with ``settings``
-    has ``name`` among its features and rates the first of ``probes(probe, rng)`` above the
+    60-unit fleet whose inputs ``add_inputs(features, failures, rng)`` writes, the model fitted
+    with ``settings`` has ``name`` among its features and rates the first of ``probes(probe, rng)`` above the
     second (:func:`assert_ranks_above`)."""
     rng = np.random.default_rng(seed)
     fleet = synthetic_fleet(rng, units=60, days=14)

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 
 from foreshock.models.estimators.temperature_rise import rise_columns, rise_names
-from tests.models.synthetic_fleet import check_derived_feature, within_a_day_of_failure
+from tests.models.synthetic_fleet import check_recipe_feature, within_a_day_of_failure
 
 
 def test_rises_are_named_for_consecutive_windows_and_computed_from_them():
@@ -43,6 +43,6 @@ def _climbing_and_drifting(probe: pl.DataFrame, rng: np.random.Generator) -> tup
 
 
 def test_with_the_rise_a_fast_climb_ranks_above_a_slow_drift_at_the_same_level(tmp_path):
-    check_derived_feature(
+    check_recipe_feature(
         tmp_path, 5, _with_residuals, "temp_residual_c_rise_6h_1d", _climbing_and_drifting, temperature_rise=True
     )
