@@ -12,6 +12,10 @@ many splits to find the diagonal.
 ``w`` that has both columns (watts per percentage point of utilization; the ``+ 1`` keeps a
 GPU at a perfectly steady load finite).  The name says how to compute it, so a saved model
 needs no other state.  A data set without both columns (the disks) gets none.
+
+The feature store writes the same ratio per snapshot interval and keeps a window's largest
+(``power_w_jitter_max_<w>``, :mod:`foreshock.features.windows`); the default recipe does not read
+it (``models/lightgbm.toml`` ``exclude``).
 """
 
 from __future__ import annotations
