@@ -94,6 +94,11 @@ CANDIDATES: dict[str, dict] = {
     # the stored power jitter (power_w_jitter_max_<w>: the largest hourly power spread in a window), which
     # today's recipe leaves out (tried 2026-12-07, not kept), read
     "jitter": {"exclude": [p for p in builtin_recipe("gbm")["exclude"] if "_jitter_max_" not in p]},
+    # the same, the risk never falling as the jitter grows (a failing supply only spreads its power more)
+    "jitter_mono": {
+        "exclude": [p for p in builtin_recipe("gbm")["exclude"] if "_jitter_max_" not in p],
+        "monotone_increasing": [*builtin_recipe("gbm")["monotone_increasing"], "*_jitter_max_*"],
+    },
     # the temperature residual's slope (temp_residual_c_rise_6h_1d): a short thermal drift from a long one
     "rise": {"temperature_rise": True},
     # five boosters a horizon, each from its own bagging and feature-sampling seed, margins averaged
