@@ -99,6 +99,8 @@ CANDIDATES: dict[str, dict] = {
         "exclude": [p for p in builtin_recipe("gbm")["exclude"] if "_jitter_max_" not in p],
         "monotone_increasing": [*builtin_recipe("gbm")["monotone_increasing"], "*_jitter_max_*"],
     },
+    # today's recipe without the spike guard on the 1-day power jitter (the recipe before 2026-12-07 night)
+    "no_guard": {"spike_guard": []},
     # the temperature residual's slope (temp_residual_c_rise_6h_1d): a short thermal drift from a long one
     "rise": {"temperature_rise": True},
     # five boosters a horizon, each from its own bagging and feature-sampling seed, margins averaged

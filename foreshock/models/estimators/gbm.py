@@ -96,6 +96,7 @@ from foreshock.models.estimators.gbm_store import fit_from_store
 from foreshock.models.estimators.power_spread import spread_names
 from foreshock.models.estimators.ranking import query_groups, varying_columns
 from foreshock.models.estimators.recipes import builtin_recipe, recipe_default
+from foreshock.models.estimators.spike_guard import SpikeGuard
 from foreshock.models.estimators.temperature_rise import rise_names
 from foreshock.models.estimators.training import Holdout, labelled_until, purged_holdout
 from foreshock.models.estimators.training_weights import class_weights, horizon_targets
@@ -112,7 +113,7 @@ SETTINGS = (
     *("max_holdout_fraction", "max_pos_weight", "refit_full", "min_holdout_failures", "fallback_rounds"),
     *("min_rounds", "seed", "monotone_increasing", "exclude", "rules", "error_counters", "fleet_weighted"),
     *("rank_by_snapshot", "drop_constant", "tune_num_leaves", "hard_negative_weight", "hard_negative_window"),
-    *("window_shares", "power_spread", "temperature_rise", "members"),
+    *("window_shares", "power_spread", "temperature_rise", "members", "spike_guard", "spike_guard_quiet"),
 )
 
 
@@ -200,6 +201,11 @@ class GradientBoostedRisk:
         held-out margins, and each is refitted with its own rounds.  Averaging trees grown
         from different draws lowers the variance of which splits a few rare failures win.
         1: one booster (the model without members).  Fitted here only, never on Dask.
+    spike_guard, spike_guard_quiet
+        Feature-name patterns the spike guard watches beside the trees (read whether or not
+        ``exclude`` leaves them out of the trees): a row above the most any unit that did not
+        fail within ``spike_guard_quiet`` showed in training gets at least the risk the
+        training rows above it had (:mod:`.spike_guard`).  Empty: no guard.
     unit_weights
         ``unit_id, fleet_weight`` (the inventory's, :func:`foreshock.budget.fleet_weights`)
         for ``fleet_weighted``; None: every unit counts 1.  A setting of this run (not saved).
@@ -240,6 +246,8 @@ class GradientBoostedRisk:
     power_spread: bool = recipe_default("gbm", "power_spread")
     temperature_rise: bool = recipe_default("gbm", "temperature_rise")
     members: int = recipe_default("gbm", "members")
+    spike_guard: list[str] = recipe_default("gbm", "spike_guard")
+    spike_guard_quiet: str = recipe_default("gbm", "spike_guard_quiet")
     unit_weights: pl.DataFrame | None = None
     dask_client: Any = None
     dask_min_rows: int = 0
@@ -251,6 +259,7 @@ class GradientBoostedRisk:
     best_rounds_: dict[str, int] = field(default_factory=dict)
     notes_: list[str] = field(default_factory=list)
     holdouts_: dict[str, dict] = field(default_factory=dict)
+    guard_: SpikeGuard = field(default_factory=SpikeGuard)
 
     def __post_init__(self) -> None:
         self.horizons = horizon_names(self.horizons)
@@ -293,6 +302,7 @@ class GradientBoostedRisk:
         if self.rank_by_snapshot:  # a query group is a run of rows of one snapshot time
             labelled = labelled.sort("ts", maintain_order=True)
         self._resolve_features(frame, frame)
+        guard, guard_notes = self.fit_guard(labelled, until)
         x_all = self._matrix(labelled)
         ts_all = labelled.get_column("ts").to_numpy()
         failure_ttf = failure_ids(labelled), labelled.get_column(TIME_TO_FAILURE).to_numpy()
@@ -314,7 +324,8 @@ class GradientBoostedRisk:
                 self.notes_ = notes[h]
                 self._refit(client, h, refits.pop(h), x_all, ts_all, bins)
             del bins
-        self.notes_ = [note for h in self.horizons for note in notes[h]]
+        self.notes_ = [note for h in self.horizons for note in notes[h]] + guard_notes
+        self.guard_ = guard
         if self.dask_client is not None and self.members > 1:
             self.notes_.append(f"{self.members} members fitted in this process: averaged members never run on Dask")
             logger.warning("gbm %s", self.notes_[-1])
@@ -456,6 +467,17 @@ class GradientBoostedRisk:
             self.rules_ = self._baseline().resolve_on(names, data)
             self.feature_names_ += list(self.rules_.rule_features(names.head(1)))
 
+    def guarded(self, columns: list[str]) -> list[str]:
+        """The columns of ``columns`` the spike guard watches."""
+        return [n for n in columns if _matches(n, self.spike_guard)]
+
+    def fit_guard(self, labelled: pl.DataFrame, until: datetime) -> tuple[SpikeGuard, list[str]]:
+        """The spike guard from labelled training rows that hold its columns."""
+        names = self.guarded(frame_feature_columns(labelled))
+        if not names:
+            return SpikeGuard(), []
+        return SpikeGuard.fit(labelled, names, self.horizons, until, self.spike_guard_quiet)
+
     def _baseline(self) -> ThresholdBaseline:
         return ThresholdBaseline(self.horizons, dict(self.rules), list(self.error_counters))
 
@@ -495,7 +517,7 @@ class GradientBoostedRisk:
         self._check()
         x = self._matrix(frame)
         risks = {h: self.calibrators_[h].predict(self.boosters_[h].predict(x, raw_score=True)) for h in self.horizons}
-        risks = monotone_in_horizon(risks)
+        risks = monotone_in_horizon(self.guard_.raise_risks(frame, risks))
         parts = [risk_frame(frame, h, risks[h]) for h in self.horizons]
         return pl.concat(parts) if parts else pl.DataFrame(schema=RISK_SCHEMA)
 
@@ -535,6 +557,7 @@ class GradientBoostedRisk:
             "best_rounds_": self.best_rounds_,
             "notes_": self.notes_,
             "holdouts_": self.holdouts_,
+            "guard_": self.guard_.state(),
         }
         (path / "gbm.json").write_text(json.dumps(state, indent=2))
 
@@ -553,4 +576,5 @@ class GradientBoostedRisk:
         model.best_rounds_ = {h: int(r) for h, r in state["best_rounds_"].items()}
         model.notes_ = list(state["notes_"])
         model.holdouts_ = dict(state.get("holdouts_", {}))
+        model.guard_ = SpikeGuard.from_state(state.get("guard_"))
         return model
