@@ -36,6 +36,15 @@ def within_a_day_of_failure(features: pl.DataFrame, failures: pl.DataFrame) -> n
     )
 
 
+def with_power_jitter(features: pl.DataFrame, failures: pl.DataFrame, rng: np.random.Generator) -> pl.DataFrame:
+    """The fleet with the feature store's ``power_w_jitter_max_1d``: a few watts a point on
+    a healthy GPU, tens in the day before a failure."""
+    jitter = rng.gamma(2.0, 2.0, features.height)
+    near = within_a_day_of_failure(features, failures)
+    jitter[near] = rng.uniform(40, 90, near.sum())
+    return features.with_columns(pl.Series("power_w_jitter_max_1d", jitter, dtype=pl.Float32))
+
+
 def fitted_for_a_day(features: pl.DataFrame, failures: pl.DataFrame, **settings):
     """A 24-hour LightGBM model fitted on ``features`` with the recipe ``settings``, and 300 of
     its known healthy rows to probe it with."""

@@ -447,3 +447,17 @@ def test_ranking_by_snapshot_fits_a_store_sample_here(rng, tmp_path, monkeypatch
     model.fit(sample, fleet.failures, until=cutoff)
     assert booster_settings(model, "24h")["objective"].startswith("lambdarank")
     assert booster_settings(model, "24h")["tree_learner"] == "serial"
+
+
+@pytest.mark.slow
+def test_store_fit_on_dask_learns_the_spike_guard_of_the_local_fit(rng, client, tmp_path):
+    """The spike guard's column is read from the store for the sample's keys alone (it is not
+    a feature of the trees): the limit and its risks are the local fit's."""
+    jitter = {"power_w_jitter_max_1d": pl.col("gpu_temp_c_mean_1h") - 30.0}
+    fleet, cutoff, sample, _ = stored_fleet(rng, tmp_path, units=60, days=16, extra=jitter)
+    settings = {"horizons": ["24h", "72h"], "params": SAME_SETTINGS, "num_boost_round": 40}
+    local = GradientBoostedRisk(**settings).fit(sample.frame(), fleet.failures, until=cutoff)
+    on_dask = GradientBoostedRisk(**settings, dask_client=client).fit(sample, fleet.failures, until=cutoff)
+    assert [limit.feature for limit in local.guard_.limits] == ["power_w_jitter_max_1d"]
+    assert on_dask.guard_ == local.guard_
+    assert "power_w_jitter_max_1d" not in on_dask.feature_names_

@@ -12,6 +12,7 @@ from tests.models.synthetic_fleet import (
     check_recipe_feature,
     fitted_for_a_day,
     synthetic_fleet,
+    with_power_jitter,
     within_a_day_of_failure,
 )
 
@@ -65,15 +66,6 @@ def test_the_default_recipe_reads_the_spread_and_a_fleet_without_power_gets_the_
     assert default.predict_risk(probe).equals(off.predict_risk(probe))
 
 
-def _with_jitter(features: pl.DataFrame, failures: pl.DataFrame, rng: np.random.Generator) -> pl.DataFrame:
-    """The fleet with the feature store's ``power_w_jitter_max_1d``: a few watts a point on
-    a healthy GPU, tens in the day before a failure."""
-    jitter = rng.gamma(2.0, 2.0, features.height)
-    near = within_a_day_of_failure(features, failures)
-    jitter[near] = rng.uniform(40, 90, near.sum())
-    return features.with_columns(pl.Series("power_w_jitter_max_1d", jitter, dtype=pl.Float32))
-
-
 def _noisy_and_calm(probe: pl.DataFrame, rng: np.random.Generator) -> tuple[pl.DataFrame, pl.DataFrame]:
     noisy = probe.with_columns(pl.lit(70.0, dtype=pl.Float32).alias("power_w_jitter_max_1d"))
     return noisy, probe.with_columns(pl.lit(3.0, dtype=pl.Float32).alias("power_w_jitter_max_1d"))
@@ -84,7 +76,10 @@ def test_the_default_recipe_leaves_the_stored_jitter_out_and_a_recipe_that_lists
     default model does not read it; a recipe whose ``exclude`` does not list it does."""
     rng = np.random.default_rng(4)
     fleet = synthetic_fleet(rng, units=40, days=10)
-    default, _ = fitted_for_a_day(_with_jitter(fleet.features, fleet.failures, rng), fleet.failures)
+    default, _ = fitted_for_a_day(with_power_jitter(fleet.features, fleet.failures, rng), fleet.failures)
     assert "power_w_jitter_max_1d" not in default.feature_names_
     reading = [p for p in EXCLUDED_FEATURES if "_jitter_max_" not in p]
-    check_recipe_feature(tmp_path, 4, _with_jitter, "power_w_jitter_max_1d", _noisy_and_calm, exclude=reading)
+    # the trees alone (the spike guard, on by default, reads the jitter beside them: test_spike_guard.py)
+    check_recipe_feature(
+        tmp_path, 4, with_power_jitter, "power_w_jitter_max_1d", _noisy_and_calm, exclude=reading, spike_guard=[]
+    )
