@@ -72,6 +72,13 @@ def test_the_default_model_raises_a_gpu_past_every_healthy_jitter_though_its_tre
     risk_calm = model.predict_risk(calm).get_column("risk").to_numpy()
     assert (risk_noisy >= limit.risks["24h"]).all() and (risk_calm < limit.risks["24h"]).all()
 
+    # an operator reads why: the jitter is the first reason of every raised row, none of a calm one
+    reasons = model.explain(noisy, top=3).sort("contribution", descending=True).group_by("unit_id", "ts").first()
+    assert reasons.height == noisy.height and set(reasons.get_column("signal")) == {JITTER}
+    assert (reasons.get_column("value") == 100.0).all() and (reasons.get_column("contribution") > 0).all()
+    assert model.explain(noisy, top=3).group_by("unit_id", "ts").len().get_column("len").max() == 3
+    assert JITTER not in set(model.explain(calm, top=3).get_column("signal"))
+
     model.save(tmp_path / "m")  # the limit is saved with the model: a loaded copy scores the same
     assert GradientBoostedRisk.load(tmp_path / "m").predict_risk(noisy).equals(model.predict_risk(noisy))
 

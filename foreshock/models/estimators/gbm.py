@@ -522,14 +522,24 @@ class GradientBoostedRisk:
         return pl.concat(parts) if parts else pl.DataFrame(schema=RISK_SCHEMA)
 
     def explain(self, frame: pl.DataFrame, top: int = 3) -> pl.DataFrame:
-        """Top signals per row from ``pred_contrib`` (log-odds contributions, largest first)."""
+        """Top signals per row from ``pred_contrib`` (log-odds contributions, largest first);
+        where the spike guard raised the risk, its feature is among them (:mod:`.spike_guard`)."""
         self._check()
         x = self._matrix(frame)
         parts = []
         for h in self.horizons:
             contrib = np.asarray(self.boosters_[h].predict(x, pred_contrib=True))[:, :-1]  # last column: bias
             parts.append(top_contributions(frame, h, self.feature_names_, x, contrib, top))
-        return pl.concat(parts)
+            if self.guard_.limits:  # a risk the spike guard raised names its feature first
+                risk = self.calibrators_[h].predict(self.boosters_[h].predict(x, raw_score=True))
+                parts.append(self.guard_.explanations(frame, h, risk))
+        out = pl.concat(parts)
+        if len(parts) == len(self.horizons):
+            return out
+        keys = ["unit_id", "ts", "horizon"]
+        return out.sort([*keys, "contribution"], descending=[False, False, False, True]).filter(
+            pl.int_range(pl.len()).over(keys) < top
+        )
 
     def feature_importance(self, horizon: str) -> dict[str, float]:
         """Total gain per feature for one horizon."""

@@ -16,7 +16,8 @@ failed within ``h`` (rows whose ``h`` outlook is closed; smoothed ``(k + 1) / (n
 The model's risk is kept wherever it is higher.  A feature with no training row above its
 limit guards nothing.
 
-The limits and risks are plain numbers saved with the model (``gbm.json``); nothing is fitted
+An explanation of a raised row names the guarded feature first (its value, and the log-odds
+the guard added over the model's risk as its contribution).  The limits and risks are plain numbers saved with the model (``gbm.json``); nothing is fitted
 at scoring time.
 """
 
@@ -29,8 +30,9 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from foreshock.contract import TIME_TO_FAILURE
+from foreshock.contract import TIME_TO_FAILURE, UTC_TS
 from foreshock.durations import parse_duration
+from foreshock.models.estimators.base import EXPLANATION_SCHEMA
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +104,32 @@ class SpikeGuard:
                     if h in risks:
                         risks[h] = np.where(above, np.maximum(risks[h], floor), risks[h])
         return risks
+
+    def explanations(self, frame: pl.DataFrame, horizon: str, model_risk: np.ndarray) -> pl.DataFrame:
+        """Where the guard raised ``horizon``'s risk above the model's: the guarded feature as a
+        signal (``EXPLANATION_SCHEMA``), its contribution the log-odds the guard added."""
+        parts = []
+        for above, limit in self.above(frame):
+            floor = limit.risks.get(horizon)
+            raised = above & (model_risk < floor) if floor is not None else np.zeros(frame.height, dtype=bool)
+            if raised.any():
+                before = np.clip(model_risk[raised], 1e-9, 1 - 1e-9)
+                lift = np.log(floor / (1 - floor)) - np.log(before / (1 - before))
+                rows = frame.filter(pl.Series(raised))
+                parts.append(
+                    pl.DataFrame(
+                        {
+                            "unit_id": rows.get_column("unit_id"),
+                            "ts": rows.get_column("ts").cast(UTC_TS),
+                            "horizon": [horizon] * rows.height,
+                            "signal": [limit.feature] * rows.height,
+                            "value": rows.get_column(limit.feature).cast(pl.Float64),
+                            "contribution": lift,
+                        },
+                        schema=EXPLANATION_SCHEMA,
+                    )
+                )
+        return pl.concat(parts) if parts else pl.DataFrame(schema=EXPLANATION_SCHEMA)
 
     def above(self, frame: pl.DataFrame) -> list[tuple[np.ndarray, Limit]]:
         """For each limit whose feature ``frame`` has: which rows are above it."""
