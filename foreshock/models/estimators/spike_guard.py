@@ -68,9 +68,14 @@ class SpikeGuard:
         """The guard of ``features`` from training ``rows`` (``ts``, :data:`TIME_TO_FAILURE` and
         the features) labelled at ``until``, and notes on what it guards."""
         quiet_h = parse_duration(quiet) / timedelta(hours=1)
-        ttf = pl.col(TIME_TO_FAILURE)
-        fails_within = lambda hours: ttf.is_not_null() & (ttf >= 0) & (ttf <= hours)  # noqa: E731
-        closed = lambda hours: pl.col("ts") <= pl.lit(until) - pl.duration(hours=hours)  # noqa: E731
+
+        def fails_within(hours: float) -> pl.Expr:
+            ttf = pl.col(TIME_TO_FAILURE)
+            return ttf.is_not_null() & (ttf >= 0) & (ttf <= hours)
+
+        def closed(hours: float) -> pl.Expr:  # the row's outlook over ``hours`` is known at ``until``
+            return pl.col("ts") <= pl.lit(until) - pl.duration(hours=hours)
+
         healthy = rows.filter(closed(quiet_h) & ~fails_within(quiet_h))
         limits, notes = [], []
         for name in features:
