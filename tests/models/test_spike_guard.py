@@ -49,11 +49,16 @@ def test_the_limit_is_the_most_a_unit_that_stayed_healthy_showed_and_the_risk_wh
     assert SpikeGuard.from_state(guard.state()) == guard
 
 
-def test_a_feature_no_healthy_unit_showed_is_not_guarded():
-    rows = pl.DataFrame([_row("failing", 1.0, 40.0, 12.0)])
-    guard, notes = SpikeGuard.fit(rows, [JITTER], ["24h"], DAY0 + timedelta(days=10), "7d")
+def test_a_feature_no_healthy_unit_showed_or_no_failing_unit_passed_is_not_guarded():
+    until = DAY0 + timedelta(days=10)
+    only_failing = pl.DataFrame([_row("failing", 1.0, 40.0, 12.0)])
+    guard, notes = SpikeGuard.fit(only_failing, [JITTER], ["24h"], until, "7d")
     assert guard.limits == [] and "not guarded" in notes[0]
     assert guard.raise_risks(pl.DataFrame({JITTER: [99.0]}), {"24h": np.array([0.1])})["24h"].tolist() == [0.1]
+    # the failing unit stayed below the healthy one: a row above would be read by nothing seen
+    below = pl.DataFrame([_row("calm", 1.0, 50.0, None), _row("failing", 1.0, 40.0, 12.0)])
+    guard, notes = SpikeGuard.fit(below, [JITTER], ["24h"], until, "7d")
+    assert guard.limits == [] and "no training row" in notes[0] and "not guarded" in notes[0]
 
 
 def test_the_default_model_raises_a_gpu_past_every_healthy_jitter_though_its_trees_leave_the_jitter_out(tmp_path):

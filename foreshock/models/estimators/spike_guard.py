@@ -14,11 +14,11 @@ row above a feature's limit is past anything a unit that stayed healthy showed, 
 for horizon ``h`` is raised to at least the share of the training rows above the limit that
 failed within ``h`` (rows whose ``h`` outlook is closed; smoothed ``(k + 1) / (n + 2)``).
 The model's risk is kept wherever it is higher.  A feature with no training row above its
-limit guards nothing.
+limit (or no healthy one) guards nothing.
 
 An explanation of a raised row names the guarded feature first (its value, and the log-odds
-the guard added over the model's risk as its contribution).  The limits and risks are plain numbers saved with the model (``gbm.json``); nothing is fitted
-at scoring time.
+the guard added over the model's risk as its contribution).  The limits and risks are plain
+numbers saved with the model (``gbm.json``); nothing is fitted at scoring time.
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ class SpikeGuard:
                 notes.append(f"spike guard: {name} has no healthy training row: not guarded")
                 continue
             above = rows.filter(pl.col(name) > highest)
+            if above.height == 0:  # no training row past it: nothing says what a row above means
+                notes.append(f"spike guard: no training row of {name} above {highest:.4g}: not guarded")
+                continue
             risks = {}
             for h in horizons:
                 hours = parse_duration(h) / timedelta(hours=1)
