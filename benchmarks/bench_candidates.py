@@ -59,6 +59,9 @@ from bench_real_disks import (  # noqa: E402
 
 from foreshock.models.estimators.recipes import builtin_recipe  # noqa: E402
 
+# today's recipe's exclude list without the stored power jitter (a candidate that reads it)
+READ_JITTER = [p for p in builtin_recipe("gbm")["exclude"] if "_jitter_max_" not in p]
+
 # name -> keys of models/lightgbm.toml changed (a table key by key); "gbm" is today's recipe
 # (fleet_weighted since it won; "unweighted" is the recipe before).
 CANDIDATES: dict[str, dict] = {
@@ -93,10 +96,10 @@ CANDIDATES: dict[str, dict] = {
     "no_power": {"power_spread": False},
     # the stored power jitter (power_w_jitter_max_<w>: the largest hourly power spread in a window), which
     # today's recipe leaves out (tried 2026-12-07, not kept), read
-    "jitter": {"exclude": [p for p in builtin_recipe("gbm")["exclude"] if "_jitter_max_" not in p]},
+    "jitter": {"exclude": READ_JITTER},
     # the same, the risk never falling as the jitter grows (a failing supply only spreads its power more)
     "jitter_mono": {
-        "exclude": [p for p in builtin_recipe("gbm")["exclude"] if "_jitter_max_" not in p],
+        "exclude": READ_JITTER,
         "monotone_increasing": [*builtin_recipe("gbm")["monotone_increasing"], "*_jitter_max_*"],
     },
     # today's recipe without the spike guard on the 1-day power jitter (the recipe before 2026-12-07 night)

@@ -28,11 +28,16 @@ MAX_SLOPE = 20.0
 MIN_SLOPE = 0.05
 
 
+def logit(p: np.ndarray) -> np.ndarray:
+    """Log-odds of probabilities, kept finite at 0 and 1."""
+    p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1 - _EPS)
+    return np.log(p) - np.log1p(-p)
+
+
 def _transform(score: np.ndarray, link: str) -> np.ndarray:
     score = np.asarray(score, dtype=np.float64)
     if link == "logit":
-        p = np.clip(score, _EPS, 1 - _EPS)
-        return np.log(p) - np.log1p(-p)
+        return logit(score)
     if link == "log":
         return np.log(np.maximum(score, _EPS))
     if link in ("identity", "margin"):

@@ -528,10 +528,10 @@ class GradientBoostedRisk:
         x = self._matrix(frame)
         parts = []
         for h in self.horizons:
-            contrib = np.asarray(self.boosters_[h].predict(x, pred_contrib=True))[:, :-1]  # last column: bias
-            parts.append(top_contributions(frame, h, self.feature_names_, x, contrib, top))
+            contrib = np.asarray(self.boosters_[h].predict(x, pred_contrib=True))
+            parts.append(top_contributions(frame, h, self.feature_names_, x, contrib[:, :-1], top))  # last: bias
             if self.guard_.limits:  # a risk the spike guard raised names its feature first
-                risk = self.calibrators_[h].predict(self.boosters_[h].predict(x, raw_score=True))
+                risk = self.calibrators_[h].predict(contrib.sum(axis=1))  # the contributions sum to the margin
                 parts.append(self.guard_.explanations(frame, h, risk))
         out = pl.concat(parts)
         if len(parts) == len(self.horizons):

@@ -48,7 +48,7 @@ def fit_from_store(
     data = stored.source.rows(None, until, ["unit_id", "ts", *growth], keys=stored.keys) if growth else head
     model._resolve_features(head, data)
     del data
-    guard, guard_notes = model.fit_guard(guard_rows(model, stored, labelled, until), until)
+    guard, guard_notes = model.fit_guard(guard_rows(model, stored, head, labelled, until), until)
     ts_all = labelled.get_column("ts").to_numpy()
     failure_ttf = failure_ids(labelled), labelled.get_column(TIME_TO_FAILURE).to_numpy()
     keys = labelled.select("unit_id", "ts")
@@ -101,10 +101,13 @@ def fit_from_store(
     return model
 
 
-def guard_rows(model: Any, stored: StoredSample, labelled: pl.DataFrame, until: datetime) -> pl.DataFrame:
-    """The labelled keys with the spike guard's columns read from the store (none: the keys)."""
+def guard_rows(
+    model: Any, stored: StoredSample, head: pl.DataFrame, labelled: pl.DataFrame, until: datetime
+) -> pl.DataFrame:
+    """The labelled keys with the spike guard's columns (of those the sample's ``head`` has)
+    read from the store (none: the keys)."""
     keys = labelled.select("unit_id", "ts", TIME_TO_FAILURE)
-    columns = model.guarded(list(stored.head().columns))
+    columns = model.guarded(list(head.columns))
     if not columns:
         return keys
     values = stored.source.rows(None, until, ["unit_id", "ts", *columns], keys=stored.keys)

@@ -24,7 +24,7 @@ numbers saved with the model (``gbm.json``); nothing is fitted at scoring time.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -33,6 +33,7 @@ import polars as pl
 from foreshock.contract import TIME_TO_FAILURE, UTC_TS
 from foreshock.durations import parse_duration
 from foreshock.models.estimators.base import EXPLANATION_SCHEMA
+from foreshock.models.estimators.calibration import logit
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Limit:
     rows_above: int
 
     def to_dict(self) -> dict:
-        return {"feature": self.feature, "limit": self.limit, "risks": self.risks, "rows_above": self.rows_above}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, state: dict) -> Limit:
@@ -121,8 +122,7 @@ class SpikeGuard:
             floor = limit.risks.get(horizon)
             raised = above & (model_risk < floor) if floor is not None else np.zeros(frame.height, dtype=bool)
             if raised.any():
-                before = np.clip(model_risk[raised], 1e-9, 1 - 1e-9)
-                lift = np.log(floor / (1 - floor)) - np.log(before / (1 - before))
+                lift = logit(floor) - logit(model_risk[raised])
                 rows = frame.filter(pl.Series(raised))
                 parts.append(
                     pl.DataFrame(
