@@ -90,6 +90,15 @@ PATTERNS: tuple[Pattern, ...] = (
         "latest in {L}",
     ),
     Pattern(
+        "{error_counter}_rising_share_{w}",
+        "Share of the window's snapshot intervals with a sample in which the counter rose: a burst of a "
+        "few hours gives a small share, errors rising day after day a large one, for the same increase. "
+        "Only with [features] rising_share = true, windows longer than one interval; null when the window "
+        "has no sample.",
+        "share",
+        "{w}",
+    ),
+    Pattern(
         "{error_counter}_hours_since_first_increase",
         "Hours from the first step up within the longest window to the snapshot; null if none.",
         "h",

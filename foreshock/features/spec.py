@@ -33,6 +33,9 @@ class FeatureSpec:
     peer_relative : bool
         Add each error metric's level and increases as a percentile among the units of
         the same model at the same snapshot (``[features] peer_relative``).
+    rising_share : bool
+        Add each error counter's share of a window's snapshot intervals in which it rose
+        (``[features] rising_share``).
     health_window : timedelta or None
         With ``[health] features``: the window of the ``health_*`` columns
         (:mod:`foreshock.features.health_features`); None without them.
@@ -44,6 +47,7 @@ class FeatureSpec:
     expected_every: timedelta
     catalog: Catalog
     peer_relative: bool = False
+    rising_share: bool = False
     health_window: timedelta | None = None
 
     @property
@@ -93,10 +97,22 @@ class FeatureSpec:
         return [(power, load[0]) for power in self.power_levels()] if load else []
 
     @property
-    def jitter_windows(self) -> list[timedelta]:
-        """Windows of more than one snapshot interval (over one, the largest jitter is the
-        window's own power spread, which the gradient-boosted model derives itself)."""
+    def spanning_windows(self) -> list[timedelta]:
+        """Windows of more than one snapshot interval."""
         return [w for w in self.windows if self.buckets(w) > 1]
+
+    @property
+    def jitter_windows(self) -> list[timedelta]:
+        """:attr:`spanning_windows` (over one interval, the largest jitter is the window's
+        own power spread, which the gradient-boosted model derives itself)."""
+        return self.spanning_windows
+
+    @property
+    def rising_windows(self) -> list[timedelta]:
+        """With :attr:`rising_share`, the :attr:`spanning_windows` (over one interval, the
+        share of intervals in which an error counter rose is 0 or 1: whether its increase is
+        above 0); else none."""
+        return self.spanning_windows if self.rising_share else []
 
 
 def feature_spec(config: Config) -> FeatureSpec:
@@ -126,6 +142,7 @@ def feature_spec(config: Config) -> FeatureSpec:
         expected_every=expected,
         catalog=config.catalog,
         peer_relative=bool(section["peer_relative"]),
+        rising_share=bool(section["rising_share"]),
         health_window=_health_window(config, windows),
     )
 

@@ -132,6 +132,14 @@ def _counter_features(
             _rolling_sum(pl.col(f"{p}inc"), k, over).alias(f"{p}inc_{k}"),
         ]
     if error:
+        # Whether the counter rose in a bucket, and whether the bucket had a reading: a step
+        # (a burst of a few hours) and a ramp (days of steps) of the same increase differ here.
+        for w in spec.rising_windows:
+            k = spec.buckets(w)
+            staged += [
+                _rolling_sum((pl.col(f"{p}inc") > 0).cast(pl.Int32), k, over).alias(f"{p}rose_{k}"),
+                _rolling_sum((pl.col(f"{p}n") > 0).cast(pl.Int32), k, over).alias(f"{p}read_{k}"),
+            ]
         staged += [
             _rolling_min(pl.col(f"{p}first_inc_ts").dt.epoch("us"), longest_k, over).alias(f"{p}first_inc_us"),
             _rolling_max(pl.col(f"{p}last_inc_ts").dt.epoch("us"), longest_k, over).alias(f"{p}last_inc_us"),
@@ -156,6 +164,10 @@ def _counter_features(
         )
     out.append(pl.col(f"{p}last_ff").alias(f"{m}_last"))
     if error:
+        for w in spec.rising_windows:
+            k = spec.buckets(w)
+            read = pl.col(f"{p}read_{k}")
+            out.append(pl.when(read > 0).then(pl.col(f"{p}rose_{k}") / read).alias(f"{m}_rising_share_{spec.name(w)}"))
         out.append(_hours_before_snapshot(pl.col(f"{p}first_inc_us")).alias(f"{m}_hours_since_first_increase"))
         out.append(_hours_before_snapshot(pl.col(f"{p}last_inc_us")).alias(f"{m}_hours_since_last_increase"))
     return grid, staged, out
@@ -422,6 +434,7 @@ def metric_feature_names(metric: Metric, spec: FeatureSpec) -> list[str]:
         names += [f"{m}_accel_{spec.name(short)}_{spec.name(long)}" for short, long in spec.accel_pairs]
         names.append(f"{m}_last")
         if metric.family == "error":
+            names += [f"{m}_rising_share_{spec.name(w)}" for w in spec.rising_windows]
             names += [f"{m}_hours_since_first_increase", f"{m}_hours_since_last_increase"]
         return names
     for w in spec.windows:

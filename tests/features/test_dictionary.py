@@ -37,9 +37,11 @@ def test_committed_dictionary_is_what_the_code_generates():
 
 
 def test_every_pattern_describes_some_column_of_the_builtin_features():
-    # the optional peer-relative and health columns too ([features] peer_relative and
-    # [health] features, off by default)
-    spec = replace(feature_spec(builtin_config()), peer_relative=True, health_window=timedelta(days=1))
+    # the optional peer-relative, rising-share and health columns too ([features] peer_relative,
+    # rising_share and [health] features, off by default)
+    spec = replace(
+        feature_spec(builtin_config()), peer_relative=True, rising_share=True, health_window=timedelta(days=1)
+    )
     columns = describe_columns(spec)
     assert [c.name for c in columns] == spec_feature_columns(spec)
     unused = [p.shown for p in PATTERNS if not any(c.pattern is p for c in columns)]
@@ -58,6 +60,10 @@ def test_every_pattern_describes_some_column_of_the_builtin_features():
         and by_name["gpu_temp_c_drift_c_6h"].window == "6h against 7d"
     )
     assert by_name["pcie_replay_total_accel_1h_7d"].window == "1h over 7d"
+    assert (
+        by_name["ecc_sbe_volatile_total_rising_share_6h"].unit,
+        by_name["ecc_sbe_volatile_total_rising_share_6h"].window,
+    ) == ("share", "6h")
     assert by_name["telemetry_gap_hours"].unit == "h"
 
 
