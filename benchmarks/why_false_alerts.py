@@ -1,11 +1,12 @@
 """Why a model's alerts on a simulated fleet were false: each alert against what the simulator did.
 
 A backtest on ``foreshock simulate``'s fleet says how many alerts were false; the simulator
-knows why.  This re-draws the fleet's schedule from its parameters (the same seed gives the
-same lives, :func:`foreshock.simulate.fleet.schedule_lives`), replays the alerts of one
-model at the policy threshold (entry at ``[policy] enter_risk`` held for ``enter_for``,
-the policy's hysteresis, no daily cap) over the backtest's test period, and classifies each by the GPU life it fell
-on:
+knows why.  This takes the alerts the backtest's judge counted at the policy point of one
+model (:func:`foreshock.models.evaluation.judging.policy_point_alerts`: the same entry, hold,
+second horizon and judged periods, each with the judge's ``outcome``: true, false, late or
+unresolved), re-draws the fleet's schedule from its parameters (the same seed gives the same
+lives, :func:`foreshock.simulate.fleet.schedule_lives`) and classifies each alert by the GPU
+life it fell on:
 
 * ``true``: the life failed within the horizon of the alert's start;
 * ``early``: it failed, but later than the horizon (the alert also catches the failure
@@ -16,10 +17,14 @@ on:
 * ``healthy, other``: the life never failed, no burst near the alert (its planted
   nuisances are named: a marginal PCIe link, a noisy NVLink).
 
+The simulator also knows failures after the data end (a GPU degrading at the end of the
+simulation fails in its look-ahead): such an alert is ``true`` or ``early`` here while the
+judge, which sees only the data, counts it ``false`` or ``unresolved``.
+
 Usage (the work directory of ``benchmarks/evaluate_models.py --only gpu-real-rate``)::
 
     uv run python benchmarks/why_false_alerts.py --work /tmp/rr/gpu-real-rate --units 4096 \\
-        [--backtest DIR] [--model gbm] [--seed 0]
+        [--backtest DIR] [--data-dir DIR] [--model gbm] [--seed 0]
 """
 
 from __future__ import annotations
@@ -33,10 +38,13 @@ from pathlib import Path
 import polars as pl
 
 from foreshock.config import load_config
+from foreshock.contract import UTC_TS
 from foreshock.durations import parse_duration
 from foreshock.models.estimators.base import decision_horizon
-from foreshock.models.evaluation.alert_replay import Period, policy_alerts
-from foreshock.models.evaluation.operating_points import OperatingPoints
+from foreshock.models.evaluation.alert_replay import Period
+from foreshock.models.evaluation.backtest_folds import Fold
+from foreshock.models.evaluation.judging import policy_point_alerts
+from foreshock.pipelines import inputs
 from foreshock.simulate.fleet import build_fleet, schedule_lives
 from foreshock.simulate.params import SimulationParams
 
@@ -57,6 +65,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True, help="the data set's work directory")
     parser.add_argument("--backtest", type=Path, help="backtest output (default WORK/backtest-evaluate)")
+    parser.add_argument("--data-dir", type=Path, help="the data directory whose lake it judged (default WORK)")
     parser.add_argument("--units", type=int, required=True)
     parser.add_argument("--days", type=float, default=60.0)
     parser.add_argument("--failure-rate", type=float, default=0.5)
@@ -66,13 +75,13 @@ def main() -> int:
 
     backtest = args.backtest or args.work / "backtest-evaluate"
     report = json.loads((backtest / "report.json").read_text())
-    config = load_config(args.work / "evaluate.toml")
-    points = OperatingPoints.from_config(config)
+    config = load_config(args.work / "evaluate.toml", data_dir=args.data_dir or args.work)
     horizon = parse_duration(decision_horizon(config))
-    start = datetime.fromisoformat(report["folds"][0]["cutoff"])
-    end = datetime.fromisoformat(report["folds"][-1]["test_end"])
-    scores = pl.read_parquet(backtest / "scores.parquet").filter(pl.col("model") == args.model)
-    alerts = policy_alerts(scores, [(Period(start, end), points.enter_risk)], points.policy_rule)
+    periods = [Period(fold.cutoff, fold.test_end) for fold in map(Fold.from_dict, report["folds"])]
+    start, end = periods[0].start, periods[-1].end
+    failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
+    scores = pl.scan_parquet(backtest / "scores.parquet").filter(pl.col("model") == args.model)
+    alerts = policy_point_alerts(scores, failures, config, args.model, periods)
 
     params = SimulationParams.build(
         units=args.units, days=args.days, failure_rate=args.failure_rate, seed=args.seed, sample_every="10m"
@@ -92,6 +101,7 @@ def main() -> int:
                 "unit_id": alert["unit_id"],
                 "alert_start": alert["alert_start"],
                 "risk": round(alert["risk"], 3),
+                "judged": alert["outcome"],
                 "kind": classify(at, life, horizon.total_seconds()),
                 "mode": life.mode,
                 "days_to_failure": None if life.failed_at_s is None else round((life.failed_at_s - at) / 86_400, 1),
@@ -99,14 +109,14 @@ def main() -> int:
                 "noisy_nvlink": life.nvlink_crc_per_h > 0.5,
             }
         )
-    table = pl.DataFrame(rows).sort("kind", "alert_start")
+    table = pl.DataFrame(rows).sort("judged", "kind", "alert_start")
     period = f"{start:%Y-%m-%d} to {end:%Y-%m-%d}"
-    print(f"{args.model}: {table.height} alerts at risk >= {points.enter_risk:g} over {period} (UTC)")
+    print(f"{args.model}: {table.height} alerts at the policy point over {period} (UTC)")
     with pl.Config(tbl_rows=500, tbl_width_chars=200, fmt_str_lengths=40):
         print(
-            table.group_by("kind")
+            table.group_by("judged", "kind")
             .agg(pl.len().alias("alerts"), pl.col("unit_id").n_unique().alias("gpus"))
-            .sort("kind")
+            .sort("judged", "kind")
         )
         print(table.filter(pl.col("kind") != "true"))
     print(f"(generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC)")

@@ -24,7 +24,7 @@ from foreshock.drain.settings import PolicySettings
 from foreshock.hold import HELD_COLUMN, Entry, entry_series, with_held_risks
 from foreshock.models.evaluation.alert_replay import AlertRule, Period, policy_alerts
 from foreshock.models.evaluation.backtest_report import render_markdown
-from foreshock.models.evaluation.judging import judge_scores
+from foreshock.models.evaluation.judging import judge_scores, policy_point_alerts
 
 HOUR = timedelta(hours=1)
 UNIT = "gpu-node001-gpu0"
@@ -84,11 +84,11 @@ def test_each_horizon_is_held_on_its_own_series_for_its_own_hold():
     assert held.select("unit_id", "ts", "horizon", "risk").equals(frame)  # rows in their order
 
 
-def _scores() -> pl.DataFrame:
-    """Hourly scores of two units over 96 hours at both horizons: SLOW's 72-hour risk is 0.7
+def _scores(hours: int = 96) -> pl.DataFrame:
+    """Hourly scores of two units over ``hours`` at both horizons: SLOW's 72-hour risk is 0.7
     from hour 10 on (24-hour 0.1); BLIP's 72-hour risk 0.9 for 30 hours (a long burst)."""
     rows = []
-    for h in range(96):
+    for h in range(hours):
         rows += [("slow", h, "24h", 0.1), ("slow", h, "72h", 0.7 if h >= 10 else 0.05)]
         rows += [("blip", h, "24h", 0.02), ("blip", h, "72h", 0.9 if 20 <= h < 50 else 0.05)]
     return pl.DataFrame(
@@ -212,8 +212,8 @@ def test_a_models_own_entry_names_a_bad_key_or_value(tmp_path):
         PolicySettings.from_config(load_config(site))
 
 
-def _two_models() -> pl.DataFrame:
-    return pl.concat([_scores(), _scores().with_columns(pl.lit("cox").alias("model"))])
+def _two_models(hours: int = 96) -> pl.DataFrame:
+    return pl.concat([_scores(hours), _scores(hours).with_columns(pl.lit("cox").alias("model"))])
 
 
 def test_the_backtest_judges_each_model_at_its_own_entry():
@@ -253,3 +253,29 @@ def test_publish_drains_on_the_entry_of_the_model_that_scored(drain_config):
         write_scores(config.data_dir, score_rows({UNIT: 0.4}).with_columns(pl.lit(model).alias("model")))
         actions[model] = publish(config).risk_list.row(0, named=True)
     assert actions["gbm"]["action"] == "run_diagnostics" and _drained(actions["cox"])
+
+
+def test_the_policy_points_alerts_are_the_ones_the_judge_counted():
+    # 200 hours: SLOW fails at hour 100; BLIP never does
+    failures = pl.DataFrame(
+        {"unit_id": ["slow"], "failed_at": [T0 + 100 * HOUR]}, schema={"unit_id": pl.String, "failed_at": UTC_TS}
+    )
+    scores, periods = _two_models(200), [Period(T0, T0 + 200 * HOUR)]
+    judged = judge_scores(scores, failures, _per_model(), periods=periods)
+    found = {}
+    for model in ("gbm", "cox"):
+        alerts = policy_point_alerts(scores, failures, _per_model(), model, periods)
+        point = judged["models"][model]["72h"]["operating_points"]["policy"]
+        assert alerts.height == point["alerts"]
+        outcome = alerts.get_column("outcome")
+        assert [int((outcome == o).sum()) for o in ("true", "false", "unresolved")] == [
+            point["true_alerts"],
+            point["false_alerts"],
+            point["alerts_unresolved"],
+        ]
+        found[model] = alerts.sort("unit_id").select("unit_id", "alert_start", "outcome").rows()
+    # LightGBM lets SLOW in two days into its 0.7 (the decision hold), 43 h before it fails;
+    # Cox's own entry (held 6 h) lets SLOW in 85 h before it fails, past the 72-hour horizon,
+    # and BLIP's burst, on a unit that never fails: two false alerts
+    assert found["gbm"] == [("slow", T0 + 57 * HOUR, "true")]
+    assert found["cox"] == [("blip", T0 + 25 * HOUR, "false"), ("slow", T0 + 15 * HOUR, "false")]

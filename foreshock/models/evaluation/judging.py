@@ -22,8 +22,8 @@ from foreshock.hold import entry_series
 from foreshock.models.estimators.base import decision_horizon
 from foreshock.models.estimators.training import snapshot_step
 from foreshock.models.evaluation.alert_replay import Period, RiskReplay, mean_allowance, policy_alerts
-from foreshock.models.evaluation.alerts import AlertWindow
-from foreshock.models.evaluation.metrics import judge_alerts, snapshot_metrics
+from foreshock.models.evaluation.alerts import AlertWindow, observed_span
+from foreshock.models.evaluation.metrics import classify_alerts, judge_alerts, snapshot_metrics
 from foreshock.models.evaluation.operating_points import (
     RULES_MODEL,
     ChosenPoint,
@@ -50,16 +50,9 @@ def judge_point(
 ) -> dict:
     """The metrics of one model's series at one operating point (its judged periods only);
     ``replay``: ``series`` prepared once for the alert replays of all its points."""
-    judged = point.judged
-    in_judged = pl.any_horizontal(
-        [
-            pl.col("ts").is_between(pl.lit(p.start).cast(UTC_TS), pl.lit(p.end).cast(UTC_TS), closed="left")
-            for p in judged
-        ]
-    )
     alerts = policy_alerts(replay or series, point.periods, point.rule, step)
     result = judge_alerts(
-        series.filter(in_judged),
+        _in_judged(series, point),
         alerts,
         failures,
         horizon,
@@ -79,10 +72,56 @@ def judge_point(
             "daily_cap": point.rule.daily_cap,
             "exit_ratio": point.rule.exit_ratio,
             "hold_h": point.rule.hold.total_seconds() / 3600.0,
-            "judged_periods": len(judged),
+            "judged_periods": len(point.judged),
         }
     )
     return result
+
+
+def _in_judged(series: pl.DataFrame, point: ChosenPoint) -> pl.DataFrame:
+    """The rows of ``series`` in the periods ``point`` judges."""
+    spans = [
+        pl.col("ts").is_between(pl.lit(p.start).cast(UTC_TS), pl.lit(p.end).cast(UTC_TS), closed="left")
+        for p in point.judged
+    ]
+    return series.filter(pl.any_horizontal(spans))
+
+
+def policy_point_alerts(
+    scores: pl.DataFrame | pl.LazyFrame,
+    failures: pl.DataFrame,
+    config: Config,
+    model: str,
+    periods: list[Period],
+    *,
+    step: timedelta | None = None,
+    weights: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """The alerts :func:`judge_scores` counts at the policy point of ``model`` at the
+    decision horizon, one row each: ``unit_id, alert_start, risk, failed_at, outcome``.
+
+    The same entry as the judge (the model's own ``[policy.models.<name>]`` where it has one,
+    the second horizon's risk beside the decision risk where ``[policy] second_horizon`` is
+    scored, the hold) over the same judged ``periods``, and ``outcome`` as it counts it:
+    ``true``, ``false``, ``late`` or ``unresolved``
+    (:func:`~foreshock.models.evaluation.metrics.classify_alerts`).  For reading why alerts
+    were false; the figures are the report's.
+    """
+    horizon = decision_horizon(config)
+    lazy = scores.lazy()
+    pairs = lazy.select("model", "horizon").unique(maintain_order=True).collect().rows()
+    columns = ["unit_id", "ts", "risk", *(["margin"] if "margin" in lazy.collect_schema().names() else [])]
+    series = lazy.filter((pl.col("model") == model) & (pl.col("horizon") == horizon)).select(columns).collect()
+    if series.height == 0:
+        raise ValueError(f"no {model} scores at the decision horizon {horizon}")
+    step = step or snapshot_step(series)
+    replay = RiskReplay.of(series, weights)
+    own = OperatingPoints.from_config(config).for_model(model)
+    point = choose_thresholds(series, failures, horizon, periods, own, step, replay)["policy"]
+    two = _two_horizon_entry(lazy, series, model, horizon, pairs, own, config, step)
+    alerts = policy_alerts(two or replay, point.periods, point.rule, step)
+    until = observed_span(_in_judged(series, point), step)[1]
+    return classify_alerts(alerts, failures, horizon, AlertWindow.from_config(config), until)
 
 
 def judge_scores(
