@@ -24,7 +24,7 @@ judge, which sees only the data, counts it ``false`` or ``unresolved``.
 Usage (the work directory of ``benchmarks/evaluate_models.py --only gpu-real-rate``)::
 
     uv run python benchmarks/why_false_alerts.py --work /tmp/rr/gpu-real-rate --units 4096 \\
-        [--backtest DIR] [--data-dir DIR] [--model gbm] [--seed 0]
+        [--backtest DIR] [--data-dir DIR] [--config FILE] [--model gbm] [--seed 0]
 """
 
 from __future__ import annotations
@@ -61,24 +61,14 @@ def classify(alert_s: float, life, horizon_s: float) -> str:
     return "healthy, other"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", type=Path, required=True, help="the data set's work directory")
-    parser.add_argument("--backtest", type=Path, help="backtest output (default WORK/backtest-evaluate)")
-    parser.add_argument("--data-dir", type=Path, help="the data directory whose lake it judged (default WORK)")
-    parser.add_argument("--units", type=int, required=True)
-    parser.add_argument("--days", type=float, default=60.0)
-    parser.add_argument("--failure-rate", type=float, default=0.5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", default="gbm")
-    args = parser.parse_args()
-
+def explain(args: argparse.Namespace) -> tuple[pl.DataFrame, str]:
+    """Each alert of the policy point with the judge's outcome (``judged``) and the
+    simulator's cause (``kind``), and the judged span in words."""
     backtest = args.backtest or args.work / "backtest-evaluate"
     report = json.loads((backtest / "report.json").read_text())
-    config = load_config(args.work / "evaluate.toml", data_dir=args.data_dir or args.work)
+    config = load_config(args.config or args.work / "evaluate.toml", data_dir=args.data_dir or args.work)
     horizon = parse_duration(decision_horizon(config))
     periods = [Period(fold.cutoff, fold.test_end) for fold in map(Fold.from_dict, report["folds"])]
-    start, end = periods[0].start, periods[-1].end
     failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
     scores = pl.scan_parquet(backtest / "scores.parquet").filter(pl.col("model") == args.model)
     alerts = policy_point_alerts(scores, failures, config, args.model, periods)
@@ -109,8 +99,25 @@ def main() -> int:
                 "noisy_nvlink": life.nvlink_crc_per_h > 0.5,
             }
         )
-    table = pl.DataFrame(rows).sort("judged", "kind", "alert_start")
-    period = f"{start:%Y-%m-%d} to {end:%Y-%m-%d}"
+    schema = {"unit_id": pl.String, "alert_start": UTC_TS, "risk": pl.Float64, "judged": pl.String, "kind": pl.String}
+    table = pl.DataFrame(rows, schema_overrides=schema) if rows else pl.DataFrame(schema=schema)
+    return table.sort("judged", "kind", "alert_start"), f"{periods[0].start:%Y-%m-%d} to {periods[-1].end:%Y-%m-%d}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, required=True, help="the data set's work directory")
+    parser.add_argument("--backtest", type=Path, help="backtest output (default WORK/backtest-evaluate)")
+    parser.add_argument("--data-dir", type=Path, help="the data directory whose lake it judged (default WORK)")
+    parser.add_argument("--config", type=Path, help="the backtest's configuration (default WORK/evaluate.toml)")
+    parser.add_argument("--units", type=int, required=True)
+    parser.add_argument("--days", type=float, default=60.0)
+    parser.add_argument("--failure-rate", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="gbm")
+    args = parser.parse_args(argv)
+
+    table, period = explain(args)
     print(f"{args.model}: {table.height} alerts at the policy point over {period} (UTC)")
     with pl.Config(tbl_rows=500, tbl_width_chars=200, fmt_str_lengths=40):
         print(
