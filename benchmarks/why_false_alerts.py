@@ -30,21 +30,18 @@ Usage (the work directory of ``benchmarks/evaluate_models.py --only gpu-real-rat
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+from rejudge_policy import stored
 
 from foreshock.config import load_config
 from foreshock.contract import UTC_TS
 from foreshock.durations import parse_duration
 from foreshock.models.estimators.base import decision_horizon
-from foreshock.models.evaluation.alert_replay import Period
-from foreshock.models.evaluation.backtest_folds import Fold
 from foreshock.models.evaluation.judging import policy_point_alerts
-from foreshock.pipelines import inputs
 from foreshock.simulate.fleet import build_fleet, schedule_lives
 from foreshock.simulate.params import SimulationParams
 
@@ -65,11 +62,10 @@ def explain(args: argparse.Namespace) -> tuple[pl.DataFrame, str]:
     """Each alert of the policy point with the judge's outcome (``judged``) and the
     simulator's cause (``kind``), and the judged span in words."""
     backtest = args.backtest or args.work / "backtest-evaluate"
-    report = json.loads((backtest / "report.json").read_text())
-    config = load_config(args.config or args.work / "evaluate.toml", data_dir=args.data_dir or args.work)
+    config_file, data_dir = args.config or args.work / "evaluate.toml", args.data_dir or args.work
+    config = load_config(config_file, data_dir=data_dir)
     horizon = parse_duration(decision_horizon(config))
-    periods = [Period(fold.cutoff, fold.test_end) for fold in map(Fold.from_dict, report["folds"])]
-    failures = inputs.failures(config).with_columns(pl.col("failed_at").cast(UTC_TS))
+    periods, failures, _ = stored(backtest, config_file, data_dir, None)  # the judge's own inputs
     scores = pl.scan_parquet(backtest / "scores.parquet").filter(pl.col("model") == args.model)
     alerts = policy_point_alerts(scores, failures, config, args.model, periods)
 

@@ -87,6 +87,16 @@ def _in_judged(series: pl.DataFrame, point: ChosenPoint) -> pl.DataFrame:
     return series.filter(pl.any_horizontal(spans))
 
 
+def _series_columns(lazy: pl.LazyFrame) -> list[str]:
+    """The columns of a scores table one model's series is judged on (``margin`` breaks ties)."""
+    return ["unit_id", "ts", "risk", *(["margin"] if "margin" in lazy.collect_schema().names() else [])]
+
+
+def _model_series(lazy: pl.LazyFrame, model: str, horizon: str, columns: list[str]) -> pl.DataFrame:
+    """One model's series at one horizon, read from the scores table."""
+    return lazy.filter((pl.col("model") == model) & (pl.col("horizon") == horizon)).select(columns).collect()
+
+
 def policy_point_alerts(
     scores: pl.DataFrame | pl.LazyFrame,
     failures: pl.DataFrame,
@@ -110,8 +120,7 @@ def policy_point_alerts(
     horizon = decision_horizon(config)
     lazy = scores.lazy()
     pairs = lazy.select("model", "horizon").unique(maintain_order=True).collect().rows()
-    columns = ["unit_id", "ts", "risk", *(["margin"] if "margin" in lazy.collect_schema().names() else [])]
-    series = lazy.filter((pl.col("model") == model) & (pl.col("horizon") == horizon)).select(columns).collect()
+    series = _model_series(lazy, model, horizon, _series_columns(lazy))
     if series.height == 0:
         raise ValueError(f"no {model} scores at the decision horizon {horizon}")
     step = step or snapshot_step(series)
@@ -205,9 +214,9 @@ def judge_scores(
     }
     context = {"window": window, "ground_truth": ground_truth, "costs": costs, "step": step, "drains": drains}
     context["weights"] = weights
-    columns = ["unit_id", "ts", "risk", *(["margin"] if "margin" in lazy.collect_schema().names() else [])]
+    columns = _series_columns(lazy)
     for model, horizon in pairs:
-        series = lazy.filter((pl.col("model") == model) & (pl.col("horizon") == horizon)).select(columns).collect()
+        series = _model_series(lazy, model, horizon, columns)
         context["replay"] = RiskReplay.of(series, weights)  # prepared once: thresholds and judging replay it
         own = settings.for_model(model)  # the policy point enters at the model's own entry where it has one
         if settings.daily_share is not None or weights is not None:  # say which budget, and on what fleet
